@@ -1,0 +1,3 @@
+from pdprobe.cli.app import main
+
+main()

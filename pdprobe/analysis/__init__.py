@@ -1,0 +1,1 @@
+"""pdprobe analysis layer."""

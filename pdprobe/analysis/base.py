@@ -1,0 +1,157 @@
+"""Result types of the analysis layer (frozen; units in field names).
+
+Analyses are pure functions over the ``Dataset``'s columnar tables; they return these values,
+with ``Missing(reason)`` wherever the inputs do not support a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pdprobe.signals import Role
+from pdprobe.values import Maybe, Missing
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Summary of a sample (or a histogram estimate: ``estimated`` is then True)."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float | None = None
+    estimated: bool = False  # interpolated from histogram buckets
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """Token-length distribution with a shape summary (Jensen matters for convex costs)."""
+
+    quantiles: Quantiles
+    cv: float  # coefficient of variation
+    skewness: float
+    shape: str  # "narrow", "wide", "heavy-tailed", "bimodal"
+
+
+@dataclass(frozen=True)
+class TimeSeries:
+    """A regular series for charts and trend tests (``ts`` are Unix seconds, bin starts)."""
+
+    ts: tuple[float, ...]
+    values: tuple[float, ...]  # NaN where unknown
+    unit: str
+    step_s: float
+
+
+@dataclass(frozen=True)
+class WorkloadSummary:
+    requests: int
+    window_start_ts: float
+    window_end_ts: float
+    arrival_rate_rps: float
+    prompt_tokens: Maybe[LengthDistribution]
+    output_tokens: Maybe[LengthDistribution]
+    offered_rate_rps: Maybe[float] = Missing("no offered-load counter")
+    completed_rate_rps: Maybe[float] = Missing("no completion timestamps or counters")
+    cached_fraction: Maybe[float] = Missing("no cached_tokens column")
+    arrival_cv2: Maybe[float] = Missing("too few arrivals")  # squared CV of inter-arrivals
+    prompt_output_corr: Maybe[float] = Missing("no per-request lengths")
+    arrival_series: TimeSeries | None = None  # requests/s per bin
+    source: str = "request records"  # or "metric histograms"
+    failed_requests: int = 0
+
+
+@dataclass(frozen=True)
+class InstanceSummary:
+    name: str
+    role: Role
+    role_source: str
+    requests: Maybe[int] = Missing("no per-request records name this instance")
+    traffic_share: Maybe[float] = Missing("no per-request records name this instance")
+    ttft_s: Maybe[Quantiles] = Missing("no TTFT data")
+    tpot_s: Maybe[Quantiles] = Missing("no TPOT data")
+    queue_s: Maybe[Quantiles] = Missing("no queue-time data")
+    kv_transfer_s: Maybe[Quantiles] = Missing("no KV-transfer data")
+    queue_depth: Maybe[Quantiles] = Missing("no queue-depth gauge or log")
+    running: Maybe[Quantiles] = Missing("no running-requests gauge or log")
+    kv_usage_ratio: Maybe[Quantiles] = Missing("no KV-usage gauge or log")
+    prefix_hit_ratio: Maybe[float] = Missing("no prefix-cache data")
+    preemptions: Maybe[float] = Missing("no preemption counter")
+    prompt_tokens_per_s: Maybe[float] = Missing("no token counter")
+    generation_tokens_per_s: Maybe[float] = Missing("no token counter")
+    queue_series: TimeSeries | None = None
+    ttft_series: TimeSeries | None = None
+    kv_usage_series: TimeSeries | None = None
+    node: str | None = None
+    engine: str | None = None
+
+
+@dataclass(frozen=True)
+class SloAttainment:
+    ttft_slo_s: float | None
+    tpot_slo_s: float | None
+    ttft: Maybe[float] = Missing("no TTFT SLO given")  # fraction of requests within SLO
+    tpot: Maybe[float] = Missing("no TPOT SLO given")
+    both: Maybe[float] = Missing("needs per-request TTFT and TPOT")
+    method: str = "per-request"  # or "histogram interpolation"
+
+
+@dataclass(frozen=True)
+class RatioBandEntry:
+    """How the recommendation moves under one what-if (e.g. "+20 % load")."""
+
+    label: str
+    prefill: int
+    decode: int
+    theoretical_ratio: float
+
+
+@dataclass(frozen=True)
+class RatioWindow:
+    """The capacity estimate over one time window, next to what was deployed."""
+
+    start_ts: float
+    end_ts: float
+    theoretical_ratio: Maybe[float]
+    recommended_prefill: Maybe[int]
+    recommended_decode: Maybe[int]
+    deployed_prefill: Maybe[int]
+    deployed_decode: Maybe[int]
+    arrival_rate_rps: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    producer_tokens_per_s: Maybe[float] = Missing("not estimated")  # prefill demand, tok/s
+    consumer_tokens_per_s: Maybe[float] = Missing("not estimated")  # decode demand, tok/s
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """The capacity model's answer: theoretical and recommended P/D and what binds.
+
+    Rates are per instance unless named ``_total``. ``binding`` names the stage that limits:
+    "prefill", "decode" or "transfer".
+    """
+
+    theoretical_ratio: Maybe[float]  # prefill instances per decode instance the workload needs
+    recommended_prefill: Maybe[int]
+    recommended_decode: Maybe[int]
+    deployed_prefill: Maybe[int]
+    deployed_decode: Maybe[int]
+    binding: Maybe[str]
+    prefill_capacity_rps: Maybe[float] = Missing("not estimated")  # per prefill instance
+    decode_capacity_rps: Maybe[float] = Missing("not estimated")  # per decode instance
+    kv_bytes_per_token: Maybe[float] = Missing("no model shape or transfer bytes")
+    transfer_required_bytes_per_s: Maybe[float] = Missing("not estimated")  # per node
+    transfer_capacity_bytes_per_s: Maybe[float] = Missing("not estimated")  # per node
+    mean_based_ratio: Maybe[float] = Missing("not estimated")
+    mean_based_prefill: Maybe[int] = Missing("not estimated")
+    mean_based_decode: Maybe[int] = Missing("not estimated")
+    band: tuple[RatioBandEntry, ...] = ()
+    windows: tuple[RatioWindow, ...] = ()
+    model_source: str = "profile"  # "observed fit", "profile", "profile (data too thin)"
+    profile: str | None = None
+    fit_quality: dict[str, float] = field(default_factory=dict)  # e.g. {"prefill_r2": 0.97}
+    notes: tuple[str, ...] = ()
+    verified: Maybe[SloAttainment] = Missing("not verified by simulation (use --verify)")

@@ -1,0 +1,142 @@
+"""``pdprobe diagnose``: offline files, a live Prometheus, or the bundled sample."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pdprobe.cli.common import (
+    FailOn,
+    FailOnOpt,
+    FormatOpt,
+    OutputFormat,
+    OutputOpt,
+    QuietOpt,
+    SloTpotOpt,
+    SloTtftOpt,
+    StderrProgress,
+    VerboseOpt,
+    env,
+    exit_code_for,
+    info,
+    use_color,
+    write_output,
+)
+from pdprobe.cli.live_options import (
+    BasicAuthPasswordFileOpt,
+    BasicAuthUserOpt,
+    BearerTokenFileOpt,
+    CaBundleOpt,
+    HeaderOpt,
+    InsecureOpt,
+    MetricsMapOpt,
+    PrometheusOpt,
+    SelectorOpt,
+    SinceOpt,
+    StepOpt,
+    TimeoutOpt,
+    UntilOpt,
+    build_target,
+)
+
+PrefillMatchOpt = Annotated[str | None, typer.Option(
+    "--prefill-match", envvar=env("prefill-match"),
+    help="Regular expression: instances whose name matches are prefill (overrides labels).")]
+DecodeMatchOpt = Annotated[str | None, typer.Option(
+    "--decode-match", envvar=env("decode-match"),
+    help="Regular expression: instances whose name matches are decode (overrides labels).")]
+YearOpt = Annotated[int | None, typer.Option(
+    "--year", envvar=env("year"), min=1970, max=2100,
+    help="Year for vLLM log timestamps, which carry none (default: the file's mtime year).")]
+InstanceOpt = Annotated[str | None, typer.Option(
+    "--instance", envvar=env("instance"),
+    help="Instance name for engine logs that do not name one (default: from the file name).")]
+ProfileOpt = Annotated[str | None, typer.Option(
+    "--profile", envvar=env("profile"),
+    help="Model x GPU profile (built-in name or TOML file) for the capacity model's fallback; "
+         "see 'pdprobe ratio --list-profiles'.")]
+VerifyOpt = Annotated[bool, typer.Option(
+    "--verify", envvar=env("verify"),
+    help="Confirm the recommended P/D by simulating it on the observed workload.")]
+WindowOpt = Annotated[float, typer.Option(
+    "--window", envvar=env("window"), min=30.0,
+    help="Window in seconds for the capacity estimate over time.")]
+
+
+def diagnose_command(
+    paths: Annotated[list[Path] | None, typer.Argument(
+        help="Captured files or folders (request records, OpenMetrics dumps, engine logs, "
+             "pdprobe capture files). None and no --prometheus: the bundled sample.")] = None,
+    fmt: FormatOpt = OutputFormat.text,
+    output: OutputOpt = None,
+    slo_ttft: SloTtftOpt = None,
+    slo_tpot: SloTpotOpt = None,
+    fail_on: FailOnOpt = FailOn.warning,
+    prefill_match: PrefillMatchOpt = None,
+    decode_match: DecodeMatchOpt = None,
+    year: YearOpt = None,
+    instance: InstanceOpt = None,
+    profile: ProfileOpt = None,
+    verify: VerifyOpt = False,
+    window: WindowOpt = 300.0,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    prometheus: PrometheusOpt = None,
+    since: SinceOpt = "30m",
+    until: UntilOpt = None,
+    step: StepOpt = None,
+    selector: SelectorOpt = "",
+    metrics_map: MetricsMapOpt = None,
+    bearer_token_file: BearerTokenFileOpt = None,
+    basic_auth_user: BasicAuthUserOpt = None,
+    basic_auth_password_file: BasicAuthPasswordFileOpt = None,
+    header: HeaderOpt = None,
+    ca_bundle: CaBundleOpt = None,
+    insecure: InsecureOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> int:
+    """Diagnose a disaggregated cluster from captured files, a live Prometheus, or the sample."""
+    from pdprobe.collectors.base import ReadContext
+    from pdprobe.collectors.roles import RoleOptions
+    from pdprobe.errors import UsageError
+    from pdprobe.report.base import RenderOptions, renderer_for
+    from pdprobe.services.diagnose import DiagnoseRequest, diagnose
+
+    target = build_target(prometheus, since, until, step, selector, metrics_map,
+                          bearer_token_file, basic_auth_user, basic_auth_password_file, header,
+                          ca_bundle, insecure, timeout)
+    if target is not None and paths:
+        raise UsageError("give either files or --prometheus, not both",
+                         hint="run two diagnoses, or `pdprobe collect` first and pass the file")
+    if not paths and target is None:
+        info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
+    progress = StderrProgress()
+    started = time.monotonic()
+    try:
+        report = diagnose(DiagnoseRequest(
+            paths=tuple(paths or ()),
+            prometheus=target,
+            read=ReadContext(year=year, instance=instance, progress=progress),
+            roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match),
+            slo_ttft_s=slo_ttft,
+            slo_tpot_s=slo_tpot,
+            profile=profile,
+            verify=verify,
+            window_s=window,
+        ))
+    finally:
+        progress.close()
+    render = renderer_for(fmt.value)
+    text = render(report, RenderOptions(color=use_color() and output is None, verbose=verbose,
+                                        quiet=quiet))
+    write_output(text, output)
+    if output is not None:
+        info(f"wrote {fmt.value} report to {output} in {time.monotonic() - started:.1f} s")
+    return exit_code_for(report, fail_on)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diagnose")(diagnose_command)

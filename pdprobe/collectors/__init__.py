@@ -1,0 +1,1 @@
+"""pdprobe collectors layer."""

@@ -1,0 +1,52 @@
+"""The collector interface: a reader turns one input into a ``Partial`` of the dataset.
+
+Readers are plain functions ``read(path, ctx) -> Partial`` registered in ``READERS`` by the
+input kind that ``sniff`` detects from content. The live Prometheus collector produces the same
+``Partial`` pieces from queries, so everything after ``fuse`` is source-agnostic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    from pdprobe.dataset import Partial
+
+ProgressFn = Callable[[str, float], None]  # (what, fraction 0..1)
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """Options that readers need: facts a file may lack, and where to report progress."""
+
+    year: int | None = None  # for vLLM log timestamps, which carry no year
+    instance: str | None = None  # instance name for logs that do not name one
+    progress: ProgressFn | None = None
+
+    def report(self, what: str, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(what, fraction)
+
+
+class Reader(Protocol):
+    def __call__(self, path: Path, ctx: ReadContext) -> Partial: ...
+
+
+# kind (from sniff) -> "module:function"; imported lazily so `pdprobe --help` stays light.
+READERS: Final[dict[str, str]] = {
+    "requests": "pdprobe.collectors.requests_file:read_requests",
+    "openmetrics": "pdprobe.collectors.openmetrics:read_openmetrics",
+    "engine-log": "pdprobe.collectors.engine_log:read_engine_log",
+    "capture": "pdprobe.collectors.capture:read_capture",
+}
+
+
+def reader_for(kind: str) -> Reader:
+    import importlib
+
+    module_name, func = READERS[kind].split(":")
+    reader: Reader = getattr(importlib.import_module(module_name), func)
+    return reader

@@ -1,0 +1,166 @@
+"""Open inputs whatever their compression, and sniff what they hold from their content."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+from pdprobe.errors import InputError
+
+GZIP_MAGIC: Final = b"\x1f\x8b"
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+PARQUET_MAGIC: Final = b"PAR1"
+SNIFF_BYTES: Final = 64 * 1024
+CAPTURE_METADATA_KEY: Final = b"pdprobe.capture"
+
+_METRIC_SAMPLE = re.compile(
+    r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})?\s+[-+]?([0-9.eE+-]+|NaN|[+-]?Inf)(\s+[-+]?[0-9.eE+-]+)?\s*$"
+)
+_LOG_MARKERS: Final = (
+    "Avg prompt throughput",
+    "Prefill batch",
+    "Decode batch",
+    "KV Transfer metrics",
+    "[Metrics] Transfer Engine",
+    "Process failed for slice",
+    "transfer failed for request",
+    "bootstrap failed for request",
+    "NIXL transfer failure",
+    "Releasing expired KV blocks",
+    "Transfer Engine",
+    "WR flush error",
+)
+_CSV_HEADER_HINTS: Final = ("arrival_ts", "timestamp", "contexttokens", "prompt_tokens",
+                            "input_length")
+
+
+def compression_of(head: bytes) -> str | None:
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading bytes, transparently decompressing gzip and zstd."""
+    try:
+        raw = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open ({exc.strerror})",
+                         hint="check the path and permissions") from exc
+    head = raw.read(4)
+    raw.seek(0)
+    kind = compression_of(head)
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if kind == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open ``path`` as UTF-8 text (undecodable bytes replaced), decompressing if needed."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace", newline=None)
+
+
+def read_all_bytes(path: Path) -> bytes:
+    """The whole decompressed content, with a clear error for truncated archives."""
+    try:
+        with open_binary(path) as fh:
+            return fh.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"{path}: compressed data is truncated or corrupt ({exc})",
+                         hint="copy the file again or decompress it to see how much is intact") from exc
+    except Exception as exc:  # zstandard raises its own ZstdError
+        if type(exc).__name__ == "ZstdError":
+            raise InputError(f"{path}: zstd data is truncated or corrupt ({exc})",
+                             hint="copy the file again") from exc
+        raise
+
+
+@dataclass(frozen=True)
+class Sniffed:
+    """What a file holds, decided from its first bytes."""
+
+    kind: str  # requests | openmetrics | engine-log | capture | unknown | empty | binary
+    format: str  # parquet | jsonl | csv | openmetrics | log | ""
+    compression: str | None
+    why: str  # for messages: what made us decide
+
+
+def _head(path: Path) -> tuple[bytes, str | None]:
+    with path.open("rb") as fh:
+        raw_head = fh.read(SNIFF_BYTES)
+    compression = compression_of(raw_head)
+    if compression is None:
+        return raw_head, None
+    try:
+        with open_binary(path) as fh:
+            return fh.read(SNIFF_BYTES), compression
+    except (EOFError, OSError, zlib.error) as exc:
+        raise InputError(f"{path}: {compression} data is truncated or corrupt ({exc})",
+                         hint="copy the file again") from exc
+    except Exception as exc:
+        if type(exc).__name__ == "ZstdError":
+            raise InputError(f"{path}: zstd data is corrupt ({exc})", hint="copy the file again") from exc
+        raise
+
+
+def sniff(path: Path) -> Sniffed:
+    """Classify ``path`` by content (magic bytes, then the shape of its first lines)."""
+    try:
+        head, compression = _head(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check the path") from exc
+    if not head.strip():
+        return Sniffed("empty", "", compression, "the file is empty")
+    if head.startswith(PARQUET_MAGIC):
+        if CAPTURE_METADATA_KEY in _parquet_footer(path):
+            return Sniffed("capture", "parquet", compression, "parquet with pdprobe capture metadata")
+        return Sniffed("requests", "parquet", compression, "parquet magic bytes")
+    if b"\x00" in head:
+        return Sniffed("binary", "", compression, "binary content (NUL bytes)")
+    text = head.decode("utf-8", errors="replace")
+    lines = [ln for ln in text.splitlines()[:200] if ln.strip()]
+    if len(text) == SNIFF_BYTES and lines:
+        lines = lines[:-1] or lines  # the last line may be cut in the middle
+    first = lines[0].lstrip("\ufeff").strip()
+    if first.startswith("{"):
+        return Sniffed("requests", "jsonl", compression, "JSON object per line")
+    if first.startswith("# HELP") or first.startswith("# TYPE") or first.startswith("# EOF"):
+        return Sniffed("openmetrics", "openmetrics", compression, "# HELP/# TYPE lines")
+    sample_lines = sum(1 for ln in lines[:50] if _METRIC_SAMPLE.match(ln.strip()))
+    if sample_lines >= max(1, len(lines[:50]) // 2):
+        return Sniffed("openmetrics", "openmetrics", compression, "metric sample lines")
+    if any(marker in ln for ln in lines for marker in _LOG_MARKERS):
+        return Sniffed("engine-log", "log", compression, "engine log lines")
+    if "," in first and any(h in first.lower() for h in _CSV_HEADER_HINTS):
+        return Sniffed("requests", "csv", compression, "CSV header")
+    if "\t" in first and any(h in first.lower() for h in _CSV_HEADER_HINTS):
+        return Sniffed("requests", "tsv", compression, "TSV header")
+    return Sniffed("unknown", "", compression, "no known request, metric or log format")
+
+
+def _parquet_footer(path: Path) -> bytes:
+    """The parquet footer (schema metadata lives there), read without pyarrow."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 8))
+            tail = fh.read(8)
+            if len(tail) < 8 or tail[4:] != PARQUET_MAGIC:
+                return b""
+            footer_len = int.from_bytes(tail[:4], "little")
+            fh.seek(max(0, size - 8 - footer_len))
+            return fh.read(footer_len)
+    except OSError:
+        return b""

@@ -1,0 +1,332 @@
+"""Map real exposed metric names (vLLM, SGLang, Dynamo, node_exporter, Mooncake) to signals.
+
+Names follow ``shared/reference/metrics-and-logs.md`` including renamed and older ones. Lookup
+keys are normalised with ``:`` rewritten to ``_`` because some pipelines rewrite it; both
+spellings therefore match. Histograms are keyed by family name (without ``_bucket``/``_sum``/
+``_count``); counters by the exposed name (with ``_total``).
+
+Both the offline OpenMetrics reader and the live Prometheus collector use this table, so the two
+paths fill the same dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from pdprobe import signals as S
+
+Engine = Literal["vllm", "sglang", "dynamo", "trtllm", "node", "mooncake", "rdma-exporter"]
+Aggregation = Literal["sum", "max", "mean"]
+Scope = Literal["instance", "network"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How one exposed metric becomes one signal."""
+
+    name: str  # exposed name as the reference spells it (with ':')
+    signal: str
+    kind: str  # signals.GAUGE | COUNTER | "histogram"
+    engine: Engine
+    scale: float = 1.0  # multiply values (and `le` bounds) by this to reach base units
+    label_filter: tuple[tuple[str, str], ...] = ()  # only series whose labels match
+    aggregate: Aggregation = "sum"  # combining sub-series (engine=, dp_rank=, ...) of an instance
+    scope: Scope = "instance"
+    instance_label: str | None = None  # label naming the instance when not `instance`
+    counter_bits: int | None = None  # 32 for mlx5 Q-counters that wrap at 2**32
+    note: str = ""
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def key(self) -> str:
+        return normalise_name(self.name)
+
+
+def normalise_name(name: str) -> str:
+    """``vllm:num_requests_running`` and ``vllm_num_requests_running`` give the same key."""
+    return name.replace(":", "_")
+
+
+H = "histogram"
+G = S.GAUGE
+C = S.COUNTER
+MS_TO_S = 1e-3
+US_TO_S = 1e-6
+MIB = float(2**20)
+GIB = float(2**30)
+
+_VLLM: Final = (
+    MetricSpec("vllm:num_requests_running", S.REQUESTS_RUNNING, G, "vllm"),
+    MetricSpec("vllm:num_requests_waiting", S.REQUESTS_WAITING, G, "vllm"),
+    MetricSpec(
+        "vllm:num_requests_waiting_by_reason", S.REQUESTS_DEFERRED, G, "vllm",
+        label_filter=(("reason", "deferred"),),
+    ),
+    MetricSpec("vllm:num_requests_kv_fetch_by_stage", S.KV_FETCH_WAITING, G, "vllm",
+               note="decode side only; summed over stages"),
+    MetricSpec("vllm:kv_cache_usage_perc", S.KV_USAGE_RATIO, G, "vllm", aggregate="mean"),
+    MetricSpec("vllm:gpu_cache_usage_perc", S.KV_USAGE_RATIO, G, "vllm", aggregate="mean",
+               note="before 0.14 (deprecated 0.9.2)"),
+    MetricSpec("vllm:gpu_prefix_cache_hit_rate", S.PREFIX_HIT_RATIO, G, "vllm", aggregate="mean",
+               note="V0 only"),
+    MetricSpec("vllm:avg_prompt_throughput_toks_per_s", S.PROMPT_THROUGHPUT_TPS, G, "vllm",
+               note="V0 only"),
+    MetricSpec("vllm:avg_generation_throughput_toks_per_s", S.GENERATION_THROUGHPUT_TPS, G,
+               "vllm", note="V0 only"),
+    MetricSpec("vllm:prefix_cache_queries_total", S.PREFIX_QUERIES_TOTAL, C, "vllm"),
+    MetricSpec("vllm:prefix_cache_hits_total", S.PREFIX_HITS_TOTAL, C, "vllm"),
+    MetricSpec("vllm:gpu_prefix_cache_queries_total", S.PREFIX_QUERIES_TOTAL, C, "vllm",
+               note="before 0.14; early 0.8.0 counted blocks"),
+    MetricSpec("vllm:gpu_prefix_cache_hits_total", S.PREFIX_HITS_TOTAL, C, "vllm",
+               note="before 0.14"),
+    MetricSpec("vllm:external_prefix_cache_queries_total", S.EXTERNAL_QUERIES_TOTAL, C, "vllm"),
+    MetricSpec("vllm:external_prefix_cache_hits_total", S.EXTERNAL_HITS_TOTAL, C, "vllm"),
+    MetricSpec("vllm:num_preemptions_total", S.PREEMPTIONS_TOTAL, C, "vllm"),
+    MetricSpec("vllm:prompt_tokens_total", S.PROMPT_TOKENS_TOTAL, C, "vllm"),
+    MetricSpec("vllm:generation_tokens_total", S.GENERATION_TOKENS_TOTAL, C, "vllm"),
+    MetricSpec("vllm:prompt_tokens_cached_total", S.CACHED_TOKENS_TOTAL, C, "vllm"),
+    MetricSpec(
+        "vllm:prompt_tokens_by_source_total", S.KV_RECEIVED_TOKENS_TOTAL, C, "vllm",
+        label_filter=(("source", "external_kv_transfer"),),
+    ),
+    MetricSpec("vllm:request_success_total", S.REQUESTS_FINISHED_TOTAL, C, "vllm"),
+    MetricSpec(
+        "vllm:request_success_total", S.REQUESTS_FAILED_TOTAL, C, "vllm",
+        label_filter=(("finished_reason", "abort|error"),),
+    ),
+    MetricSpec("vllm:time_to_first_token_seconds", S.TTFT_S, H, "vllm"),
+    MetricSpec("vllm:inter_token_latency_seconds", S.ITL_S, H, "vllm"),
+    MetricSpec("vllm:time_per_output_token_seconds", S.ITL_S, H, "vllm",
+               note="before 0.33 (deprecated 0.11)"),
+    MetricSpec("vllm:request_time_per_output_token_seconds", S.TPOT_S, H, "vllm"),
+    MetricSpec("vllm:e2e_request_latency_seconds", S.E2E_S, H, "vllm"),
+    MetricSpec("vllm:request_queue_time_seconds", S.QUEUE_S, H, "vllm"),
+    MetricSpec("vllm:request_prefill_time_seconds", S.PREFILL_S, H, "vllm"),
+    MetricSpec("vllm:request_decode_time_seconds", S.DECODE_S, H, "vllm"),
+    MetricSpec("vllm:request_prompt_tokens", S.PROMPT_TOKENS, H, "vllm"),
+    MetricSpec("vllm:request_generation_tokens", S.OUTPUT_TOKENS, H, "vllm"),
+    MetricSpec("vllm:request_prefill_kv_computed_tokens", S.PREFILL_COMPUTED_TOKENS, H, "vllm"),
+    # KV connectors
+    MetricSpec("vllm:nixl_xfer_time_seconds", S.KV_TRANSFER_S, H, "vllm", note="0.14+"),
+    MetricSpec("vllm:nixl_bytes_transferred", S.KV_TRANSFER_BYTES, H, "vllm", note="0.14+"),
+    MetricSpec("vllm:nixl_num_failed_transfers_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "vllm"),
+    MetricSpec("vllm:nixl_num_kv_expired_reqs_total", S.KV_EXPIRED_TOTAL, C, "vllm"),
+    MetricSpec("vllm:mooncake_xfer_time_seconds", S.KV_TRANSFER_S, H, "vllm",
+               note="populated on prefill only (push-based)"),
+    MetricSpec("vllm:mooncake_bytes_transferred", S.KV_TRANSFER_BYTES, H, "vllm"),
+    MetricSpec("vllm:mooncake_num_failed_transfers_total", S.KV_TRANSFER_FAILURES_TOTAL, C,
+               "vllm"),
+    MetricSpec("vllm:mooncake_num_failed_recvs_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "vllm"),
+    MetricSpec("vllm:mooncake_num_kv_expired_reqs_total", S.KV_EXPIRED_TOTAL, C, "vllm"),
+)
+
+_SGLANG: Final = (
+    MetricSpec("sglang:num_running_reqs", S.REQUESTS_RUNNING, G, "sglang"),
+    MetricSpec("sglang:num_queue_reqs", S.REQUESTS_WAITING, G, "sglang"),
+    MetricSpec("sglang:num_requests_running", S.REQUESTS_RUNNING, G, "sglang", note="<=0.3.x"),
+    MetricSpec("sglang:num_requests_waiting", S.REQUESTS_WAITING, G, "sglang", note="<=0.3.x"),
+    MetricSpec("sglang:token_usage", S.KV_USAGE_RATIO, G, "sglang", aggregate="mean"),
+    MetricSpec("sglang:num_used_tokens", S.KV_USED_TOKENS, G, "sglang"),
+    MetricSpec("sglang:decode_sum_seq_lens", S.DECODE_CONTEXT_TOKENS, G, "sglang"),
+    MetricSpec("sglang:cache_hit_rate", S.PREFIX_HIT_RATIO, G, "sglang", aggregate="mean",
+               note="last prefill report, not windowed"),
+    MetricSpec("sglang:gen_throughput", S.GENERATION_THROUGHPUT_TPS, G, "sglang"),
+    MetricSpec("sglang:num_prefill_bootstrap_queue_reqs", S.PREFILL_BOOTSTRAP_QUEUE, G, "sglang",
+               note="0.5.23+"),
+    MetricSpec("sglang:num_prefill_prealloc_queue_reqs", S.PREFILL_BOOTSTRAP_QUEUE, G, "sglang",
+               note="<=0.5.10 name of the bootstrap queue"),
+    MetricSpec("sglang:num_prefill_inflight_queue_reqs", S.PREFILL_INFLIGHT_QUEUE, G, "sglang"),
+    MetricSpec("sglang:num_prefill_infight_queue_reqs", S.PREFILL_INFLIGHT_QUEUE, G, "sglang",
+               note="0.4.x typo"),
+    MetricSpec("sglang:num_decode_prealloc_queue_reqs", S.DECODE_PREALLOC_QUEUE, G, "sglang"),
+    MetricSpec("sglang:num_decode_transfer_queue_reqs", S.DECODE_TRANSFER_QUEUE, G, "sglang"),
+    MetricSpec("sglang:num_retracted_reqs", S.REQUESTS_RETRACTED, G, "sglang"),
+    MetricSpec("sglang:kv_transfer_latency_ms", S.KV_TRANSFER_S, H, "sglang", scale=MS_TO_S,
+               note="histogram from 0.5.10; a gauge in <=0.5.3 (see gauge entry)"),
+    MetricSpec("sglang:kv_transfer_speed_gb_s", S.KV_TRANSFER_BYTES_PER_S, H, "sglang",
+               scale=GIB, note="GiB/s; histogram from 0.5.10"),
+    MetricSpec("sglang:kv_transfer_total_mb", S.KV_TRANSFER_BYTES, H, "sglang", scale=MIB),
+    MetricSpec("sglang:prompt_tokens_total", S.PROMPT_TOKENS_TOTAL, C, "sglang"),
+    MetricSpec("sglang:generation_tokens_total", S.GENERATION_TOKENS_TOTAL, C, "sglang"),
+    MetricSpec("sglang:num_requests_total", S.REQUESTS_FINISHED_TOTAL, C, "sglang"),
+    MetricSpec("sglang:num_aborted_requests_total", S.REQUESTS_FAILED_TOTAL, C, "sglang"),
+    MetricSpec("sglang:cached_tokens_total", S.CACHED_TOKENS_TOTAL, C, "sglang"),
+    MetricSpec("sglang:num_transfer_failed_reqs_total", S.KV_TRANSFER_FAILURES_TOTAL, C,
+               "sglang"),
+    MetricSpec("sglang:num_bootstrap_failed_reqs_total", S.KV_TRANSFER_FAILURES_TOTAL, C,
+               "sglang"),
+    MetricSpec("sglang:num_retracted_requests_total", S.PREEMPTIONS_TOTAL, C, "sglang"),
+    MetricSpec("sglang:time_to_first_token_seconds", S.TTFT_S, H, "sglang"),
+    MetricSpec("sglang:inter_token_latency_seconds", S.ITL_S, H, "sglang"),
+    MetricSpec("sglang:request_time_per_output_token_seconds", S.TPOT_S, H, "sglang"),
+    MetricSpec("sglang:e2e_request_latency_seconds", S.E2E_S, H, "sglang"),
+    MetricSpec("sglang:queue_time_seconds", S.QUEUE_S, H, "sglang"),
+    MetricSpec("sglang:prompt_tokens_histogram", S.PROMPT_TOKENS, H, "sglang"),
+    MetricSpec("sglang:generation_tokens_histogram", S.OUTPUT_TOKENS, H, "sglang"),
+)
+
+# SGLang <=0.5.3 exposed these two as gauges under the same names as the later histograms;
+# the reader picks this entry when the family's TYPE is gauge.
+SGLANG_GAUGE_VARIANTS: Final = {
+    normalise_name("sglang:kv_transfer_latency_ms"): MetricSpec(
+        "sglang:kv_transfer_latency_ms", S.KV_TRANSFER_LATENCY_S_GAUGE, G, "sglang",
+        scale=MS_TO_S, aggregate="mean", note="gauge in <=0.5.3"),
+    normalise_name("sglang:kv_transfer_speed_gb_s"): MetricSpec(
+        "sglang:kv_transfer_speed_gb_s", S.KV_TRANSFER_SPEED_GAUGE, G, "sglang", scale=GIB,
+        aggregate="mean", note="gauge in <=0.5.3"),
+}
+
+_DYNAMO: Final = (
+    MetricSpec("dynamo_frontend_requests_total", S.REQUESTS_FINISHED_TOTAL, C, "dynamo"),
+    MetricSpec("dynamo_frontend_requests_total", S.REQUESTS_FAILED_TOTAL, C, "dynamo",
+               label_filter=(("status", "error"),)),
+    MetricSpec("dynamo_frontend_requests_started_total", S.REQUESTS_STARTED_TOTAL, C, "dynamo"),
+    MetricSpec("dynamo_frontend_queued_requests", S.REQUESTS_WAITING, G, "dynamo"),
+    MetricSpec("dynamo_frontend_active_requests", S.REQUESTS_RUNNING, G, "dynamo"),
+    MetricSpec("dynamo_frontend_time_to_first_token_seconds", S.TTFT_S, H, "dynamo"),
+    MetricSpec("dynamo_frontend_inter_token_latency_seconds", S.ITL_S, H, "dynamo"),
+    MetricSpec("dynamo_frontend_request_duration_seconds", S.E2E_S, H, "dynamo"),
+    MetricSpec("dynamo_frontend_input_sequence_tokens", S.PROMPT_TOKENS, H, "dynamo"),
+    MetricSpec("dynamo_frontend_output_sequence_tokens", S.OUTPUT_TOKENS, H, "dynamo"),
+    MetricSpec("dynamo_frontend_output_tokens_total", S.GENERATION_TOKENS_TOTAL, C, "dynamo"),
+    MetricSpec("dynamo_frontend_worker_last_time_to_first_token_seconds", S.TTFT_LAST_S, G,
+               "dynamo", instance_label="worker_id", aggregate="mean"),
+    MetricSpec("dynamo_frontend_worker_last_inter_token_latency_seconds", S.ITL_LAST_S, G,
+               "dynamo", instance_label="worker_id", aggregate="mean"),
+    MetricSpec("dynamo_frontend_worker_active_decode_blocks", S.ACTIVE_DECODE_BLOCKS, G,
+               "dynamo", instance_label="worker_id"),
+    MetricSpec("dynamo_frontend_worker_active_prefill_tokens", S.ACTIVE_PREFILL_TOKENS, G,
+               "dynamo", instance_label="worker_id"),
+    MetricSpec("dynamo_component_gpu_cache_usage_percent", S.KV_USAGE_RATIO, G, "dynamo",
+               aggregate="mean", note="1.6.1"),
+    MetricSpec("dynamo_component_kv_cache_hit_rate", S.PREFIX_HIT_RATIO, G, "dynamo",
+               aggregate="mean", note="1.6.1"),
+    MetricSpec("dynamo_component_kvstats_gpu_cache_usage_percent", S.KV_USAGE_RATIO, G,
+               "dynamo", aggregate="mean", note="<=0.6 / early 1.x"),
+    MetricSpec("dynamo_component_kvstats_gpu_prefix_cache_hit_rate", S.PREFIX_HIT_RATIO, G,
+               "dynamo", aggregate="mean", note="<=0.6 / early 1.x"),
+    MetricSpec("dynamo_component_inflight_requests", S.REQUESTS_RUNNING, G, "dynamo"),
+    MetricSpec("dynamo_component_requests_total", S.REQUESTS_FINISHED_TOTAL, C, "dynamo"),
+    # TensorRT-LLM under Dynamo
+    MetricSpec("trtllm_kv_transfer_latency_seconds", S.KV_TRANSFER_S, H, "trtllm"),
+    MetricSpec("trtllm_kv_transfer_bytes", S.KV_TRANSFER_BYTES, H, "trtllm"),
+    MetricSpec("trtllm_kv_transfer_success_total", S.KV_TRANSFERS_TOTAL, C, "trtllm"),
+)
+
+_MOONCAKE: Final = (
+    MetricSpec("tent_write_bytes_total", S.KV_RDMA_BYTES_TOTAL, C, "mooncake",
+               label_filter=(("transport", "rdma"),)),
+    MetricSpec("tent_read_bytes_total", S.KV_RDMA_BYTES_TOTAL, C, "mooncake",
+               label_filter=(("transport", "rdma"),)),
+    MetricSpec("tent_write_bytes_total", S.KV_TCP_BYTES_TOTAL, C, "mooncake",
+               label_filter=(("transport", "tcp"),)),
+    MetricSpec("tent_read_bytes_total", S.KV_TCP_BYTES_TOTAL, C, "mooncake",
+               label_filter=(("transport", "tcp"),)),
+    MetricSpec("tent_write_failures_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "mooncake"),
+    MetricSpec("tent_read_failures_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "mooncake"),
+    MetricSpec("tent_write_latency_us", S.KV_TRANSFER_S, H, "mooncake", scale=US_TO_S),
+)
+
+
+def _ib(name: str, signal: str, kind: str = C, bits: int | None = None) -> MetricSpec:
+    return MetricSpec(f"node_infiniband_{name}", signal, kind, "node", scope="network",
+                      counter_bits=bits)
+
+
+# mlx5 Q-counters (retransmission group, out_of_sequence, out_of_buffer) are read as 32-bit.
+_NODE: Final = (
+    _ib("rate_bytes_per_second", S.LINK_RATE_BYTES_PER_S, G),
+    _ib("state_id", S.PORT_STATE, G),
+    _ib("port_data_transmitted_bytes_total", S.RDMA_TX_BYTES_TOTAL),
+    _ib("port_data_received_bytes_total", S.RDMA_RX_BYTES_TOTAL),
+    _ib("port_packets_transmitted_total", S.RDMA_TX_PACKETS_TOTAL),
+    _ib("port_packets_received_total", S.RDMA_RX_PACKETS_TOTAL),
+    _ib("out_of_sequence_packets_received_total", S.RDMA_OUT_OF_SEQUENCE_TOTAL, bits=32),
+    _ib("duplicate_requests_packets_total", S.RDMA_DUPLICATE_REQUESTS_TOTAL, bits=32),
+    _ib("packet_sequence_errors_total", S.RDMA_PACKET_SEQ_ERRORS_TOTAL, bits=32),
+    _ib("implied_nak_seq_errors_total", S.RDMA_IMPLIED_NAK_TOTAL, bits=32),
+    _ib("local_ack_timeout_errors_total", S.RDMA_LOCAL_ACK_TIMEOUTS_TOTAL, bits=32),
+    _ib("rnr_nak_retry_packets_received_total", S.RDMA_RNR_NAK_TOTAL, bits=32),
+    _ib("out_of_buffer_drops_total", S.RDMA_OUT_OF_BUFFER_TOTAL, bits=32),
+    _ib("roce_adp_retransmits_total", S.RDMA_ADP_RETRANS_TOTAL),
+    _ib("roce_adp_retransmits_timeout_total", S.RDMA_ADP_RETRANS_TIMEOUTS_TOTAL),
+    _ib("rp_cnp_packets_handled_total", S.RDMA_CNP_HANDLED_TOTAL),
+    _ib("np_cnp_packets_sent_total", S.RDMA_CNP_SENT_TOTAL),
+    _ib("np_ecn_marked_roce_packets_received_total", S.RDMA_ECN_MARKED_TOTAL),
+    _ib("link_downed_total", S.RDMA_LINK_DOWNED_TOTAL),
+    _ib("port_transmit_wait_total", S.RDMA_PORT_XMIT_WAIT_TOTAL),
+    _ib("port_errors_received_total", S.RDMA_PORT_ERRORS_TOTAL),
+    MetricSpec("node_network_transmit_bytes_total", S.NODE_TCP_TX_BYTES_TOTAL, C, "node",
+               scope="network"),
+    MetricSpec("node_network_receive_bytes_total", S.NODE_TCP_RX_BYTES_TOTAL, C, "node",
+               scope="network"),
+)
+
+
+def _spiderpool(counter: str, signal: str, bits: int | None = None) -> tuple[MetricSpec, ...]:
+    """spiderpool exports ``rdma_<hw_counter>``; the ``_total`` suffix is unverified, take both."""
+    return tuple(
+        MetricSpec(f"rdma_{counter}{suffix}", signal, C, "rdma-exporter", scope="network",
+                   counter_bits=bits)
+        for suffix in ("", "_total")
+    )
+
+
+_RDMA_EXPORTERS: Final = (
+    *_spiderpool("out_of_sequence", S.RDMA_OUT_OF_SEQUENCE_TOTAL, 32),
+    *_spiderpool("duplicate_request", S.RDMA_DUPLICATE_REQUESTS_TOTAL, 32),
+    *_spiderpool("packet_seq_err", S.RDMA_PACKET_SEQ_ERRORS_TOTAL, 32),
+    *_spiderpool("implied_nak_seq_err", S.RDMA_IMPLIED_NAK_TOTAL, 32),
+    *_spiderpool("local_ack_timeout_err", S.RDMA_LOCAL_ACK_TIMEOUTS_TOTAL, 32),
+    *_spiderpool("roce_adp_retrans", S.RDMA_ADP_RETRANS_TOTAL),
+    *_spiderpool("roce_adp_retrans_to", S.RDMA_ADP_RETRANS_TIMEOUTS_TOTAL),
+    *_spiderpool("rp_cnp_handled", S.RDMA_CNP_HANDLED_TOTAL),
+    *_spiderpool("np_cnp_sent", S.RDMA_CNP_SENT_TOTAL),
+    *_spiderpool("np_ecn_marked_roce_packets", S.RDMA_ECN_MARKED_TOTAL),
+    *_spiderpool("tx_vport_rdma_unicast_bytes", S.RDMA_TX_BYTES_TOTAL),
+    *_spiderpool("rx_vport_rdma_unicast_bytes", S.RDMA_RX_BYTES_TOTAL),
+)
+
+ALL_SPECS: Final[tuple[MetricSpec, ...]] = (
+    *_VLLM, *_SGLANG, *_DYNAMO, *_MOONCAKE, *_NODE, *_RDMA_EXPORTERS,
+)
+
+
+def _index(specs: tuple[MetricSpec, ...]) -> dict[str, tuple[MetricSpec, ...]]:
+    out: dict[str, list[MetricSpec]] = {}
+    for spec in specs:
+        out.setdefault(spec.key, []).append(spec)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+SPECS_BY_KEY: Final[dict[str, tuple[MetricSpec, ...]]] = _index(ALL_SPECS)
+
+# Labels that name an instance's role (checked in this order) and the values they take.
+ROLE_LABELS: Final = ("role", "engine_type", "worker_type", "disaggregation_mode",
+                      "dynamo_component", "component")
+PREFILL_VALUES: Final = frozenset({"prefill", "p", "producer", "kv_producer", "context", "ctx"})
+DECODE_VALUES: Final = frozenset({"decode", "d", "consumer", "kv_consumer", "generation", "gen"})
+# Labels that name an instance (first present wins) when the spec does not say otherwise.
+INSTANCE_LABELS: Final = ("instance", "pod", "pod_name", "worker_id", "hostname", "job")
+
+
+def lookup(name: str, type_hint: str | None = None) -> tuple[MetricSpec, ...]:
+    """Specs for an exposed metric or histogram family name; empty when pdprobe ignores it.
+
+    ``type_hint`` is the ``# TYPE`` of the family when known; it disambiguates SGLang's
+    kv_transfer gauges (<=0.5.3) from the later histograms of the same name.
+    """
+    key = normalise_name(name)
+    if type_hint == "gauge" and key in SGLANG_GAUGE_VARIANTS:
+        return (SGLANG_GAUGE_VARIANTS[key],)
+    return SPECS_BY_KEY.get(key, ())
+
+
+def engine_of(name: str) -> str | None:
+    key = normalise_name(name)
+    for prefix, engine in (("vllm_", "vllm"), ("sglang_", "sglang"), ("dynamo_", "dynamo"),
+                           ("trtllm_", "trtllm"), ("node_", "node"), ("tent_", "mooncake")):
+        if key.startswith(prefix):
+            return engine
+    return None

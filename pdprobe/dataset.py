@@ -1,0 +1,194 @@
+"""The canonical, columnar dataset every analysis reads, whatever the source.
+
+Readers of captured files and the live Prometheus collector each produce ``Partial`` pieces;
+``fuse`` merges them into one time-aligned ``Dataset``. Tables are pandas DataFrames with fixed
+columns and dtypes (see the ``*_COLUMNS`` mappings); an absent value is NaN / <NA>, and
+``Dataset.request_columns`` says which request columns the inputs really carried, so analyses
+can tell "not measured" from "measured as missing".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Final
+
+from pdprobe.signals import Role
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Per-request records. Only the first three are required in inputs.
+REQUIRED_REQUEST_COLUMNS: Final = ("arrival_ts", "prompt_tokens", "output_tokens")
+REQUEST_COLUMNS: Final[Mapping[str, str]] = {
+    "arrival_ts": "float64",  # Unix seconds
+    "prompt_tokens": "int64",
+    "output_tokens": "int64",
+    "request_id": "string",
+    "cached_tokens": "float64",  # prompt tokens served from a prefix cache
+    "prefill_instance": "string",
+    "decode_instance": "string",
+    "queue_s": "float64",
+    "prefill_s": "float64",
+    "kv_transfer_s": "float64",
+    "kv_bytes": "float64",
+    "ttft_s": "float64",
+    "tpot_s": "float64",
+    "e2e_s": "float64",
+    "status": "string",  # ok | error | timeout | aborted
+}
+REQUEST_STATUSES: Final = ("ok", "error", "timeout", "aborted")
+
+# Per-instance engine metrics, long format. `kind` is one of signals.KINDS; `le` is the bucket
+# upper bound in base units for kind == "bucket" (inf for +Inf) and NaN otherwise.
+# Counters and histogram rows are cumulative and already corrected for resets and wraps.
+METRIC_COLUMNS: Final[Mapping[str, str]] = {
+    "ts": "float64",
+    "instance": "string",
+    "signal": "string",
+    "kind": "string",
+    "le": "float64",
+    "value": "float64",
+}
+
+# Per-node network counters/gauges (RDMA ports, netdevs), long format.
+NETWORK_COLUMNS: Final[Mapping[str, str]] = {
+    "ts": "float64",
+    "node": "string",
+    "device": "string",
+    "port": "string",
+    "signal": "string",
+    "kind": "string",
+    "value": "float64",
+}
+
+# Discrete events: KV-transfer failures, RDMA slice failures, preemptions, warnings.
+EVENT_COLUMNS: Final[Mapping[str, str]] = {
+    "ts": "float64",
+    "instance": "string",
+    "event": "string",  # one of signals.EV_*
+    "detail": "string",
+    "source": "string",  # file:line or query
+}
+
+
+def empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
+
+
+def conform(frame: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
+    """Return ``frame`` with exactly ``columns`` in order and dtype; absent ones become NA."""
+    import pandas as pd
+
+    out = {}
+    n = len(frame)
+    for name, dtype in columns.items():
+        if name in frame.columns:
+            out[name] = frame[name].astype(dtype) if str(frame[name].dtype) != dtype else frame[name]
+        else:
+            out[name] = pd.Series([pd.NA] * n if dtype == "string" else [float("nan")] * n,
+                                  dtype=dtype, index=frame.index)
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class RoleHint:
+    """One piece of evidence about an instance's role, with where it came from."""
+
+    instance: str
+    role: Role
+    how: str  # e.g. "label engine_type=prefill in metrics.prom", "name pattern 'prefill' in pod"
+    strength: int  # OPTION > LABEL > NAME > EVIDENCE; higher wins
+    source: str = ""  # file or query it came from
+
+
+# Strengths for RoleHint, highest wins.
+ROLE_FROM_OPTION: Final = 40
+ROLE_FROM_LABEL: Final = 30
+ROLE_FROM_NAME: Final = 20
+ROLE_FROM_EVIDENCE: Final = 10
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """An engine instance (a vLLM/SGLang server, a Dynamo worker) and how its role was decided."""
+
+    name: str
+    role: Role
+    role_source: str  # human-readable: how the role was decided
+    node: str | None = None  # host, to join with network series
+    engine: str | None = None  # vllm | sglang | dynamo | trtllm | ...
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """One input read (a file, a live query set) and what came of it."""
+
+    path: str
+    kind: str  # requests | metrics | engine-log | capture | prometheus
+    format: str  # parquet, csv, jsonl, azure-trace, mooncake-trace, openmetrics, vllm-log, ...
+    rows: int  # records/samples/lines used
+    skipped: int = 0  # lines or rows not understood or invalid
+    notes: tuple[str, ...] = ()  # assumptions made (year taken from..., instance name from...)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What one reader produced from one input; ``fuse`` merges many of these."""
+
+    source: SourceInfo
+    requests: pd.DataFrame | None = None
+    metrics: pd.DataFrame | None = None
+    network: pd.DataFrame | None = None
+    events: pd.DataFrame | None = None
+    request_columns: frozenset[str] = frozenset()  # request columns present in this input
+    role_hints: tuple[RoleHint, ...] = ()
+    nodes: Mapping[str, str] = field(default_factory=dict)  # instance -> node
+    engines: Mapping[str, str] = field(default_factory=dict)  # instance -> engine
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The fused, time-aligned view of everything read."""
+
+    requests: pd.DataFrame
+    metrics: pd.DataFrame
+    network: pd.DataFrame
+    events: pd.DataFrame
+    instances: tuple[InstanceInfo, ...]
+    sources: tuple[SourceInfo, ...]
+    request_columns: frozenset[str]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # e.g. "running on the bundled sample"
+
+    def has_request_column(self, name: str) -> bool:
+        return name in self.request_columns
+
+    def instances_of(self, role: Role) -> tuple[InstanceInfo, ...]:
+        return tuple(i for i in self.instances if i.role == role)
+
+    def role_of(self, instance: str) -> Role:
+        for info in self.instances:
+            if info.name == instance:
+                return info.role
+        return "unknown"
+
+    @property
+    def is_empty(self) -> bool:
+        return self.requests.empty and self.metrics.empty and self.network.empty
+
+    def with_notes(self, *notes: str) -> Dataset:
+        return replace(self, notes=self.notes + tuple(notes))
+
+
+def concat_frames(frames: Iterable[pd.DataFrame | None], columns: Mapping[str, str]) -> pd.DataFrame:
+    """Concatenate conformed frames, or an empty frame with the right columns."""
+    import pandas as pd
+
+    parts = [conform(f, columns) for f in frames if f is not None and len(f)]
+    if not parts:
+        return empty_frame(columns)
+    return pd.concat(parts, ignore_index=True)

@@ -1,0 +1,143 @@
+"""JSON report: CONTRACT.md's minimum fields first, then the full detail.
+
+Missing values become ``null`` and their reasons are collected under ``missing`` keyed by the
+JSON path, so a script can tell "not measured" from zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from pdprobe.analysis.base import LengthDistribution, Quantiles
+from pdprobe.report.base import RenderOptions
+from pdprobe.report.model import Report
+from pdprobe.values import Missing
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None or (isinstance(ts, float) and not math.isfinite(ts)):
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+class _Serializer:
+    def __init__(self) -> None:
+        self.missing: dict[str, str] = {}
+
+    def value(self, obj: Any, path: str) -> Any:
+        if isinstance(obj, Missing):
+            self.missing[path] = obj.reason
+            return None
+        if isinstance(obj, Enum):
+            return obj.value
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else None
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return {f.name: self.value(getattr(obj, f.name), f"{path}.{f.name}")
+                    for f in dataclasses.fields(obj)}
+        if isinstance(obj, dict):
+            return {str(k): self.value(v, f"{path}.{k}") for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.value(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+        if hasattr(obj, "item"):  # numpy scalar
+            return self.value(obj.item(), path)
+        return obj
+
+
+def _length_summary(dist: Any, ser: _Serializer, path: str) -> Any:
+    if isinstance(dist, Missing):
+        ser.missing[path] = dist.reason
+        return None
+    q: Quantiles = dist.quantiles if isinstance(dist, LengthDistribution) else dist
+    out = {"mean": q.mean, "p50": q.p50, "p90": q.p90, "p99": q.p99}
+    if isinstance(dist, LengthDistribution):
+        out.update({"cv": dist.cv, "shape": dist.shape, "estimated": q.estimated})
+    return ser.value(out, path)
+
+
+def to_json_dict(report: Report) -> dict[str, Any]:
+    """The report as plain JSON data (the stable machine interface)."""
+    ser = _Serializer()
+    wl = report.workload
+    workload: dict[str, Any]
+    if isinstance(wl, Missing):
+        ser.missing["workload"] = wl.reason
+        workload = {"requests": 0, "arrival_rate_rps": None, "prompt_tokens": None,
+                    "output_tokens": None}
+    else:
+        workload = {
+            "requests": wl.requests,
+            "arrival_rate_rps": ser.value(wl.arrival_rate_rps, "workload.arrival_rate_rps"),
+            "prompt_tokens": _length_summary(wl.prompt_tokens, ser, "workload.prompt_tokens"),
+            "output_tokens": _length_summary(wl.output_tokens, ser, "workload.output_tokens"),
+            "offered_rate_rps": ser.value(wl.offered_rate_rps, "workload.offered_rate_rps"),
+            "completed_rate_rps": ser.value(wl.completed_rate_rps, "workload.completed_rate_rps"),
+            "cached_fraction": ser.value(wl.cached_fraction, "workload.cached_fraction"),
+            "arrival_cv2": ser.value(wl.arrival_cv2, "workload.arrival_cv2"),
+            "prompt_output_corr": ser.value(wl.prompt_output_corr, "workload.prompt_output_corr"),
+            "failed_requests": wl.failed_requests,
+            "source": wl.source,
+        }
+    cap = report.capacity
+    counts = report.instance_counts
+    actual = (counts.prefill / counts.decode
+              if counts.prefill is not None and counts.decode else None)
+    if isinstance(cap, Missing):
+        ser.missing["ratio"] = cap.reason
+        ratio: dict[str, Any] = {"actual": actual, "theoretical": None,
+                                 "recommended": {"prefill": None, "decode": None}}
+        capacity_detail = None
+    else:
+        ratio = {
+            "actual": actual,
+            "theoretical": ser.value(cap.theoretical_ratio, "ratio.theoretical"),
+            "recommended": {
+                "prefill": ser.value(cap.recommended_prefill, "ratio.recommended.prefill"),
+                "decode": ser.value(cap.recommended_decode, "ratio.recommended.decode"),
+            },
+            "binding": ser.value(cap.binding, "ratio.binding"),
+            "mean_based": {
+                "theoretical": ser.value(cap.mean_based_ratio, "ratio.mean_based.theoretical"),
+                "prefill": ser.value(cap.mean_based_prefill, "ratio.mean_based.prefill"),
+                "decode": ser.value(cap.mean_based_decode, "ratio.mean_based.decode"),
+            },
+        }
+        capacity_detail = ser.value(cap, "capacity")
+    findings = []
+    for i, f in enumerate(report.findings):
+        item = ser.value(f, f"findings[{i}]")
+        item["severity"] = f.severity.value
+        findings.append(item)
+    out: dict[str, Any] = {
+        "schema_version": report.schema_version,
+        "status": report.status,
+        "window": {"start": iso(report.window_start_ts), "end": iso(report.window_end_ts)},
+        "workload": workload,
+        "instances": {"prefill": counts.prefill, "decode": counts.decode,
+                      "unknown": counts.unknown},
+        "ratio": ratio,
+        "findings": findings,
+        "inconclusive": ser.value(report.inconclusive, "inconclusive"),
+        "slo": ser.value(report.slo, "slo"),
+        "per_instance": ser.value(report.instances, "per_instance"),
+        "capacity": capacity_detail,
+        "input": {
+            "description": report.input_description,
+            "sources": ser.value(report.sources, "input.sources"),
+        },
+        "warnings": list(report.warnings),
+        "notes": list(report.notes),
+        "pdprobe_version": report.pdprobe_version,
+        "generated_at": report.generated_at,
+    }
+    out["missing"] = dict(sorted(ser.missing.items()))
+    return out
+
+
+def render(report: Report, options: RenderOptions) -> str:
+    return json.dumps(to_json_dict(report), indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,64 @@
+"""The report model every renderer reads, so numbers and wording agree across formats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pdprobe.analysis.base import CapacityResult, InstanceSummary, SloAttainment, WorkloadSummary
+from pdprobe.dataset import SourceInfo
+from pdprobe.rules.base import Finding, Inconclusive, Severity
+from pdprobe.values import Maybe, Missing
+
+Status = Literal["ok", "warning", "critical", "unknown"]
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RoleCounts:
+    prefill: int | None
+    decode: int | None
+    unknown: int = 0
+
+
+@dataclass(frozen=True)
+class Report:
+    schema_version: int
+    status: Status
+    pdprobe_version: str
+    generated_at: str  # ISO 8601, UTC
+    window_start_ts: float | None
+    window_end_ts: float | None
+    input_description: str  # "bundled sample", "3 files under capture/", "prometheus http://..."
+    sources: tuple[SourceInfo, ...]
+    workload: Maybe[WorkloadSummary]
+    instance_counts: RoleCounts
+    instances: tuple[InstanceSummary, ...]
+    slo: Maybe[SloAttainment]
+    capacity: Maybe[CapacityResult]
+    findings: tuple[Finding, ...]
+    inconclusive: tuple[Inconclusive, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def root_causes(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.is_root_cause)
+
+    @property
+    def worst_severity(self) -> Severity | None:
+        if not self.findings:
+            return None
+        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+
+
+def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
+    """Status follows the worst finding; "unknown" when nothing could be judged."""
+    if not judged:
+        return "unknown"
+    worst = max((f.severity.rank for f in findings), default=0)
+    return {0: "ok", 1: "warning", 2: "critical"}[worst]
+
+
+def unknown_capacity(reason: str) -> Missing:
+    return Missing(reason)

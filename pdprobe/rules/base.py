@@ -1,0 +1,139 @@
+"""The rule interface: small classes that turn evidence into findings with root causes.
+
+Each rule has a stable ``code``, the ``cause`` it diagnoses (a CONTRACT.md root-cause name),
+the ``requires`` inputs it needs, and an ``evaluate`` that returns findings carrying the
+numbers that made them fire. A rule whose inputs are missing returns an ``Inconclusive`` saying
+what it needs. The class docstring is what ``pdprobe explain CODE`` prints.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    from pdprobe.analysis.base import (
+        CapacityResult,
+        InstanceSummary,
+        SloAttainment,
+        WorkloadSummary,
+    )
+    from pdprobe.dataset import Dataset
+
+Cause = Literal[
+    "prefill-bound",
+    "decode-bound",
+    "kv-transfer-bandwidth",
+    "rdma-retransmits",
+    "no-rdma",
+    "routing-skew",
+    "straggler",
+    "ratio-lag",
+]
+CAUSES: tuple[Cause, ...] = (
+    "prefill-bound", "decode-bound", "kv-transfer-bandwidth", "rdma-retransmits", "no-rdma",
+    "routing-skew", "straggler", "ratio-lag",
+)
+
+# The serving-system component a finding implicates (DOPD's decomposition).
+Component = Literal[
+    "resource-monitor", "scheduler/predictor", "instance-manager", "router", "kv-connector",
+    "network-fabric",
+]
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One number (or fact) behind a finding, with its unit and the window it covers."""
+
+    what: str  # e.g. "prefill queue depth p90"
+    value: float | str
+    unit: str = ""
+    instances: tuple[str, ...] = ()
+    window_start_ts: float | None = None
+    window_end_ts: float | None = None
+    baseline: float | str | None = None  # what it is compared with (peer median, SLO, capacity)
+    source: str = ""  # signal or column it came from
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    cause: Cause
+    severity: Severity
+    confidence: float  # 0..1: how sure, given the evidence available
+    summary: str  # one sentence
+    instances: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    next_steps: tuple[str, ...] = ()
+    component: Component | None = None
+    consequences: tuple[str, ...] = ()  # codes of findings explained by this one (ranking)
+    is_root_cause: bool = True
+
+
+@dataclass(frozen=True)
+class Inconclusive:
+    """A rule could not judge: what it needs that the inputs lack."""
+
+    code: str
+    cause: Cause
+    needs: str
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """Everything a rule may look at; analyses are computed once and shared."""
+
+    dataset: Dataset
+    workload: WorkloadSummary | Missing
+    instances: tuple[InstanceSummary, ...]
+    slo: SloAttainment | Missing
+    capacity: CapacityResult | Missing
+    options: RuleOptions = field(default_factory=RuleOptions)
+
+
+RuleResult = list[Finding | Inconclusive]
+
+
+class Rule(ABC):
+    """Base class: subclasses set the class attributes and implement ``evaluate``."""
+
+    code: ClassVar[str]  # stable id, e.g. "PD001"
+    name: ClassVar[str]  # short slug, e.g. "prefill-queue-growth"
+    cause: ClassVar[Cause]
+    component: ClassVar[Component]
+    requires: ClassVar[tuple[str, ...]]  # human-readable inputs, e.g. ("prefill queue depth",)
+
+    @abstractmethod
+    def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Findings (possibly none) or an Inconclusive naming what is missing."""
+
+    @classmethod
+    def explanation(cls) -> str:
+        import inspect
+
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def title(cls) -> str:
+        return cls.explanation().splitlines()[0] if cls.__doc__ else cls.name

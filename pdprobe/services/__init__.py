@@ -1,0 +1,1 @@
+"""Services: the use cases behind each command (collect -> analyse -> judge -> report)."""

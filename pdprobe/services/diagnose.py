@@ -1,0 +1,121 @@
+"""``pdprobe diagnose``: read inputs, analyse, apply the rules, build the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+from pdprobe import __version__
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.prometheus_target import PrometheusTarget
+from pdprobe.collectors.roles import RoleOptions
+from pdprobe.dataset import Dataset
+from pdprobe.report.model import SCHEMA_VERSION, Report, RoleCounts, status_for
+from pdprobe.values import Missing
+
+DEFAULT_WINDOW_S = 300.0
+
+
+@dataclass(frozen=True)
+class DiagnoseRequest:
+    paths: tuple[Path, ...] = ()
+    prometheus: PrometheusTarget | None = None
+    read: ReadContext = field(default_factory=ReadContext)
+    roles: RoleOptions = field(default_factory=RoleOptions)
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    profile: str | None = None  # model x GPU profile name or TOML path; None = infer/default
+    verify: bool = False  # confirm the recommendation by simulation
+    window_s: float = DEFAULT_WINDOW_S  # capacity estimate per window
+
+
+def bundled_sample() -> Path:
+    """The sample capture shipped inside the package."""
+    return Path(str(resources.files("pdprobe") / "sample_logs"))
+
+
+def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
+    """The fused dataset and a one-line description of where it came from."""
+    if request.prometheus is not None:
+        from pdprobe.collectors.prometheus import collect_live
+
+        dataset = collect_live(request.prometheus, request.read, request.roles)
+        return dataset, f"Prometheus {request.prometheus.url}"
+    from pdprobe.collectors.files import read_paths
+
+    paths = request.paths or (bundled_sample(),)
+    dataset = read_paths(paths, request.read, request.roles)
+    if not request.paths:
+        return dataset, "bundled sample scenario (pdprobe/sample_logs)"
+    if len(paths) == 1:
+        return dataset, str(paths[0])
+    return dataset, f"{len(paths)} inputs"
+
+
+def diagnose(request: DiagnoseRequest) -> Report:
+    dataset, description = load_dataset(request)
+    return analyse(dataset, request, description)
+
+
+def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Report:
+    """Analyses, capacity model and rules over a dataset, into a report."""
+    from pdprobe.analysis.capacity import estimate_capacity
+    from pdprobe.analysis.instances import summarize_instances
+    from pdprobe.analysis.slo import slo_attainment
+    from pdprobe.analysis.workload import summarize_workload
+    from pdprobe.rules.base import RuleContext, RuleOptions
+    from pdprobe.rules.engine import run_rules
+
+    workload = summarize_workload(dataset)
+    instances = summarize_instances(dataset)
+    slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s)
+    capacity = estimate_capacity(dataset, workload, request)
+    ctx = RuleContext(
+        dataset=dataset,
+        workload=workload,
+        instances=instances,
+        slo=slo,
+        capacity=capacity,
+        options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s),
+    )
+    findings, inconclusive = run_rules(ctx)
+    start, end = _window(dataset, workload)
+    counts = RoleCounts(
+        prefill=len(dataset.instances_of("prefill")) or None,
+        decode=len(dataset.instances_of("decode")) or None,
+        unknown=len(dataset.instances_of("unknown")),
+    )
+    judged = not isinstance(workload, Missing) or bool(instances)
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        status=status_for(findings, judged=judged),
+        pdprobe_version=__version__,
+        generated_at=datetime.now(tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        window_start_ts=start,
+        window_end_ts=end,
+        input_description=description,
+        sources=dataset.sources,
+        workload=workload,
+        instance_counts=counts,
+        instances=instances,
+        slo=slo,
+        capacity=capacity,
+        findings=findings,
+        inconclusive=inconclusive,
+        warnings=dataset.warnings,
+        notes=dataset.notes,
+    )
+
+
+def _window(dataset: Dataset, workload: object) -> tuple[float | None, float | None]:
+    los, his = [], []
+    if len(dataset.requests):
+        los.append(float(dataset.requests["arrival_ts"].min()))
+        his.append(float(dataset.requests["arrival_ts"].max()))
+    for frame in (dataset.metrics, dataset.network):
+        if len(frame):
+            los.append(float(frame["ts"].min()))
+            his.append(float(frame["ts"].max()))
+    return (min(los), max(his)) if los else (None, None)

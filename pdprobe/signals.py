@@ -1,0 +1,132 @@
+"""Canonical signal names: the vocabulary every collector writes and every analysis reads.
+
+Whatever the source (Prometheus metric, engine log line, captured file), a measurement lands
+in the dataset under one of these names, in base units (seconds, bytes, tokens, ratio 0-1).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+Role = Literal["prefill", "decode", "frontend", "unknown"]
+ROLES: Final = ("prefill", "decode", "frontend", "unknown")
+
+# Kinds of rows in the metrics/network tables.
+GAUGE: Final = "gauge"
+COUNTER: Final = "counter"  # cumulative, reset- and wrap-corrected, monotonic per instance
+BUCKET: Final = "bucket"  # cumulative histogram bucket count, with `le` in base units
+HSUM: Final = "sum"  # cumulative histogram sum (base units)
+HCOUNT: Final = "count"  # cumulative histogram observation count
+KINDS: Final = (GAUGE, COUNTER, BUCKET, HSUM, HCOUNT)
+
+# --- instance gauges -------------------------------------------------------------------------
+REQUESTS_RUNNING: Final = "requests_running"
+REQUESTS_WAITING: Final = "requests_waiting"  # all waiting (vLLM 0.33: capacity + deferred)
+REQUESTS_DEFERRED: Final = "requests_deferred"  # vLLM deferred (KV transfer, LoRA, blocked)
+KV_FETCH_WAITING: Final = "kv_fetch_waiting"  # decode: requests waiting for remote KV (all stages)
+KV_USAGE_RATIO: Final = "kv_usage_ratio"  # 0-1
+KV_USED_TOKENS: Final = "kv_used_tokens"
+DECODE_CONTEXT_TOKENS: Final = "decode_context_tokens"  # sum of sequence lengths in decode batch
+PREFIX_HIT_RATIO: Final = "prefix_hit_ratio"  # 0-1, engine-reported (windowed or last report)
+EXTERNAL_HIT_RATIO: Final = "external_hit_ratio"  # 0-1, KV-connector hit rate (vLLM logs)
+PROMPT_THROUGHPUT_TPS: Final = "prompt_throughput_tps"
+GENERATION_THROUGHPUT_TPS: Final = "generation_throughput_tps"
+PREFILL_BOOTSTRAP_QUEUE: Final = "prefill_bootstrap_queue"  # SGLang PD prefill
+PREFILL_INFLIGHT_QUEUE: Final = "prefill_inflight_queue"  # SGLang PD prefill: KV being sent
+DECODE_PREALLOC_QUEUE: Final = "decode_prealloc_queue"  # SGLang PD decode: waiting for KV memory
+DECODE_TRANSFER_QUEUE: Final = "decode_transfer_queue"  # SGLang PD decode: KV in flight
+REQUESTS_RETRACTED: Final = "requests_retracted"  # SGLang retracted (decode memory pressure)
+KV_TRANSFER_LATENCY_S_GAUGE: Final = "kv_transfer_latency_s_last"  # SGLang <=0.5.3 gauge
+KV_TRANSFER_SPEED_GAUGE: Final = "kv_transfer_bytes_per_s_last"  # SGLang <=0.5.3 gauge
+KV_TRANSFER_THROUGHPUT_LOG: Final = "kv_transfer_bytes_per_s_log"  # vLLM "Throughput (MB/s)"
+KV_TRANSFER_AVG_S_LOG: Final = "kv_transfer_avg_s_log"  # vLLM "Avg xfer time (ms)"
+KV_TRANSFER_P90_S_LOG: Final = "kv_transfer_p90_s_log"
+KV_TRANSFER_AVG_BYTES_LOG: Final = "kv_transfer_avg_bytes_log"
+ITL_LAST_S: Final = "itl_last_s"  # Dynamo per-worker last ITL
+TTFT_LAST_S: Final = "ttft_last_s"  # Dynamo per-worker last TTFT
+ACTIVE_PREFILL_TOKENS: Final = "active_prefill_tokens"  # Dynamo router view
+ACTIVE_DECODE_BLOCKS: Final = "active_decode_blocks"
+
+# --- instance counters (cumulative) ----------------------------------------------------------
+PROMPT_TOKENS_TOTAL: Final = "prompt_tokens_total"
+GENERATION_TOKENS_TOTAL: Final = "generation_tokens_total"
+REQUESTS_FINISHED_TOTAL: Final = "requests_finished_total"
+REQUESTS_FAILED_TOTAL: Final = "requests_failed_total"  # abort/error finishes
+REQUESTS_STARTED_TOTAL: Final = "requests_started_total"  # offered load (Dynamo frontend)
+PREEMPTIONS_TOTAL: Final = "preemptions_total"  # vLLM preemptions, SGLang retractions
+PREFIX_QUERIES_TOTAL: Final = "prefix_queries_total"  # tokens
+PREFIX_HITS_TOTAL: Final = "prefix_hits_total"  # tokens
+EXTERNAL_QUERIES_TOTAL: Final = "external_prefix_queries_total"
+EXTERNAL_HITS_TOTAL: Final = "external_prefix_hits_total"
+CACHED_TOKENS_TOTAL: Final = "cached_tokens_total"
+KV_RECEIVED_TOKENS_TOTAL: Final = "kv_received_tokens_total"  # decode: prompt tokens via KV transfer
+KV_TRANSFERS_TOTAL: Final = "kv_transfers_total"  # successful transfers
+KV_TRANSFER_FAILURES_TOTAL: Final = "kv_transfer_failures_total"
+KV_EXPIRED_TOTAL: Final = "kv_expired_total"
+KV_RDMA_BYTES_TOTAL: Final = "kv_rdma_bytes_total"  # Mooncake TENT, transport=rdma
+KV_TCP_BYTES_TOTAL: Final = "kv_tcp_bytes_total"  # Mooncake TENT, transport=tcp
+
+# --- instance histograms (base units; bucket/sum/count rows) ---------------------------------
+TTFT_S: Final = "ttft_s"
+ITL_S: Final = "itl_s"
+TPOT_S: Final = "tpot_s"
+E2E_S: Final = "e2e_s"
+QUEUE_S: Final = "queue_s"
+PREFILL_S: Final = "prefill_s"
+DECODE_S: Final = "decode_s"
+KV_TRANSFER_S: Final = "kv_transfer_s"
+KV_TRANSFER_BYTES: Final = "kv_transfer_bytes"
+KV_TRANSFER_BYTES_PER_S: Final = "kv_transfer_bytes_per_s"
+PROMPT_TOKENS: Final = "prompt_tokens"
+OUTPUT_TOKENS: Final = "output_tokens"
+PREFILL_COMPUTED_TOKENS: Final = "prefill_computed_tokens"
+
+# --- node network signals (per node/device/port; network table) -------------------------------
+LINK_RATE_BYTES_PER_S: Final = "link_rate_bytes_per_s"  # gauge
+PORT_STATE: Final = "port_state"  # gauge (4 = ACTIVE)
+RDMA_TX_BYTES_TOTAL: Final = "rdma_tx_bytes_total"
+RDMA_RX_BYTES_TOTAL: Final = "rdma_rx_bytes_total"
+RDMA_TX_PACKETS_TOTAL: Final = "rdma_tx_packets_total"
+RDMA_RX_PACKETS_TOTAL: Final = "rdma_rx_packets_total"
+RDMA_OUT_OF_SEQUENCE_TOTAL: Final = "rdma_out_of_sequence_total"
+RDMA_DUPLICATE_REQUESTS_TOTAL: Final = "rdma_duplicate_requests_total"
+RDMA_PACKET_SEQ_ERRORS_TOTAL: Final = "rdma_packet_seq_errors_total"
+RDMA_IMPLIED_NAK_TOTAL: Final = "rdma_implied_nak_seq_errors_total"
+RDMA_LOCAL_ACK_TIMEOUTS_TOTAL: Final = "rdma_local_ack_timeouts_total"
+RDMA_ADP_RETRANS_TOTAL: Final = "rdma_adp_retransmits_total"
+RDMA_ADP_RETRANS_TIMEOUTS_TOTAL: Final = "rdma_adp_retransmit_timeouts_total"
+RDMA_RNR_NAK_TOTAL: Final = "rdma_rnr_nak_retries_total"
+RDMA_CNP_HANDLED_TOTAL: Final = "rdma_cnp_handled_total"  # sender throttled
+RDMA_CNP_SENT_TOTAL: Final = "rdma_cnp_sent_total"
+RDMA_ECN_MARKED_TOTAL: Final = "rdma_ecn_marked_total"
+RDMA_OUT_OF_BUFFER_TOTAL: Final = "rdma_out_of_buffer_total"
+RDMA_LINK_DOWNED_TOTAL: Final = "rdma_link_downed_total"
+RDMA_PORT_XMIT_WAIT_TOTAL: Final = "rdma_port_xmit_wait_total"
+RDMA_PORT_ERRORS_TOTAL: Final = "rdma_port_errors_total"
+NODE_TCP_TX_BYTES_TOTAL: Final = "tcp_tx_bytes_total"  # ordinary netdev bytes (TCP fallback)
+NODE_TCP_RX_BYTES_TOTAL: Final = "tcp_rx_bytes_total"
+
+# Retransmission-type counters, summed by the rules into one "retransmits" rate.
+RETRANSMIT_SIGNALS: Final = (
+    RDMA_OUT_OF_SEQUENCE_TOTAL,
+    RDMA_DUPLICATE_REQUESTS_TOTAL,
+    RDMA_PACKET_SEQ_ERRORS_TOTAL,
+    RDMA_IMPLIED_NAK_TOTAL,
+    RDMA_LOCAL_ACK_TIMEOUTS_TOTAL,
+    RDMA_ADP_RETRANS_TOTAL,
+    RDMA_ADP_RETRANS_TIMEOUTS_TOTAL,
+)
+CONGESTION_SIGNALS: Final = (RDMA_CNP_HANDLED_TOTAL, RDMA_CNP_SENT_TOTAL, RDMA_ECN_MARKED_TOTAL)
+
+# --- events (events table, column `event`) ----------------------------------------------------
+EV_KV_TRANSFER_FAILED: Final = "kv_transfer_failed"
+EV_KV_BOOTSTRAP_FAILED: Final = "kv_bootstrap_failed"
+EV_KV_EXPIRED: Final = "kv_expired"
+EV_RDMA_SLICE_FAILED: Final = "rdma_slice_failed"  # Mooncake worker_pool slice failure
+EV_RDMA_RETRY_EXCEEDED: Final = "rdma_retry_exceeded"  # "transport retry counter exceeded"
+EV_SESSION_FAILED: Final = "kv_session_failed"
+EV_PREEMPTION: Final = "preemption"
+EV_NIXL_WARNING: Final = "nixl_warning"
+EV_TRANSPORT_TCP: Final = "transport_tcp"  # evidence that KV used TCP
+EV_INSTANCE_START: Final = "instance_start"
+EV_INSTANCE_STOP: Final = "instance_stop"

@@ -1,0 +1,42 @@
+"""Shared test fixtures: paths to the public traces and small helpers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+
+def _shared_dir() -> Path | None:
+    env = os.environ.get("PDPROBE_SHARED")
+    candidates = [Path(env)] if env else []
+    candidates += [REPO_ROOT.parent / "shared", REPO_ROOT / ".." / "shared"]
+    for c in candidates:
+        if (c / "traces").is_dir():
+            return c.resolve()
+    return None
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """``../shared`` beside the checkout (CI lays it there); tests needing it fail loudly in CI."""
+    found = _shared_dir()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("../shared/traces is missing beside the checkout")
+        pytest.skip("../shared/traces not available")
+    return found
+
+
+@pytest.fixture(scope="session")
+def traces_dir(shared_dir: Path) -> Path:
+    return shared_dir / "traces"
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES
