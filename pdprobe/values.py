@@ -7,7 +7,7 @@ JSON carries ``null`` plus the reason under ``missing``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar, Union
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ class Missing:
         return f"n/a ({self.reason})"
 
 
-Maybe = Union[T, Missing]
+Maybe = T | Missing
 
 
 def is_missing(value: object) -> bool:

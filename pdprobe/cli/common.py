@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 import time
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
 
@@ -26,7 +26,7 @@ def env(option: str) -> str:
     return "PDPROBE_" + option.lstrip("-").replace("-", "_").upper()
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     text = "text"
     json = "json"
     markdown = "markdown"
@@ -34,7 +34,7 @@ class OutputFormat(str, Enum):
     prometheus = "prometheus"
 
 
-class FailOn(str, Enum):
+class FailOn(StrEnum):
     warning = "warning"
     critical = "critical"
 

@@ -1,0 +1,187 @@
+"""Per-instance summaries: traffic, latency, queue, KV usage and hit rate of every instance.
+
+Request records give exact per-request figures grouped by ``prefill_instance`` /
+``decode_instance``; engine metrics and logs give gauges (queue depth, KV usage) and
+histogram estimates. Where both exist, request records win for latencies and metrics for
+gauges. Everything is one groupby pass per signal, never a loop over rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.analysis.base import InstanceSummary, Quantiles, TimeSeries
+from pdprobe.analysis.stats import grouped_quantiles, series_step
+from pdprobe.dataset import Dataset
+from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Request-record latency columns summarised per instance, by the role whose column names it.
+PREFILL_LATENCIES = {"ttft_s": "ttft_s", "queue_s": "queue_s"}
+DECODE_LATENCIES = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "kv_transfer_s": "kv_transfer_s"}
+GAUGE_FIELDS = {
+    "queue_depth": S.REQUESTS_WAITING,
+    "running": S.REQUESTS_RUNNING,
+    "kv_usage_ratio": S.KV_USAGE_RATIO,
+}
+HISTOGRAM_FIELDS = {
+    "ttft_s": S.TTFT_S,
+    "tpot_s": S.TPOT_S,
+    "queue_s": S.QUEUE_S,
+    "kv_transfer_s": S.KV_TRANSFER_S,
+}
+
+
+def window_of(dataset: Dataset) -> tuple[float, float] | None:
+    los, his = [], []
+    if len(dataset.requests):
+        los.append(float(dataset.requests["arrival_ts"].min()))
+        his.append(float(dataset.requests["arrival_ts"].max()))
+    for frame in (dataset.metrics, dataset.network):
+        if len(frame):
+            los.append(float(frame["ts"].min()))
+            his.append(float(frame["ts"].max()))
+    return (min(los), max(his)) if los else None
+
+
+def summarize_instances(dataset: Dataset) -> tuple[InstanceSummary, ...]:
+    """One summary per known instance, sorted by role then name."""
+    window = window_of(dataset)
+    if window is None or not dataset.instances:
+        return ()
+    start, end = window
+    step = series_step(start, end)
+    fields: dict[str, dict[str, Any]] = {i.name: {} for i in dataset.instances}
+    _from_requests(dataset, fields, start, end, step)
+    _from_metrics(dataset, fields, start, end, step)
+    order = {"prefill": 0, "decode": 1, "frontend": 2, "unknown": 3}
+    out = []
+    for info in sorted(dataset.instances, key=lambda i: (order[i.role], i.name)):
+        out.append(InstanceSummary(name=info.name, role=info.role, role_source=info.role_source,
+                                   node=info.node, engine=info.engine, **fields[info.name]))
+    return tuple(out)
+
+
+def _set(fields: dict[str, dict[str, Any]], name: str, key: str, value: Any,
+         overwrite: bool = False) -> None:
+    slot = fields.get(name)
+    if slot is None or value is None:
+        return
+    if overwrite or key not in slot or isinstance(slot[key], Missing):
+        slot[key] = value
+
+
+def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: float,
+                   end: float, step: float) -> None:
+    req = dataset.requests
+    if req.empty:
+        return
+    for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
+                              ("decode_instance", DECODE_LATENCIES)):
+        if not dataset.has_request_column(column) or req[column].isna().all():
+            continue
+        counts = req[column].value_counts()
+        total = float(counts.sum())
+        for name, n in counts.items():
+            _set(fields, str(name), "requests", int(n))
+            _set(fields, str(name), "traffic_share", float(n) / total)
+        for field, source_col in latencies.items():
+            if dataset.has_request_column(source_col):
+                for name, q in grouped_quantiles(req, column, source_col).items():
+                    _set(fields, name, field, q)
+        if dataset.has_request_column("cached_tokens") and req["cached_tokens"].notna().any():
+            sums = req.groupby(column, observed=True)[["cached_tokens", "prompt_tokens"]].sum()
+            for name, row in sums.iterrows():
+                if row["prompt_tokens"] > 0:
+                    _set(fields, str(name), "prefix_hit_ratio",
+                         float(row["cached_tokens"] / row["prompt_tokens"]))
+        if dataset.has_request_column("ttft_s"):
+            for name, series in _binned_by(req, column, "arrival_ts", "ttft_s", start, end,
+                                           step, "s").items():
+                _set(fields, name, "ttft_series", series)
+
+
+def _from_metrics(dataset: Dataset, fields: dict[str, dict[str, Any]], start: float,
+                  end: float, step: float) -> None:
+    metrics = dataset.metrics
+    if metrics.empty:
+        return
+    gauges = metrics[metrics["kind"] == S.GAUGE]
+    for field, signal in GAUGE_FIELDS.items():
+        sub = gauges[gauges["signal"] == signal]
+        if sub.empty:
+            continue
+        for name, q in grouped_quantiles(sub, "instance", "value").items():
+            _set(fields, name, field, q)
+    for name, series in _binned_by(gauges[gauges["signal"] == S.REQUESTS_WAITING], "instance",
+                                   "ts", "value", start, end, step, "requests").items():
+        _set(fields, name, "queue_series", series)
+    for name, series in _binned_by(gauges[gauges["signal"] == S.KV_USAGE_RATIO], "instance",
+                                   "ts", "value", start, end, step, "ratio").items():
+        _set(fields, name, "kv_usage_series", series)
+
+    from pdprobe.analysis.promql import counter_increase_by_instance
+
+    span = max(end - start, 1e-9)
+    hits = counter_increase_by_instance(metrics, S.PREFIX_HITS_TOTAL, start, end)
+    queries = counter_increase_by_instance(metrics, S.PREFIX_QUERIES_TOTAL, start, end)
+    for name in hits.index.intersection(queries.index):
+        if queries[name] > 0:
+            _set(fields, str(name), "prefix_hit_ratio", float(hits[name] / queries[name]))
+    hit_gauge = gauges[gauges["signal"] == S.PREFIX_HIT_RATIO]
+    if not hit_gauge.empty:
+        for name, value in hit_gauge.groupby("instance", observed=True)["value"].mean().items():
+            _set(fields, str(name), "prefix_hit_ratio", float(value))
+    for field, signal, per_s in (("preemptions", S.PREEMPTIONS_TOTAL, False),
+                                 ("prompt_tokens_per_s", S.PROMPT_TOKENS_TOTAL, True),
+                                 ("generation_tokens_per_s", S.GENERATION_TOKENS_TOTAL, True)):
+        for name, value in counter_increase_by_instance(metrics, signal, start, end).items():
+            if np.isfinite(value):
+                _set(fields, str(name), field, float(value / span if per_s else value))
+    _histogram_quantiles(metrics, fields, start, end)
+
+
+def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]],
+                         start: float, end: float) -> None:
+    from pdprobe.analysis.promql import histogram_quantile, histogram_window
+
+    for field, signal in HISTOGRAM_FIELDS.items():
+        if not (metrics["signal"] == signal).any():
+            continue
+        hist = histogram_window(metrics, signal, start, end, by_instance=True)
+        if hist.empty:
+            continue
+        for name, group in hist.groupby("instance", observed=True):
+            le = group["le"].to_numpy(dtype="float64")
+            counts = group["count"].to_numpy(dtype="float64")
+            total = float(counts[-1]) if counts.size else 0.0
+            if total <= 0:
+                continue
+            p50, p90, p99 = (histogram_quantile(q, le, counts) for q in (0.5, 0.9, 0.99))
+            q = Quantiles(count=round(total), mean=float("nan"), p50=p50, p90=p90, p99=p99,
+                          estimated=True)
+            _set(fields, str(name), field, q)
+
+
+def _binned_by(frame: pd.DataFrame, key: str, ts_col: str, value_col: str, start: float,
+               end: float, step: float, unit: str) -> Mapping[str, TimeSeries]:
+    """Mean of ``value_col`` per (key, time bin), as one regular series per key."""
+    sub = frame[[key, ts_col, value_col]].dropna()
+    if sub.empty:
+        return {}
+    n_bins = max(1, int(np.ceil((end - start) / step)))
+    bins = np.clip(((sub[ts_col].to_numpy() - start) // step).astype("int64"), 0, n_bins - 1)
+    grouped = sub.assign(_bin=bins).groupby([key, "_bin"], observed=True)[value_col].mean()
+    table = grouped.unstack("_bin").reindex(columns=range(n_bins))
+    edges = tuple(float(start + step * i) for i in range(n_bins))
+    return {
+        str(name): TimeSeries(ts=edges, values=tuple(float(v) for v in row.to_numpy()),
+                              unit=unit, step_s=float(step))
+        for name, row in table.iterrows()
+    }
