@@ -1,0 +1,112 @@
+"""CLI behaviour that runbooks rely on: exit codes, one-line errors, light --help."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pdprobe.cli.common import FailOn, exit_code_for
+from pdprobe.cli.live_options import parse_duration, parse_time
+from pdprobe.errors import UsageError
+
+
+def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PDPROBE_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "pdprobe", *args], capture_output=True, text=True,
+                          cwd=cwd, env=full_env, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pdprobe: error: ")
+    return lines[0]
+
+
+def test_help_does_not_import_pandas_or_scipy() -> None:
+    code = ("import sys; from pdprobe.cli.app import app; "
+            "import typer.testing as t; r = t.CliRunner().invoke(app, ['--help']); "
+            "assert r.exit_code == 0, r.output; "
+            "bad = [m for m in ('pandas', 'scipy', 'pyarrow') if m in sys.modules]; "
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_bad_option_exits_3_with_one_line() -> None:
+    line = assert_one_line_error(run("diagnose", "--no-such-option"))
+    assert "--no-such-option" in line
+
+
+def test_missing_path_exits_3(tmp_path: Path) -> None:
+    line = assert_one_line_error(run("diagnose", str(tmp_path / "nope.jsonl")))
+    assert "nope.jsonl" in line
+
+
+@pytest.mark.parametrize(("name", "content"), [("empty.jsonl", b""), ("blob.csv", b"\x00\xff" * 64),
+                                                ("prose.txt", b"just some notes\n")])
+def test_unusable_named_file_exits_3_and_leaves_no_output(tmp_path: Path, name: str, content: bytes) -> None:
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    out = tmp_path / "report.json"
+    line = assert_one_line_error(run("diagnose", str(bad), "--format", "json", "-o", str(out)))
+    assert name in line
+    assert not out.exists()
+    assert not list(tmp_path.glob(".report.json.*"))
+
+
+def test_option_reads_environment_variable(tmp_path: Path) -> None:
+    line = assert_one_line_error(run("diagnose", str(tmp_path / "x"), env={"PDPROBE_FORMAT": "yaml"}))
+    assert "yaml" in line
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.startswith("pdprobe ")
+
+
+class _R:
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+
+@pytest.mark.parametrize(("status", "fail_on", "code"), [
+    ("ok", FailOn.warning, 0), ("warning", FailOn.warning, 1), ("warning", FailOn.critical, 0),
+    ("critical", FailOn.warning, 2), ("critical", FailOn.critical, 2), ("unknown", FailOn.warning, 3),
+])
+def test_exit_codes_follow_nagios_and_fail_on(status: str, fail_on: FailOn, code: int) -> None:
+    assert exit_code_for(_R(status), fail_on) == code  # type: ignore[arg-type]
+
+
+def test_durations_and_times() -> None:
+    assert parse_duration("30m", "--since") == 1800
+    assert parse_duration("2h", "--since") == 7200
+    assert parse_duration("900", "--since") == 900
+    assert parse_time("2026-11-30T14:00:00Z", "--until") == 1796047200.0
+    assert parse_time("1796047200", "--until") == 1796047200.0
+    for bad in ("-5m", "soon"):
+        with pytest.raises(UsageError):
+            parse_duration(bad, "--since")
+    with pytest.raises(UsageError):
+        parse_time("yesterday", "--until")
+
+
+def test_json_contract_fields_on_sample_when_present(tmp_path: Path) -> None:
+    from pdprobe.services.diagnose import bundled_sample
+
+    if not bundled_sample().is_dir():
+        pytest.skip("bundled sample not generated yet")
+    result = run("diagnose", "--format", "json", cwd=tmp_path)
+    assert result.returncode in (0, 1, 2), result.stderr
+    report = json.loads(result.stdout)
+    for key in ("schema_version", "status", "window", "workload", "instances", "ratio", "findings"):
+        assert key in report
+    assert "bundled sample" in result.stderr

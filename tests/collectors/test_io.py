@@ -1,0 +1,78 @@
+"""Content sniffing and compressed-file opening."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from pdprobe.collectors.io import read_all_bytes, sniff
+from pdprobe.errors import InputError
+
+PROM = '# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 3 1700000000000\n'
+VLLM_LOG = "(APIServer pid=1) INFO 06-11 12:33:49 [loggers.py:259] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "kind", "fmt"),
+    [
+        ("a.data", '{"arrival_ts": 1, "prompt_tokens": 2, "output_tokens": 3}\n', "requests", "jsonl"),
+        ("a.txt", "arrival_ts,prompt_tokens,output_tokens\n1,2,3\n", "requests", "csv"),
+        ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:17:03.9799600,4808,10", "requests", "csv"),
+        ("m.txt", PROM, "openmetrics", "openmetrics"),
+        ("bare", 'vllm:num_requests_running{instance="a"} 3\nvllm:num_requests_waiting 1\n', "openmetrics", "openmetrics"),
+        ("x.log", VLLM_LOG, "engine-log", "log"),
+        ("empty.jsonl", "", "empty", ""),
+        ("blank.csv", "\n\n  \n", "empty", ""),
+        ("notes.txt", "hello world\nthis is prose\n", "unknown", ""),
+    ],
+)
+def test_sniff_by_content_not_name(tmp_path: Path, name: str, content: str, kind: str, fmt: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    sniffed = sniff(path)
+    assert (sniffed.kind, sniffed.format) == (kind, fmt)
+
+
+def test_sniff_binary(tmp_path: Path) -> None:
+    path = tmp_path / "blob.csv"
+    path.write_bytes(b"\x00\x01\x02garbage\x00" * 10)
+    assert sniff(path).kind == "binary"
+
+
+def test_sniff_and_read_gzip_and_zstd(tmp_path: Path) -> None:
+    gz = tmp_path / "m.prom.gz"
+    gz.write_bytes(gzip.compress(PROM.encode()))
+    zs = tmp_path / "m.prom.zst"
+    zs.write_bytes(zstandard.ZstdCompressor().compress(PROM.encode()))
+    for path, compression in ((gz, "gzip"), (zs, "zstd")):
+        sniffed = sniff(path)
+        assert sniffed.kind == "openmetrics"
+        assert sniffed.compression == compression
+        assert read_all_bytes(path).decode() == PROM
+
+
+def test_truncated_gzip_is_one_clear_error(tmp_path: Path) -> None:
+    data = gzip.compress((PROM * 2000).encode())
+    path = tmp_path / "cut.prom.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as err:
+        read_all_bytes(path)
+    assert "cut.prom.gz" in err.value.one_line()
+    assert "truncated or corrupt" in err.value.one_line()
+    assert "\n" not in err.value.one_line()
+
+
+def test_parquet_magic(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "requests.bin"
+    pq.write_table(pa.table({"arrival_ts": [1.0], "prompt_tokens": [2], "output_tokens": [3]}), path)
+    assert sniff(path).kind == "requests"
+    pq.write_table(
+        pa.table({"x": [1]}).replace_schema_metadata({b"pdprobe.capture": b"1"}), path
+    )
+    assert sniff(path).kind == "capture"
