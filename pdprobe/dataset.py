@@ -86,7 +86,8 @@ def conform(frame: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
     n = len(frame)
     for name, dtype in columns.items():
         if name in frame.columns:
-            out[name] = frame[name].astype(dtype) if str(frame[name].dtype) != dtype else frame[name]
+            column = frame[name]
+            out[name] = column if str(column.dtype) == dtype else column.astype(dtype)  # type: ignore[call-overload]
         else:
             out[name] = pd.Series([pd.NA] * n if dtype == "string" else [float("nan")] * n,
                                   dtype=dtype, index=frame.index)

@@ -18,9 +18,11 @@ PARQUET_MAGIC: Final = b"PAR1"
 SNIFF_BYTES: Final = 64 * 1024
 CAPTURE_METADATA_KEY: Final = b"pdprobe.capture"
 
+# A sample line; older `promtool tsdb dump` prints `{__name__="x", ...} value ts` with no name.
 _METRIC_SAMPLE = re.compile(
-    r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})?\s+[-+]?([0-9.eE+-]+|NaN|[+-]?Inf)(\s+[-+]?[0-9.eE+-]+)?\s*$"
+    r"^([a-zA-Z_:][a-zA-Z0-9_:]*)?(\{[^}]*\})?\s+[-+]?([0-9.eE+-]+|NaN|[+-]?Inf)(\s+[-+]?[0-9.eE+-]+)?\s*$"
 )
+_METRIC_COMMENTS = ("# HELP", "# TYPE", "# EOF", "# UNIT", "# pdprobe-scrape-ts")
 _LOG_MARKERS: Final = (
     "Avg prompt throughput",
     "Prefill batch",
@@ -62,7 +64,7 @@ def open_binary(path: Path) -> IO[bytes]:
     if kind == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
     return raw
 
 
@@ -133,11 +135,14 @@ def sniff(path: Path) -> Sniffed:
     if len(text) == SNIFF_BYTES and lines:
         lines = lines[:-1] or lines  # the last line may be cut in the middle
     first = lines[0].lstrip("\ufeff").strip()
+    if first.startswith("{__name__="):
+        return Sniffed("openmetrics", "openmetrics", compression, "promtool tsdb dump lines")
     if first.startswith("{"):
         return Sniffed("requests", "jsonl", compression, "JSON object per line")
-    if first.startswith("# HELP") or first.startswith("# TYPE") or first.startswith("# EOF"):
+    if first.startswith(_METRIC_COMMENTS):
         return Sniffed("openmetrics", "openmetrics", compression, "# HELP/# TYPE lines")
-    sample_lines = sum(1 for ln in lines[:50] if _METRIC_SAMPLE.match(ln.strip()))
+    sample_lines = sum(1 for ln in lines[:50]
+                       if ln.startswith(_METRIC_COMMENTS) or _METRIC_SAMPLE.match(ln.strip()))
     if sample_lines >= max(1, len(lines[:50]) // 2):
         return Sniffed("openmetrics", "openmetrics", compression, "metric sample lines")
     if any(marker in ln for ln in lines for marker in _LOG_MARKERS):

@@ -184,6 +184,8 @@ _DYNAMO: Final = (
     MetricSpec("dynamo_frontend_requests_started_total", S.REQUESTS_STARTED_TOTAL, C, "dynamo"),
     MetricSpec("dynamo_frontend_queued_requests", S.REQUESTS_WAITING, G, "dynamo"),
     MetricSpec("dynamo_frontend_active_requests", S.REQUESTS_RUNNING, G, "dynamo"),
+    MetricSpec("dynamo_frontend_inflight_requests", S.REQUESTS_RUNNING, G, "dynamo",
+               note="deprecated alias of active_requests"),
     MetricSpec("dynamo_frontend_time_to_first_token_seconds", S.TTFT_S, H, "dynamo"),
     MetricSpec("dynamo_frontend_inter_token_latency_seconds", S.ITL_S, H, "dynamo"),
     MetricSpec("dynamo_frontend_request_duration_seconds", S.E2E_S, H, "dynamo"),
@@ -291,6 +293,26 @@ _RDMA_EXPORTERS: Final = (
 ALL_SPECS: Final[tuple[MetricSpec, ...]] = (
     *_VLLM, *_SGLANG, *_DYNAMO, *_MOONCAKE, *_NODE, *_RDMA_EXPORTERS,
 )
+
+
+# Renamed metrics that servers expose under both names during a deprecation period (vLLM
+# 0.9.2-0.11 shows gpu_* and time_per_output_token_* beside their successors; Dynamo workers may
+# publish kvstats_* and the 1.x names). Both feed the same signal, so when an instance exposes
+# the new name the old one is dropped instead of being added to it.
+SUPERSEDED_BY: Final = {
+    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+    "vllm:gpu_prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
+    "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
+    "sglang:num_requests_running": "sglang:num_running_reqs",
+    "sglang:num_requests_waiting": "sglang:num_queue_reqs",
+    "sglang:num_prefill_prealloc_queue_reqs": "sglang:num_prefill_bootstrap_queue_reqs",
+    "sglang:num_prefill_infight_queue_reqs": "sglang:num_prefill_inflight_queue_reqs",
+    "dynamo_component_kvstats_gpu_cache_usage_percent":
+        "dynamo_component_gpu_cache_usage_percent",
+    "dynamo_component_kvstats_gpu_prefix_cache_hit_rate": "dynamo_component_kv_cache_hit_rate",
+    "dynamo_frontend_inflight_requests": "dynamo_frontend_active_requests",
+}
 
 
 def _index(specs: tuple[MetricSpec, ...]) -> dict[str, tuple[MetricSpec, ...]]:

@@ -39,7 +39,7 @@ class RoleOptions:
     decode_match: str | None = None
 
     def compiled(self) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
-        out = []
+        out: list[re.Pattern[str] | None] = []
         for opt, value in (("--prefill-match", self.prefill_match),
                            ("--decode-match", self.decode_match)):
             if not value:
