@@ -7,7 +7,7 @@ JSON carries ``null`` plus the reason under ``missing``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeAlias, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ class Missing:
         return f"n/a ({self.reason})"
 
 
-Maybe = T | Missing
+Maybe: TypeAlias = Union[T, Missing]  # noqa: UP007 (mypy needs Union for a generic alias)
 
 
 def is_missing(value: object) -> bool:

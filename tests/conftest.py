@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Every JSON report built in-process is validated against the shipped JSON Schema.
+pytest_plugins = ["tests.report.schema_check"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 

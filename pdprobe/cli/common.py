@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 if TYPE_CHECKING:
+    from pdprobe.report.base import RenderOptions
     from pdprobe.report.model import Report
 
 EXIT_OK: Final = 0
@@ -91,6 +92,21 @@ def write_output(text: str, output: Path | None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+MAX_WIDTH: Final = 100  # the text view is laid out for 100 columns; narrower terminals fold
+
+
+def render_options(output: Path | None, *, verbose: bool = False, quiet: bool = False) -> RenderOptions:
+    """Presentation for stdout (a TTY: its width, colour unless NO_COLOR) or a file (plain)."""
+    import shutil
+
+    from pdprobe.report.base import RenderOptions
+
+    to_terminal = output is None and sys.stdout.isatty()
+    width = min(MAX_WIDTH, shutil.get_terminal_size().columns) if to_terminal else MAX_WIDTH
+    return RenderOptions(width=width, color=use_color() and output is None, verbose=verbose,
+                         quiet=quiet)
 
 
 def use_color() -> bool:

@@ -22,7 +22,7 @@ from pdprobe.cli.common import (
     env,
     exit_code_for,
     info,
-    use_color,
+    render_options,
     write_output,
 )
 from pdprobe.cli.live_options import (
@@ -102,7 +102,7 @@ def diagnose_command(
     from pdprobe.collectors.base import ReadContext
     from pdprobe.collectors.roles import RoleOptions
     from pdprobe.errors import UsageError
-    from pdprobe.report.base import RenderOptions, renderer_for
+    from pdprobe.report.base import renderer_for
     from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
     target = build_target(prometheus, since, until, step, selector, metrics_map,
@@ -130,8 +130,7 @@ def diagnose_command(
     finally:
         progress.close()
     render = renderer_for(fmt.value)
-    text = render(report, RenderOptions(color=use_color() and output is None, verbose=verbose,
-                                        quiet=quiet))
+    text = render(report, render_options(output, verbose=verbose, quiet=quiet))
     write_output(text, output)
     if output is not None:
         info(f"wrote {fmt.value} report to {output} in {time.monotonic() - started:.1f} s")

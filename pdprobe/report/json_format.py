@@ -54,9 +54,11 @@ def _length_summary(dist: Any, ser: _Serializer, path: str) -> Any:
         ser.missing[path] = dist.reason
         return None
     q: Quantiles = dist.quantiles if isinstance(dist, LengthDistribution) else dist
-    out = {"mean": q.mean, "p50": q.p50, "p90": q.p90, "p99": q.p99}
+    out = {"mean": q.mean, "p50": q.p50, "p90": q.p90, "p99": q.p99, "count": q.count,
+           "max": q.max}
     if isinstance(dist, LengthDistribution):
-        out.update({"cv": dist.cv, "shape": dist.shape, "estimated": q.estimated})
+        out.update({"cv": dist.cv, "skewness": dist.skewness, "shape": dist.shape,
+                    "estimated": q.estimated})
     return ser.value(out, path)
 
 
@@ -82,6 +84,9 @@ def to_json_dict(report: Report) -> dict[str, Any]:
             "prompt_output_corr": ser.value(wl.prompt_output_corr, "workload.prompt_output_corr"),
             "failed_requests": wl.failed_requests,
             "source": wl.source,
+            "window_start_ts": wl.window_start_ts,
+            "window_end_ts": wl.window_end_ts,
+            "arrival_series": ser.value(wl.arrival_series, "workload.arrival_series"),
         }
     cap = report.capacity
     counts = report.instance_counts

@@ -1,0 +1,53 @@
+"""``pdprobe render REPORT.json``: re-render a saved JSON report without collecting again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pdprobe.cli.common import (
+    FailOn,
+    FailOnOpt,
+    FormatOpt,
+    OutputFormat,
+    OutputOpt,
+    QuietOpt,
+    VerboseOpt,
+    exit_code_for,
+    info,
+    render_options,
+    write_output,
+)
+
+
+def render_command(
+    report_file: Annotated[Path, typer.Argument(
+        metavar="REPORT.json",
+        help="A report written by 'pdprobe diagnose --format json' ('-' reads stdin).")],
+    fmt: FormatOpt = OutputFormat.text,
+    output: OutputOpt = None,
+    fail_on: FailOnOpt = FailOn.warning,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+) -> int:
+    """Re-render a saved JSON report as text, Markdown, HTML or Prometheus textfile.
+
+    Exits with the saved report's status code (0 ok, 1 warning, 2 critical, 3 unknown),
+    honouring --fail-on, like 'pdprobe diagnose'.
+    """
+    from pdprobe.report.base import renderer_for
+    from pdprobe.report.load import load_report
+
+    report = load_report(report_file)
+    render = renderer_for(fmt.value)
+    text = render(report, render_options(output, verbose=verbose, quiet=quiet))
+    write_output(text, output)
+    if output is not None:
+        info(f"wrote {fmt.value} report to {output}")
+    return exit_code_for(report, fail_on)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render")(render_command)

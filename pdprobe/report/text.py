@@ -1,0 +1,263 @@
+"""The terminal view (rich): the verdict line first, then findings, workload, instances,
+sparklines over time, capacity, SLO attainment, inputs and warnings.
+
+Fits ``RenderOptions.width`` columns (100 by default); without ``color`` it emits no ANSI
+codes. Data strings are rich ``Text`` (never markup), so ``[brackets]`` print as they are.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import TYPE_CHECKING, Final
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from pdprobe.report.base import RenderOptions
+from pdprobe.report.verdict import (
+    FLAG_MARK,
+    NA,
+    STATUS_WORDS,
+    Cell,
+    KeyValue,
+    ReportView,
+    RoleSeries,
+    Table,
+    build_view,
+    fmt_ts,
+    series_value,
+    sparkline,
+    verdict_line,
+)
+
+if TYPE_CHECKING:
+    from pdprobe.report.model import Report
+
+_ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
+_TRAILING: Final = re.compile(r"(?:\s|\x1b\[[0-9;]*m)+$")
+STATUS_STYLES: Final = {"ok": "bold green", "warning": "bold yellow", "critical": "bold red",
+                        "unknown": "bold magenta"}
+SEVERITY_STYLES: Final = {"INFO": "cyan", "WARNING": "yellow", "CRITICAL": "red"}
+SECTION_STYLE: Final = "bold underline"
+LABEL_WIDTH: Final = 26  # key/value labels: the longest ("prompt/output correlation") + 1
+SPARK_LABEL_WIDTH: Final = 30
+INSTANCE_MIN_WIDTH: Final = 12  # long pod names fold rather than squeeze the name column away
+# Instance tables list at most this many rows per role without -v (flagged instances first),
+# so a 64-instance cluster still fits a screen; -v lists them all.
+MAX_ROWS_QUIET: Final = 12
+
+
+def render(report: Report, options: RenderOptions) -> str:
+    console = Console(file=io.StringIO(), width=options.width, force_terminal=options.color,
+                      color_system="standard" if options.color else None,
+                      no_color=not options.color, highlight=False, emoji=False, markup=False,
+                      legacy_windows=False, soft_wrap=False, record=False)
+    if options.quiet:
+        console.print(_verdict(report.status, verdict_line(report)))
+        return _output(console)
+    view = build_view(report)
+    for part in _sections(view, options):
+        console.print(part)
+    return _output(console)
+
+
+def _output(console: Console) -> str:
+    buf = console.file
+    assert isinstance(buf, io.StringIO)
+    # rich pads wrapped lines; trailing blanks (also before a colour reset) are noise
+    return "\n".join(_TRAILING.sub(lambda m: "".join(_ANSI.findall(m.group(0))), line)
+                     for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _verdict(status: str, line: str) -> Text:
+    word = STATUS_WORDS[status]
+    text = Text()
+    text.append(word, style=STATUS_STYLES[status])
+    text.append(line[len(word):], style="bold")
+    return text
+
+
+def _heading(title: str) -> Text:
+    return Text("\n" + title, style=SECTION_STYLE)
+
+
+def _cell_text(c: Cell, verbose: bool, *, inline_reason: bool = False) -> Text:
+    if c.reason is not None and verbose and inline_reason and c.text == NA:
+        return Text(f"n/a — {c.reason}", style="dim")
+    if c.reason is not None:
+        return Text(c.text, style="dim")
+    if c.flag:
+        return Text(c.text + FLAG_MARK, style="bold yellow")
+    return Text(c.text)
+
+
+def _kv_table(rows: tuple[KeyValue, ...] | list[KeyValue], verbose: bool) -> RichTable:
+    t = RichTable.grid(padding=(0, 1))
+    t.add_column(width=LABEL_WIDTH, no_wrap=True, style="dim")
+    t.add_column(overflow="fold")
+    for kv in rows:
+        t.add_row(Text(kv.label), _cell_text(kv.value, verbose, inline_reason=True))
+    return t
+
+
+def _table(table: Table, verbose: bool, *, limit: int | None = None,
+           flagged: dict[str, str] | None = None) -> RenderableType:
+    rt = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+                   header_style="bold")
+    for i, (col, numeric) in enumerate(zip(table.columns, table.numeric, strict=True)):
+        rt.add_column(col, justify="right" if numeric else "left", overflow="fold",
+                      no_wrap=i > 0, min_width=INSTANCE_MIN_WIDTH if i == 0 else None)
+    rows = list(table.rows)
+    hidden = 0
+    if limit is not None and len(rows) > limit:
+        # keep the instances a finding names, then the first others, in report order
+        keep = {id(r) for r in rows if r[0].flag}
+        for r in rows:
+            if len(keep) >= limit:
+                break
+            keep.add(id(r))
+        hidden = len(rows) - len(keep)
+        rows = [r for r in rows if id(r) in keep]
+    for row in rows:
+        rt.add_row(*(_cell_text(c, verbose) for c in row))
+    parts: list[RenderableType] = [rt]
+    if hidden:
+        parts.append(Text(f"… {hidden} more (use -v to list all)", style="dim"))
+    if table.note:
+        parts.append(Text(table.note, style="dim"))
+    if verbose:
+        for reason in table.na_reasons():
+            parts.append(Text("n/a " + reason, style="dim"))
+    return Group(*parts)
+
+
+def _findings(view: ReportView, verbose: bool) -> list[RenderableType]:
+    out: list[RenderableType] = [_heading("FINDINGS")]
+    if not view.findings:
+        out.append(Padding(Text("No findings."), (0, 0, 0, 1)))
+    for fv in view.findings:
+        head = Text(" ")
+        head.append(f"{fv.severity:<9}", style=SEVERITY_STYLES[fv.severity])
+        head.append(f" {fv.title}", style="bold")
+        extras = [f"confidence {fv.confidence}"] + ([fv.relations] if fv.relations else [])
+        head.append("  (" + "; ".join(extras) + ")", style="dim")
+        lines = RichTable.grid(padding=(0, 1))
+        lines.add_column(no_wrap=True)
+        lines.add_column(overflow="fold")
+        for ev in fv.evidence:
+            lines.add_row(Text("•"), Text(ev))
+        for step in fv.next_steps:
+            lines.add_row(Text("→"), Text(step, style="green" if fv.severity != "INFO" else ""))
+        body: list[RenderableType] = [Text(fv.summary)]
+        if fv.instances:
+            body.append(Text("instances: " + fv.instances))
+        if lines.row_count:
+            body.append(lines)
+        out += [head, Padding(Group(*body), (0, 0, 0, 3))]
+    if view.inconclusive:
+        if verbose:
+            out.append(Text(" Not judged:", style="dim"))
+            out += [Padding(Text(line, style="dim"), (0, 0, 0, 3)) for line in view.inconclusive]
+        else:
+            codes = ", ".join(line.split(":")[0] for line in view.inconclusive)
+            grid = RichTable.grid(padding=(0, 1))
+            grid.add_column(no_wrap=True)
+            grid.add_column(overflow="fold")
+            grid.add_row(Text("Not judged:", style="dim"),
+                         Text(f"{codes} (-v for what they need)", style="dim"))
+            out.append(Padding(grid, (0, 0, 0, 1)))
+    return out
+
+
+def _series_block(view: ReportView, width: int, verbose: bool) -> list[RenderableType]:
+    if not view.series:
+        return []
+    spark_w = max(10, width - SPARK_LABEL_WIDTH - 18)
+    first = view.series[0]
+    out: list[RenderableType] = [_heading("OVER TIME")]
+    axis = Text(" " * (SPARK_LABEL_WIDTH + 1), style="dim")
+    t0 = fmt_ts(first.ts[0], view.relative, with_date=False)
+    t1 = fmt_ts(first.ts[-1] + _step(first), view.relative, with_date=False)
+    shown = min(spark_w, max(len(rs.ts) for rs in view.series))
+    axis.append(t0 + " " * max(1, shown - len(t0) - len(t1)) + t1)
+    out.append(axis)
+    for rs in view.series:
+        out.append(_spark_line(f"{rs.role} {rs.what}", rs.values, rs, spark_w, view, None))
+        if verbose:
+            for name, values in rs.per_instance:
+                out.append(_spark_line(f"  {name}", values, rs, spark_w, view,
+                                       rs.instance_peak))
+    return out
+
+
+def _step(rs: RoleSeries) -> float:
+    return rs.ts[1] - rs.ts[0] if len(rs.ts) > 1 else 0.0
+
+
+def _spark_line(label: str, values: tuple[float, ...], rs: RoleSeries, width: int,
+                view: ReportView, scale: float | None) -> Text:
+    finite = [v for v in values if v == v]
+    peak = series_value(max(finite), rs.unit) if finite else NA
+    name = label if len(label) <= SPARK_LABEL_WIDTH else label[:SPARK_LABEL_WIDTH - 1] + "…"
+    is_flagged = label.strip() in view.flagged
+    text = Text(f"{name:<{SPARK_LABEL_WIDTH}} ", style="bold yellow" if is_flagged else "")
+    text.append(sparkline(values, width, hi=scale), style="cyan")
+    text.append(f"  peak {peak}", style="dim")
+    return text
+
+
+def _sections(view: ReportView, options: RenderOptions) -> list[RenderableType]:
+    verbose = options.verbose
+    out: list[RenderableType] = [_verdict(view.status, view.verdict),
+                                 _kv_table(view.header, verbose)]
+    out += _findings(view, verbose)
+
+    out.append(_heading("WORKLOAD"))
+    out.append(_kv_table(view.workload, verbose))
+    if view.lengths is not None:
+        out.append(Text(""))
+        out.append(_table(view.lengths, verbose))
+
+    if view.roles:
+        out.append(_heading("INSTANCES"))
+        tables = view.role_details if verbose else ()
+        for i, table in enumerate(view.roles):
+            out.append(Text(table.title, style="bold"))
+            out.append(_table(table, verbose, limit=None if verbose else MAX_ROWS_QUIET))
+            if verbose:
+                out.append(_table(tables[i], verbose))
+            if i < len(view.roles) - 1:
+                out.append(Text(""))
+
+    out += _series_block(view, options.width, verbose)
+
+    out.append(_heading("CAPACITY"))
+    out.append(_kv_table(view.capacity, verbose))
+    for extra in (view.band, view.windows):
+        if extra is not None:
+            out.append(Text(""))
+            out.append(Text(extra.title, style="bold"))
+            out.append(_table(extra, verbose))
+
+    out.append(_heading("SLO ATTAINMENT"))
+    out.append(_kv_table(view.slo, verbose))
+
+    out.append(_heading("INPUTS"))
+    if view.sources.rows:
+        out.append(_table(view.sources, verbose))
+    else:
+        out.append(Text("no input was usable", style="dim"))
+    for note in view.source_notes:
+        out.append(Text("note: " + note, style="dim"))
+
+    if view.warnings:
+        out.append(_heading("WARNINGS"))
+        out += [Text("! " + w, style="yellow") for w in view.warnings]
+    if view.notes:
+        out.append(_heading("NOTES"))
+        out += [Text("- " + n) for n in view.notes]
+    return out

@@ -1,0 +1,186 @@
+"""HTML: one self-contained file, escaped data, the charts each scenario calls for."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from pdprobe.analysis.base import TimeSeries
+from pdprobe.report.base import RenderOptions
+from pdprobe.report.html import heat_colour, nice_ticks, render
+from pdprobe.report.model import Report
+from tests.report import factory as F
+
+ALL = {**F.SCENARIOS, "unknown": F.unknown, "malicious": F.malicious}
+VOID = {"meta", "br", "img", "hr", "input", "link", "col", "wbr", "source", "area", "base"}
+SVG_SELF_CLOSING = {"line", "rect", "circle", "path", "polyline", "polygon", "ellipse", "stop"}
+
+CHARTS = {
+    "healthy": {"chart-rates", "chart-ratio", "heat-prefill", "heat-decode", "chart-lengths",
+                "chart-kv-transfer"},
+    "prefill_bound": {"chart-rates", "chart-ratio", "heat-prefill", "heat-decode",
+                      "chart-lengths", "chart-kv-transfer"},
+    "routing_skew": {"heat-prefill", "heat-decode", "chart-lengths", "chart-kv-transfer"},
+    "metrics_only": {"heat-prefill", "heat-decode", "chart-lengths"},
+}
+
+
+class _Tree(HTMLParser):
+    """Checks tags balance and collects element ids, classes, text and attribute values."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.ids: list[str] = []
+        self.tags: list[str] = []
+        self.text: list[str] = []
+        self.attrs: list[tuple[str, str]] = []
+        self.fills: dict[str, list[str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for k, v in attrs:
+            self.attrs.append((k, v or ""))
+            if k == "id" and v:
+                self.ids.append(v)
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for k, v in attrs:
+            self.attrs.append((k, v or ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes <{self.stack[-1:]}>"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(html: str) -> _Tree:
+    tree = _Tree()
+    tree.feed(html)
+    tree.close()
+    assert tree.stack == [], f"unclosed: {tree.stack}"
+    return tree
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_well_formed_and_self_contained(name: str) -> None:
+    html = render(ALL[name](), RenderOptions())
+    tree = parse(html)
+    assert "script" not in tree.tags
+    assert not {"link", "img", "iframe", "object", "embed"} & set(tree.tags)
+    for key, value in tree.attrs:
+        if key in ("src", "href", "xlink:href", "action"):
+            pytest.fail(f"{key}={value!r} would fetch")
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
+    allowed = {"http://www.w3.org/2000/svg"}  # an XML namespace name, never fetched
+    data_urls = {u for u in urls if u.startswith("http://prometheus.monitoring")}  # input name
+    assert urls - allowed - data_urls == set()
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+
+
+@pytest.mark.parametrize("name", sorted(CHARTS))
+def test_expected_charts(name: str) -> None:
+    tree = parse(render(F.SCENARIOS[name](), RenderOptions()))
+    svg_ids = set(tree.ids)
+    assert CHARTS[name] <= svg_ids
+    assert "verdict" in svg_ids and "findings" in svg_ids
+
+
+def test_capacity_missing_shows_pending() -> None:
+    html = render(F.metrics_only(), RenderOptions())
+    assert "ratio: pending — needs per-request lengths or a --profile" in html
+    assert 'id="chart-ratio"' not in html
+
+
+def test_malicious_strings_are_escaped() -> None:
+    html = render(F.malicious(), RenderOptions(verbose=True))
+    tree = parse(html)
+    assert "script" not in tree.tags and "img" not in tree.tags
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp;" in html
+    text = "".join(tree.text)
+    assert "<script>alert(1)</script>" in text  # shown as text
+    assert "</style><script>alert(3)</script>" in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<title>pdprobe: WARNING  routing-skew: The router sends 41% of decode traffic to " \
+           "&lt;script&gt;" in html
+
+
+def test_hot_instance_stands_out_in_the_heat_map() -> None:
+    html = render(F.routing_skew(), RenderOptions())
+    heat = html.split('id="heat-decode"', 1)[1].split("</svg>", 1)[0]
+    panel = heat.split('class="panel panel-queue"', 1)[1].split("</g>", 1)[0]
+    fills = re.findall(r'<rect fill="(#[0-9a-f]{6})" x="[\d.]+" y="(\d+)" width="[\d.]+" '
+                       r'height="17"', panel)  # grid cells, not the colour key
+    rows: dict[str, list[str]] = {}
+    for fill, y in fills:
+        rows.setdefault(y, []).append(fill)
+    assert len(rows) == 4
+    brightness = {y: sum(int(c[1:3], 16) + int(c[3:5], 16) for c in cs) / len(cs)
+                  for y, cs in rows.items()}
+    ys = sorted(brightness, key=int)
+    hot = brightness[ys[3]]
+    assert all(hot > 2 * brightness[y] for y in ys[:3])
+    assert heat.count('class="flagbox"') == 3  # outlined in each of the three panels
+    assert 'class="rowlabel flag"' in heat and "10.1.0.24:8200 ⚑" in heat
+
+
+def test_heat_colour_and_ticks() -> None:
+    assert heat_colour(0.0) == "#440154"
+    assert heat_colour(1.0) == "#fde725"
+    assert heat_colour(0.5) == "#21918c"
+    assert heat_colour(-1) == "#440154" and heat_colour(7) == "#fde725"
+    assert nice_ticks(0, 44.6) == [0, 20, 40, 60]
+    assert nice_ticks(0, 1.08) == [0, 0.5, 1.0, 1.5]
+    assert nice_ticks(0, 0) == [0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_rates_chart_uses_a_second_axis_for_decode() -> None:
+    html = render(F.prefill_bound(), RenderOptions())
+    chart = html.split('id="chart-rates"', 1)[1].split("</svg>", 1)[0]
+    assert "decode tok/s (right axis)" in chart
+    assert 'class="ytick-r s1"' in chart
+    assert "prefill tok/s at +0s: 33,000" in chart
+
+
+def test_quiet_html_is_just_the_verdict() -> None:
+    html = render(F.prefill_bound(), RenderOptions(quiet=True))
+    tree = parse(html)
+    assert "svg" not in tree.tags
+    assert 'id="verdict"' in html
+
+
+@dataclasses.dataclass(frozen=True)
+class _Series:
+    name: str
+    unit: str
+    labels: tuple[tuple[str, str], ...]
+    series: TimeSeries
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReportWithSeries(Report):
+    series: tuple[_Series, ...] = ()
+
+
+def test_extra_series_are_charted_when_the_report_has_them() -> None:
+    base = F.prefill_bound()
+    ts = TimeSeries(ts=(0.0, 60.0, 120.0), values=(0.0, 12.0, float("nan")), unit="1/s",
+                    step_s=60.0)
+    extra = (_Series("RDMA retransmits", "1/s", (("node", "node-0"), ("device", "mlx5_0")), ts),
+             _Series("RDMA retransmits", "1/s", (("node", "<b>node-1</b>"),), ts))
+    report = _ReportWithSeries(**{f.name: getattr(base, f.name)
+                                  for f in dataclasses.fields(Report)}, series=extra)
+    html = render(report, RenderOptions())
+    tree = parse(html)
+    assert "chart-series-0" in tree.ids
+    assert "device=mlx5_0,node=node-0" in html
+    assert "node=&lt;b&gt;node-1&lt;/b&gt;" in html
+    assert render(base, RenderOptions()).count("chart-series") == 0

@@ -1,0 +1,78 @@
+"""The HTML report in a real headless Chromium: loads without console errors or network
+requests, the charts are there, and a screenshot lands in test-artifacts/."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pdprobe.report.base import RenderOptions
+from pdprobe.report.html import render
+from tests.report import factory as F
+from tests.report.browser import Chromium, find_chromium
+
+pytestmark = pytest.mark.browser
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+QUERIES = {
+    "svg_ids": "Array.from(document.querySelectorAll('svg[id]')).map(s => s.id)",
+    "scripts": "document.querySelectorAll('script').length",
+    "verdict": "document.getElementById('verdict').innerText",
+    "heat_cells": "document.querySelectorAll('svg.heatmap rect[fill]').length",
+    "svg_sizes": "Array.from(document.querySelectorAll('svg[id]'))"
+                 ".map(s => [s.id, s.getBoundingClientRect().width, "
+                 "s.getBoundingClientRect().height])",
+    "body_text": "document.body.innerText",
+    "page_width": "document.documentElement.scrollWidth",
+}
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Chromium]:
+    binary = find_chromium()
+    if binary is None:
+        if os.environ.get("PDPROBE_REQUIRE_BROWSER") == "1":
+            pytest.fail("PDPROBE_REQUIRE_BROWSER=1 but no chromium was found")
+        pytest.skip("chromium not installed")
+    with Chromium(binary) as browser:
+        yield browser
+
+
+def _open(chromium: Chromium, name: str, html: str, tmp_path: Path) -> dict:
+    path = tmp_path / f"{name}.html"
+    path.write_text(html, encoding="utf-8")
+    result = chromium.open(path, QUERIES)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"report-{name}.png").write_bytes(result.screenshot)
+    assert result.screenshot.startswith(b"\x89PNG\r\n\x1a\n") and len(result.screenshot) > 10_000
+    assert result.errors == [], result.errors
+    assert result.requests == [path.resolve().as_uri()], result.requests  # nothing fetched
+    return result.values
+
+
+@pytest.mark.parametrize("name", ["prefill_bound", "routing_skew", "metrics_only"])
+def test_loads_cleanly_with_charts(chromium: Chromium, name: str, tmp_path: Path) -> None:
+    report = F.SCENARIOS[name]()
+    values = _open(chromium, name, render(report, RenderOptions(verbose=True)), tmp_path)
+    assert values["scripts"] == 0
+    assert {"heat-prefill", "heat-decode", "chart-lengths"} <= set(values["svg_ids"])
+    assert values["heat_cells"] > 100
+    for svg_id, width, height in values["svg_sizes"]:
+        assert width > 200 and height > 50, (svg_id, width, height)  # laid out, not collapsed
+    assert values["page_width"] <= 1280  # no horizontal scrolling at a laptop width
+    assert values["verdict"].startswith(report.status.upper())
+
+
+def test_capacity_charts_render(chromium: Chromium, tmp_path: Path) -> None:
+    values = _open(chromium, "capacity", render(F.prefill_bound(), RenderOptions()), tmp_path)
+    assert {"chart-rates", "chart-ratio", "chart-kv-transfer"} <= set(values["svg_ids"])
+
+
+def test_malicious_names_stay_text(chromium: Chromium, tmp_path: Path) -> None:
+    values = _open(chromium, "malicious", render(F.malicious(), RenderOptions(verbose=True)),
+                   tmp_path)
+    assert values["scripts"] == 0
+    assert "<script>alert(1)</script>" in values["body_text"]
+    assert 'x"><img src=x onerror=alert(2)>.jsonl' in values["body_text"]

@@ -1,0 +1,128 @@
+"""The terminal view: golden files at width 100, no ANSI without colour, -q and -v."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from rich.cells import cell_len
+
+from pdprobe.analysis.base import InstanceSummary
+from pdprobe.report.base import RenderOptions
+from pdprobe.report.text import MAX_ROWS_QUIET, render
+from pdprobe.report.verdict import verdict_line
+from tests.report import factory as F
+from tests.report.golden import check_golden
+
+ANSI = re.compile(r"\x1b\[")
+WIDTH = 100
+ALL = {**F.SCENARIOS, "unknown": F.unknown, "malicious": F.malicious}
+
+
+@pytest.mark.parametrize("name", sorted(F.SCENARIOS))
+def test_golden_default(name: str) -> None:
+    check_golden(f"{name}.txt", render(F.SCENARIOS[name](), RenderOptions(width=WIDTH)))
+
+
+@pytest.mark.parametrize("name", ["routing_skew", "metrics_only"])
+def test_golden_verbose(name: str) -> None:
+    check_golden(f"{name}.verbose.txt",
+                 render(F.SCENARIOS[name](), RenderOptions(width=WIDTH, verbose=True)))
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.parametrize("verbose", [False, True])
+def test_fits_width_without_ansi(name: str, verbose: bool) -> None:
+    out = render(ALL[name](), RenderOptions(width=WIDTH, verbose=verbose))
+    assert not ANSI.search(out)
+    widest = max(cell_len(line) for line in out.splitlines())
+    assert widest <= WIDTH, f"{widest} columns"
+
+
+def test_narrow_terminal_still_fits() -> None:
+    out = render(F.routing_skew(), RenderOptions(width=80, verbose=True))
+    assert max(cell_len(line) for line in out.splitlines()) <= 80
+
+
+def test_verdict_comes_first() -> None:
+    for make in ALL.values():
+        report = make()
+        out = render(report, RenderOptions(width=WIDTH))
+        verdict = verdict_line(report)
+        # a verdict longer than the terminal wraps onto the next line(s)
+        head = " ".join(out.splitlines()[:1 + len(verdict) // WIDTH])
+        assert " ".join(head.split()) == " ".join(verdict.split())
+
+
+def test_color_adds_ansi_and_same_text() -> None:
+    report = F.prefill_bound()
+    colored = render(report, RenderOptions(width=WIDTH, color=True))
+    plain = render(report, RenderOptions(width=WIDTH))
+    assert ANSI.search(colored)
+    assert re.sub(r"\x1b\[[0-9;]*m", "", colored) == plain
+
+
+def test_quiet_prints_only_the_verdict() -> None:
+    report = F.prefill_bound()
+    assert render(report, RenderOptions(width=WIDTH, quiet=True)) == verdict_line(report) + "\n"
+
+
+def test_missing_reasons_only_with_verbose() -> None:
+    report = F.routing_skew()
+    plain = render(report, RenderOptions(width=WIDTH))
+    verbose = render(report, RenderOptions(width=WIDTH, verbose=True))
+    assert "offered rate               n/a\n" in plain
+    assert "no offered-load counter" not in plain
+    assert "offered rate               n/a — no offered-load counter" in verbose
+    assert "n/a TPOT p50: prefill instances emit one token (10.1.0.11:8100, 10.1.0.12:8100)" \
+        in verbose
+
+
+def test_capacity_missing_says_pending() -> None:
+    out = render(F.metrics_only(), RenderOptions(width=WIDTH))
+    assert ("ratio                      pending — needs per-request lengths or a --profile for "
+            "the model and GPU") in out
+
+
+def test_relative_times_are_offsets() -> None:
+    out = render(F.prefill_bound(), RenderOptions(width=WIDTH))
+    assert "+0s → +58m57s (58m57s, relative times)" in out
+    assert "1970" not in out
+    assert "+50m00s" in out  # capacity windows
+
+
+def test_sparklines_per_role() -> None:
+    out = render(F.prefill_bound(), RenderOptions(width=WIDTH))
+    line = next(x for x in out.splitlines() if x.startswith("prefill queue depth (sum)"))
+    spark = line.split()[4]
+    assert set(spark) <= set("▁▂▃▄▅▆▇█")
+    assert spark[-1] == "█" and spark[0] in "▁▂"  # the prefill queue grows through the window
+    assert line.endswith("peak 87")
+    decode = next(x for x in out.splitlines() if x.startswith("decode queue depth (sum)"))
+    assert "peak 0" in decode
+
+
+def test_hot_instance_is_marked() -> None:
+    out = render(F.routing_skew(), RenderOptions(width=WIDTH))
+    assert "10.1.0.24:8200 !  41.0%" in out
+    assert "10.1.0.21:8200    19.7%" in out
+
+
+def test_rich_markup_in_data_prints_literally() -> None:
+    report = F.routing_skew(hot="[bold red]x[/bold red]")
+    out = render(report, RenderOptions(width=WIDTH, verbose=True))
+    assert "[bold red]x[/bold red]" in out
+
+
+def test_many_instances_are_capped_without_verbose() -> None:
+    report = F.routing_skew()
+    decode = [i for i in report.instances if i.role == "decode"]
+    extra = tuple(dataclasses.replace(decode[0], name=f"10.1.1.{k}:8200") for k in range(20))
+    many: tuple[InstanceSummary, ...] = (*report.instances, *extra)
+    report = dataclasses.replace(report, instances=many)
+    out = render(report, RenderOptions(width=WIDTH))
+    assert f"… {24 - MAX_ROWS_QUIET} more (use -v to list all)" in out
+    assert "10.1.0.24:8200 !" in out  # the flagged one is always listed
+    verbose = render(report, RenderOptions(width=WIDTH, verbose=True))
+    assert "10.1.1.19:8200" in verbose and "more (use -v" not in verbose
