@@ -157,6 +157,8 @@ def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]
         hist = histogram_window(metrics, signal, start, end, by_instance=True)
         if hist.empty:
             continue
+        sums = hist.attrs.get("sum_by_instance", {})
+        counts_by = hist.attrs.get("count_by_instance", {})
         for name, group in hist.groupby("instance", observed=True):
             le = group["le"].to_numpy(dtype="float64")
             counts = group["count"].to_numpy(dtype="float64")
@@ -164,7 +166,10 @@ def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]
             if total <= 0:
                 continue
             p50, p90, p99 = (histogram_quantile(q, le, counts) for q in (0.5, 0.9, 0.99))
-            q = Quantiles(count=round(total), mean=float("nan"), p50=p50, p90=p90, p99=p99,
+            n_obs = counts_by.get(str(name), float("nan"))
+            # the mean comes from _sum/_count, which are exact where the buckets are not
+            mean = sums.get(str(name), float("nan")) / n_obs if n_obs and n_obs > 0 else float("nan")
+            q = Quantiles(count=round(total), mean=float(mean), p50=p50, p90=p90, p99=p99,
                           estimated=True)
             _set(fields, str(name), field, q)
 

@@ -1,0 +1,98 @@
+"""Per-instance summaries from request records and from metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe import signals as S
+from pdprobe.analysis.instances import summarize_instances
+from pdprobe.collectors.fuse import fuse
+from pdprobe.dataset import ROLE_FROM_LABEL, Partial, RoleHint, SourceInfo
+from pdprobe.values import Missing
+
+
+def _requests(n: int = 400, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    decode = np.where(np.arange(n) % 10 < 4, "d0", np.where(np.arange(n) % 10 < 7, "d1", "d2"))
+    return pd.DataFrame({
+        "arrival_ts": 1_700_000_000 + np.sort(rng.uniform(0, 600, n)),
+        "prompt_tokens": rng.integers(100, 2000, n),
+        "output_tokens": rng.integers(10, 300, n),
+        "cached_tokens": np.where(decode == "d2", 0.0, 50.0),
+        "prefill_instance": np.where(np.arange(n) % 2 == 0, "p0", "p1"),
+        "decode_instance": decode,
+        "ttft_s": np.where(decode == "d0", 2.0, 0.5),
+        "tpot_s": np.linspace(0.02, 0.04, n),
+        "queue_s": 0.1,
+    })
+
+
+def _dataset(requests: pd.DataFrame | None = None, metrics: pd.DataFrame | None = None):
+    hints = []
+    names = set()
+    if requests is not None:
+        names |= {(n, "prefill") for n in requests["prefill_instance"].unique()}
+        names |= {(n, "decode") for n in requests["decode_instance"].unique()}
+    if metrics is not None:
+        names |= {(n, "decode" if n.startswith("d") else "prefill") for n in metrics["instance"].unique()}
+    hints = [RoleHint(n, r, "test", ROLE_FROM_LABEL) for n, r in names]  # type: ignore[arg-type]
+    part = Partial(source=SourceInfo("t", "x", "x", 0), requests=requests, metrics=metrics,
+                   role_hints=tuple(hints),
+                   request_columns=frozenset(requests.columns) if requests is not None else frozenset())
+    return fuse([part])
+
+
+def test_request_based_summaries() -> None:
+    summaries = {s.name: s for s in summarize_instances(_dataset(_requests()))}
+    assert [s.role for s in summaries.values()] == ["prefill", "prefill", "decode", "decode", "decode"]
+    d0 = summaries["d0"]
+    assert d0.requests == 160 and d0.traffic_share == pytest.approx(0.4)
+    assert d0.ttft_s.p50 == pytest.approx(2.0)  # type: ignore[union-attr]
+    assert summaries["d1"].ttft_s.p90 == pytest.approx(0.5)  # type: ignore[union-attr]
+    assert summaries["d2"].prefix_hit_ratio == 0.0
+    assert summaries["p0"].queue_s.p50 == pytest.approx(0.1)  # type: ignore[union-attr]
+    assert isinstance(summaries["p0"].tpot_s, Missing)  # TPOT belongs to decode instances
+    assert d0.ttft_series is not None and np.nanmax(d0.ttft_series.values) == pytest.approx(2.0)
+
+
+def _gauge(instance: str, signal: str, values: list[float], t0: float = 1_700_000_000.0) -> pd.DataFrame:
+    return pd.DataFrame({"ts": t0 + 15.0 * np.arange(len(values)), "instance": instance,
+                         "signal": signal, "kind": S.GAUGE, "le": np.nan, "value": values})
+
+
+def _counter(instance: str, signal: str, values: list[float]) -> pd.DataFrame:
+    return _gauge(instance, signal, values).assign(kind=S.COUNTER)
+
+
+def test_metric_based_summaries_and_histograms() -> None:
+    les = [0.1, 0.5, 1.0, float("inf")]
+    hist_rows = []
+    for step, counts in enumerate(([0, 0, 0, 0], [10, 60, 90, 100])):
+        for le, c in zip(les, counts, strict=True):
+            hist_rows.append({"ts": 1_700_000_000.0 + 15 * step, "instance": "d0", "signal": S.TTFT_S,
+                              "kind": S.BUCKET, "le": le, "value": float(c)})
+        hist_rows.append({"ts": 1_700_000_000.0 + 15 * step, "instance": "d0", "signal": S.TTFT_S,
+                          "kind": S.HSUM, "le": np.nan, "value": 0.0 if step == 0 else 42.0})
+        hist_rows.append({"ts": 1_700_000_000.0 + 15 * step, "instance": "d0", "signal": S.TTFT_S,
+                          "kind": S.HCOUNT, "le": np.nan, "value": 0.0 if step == 0 else 100.0})
+    metrics = pd.concat([
+        _gauge("d0", S.REQUESTS_WAITING, [0, 2, 4, 6, 8]),
+        _gauge("d0", S.KV_USAGE_RATIO, [0.5, 0.6, 0.7, 0.8, 0.9]),
+        _counter("d0", S.PREFIX_HITS_TOTAL, [0, 10, 20, 30, 40]),
+        _counter("d0", S.PREFIX_QUERIES_TOTAL, [0, 100, 200, 300, 400]),
+        _counter("p0", S.PROMPT_TOKENS_TOTAL, [0, 1500, 3000, 4500, 6000]),
+        pd.DataFrame(hist_rows),
+    ], ignore_index=True)
+    summaries = {s.name: s for s in summarize_instances(_dataset(metrics=metrics))}
+    d0 = summaries["d0"]
+    assert d0.queue_depth.p50 == 4.0 and d0.queue_depth.max == 8.0  # type: ignore[union-attr]
+    assert d0.kv_usage_ratio.mean == pytest.approx(0.7)  # type: ignore[union-attr]
+    assert d0.prefix_hit_ratio == pytest.approx(0.1)
+    ttft = d0.ttft_s
+    assert not isinstance(ttft, Missing) and ttft.estimated
+    assert ttft.p50 == pytest.approx(0.1 + 0.4 * (50 - 10) / 50)  # inside the (0.1, 0.5] bucket
+    assert ttft.mean == pytest.approx(0.42)  # from _sum/_count, exact
+    assert summaries["p0"].prompt_tokens_per_s == pytest.approx(6000 / 60)
+    assert isinstance(summaries["p0"].requests, Missing)  # no request records name it
