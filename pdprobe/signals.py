@@ -125,6 +125,7 @@ EV_KV_EXPIRED: Final = "kv_expired"
 EV_RDMA_SLICE_FAILED: Final = "rdma_slice_failed"  # Mooncake worker_pool slice failure
 EV_RDMA_RETRY_EXCEEDED: Final = "rdma_retry_exceeded"  # "transport retry counter exceeded"
 EV_SESSION_FAILED: Final = "kv_session_failed"
+EV_SESSION_RECOVERED: Final = "kv_session_recovered"  # Mooncake session un-blacklisted after a probe
 EV_PREEMPTION: Final = "preemption"
 EV_NIXL_WARNING: Final = "nixl_warning"
 EV_TRANSPORT_TCP: Final = "transport_tcp"  # evidence that KV used TCP

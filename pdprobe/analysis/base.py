@@ -46,6 +46,16 @@ class TimeSeries:
 
 
 @dataclass(frozen=True)
+class LabeledSeries:
+    """A named time series for charts, e.g. RDMA retransmits/s on one node."""
+
+    name: str  # stable id, e.g. "rdma_retransmits_per_s"
+    unit: str
+    labels: tuple[tuple[str, str], ...]  # e.g. (("node", "10.0.0.1"),)
+    series: TimeSeries
+
+
+@dataclass(frozen=True)
 class WorkloadSummary:
     requests: int
     window_start_ts: float
@@ -106,6 +116,7 @@ class RatioBandEntry:
     prefill: int
     decode: int
     theoretical_ratio: float
+    binding: str | None = None  # stage nearest its limit at these counts
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,10 @@ class RatioWindow:
     mean_output_tokens: float
     producer_tokens_per_s: Maybe[float] = Missing("not estimated")  # prefill demand, tok/s
     consumer_tokens_per_s: Maybe[float] = Missing("not estimated")  # decode demand, tok/s
+    requests: int = 0  # requests arriving in the window
+    offered_rate_rps: Maybe[float] = Missing("no offered-load data")  # arrivals or started
+    served_rate_rps: Maybe[float] = Missing("no completion data")  # completed in the window
+    binding: Maybe[str] = Missing("not estimated")  # at the deployed counts, else recommended
 
 
 @dataclass(frozen=True)
@@ -155,3 +170,39 @@ class CapacityResult:
     fit_quality: dict[str, float] = field(default_factory=dict)  # e.g. {"prefill_r2": 0.97}
     notes: tuple[str, ...] = ()
     verified: Maybe[SloAttainment] = Missing("not verified by simulation (use --verify)")
+    # Objectives and load the estimate is for.
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    slo_defaulted: tuple[str, ...] = ()  # "ttft"/"tpot" when the default objective was used
+    arrival_rate_rps: Maybe[float] = Missing("not estimated")
+    arrival_cv2: Maybe[float] = Missing("not estimated")  # at the TTFT time scale
+    # Prefill stage (per instance).
+    prefill_service_s: Maybe[float] = Missing("not estimated")  # mean busy time per request
+    prefill_service_cv2: Maybe[float] = Missing("not estimated")
+    prefill_limit: Maybe[str] = Missing("not estimated")  # "ttft-slo" or "transfer"
+    ttft_estimate_p90_s: Maybe[float] = Missing("not estimated")  # at the recommended count
+    ttft_estimate_mean_s: Maybe[float] = Missing("not estimated")  # G/G/c (Allen–Cunneen)
+    md1_ttft_s: Maybe[float] = Missing("not estimated")  # DistServe M/D/1 cross-check
+    ttft_attainment_estimate: Maybe[float] = Missing("not estimated")
+    infeasible_ttft_fraction: Maybe[float] = Missing("not estimated")  # bare TTFT > SLO
+    # Decode stage (per instance).
+    decode_batch_size: Maybe[float] = Missing("not estimated")  # mean batch at capacity
+    decode_batch_limit: Maybe[str] = Missing("not estimated")  # tpot-slo, kv-memory, max-batch
+    decode_context_tokens: Maybe[float] = Missing("not estimated")  # Σ O(I+O/2) / Σ O
+    decode_step_s: Maybe[float] = Missing("not estimated")
+    decode_limit: Maybe[str] = Missing("not estimated")  # "throughput" or "transfer"
+    # Utilisation of each stage at the recommended and at the deployed counts.
+    prefill_utilization: Maybe[float] = Missing("not estimated")
+    decode_utilization: Maybe[float] = Missing("not estimated")
+    transfer_utilization: Maybe[float] = Missing("not estimated")
+    deployed_prefill_utilization: Maybe[float] = Missing("deployed counts unknown")
+    deployed_decode_utilization: Maybe[float] = Missing("deployed counts unknown")
+    deployed_transfer_utilization: Maybe[float] = Missing("deployed counts unknown")
+    binding_basis: str = "recommended counts"  # or "deployed counts"
+    # Mean-based comparison (Jensen gap: distribution-aware / mean-based - 1).
+    mean_based_prefill_capacity_rps: Maybe[float] = Missing("not estimated")
+    mean_based_decode_capacity_rps: Maybe[float] = Missing("not estimated")
+    jensen_gap_prefill: Maybe[float] = Missing("not estimated")  # E[f(u)]/f(E[u]) - 1
+    jensen_gap_decode: Maybe[float] = Missing("not estimated")  # context vs ISL + OSL/2
+    kv_bytes_source: str = ""
+    transfer_capacity_source: str = ""

@@ -131,6 +131,7 @@ def to_json_dict(report: Report) -> dict[str, Any]:
         "slo": ser.value(report.slo, "slo"),
         "per_instance": ser.value(report.instances, "per_instance"),
         "capacity": capacity_detail,
+        "series": ser.value(report.series, "series"),
         "input": {
             "description": report.input_description,
             "sources": ser.value(report.sources, "input.sources"),

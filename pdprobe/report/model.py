@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pdprobe.analysis.base import CapacityResult, InstanceSummary, SloAttainment, WorkloadSummary
+from pdprobe.analysis.base import (
+    CapacityResult,
+    InstanceSummary,
+    LabeledSeries,
+    SloAttainment,
+    WorkloadSummary,
+)
 from pdprobe.dataset import SourceInfo
 from pdprobe.rules.base import Finding, Inconclusive, Severity
 from pdprobe.values import Maybe, Missing
@@ -40,6 +46,7 @@ class Report:
     inconclusive: tuple[Inconclusive, ...] = ()
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    series: tuple[LabeledSeries, ...] = ()  # transfer-path series for charts
 
     @property
     def root_causes(self) -> tuple[Finding, ...]:

@@ -63,6 +63,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     """Analyses, capacity model and rules over a dataset, into a report."""
     from pdprobe.analysis.capacity import estimate_capacity
     from pdprobe.analysis.instances import summarize_instances
+    from pdprobe.analysis.series import transfer_path_series
     from pdprobe.analysis.slo import slo_attainment
     from pdprobe.analysis.workload import summarize_workload
     from pdprobe.rules.base import RuleContext, RuleOptions
@@ -106,6 +107,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         inconclusive=inconclusive,
         warnings=dataset.warnings,
         notes=dataset.notes,
+        series=transfer_path_series(dataset),
     )
 
 

@@ -8,10 +8,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from pdprobe.analysis.base import TimeSeries
+from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.report.base import RenderOptions
 from pdprobe.report.html import heat_colour, nice_ticks, render
-from pdprobe.report.model import Report
 from tests.report import factory as F
 
 ALL = {**F.SCENARIOS, "unknown": F.unknown, "malicious": F.malicious}
@@ -157,27 +156,13 @@ def test_quiet_html_is_just_the_verdict() -> None:
     assert 'id="verdict"' in html
 
 
-@dataclasses.dataclass(frozen=True)
-class _Series:
-    name: str
-    unit: str
-    labels: tuple[tuple[str, str], ...]
-    series: TimeSeries
-
-
-@dataclasses.dataclass(frozen=True)
-class _ReportWithSeries(Report):
-    series: tuple[_Series, ...] = ()
-
-
 def test_extra_series_are_charted_when_the_report_has_them() -> None:
     base = F.prefill_bound()
     ts = TimeSeries(ts=(0.0, 60.0, 120.0), values=(0.0, 12.0, float("nan")), unit="1/s",
                     step_s=60.0)
-    extra = (_Series("RDMA retransmits", "1/s", (("node", "node-0"), ("device", "mlx5_0")), ts),
-             _Series("RDMA retransmits", "1/s", (("node", "<b>node-1</b>"),), ts))
-    report = _ReportWithSeries(**{f.name: getattr(base, f.name)
-                                  for f in dataclasses.fields(Report)}, series=extra)
+    extra = (LabeledSeries("RDMA retransmits", "1/s", (("node", "node-0"), ("device", "mlx5_0")), ts),
+             LabeledSeries("RDMA retransmits", "1/s", (("node", "<b>node-1</b>"),), ts))
+    report = dataclasses.replace(base, series=extra)
     html = render(report, RenderOptions())
     tree = parse(html)
     assert "chart-series-0" in tree.ids

@@ -1,0 +1,111 @@
+"""Time series worth charting that no per-instance summary carries: the KV-transfer path.
+
+KV-transfer latency over time (per decode instance from request records, else the mean from
+histogram ``_sum``/``_count`` rates), and per node the RDMA retransmission, congestion and
+bandwidth rates from node_exporter's InfiniBand/RoCE counters.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.analysis.base import LabeledSeries, TimeSeries
+from pdprobe.analysis.instances import window_of
+from pdprobe.analysis.stats import series_step
+from pdprobe.dataset import Dataset
+
+KV_TRANSFER_LATENCY: Final = "kv_transfer_latency_s"
+RDMA_RETRANSMITS: Final = "rdma_retransmits_per_s"
+RDMA_CONGESTION: Final = "rdma_cnp_per_s"
+RDMA_TX_BANDWIDTH: Final = "rdma_tx_bytes_per_s"
+
+
+def transfer_path_series(dataset: Dataset) -> tuple[LabeledSeries, ...]:
+    window = window_of(dataset)
+    if window is None:
+        return ()
+    start, end = window
+    step = series_step(start, end)
+    n_bins = max(1, int(np.ceil((end - start) / step)))
+    edges = tuple(float(start + step * i) for i in range(n_bins))
+    out: list[LabeledSeries] = []
+    out.extend(_latency_from_requests(dataset, start, step, n_bins, edges))
+    if not out:
+        out.extend(_latency_from_histograms(dataset, start, step, n_bins, edges))
+    out.extend(_network_rates(dataset, start, step, n_bins, edges))
+    return tuple(out)
+
+
+def _series(values: np.ndarray, edges: tuple[float, ...], unit: str, step: float) -> TimeSeries:
+    return TimeSeries(ts=edges, values=tuple(float(v) for v in values), unit=unit, step_s=step)
+
+
+def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: int,
+                           edges: tuple[float, ...]) -> list[LabeledSeries]:
+    req = dataset.requests
+    if not dataset.has_request_column("kv_transfer_s") or req["kv_transfer_s"].isna().all():
+        return []
+    sub = req[["arrival_ts", "decode_instance", "kv_transfer_s"]].dropna(subset=["kv_transfer_s"])
+    sub = sub.assign(decode_instance=sub["decode_instance"].fillna("all"),
+                     _bin=np.clip(((sub["arrival_ts"] - start) // step).astype("int64"), 0, n_bins - 1))
+    # p90 per bin shows the jitter retransmits cause better than a mean would
+    table = (sub.groupby(["decode_instance", "_bin"], observed=True)["kv_transfer_s"].quantile(0.9)
+             .unstack("_bin").reindex(columns=range(n_bins)))
+    return [LabeledSeries(KV_TRANSFER_LATENCY, "s", (("instance", str(name)), ("stat", "p90")),
+                          _series(row.to_numpy(dtype="float64"), edges, "s", step))
+            for name, row in table.iterrows()]
+
+
+def _latency_from_histograms(dataset: Dataset, start: float, step: float, n_bins: int,
+                             edges: tuple[float, ...]) -> list[LabeledSeries]:
+    from pdprobe.analysis.promql import rate_series
+
+    metrics = dataset.metrics
+    if metrics.empty or not (metrics["signal"] == S.KV_TRANSFER_S).any():
+        return []
+    sums = rate_series(metrics, S.KV_TRANSFER_S, step, kind=S.HSUM)
+    counts = rate_series(metrics, S.KV_TRANSFER_S, step, kind=S.HCOUNT)
+    if sums.empty or counts.empty:
+        return []
+    merged = sums.merge(counts, on=["ts", "instance"], suffixes=("_sum", "_count"))
+    merged = merged[merged["rate_count"] > 0]
+    merged = merged.assign(mean=merged["rate_sum"] / merged["rate_count"],
+                           _bin=np.clip(((merged["ts"] - start) // step).astype("int64"), 0, n_bins - 1))
+    table = (merged.groupby(["instance", "_bin"], observed=True)["mean"].mean()
+             .unstack("_bin").reindex(columns=range(n_bins)))
+    return [LabeledSeries(KV_TRANSFER_LATENCY, "s", (("instance", str(name)), ("stat", "mean")),
+                          _series(row.to_numpy(dtype="float64"), edges, "s", step))
+            for name, row in table.iterrows()]
+
+
+def _network_rates(dataset: Dataset, start: float, step: float, n_bins: int,
+                   edges: tuple[float, ...]) -> list[LabeledSeries]:
+    from pdprobe.analysis.promql import rate_series
+
+    network = dataset.network
+    if network.empty:
+        return []
+    out: list[LabeledSeries] = []
+    for name, signals, unit in ((RDMA_RETRANSMITS, S.RETRANSMIT_SIGNALS, "1/s"),
+                                (RDMA_CONGESTION, (S.RDMA_CNP_HANDLED_TOTAL,), "1/s"),
+                                (RDMA_TX_BANDWIDTH, (S.RDMA_TX_BYTES_TOTAL,), "bytes/s")):
+        parts = [rate_series(network, sig, step, key="node") for sig in signals
+                 if (network["signal"] == sig).any()]
+        parts = [p for p in parts if not p.empty]
+        if not parts:
+            continue
+        import pandas as pd
+
+        rates = pd.concat(parts, ignore_index=True)
+        rates = rates.assign(_bin=np.clip(((rates["ts"] - start) // step).astype("int64"), 0,
+                                          n_bins - 1))
+        # sum over counter kinds and ports of a node, per bin
+        table = (rates.groupby(["node", "_bin"], observed=True)["rate"].sum()
+                 .unstack("_bin").reindex(columns=range(n_bins)))
+        out.extend(LabeledSeries(name, unit, (("node", str(node)),),
+                                 _series(row.to_numpy(dtype="float64"), edges, unit, step))
+                   for node, row in table.iterrows())
+    return out
