@@ -56,8 +56,9 @@ def render(report: Report, options: RenderOptions) -> str:
                       color_system="standard" if options.color else None,
                       no_color=not options.color, highlight=False, emoji=False, markup=False,
                       legacy_windows=False, soft_wrap=False, record=False)
-    if options.quiet:
-        console.print(_verdict(report.status, verdict_line(report)))
+    if options.quiet:  # one physical line, whatever the width: runbooks read line 1
+        console.print(_verdict(report.status, verdict_line(report)), no_wrap=True,
+                      overflow="ignore", crop=False)
         return _output(console)
     view = build_view(report)
     for part in _sections(view, options):

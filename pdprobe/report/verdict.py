@@ -517,7 +517,7 @@ def verdict_line(report: Report) -> str:
     if lead.cause in ("prefill-bound", "decode-bound") and not isinstance(cap, Missing):
         detail = shortfall_phrase(cap)
     if detail is None:
-        detail = lead.summary.rstrip(". ")
+        detail = clip_clause(lead.summary.rstrip(". "), VERDICT_DETAIL_CHARS)
         if lead.instances and not any(i in detail for i in lead.instances):
             detail += " (" + _names(lead.instances, 3) + ")"
     line = f"{status}  {lead.cause}: {detail}"
@@ -531,6 +531,23 @@ def verdict_line(report: Report) -> str:
         if causes:
             line += " (" + ", ".join(causes) + ")"
     return line
+
+
+# The verdict is the first line a runbook reads: the finding's full summary follows below it,
+# so the line keeps only the summary's leading clauses.
+VERDICT_DETAIL_CHARS: Final = 140
+_CLAUSE_BREAKS: Final = ("; ", ": ", ", ", " — ")
+
+
+def clip_clause(text: str, limit: int) -> str:
+    """``text`` cut after its last whole clause within ``limit`` characters, marked with …"""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    cut = max(head.rfind(sep) for sep in _CLAUSE_BREAKS)
+    if cut < limit // 3:  # no clause break early enough: cut at a word
+        cut = head.rfind(" ")
+    return head[: cut if cut > 0 else limit].rstrip(" ,;:") + " …"
 
 
 def _names(names: Sequence[str], limit: int) -> str:

@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from pdprobe.analysis.base import InstanceSummary
 from pdprobe.report.base import RenderOptions
 from pdprobe.report.text import MAX_ROWS_QUIET, render
-from pdprobe.report.verdict import verdict_line
+from pdprobe.report.verdict import VERDICT_DETAIL_CHARS, clip_clause, verdict_line
 from tests.report import factory as F
 from tests.report.golden import check_golden
 
@@ -126,3 +126,17 @@ def test_many_instances_are_capped_without_verbose() -> None:
     assert "10.1.0.24:8200 !" in out  # the flagged one is always listed
     verbose = render(report, RenderOptions(width=WIDTH, verbose=True))
     assert "10.1.1.19:8200" in verbose and "more (use -v" not in verbose
+
+
+def test_quiet_is_one_line_even_for_long_summaries() -> None:
+    base = F.routing_skew()
+    lead = base.findings[0]
+    long_summary = ("decode-2 gets 41 % of the traffic, " * 12) + "and its hit rate is 3 %."
+    report = dataclasses.replace(base, findings=(dataclasses.replace(lead, summary=long_summary),
+                                                 *base.findings[1:]))
+    out = render(report, RenderOptions(width=60, quiet=True))
+    assert out.count("\n") == 1
+    assert "…" in out
+    clipped = clip_clause(long_summary, VERDICT_DETAIL_CHARS)
+    assert len(clipped) <= VERDICT_DETAIL_CHARS + 2 and clipped.endswith(" …")
+    assert clip_clause("short", 10) == "short"
