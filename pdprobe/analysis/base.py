@@ -179,7 +179,7 @@ class CapacityResult:
     # Prefill stage (per instance).
     prefill_service_s: Maybe[float] = Missing("not estimated")  # mean busy time per request
     prefill_service_cv2: Maybe[float] = Missing("not estimated")
-    prefill_limit: Maybe[str] = Missing("not estimated")  # "ttft-slo" or "transfer"
+    prefill_limit: Maybe[str] = Missing("not estimated")  # ttft-slo, utilization, transfer
     ttft_estimate_p90_s: Maybe[float] = Missing("not estimated")  # at the recommended count
     ttft_estimate_mean_s: Maybe[float] = Missing("not estimated")  # G/G/c (Allen–Cunneen)
     md1_ttft_s: Maybe[float] = Missing("not estimated")  # DistServe M/D/1 cross-check
@@ -190,7 +190,7 @@ class CapacityResult:
     decode_batch_limit: Maybe[str] = Missing("not estimated")  # tpot-slo, kv-memory, max-batch
     decode_context_tokens: Maybe[float] = Missing("not estimated")  # Σ O(I+O/2) / Σ O
     decode_step_s: Maybe[float] = Missing("not estimated")
-    decode_limit: Maybe[str] = Missing("not estimated")  # "throughput" or "transfer"
+    decode_limit: Maybe[str] = Missing("not estimated")  # throughput, kv-memory, transfer
     # Utilisation of each stage at the recommended and at the deployed counts.
     prefill_utilization: Maybe[float] = Missing("not estimated")
     decode_utilization: Maybe[float] = Missing("not estimated")

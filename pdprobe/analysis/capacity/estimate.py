@@ -1,0 +1,345 @@
+"""The capacity model end to end: workload mix + performance model -> ``CapacityResult``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.analysis.base import CapacityResult, RatioWindow, WorkloadSummary
+from pdprobe.analysis.capacity.mix import (
+    WorkloadMix,
+    mix_from_histograms,
+    mix_from_requests,
+)
+from pdprobe.analysis.capacity.perf_fit import (
+    BUSY_SEGMENTS,
+    RoleFit,
+    decode_from_profile,
+    decode_metric_observations,
+    decode_observations,
+    fit_decode,
+    fit_prefill,
+    fit_prefill_busy,
+    prefill_from_profile,
+    prefill_metric_scale,
+    prefill_observations,
+)
+from pdprobe.analysis.capacity.rates import KV_MEMORY_TARGET, ModelInputs, decode_context
+from pdprobe.analysis.capacity.recommend import (
+    Slo,
+    band,
+    binding_stage,
+    mean_based,
+    recommend,
+    utilizations,
+)
+from pdprobe.analysis.capacity.transfer import (
+    KV_BYTES_MISMATCH_FACTOR,
+    KvBytes,
+    kv_bytes_from_profile,
+    link_capacity,
+    measured_kv_bytes,
+    profile_matching_kv_bytes,
+)
+from pdprobe.analysis.capacity.windows import ratio_windows
+from pdprobe.profiles import DEFAULT_PROFILE, Profile, load_profile
+from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    from pdprobe.dataset import Dataset
+    from pdprobe.services.diagnose import DiagnoseRequest
+
+
+# Served load this far below offered load means back-pressure (Dynamo #8861: sizing from
+# completions under-provisions); said in a note.
+SERVED_SHORTFALL: Final = 0.95
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    """The performance model with where each part came from."""
+
+    inputs: ModelInputs
+    profile: Profile
+    source: str
+    fit_quality: dict[str, float]
+    notes: tuple[str, ...]
+    link_source: str = ""
+
+
+def choose_profile(name: str | None, dataset: Dataset | None) -> tuple[Profile, tuple[str, ...]]:
+    """The named profile, else one whose model matches the measured KV bytes, else the default."""
+    if name:
+        return load_profile(name), ()
+    if dataset is not None:
+        measured = measured_kv_bytes(dataset)
+        if isinstance(measured, KvBytes):
+            match = profile_matching_kv_bytes(measured.bytes_per_token)
+            if match is not None:
+                return match, (f"no --profile given: {match.name} chosen because its model "
+                               f"shape matches the measured {measured.bytes_per_token:,.0f} KV "
+                               "bytes per token",)
+    return load_profile(DEFAULT_PROFILE), (
+        f"no --profile given: the default profile {DEFAULT_PROFILE} is the fallback wherever "
+        "the data cannot calibrate the model (pass --profile for your model and GPUs)",)
+
+
+def _fit_quality(prefix: str, fit: RoleFit) -> dict[str, float]:
+    out = {f"{prefix}_n": float(fit.n)}
+    if fit.r2 is not None:
+        out[f"{prefix}_r2"] = round(fit.r2, 4)
+    if fit.median_rel_error is not None:
+        out[f"{prefix}_median_rel_error"] = round(fit.median_rel_error, 4)
+    if fit.scale_vs_profile is not None:
+        out[f"{prefix}_scale_vs_profile"] = round(fit.scale_vs_profile, 4)
+    return out
+
+
+def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile) -> BuiltModel:
+    """Fit what the data supports; fall back to (or scale) the profile for the rest."""
+    notes: list[str] = []
+    quality: dict[str, float] = {}
+    if dataset is None:
+        prefill = prefill_from_profile(profile)
+        decode = decode_from_profile(profile)
+        pfit = dfit = RoleFit("profile", 0)
+    else:
+        obs = prefill_observations(dataset)
+        if isinstance(obs, str):
+            scaled = prefill_metric_scale(dataset, mix.uncached_tokens, mix.cached_tokens,
+                                          profile) \
+                if not dataset.metrics.empty else "no metrics"
+            if isinstance(scaled, str):
+                prefill, pfit = prefill_from_profile(profile), RoleFit("profile", 0, notes=(
+                    f"prefill: {obs} and {scaled}: profile {profile.name} is used",))
+            else:
+                prefill, pfit = scaled
+        else:
+            busy = fit_prefill_busy(dataset.requests, profile) if obs[3] == BUSY_SEGMENTS \
+                else None
+            if busy is not None:
+                prefill, pfit = busy
+            else:
+                what = "per-request prefill_s" if obs[3] == BUSY_SEGMENTS else obs[3]
+                prefill, pfit = fit_prefill(obs[0], obs[1], profile, cached=obs[2], what=what)
+        dobs = decode_observations(dataset)
+        if isinstance(dobs, str):
+            mobs = decode_metric_observations(dataset, profile.kv_capacity_tokens,
+                                              decode_context(mix))
+            if isinstance(mobs, str):
+                decode, dfit = decode_from_profile(profile), RoleFit("profile", 0, notes=(
+                    f"decode: {dobs} and {mobs}: profile {profile.name} is used",))
+            else:
+                decode, dfit = fit_decode(mobs[0], mobs[1], mobs[2], profile,
+                                          what=f"ITL ({mobs[3]})")
+        else:
+            decode, dfit = fit_decode(dobs[0], dobs[1], dobs[2], profile,
+                                      what=f"per-request tpot_s (batch {dobs[3]})")
+        quality.update(_fit_quality("prefill", pfit))
+        quality.update(_fit_quality("decode", dfit))
+    notes.extend(pfit.notes)
+    notes.extend(dfit.notes)
+    kv = kv_bytes_from_profile(profile)
+    if dataset is not None:
+        measured = measured_kv_bytes(dataset)
+        if isinstance(measured, KvBytes):
+            ratio = measured.bytes_per_token / kv.bytes_per_token
+            if ratio >= KV_BYTES_MISMATCH_FACTOR or ratio <= 1 / KV_BYTES_MISMATCH_FACTOR:
+                notes.append(f"measured KV bytes per token ({measured.bytes_per_token:,.0f}) "
+                             f"differ {ratio:.2f}× from profile {profile.name}'s model shape "
+                             f"({kv.bytes_per_token:,.0f}); the measurement is used")
+            kv = measured
+            quality["kv_bytes_n"] = float(measured.n)
+    link = link_capacity(dataset, profile)
+    source = f"prefill: {prefill.source}; decode: {decode.source}"
+    inputs = ModelInputs(prefill, decode, kv, link.bytes_per_s, profile.link_base_latency_s)
+    notes.append(f"KV bytes per token: {kv.bytes_per_token:,.0f} ({kv.source}); link: "
+                 f"{link.bytes_per_s / 1e9:.1f} GB/s per instance ({link.source})")
+    return BuiltModel(inputs, profile, source, quality, tuple(notes), link.source)
+
+
+def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
+                  deployed_prefill: int | None = None, deployed_decode: int | None = None,
+                  dataset: Dataset | None = None, window_s: float | None = None,
+                  hit_rate_known: bool = True, extra_notes: tuple[str, ...] = ()
+                  ) -> CapacityResult:
+    """Recommendation, mean-based comparison, band and windows for one mix, as a result."""
+    model = built.inputs
+    notes = list(extra_notes)
+    mix, over = mix.clipped(built.profile.max_model_len)
+    if over:
+        notes.append(f"{over} requests have prompts beyond the {built.profile.max_model_len:,}-"
+                     f"token context of profile {built.profile.name}; they are counted at that "
+                     "length (an engine would reject or truncate them)")
+    rec = recommend(mix, model, slo)
+    mb = mean_based(mix, model, slo, rec.rates)
+    bands = band(mix, model, slo, hit_rate_known=hit_rate_known)
+    windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()
+    notes += list(built.notes) + list(rec.notes)
+    notes.append(f"arrival burstiness ca² = {mix.arrival_cv2:.2f} ({mix.arrival_cv2_source}); "
+                 f"prefill service cs² = {rec.rates.prefill_service_cv2:.2f}")
+    if rec.rates.decode_batch_limit == "kv-memory":
+        notes.append(f"decode batches are capped by KV memory, not by the TPOT objective: "
+                     f"{rec.rates.decode_batch:.0f} sequences of "
+                     f"{rec.rates.decode_context_tokens:,.0f} context tokens fill "
+                     f"{KV_MEMORY_TARGET:.0%} of the cache; more KV memory per decode instance "
+                     "would raise its capacity")
+    if mb.prefill != rec.prefill or mb.decode != rec.decode:
+        notes.append(f"a mean-based planner (f(mean ISL), ctx = ISL + OSL/2) would deploy "
+                     f"{mb.prefill}P/{mb.decode}D instead of {rec.prefill}P/{rec.decode}D: "
+                     f"prefill work per request is {mb.jensen_gap_prefill:+.0%} and decode "
+                     f"context {mb.jensen_gap_decode:+.0%} off the mean-based figure")
+    md1_gap = rec.md1_ttft_s / rec.ttft_mean_s if rec.ttft_mean_s > 0 else 1.0
+    if math.isfinite(md1_gap) and (md1_gap > 2 or md1_gap < 0.5):
+        notes.append(f"DistServe's M/D/1 gives a mean TTFT of {rec.md1_ttft_s:.2f} s against "
+                     f"{rec.ttft_mean_s:.2f} s from G/G/c: burstiness and length variance "
+                     "matter here")
+    deployed: dict[str, float | Missing] = {
+        "p": Missing("deployed counts unknown"), "d": Missing("deployed counts unknown"),
+        "x": Missing("deployed counts unknown")}
+    binding, basis = rec.binding, "recommended counts"
+    if deployed_prefill and deployed_decode:
+        up, ud, ux, _ = utilizations(rec.rates, mix.rate_rps, deployed_prefill, deployed_decode,
+                                     model.link_bytes_per_s)
+        deployed = {"p": up, "d": ud, "x": ux}
+        binding, basis = binding_stage(up, ud, ux), "deployed counts"
+    rec_prefill, rec_decode = rec.prefill, rec.decode
+    current = current_window(windows)
+    if current is not None:
+        cur_p, cur_d = int(current.recommended_prefill), int(current.recommended_decode)  # type: ignore[arg-type]
+        if cur_p > rec_prefill or cur_d > rec_decode:
+            # A diagnosis recommends what the cluster needs now: when the latest window's mix
+            # needs more than the whole window's average (a shift, a ramp), size for it.
+            rec_prefill, rec_decode = max(rec_prefill, cur_p), max(rec_decode, cur_d)
+            notes.append(f"recommended {rec_prefill}P/{rec_decode}D sizes for the current mix "
+                         f"(the last full window needs {cur_p}P/{cur_d}D); the whole-window "
+                         f"average mix alone would need {rec.prefill}P/{rec.decode}D")
+    defaults = tuple(k for k, d in (("ttft", slo.ttft_default), ("tpot", slo.tpot_default)) if d)
+    if defaults:
+        notes.append("default objectives used: " + ", ".join(
+            f"{k.upper()} {getattr(slo, k + '_s'):g} s" for k in defaults)
+            + f" at p{slo.attainment * 100:.0f} (pass --slo-ttft/--slo-tpot for yours)")
+    return CapacityResult(
+        theoretical_ratio=rec.theoretical_ratio,
+        recommended_prefill=rec_prefill,
+        recommended_decode=rec_decode,
+        deployed_prefill=deployed_prefill or Missing("no prefill instance identified"),
+        deployed_decode=deployed_decode or Missing("no decode instance identified"),
+        binding=binding,
+        prefill_capacity_rps=rec.rates.prefill_capacity_rps,
+        decode_capacity_rps=rec.rates.decode_capacity_rps,
+        kv_bytes_per_token=model.kv.bytes_per_token,
+        transfer_required_bytes_per_s=rec.transfer_required_bytes_per_s,
+        transfer_capacity_bytes_per_s=model.link_bytes_per_s,
+        mean_based_ratio=mb.ratio,
+        mean_based_prefill=mb.prefill,
+        mean_based_decode=mb.decode,
+        band=bands,
+        windows=windows,
+        model_source=built.source,
+        profile=built.profile.name,
+        fit_quality=dict(built.fit_quality),
+        notes=tuple(notes),
+        slo_ttft_s=slo.ttft_s,
+        slo_tpot_s=slo.tpot_s,
+        slo_defaulted=defaults,
+        arrival_rate_rps=mix.rate_rps,
+        arrival_cv2=mix.arrival_cv2,
+        prefill_service_s=rec.rates.prefill_service_s,
+        prefill_service_cv2=rec.rates.prefill_service_cv2,
+        prefill_limit=rec.prefill_limit,
+        ttft_estimate_p90_s=rec.ttft_p90_s,
+        ttft_estimate_mean_s=rec.ttft_mean_s,
+        md1_ttft_s=rec.md1_ttft_s,
+        ttft_attainment_estimate=rec.ttft_attainment,
+        infeasible_ttft_fraction=rec.infeasible_ttft_fraction,
+        decode_batch_size=rec.rates.decode_batch,
+        decode_batch_limit=rec.rates.decode_batch_limit,
+        decode_context_tokens=rec.rates.decode_context_tokens,
+        decode_step_s=rec.rates.decode_step_s,
+        decode_limit=rec.decode_limit,
+        prefill_utilization=rec.prefill_utilization,
+        decode_utilization=rec.decode_utilization,
+        transfer_utilization=rec.transfer_utilization,
+        deployed_prefill_utilization=deployed["p"],
+        deployed_decode_utilization=deployed["d"],
+        deployed_transfer_utilization=deployed["x"],
+        binding_basis=basis,
+        mean_based_prefill_capacity_rps=mb.rates.prefill_capacity_rps,
+        mean_based_decode_capacity_rps=mb.rates.decode_capacity_rps,
+        jensen_gap_prefill=mb.jensen_gap_prefill,
+        jensen_gap_decode=mb.jensen_gap_decode,
+        kv_bytes_source=model.kv.source,
+        transfer_capacity_source=built.link_source,
+    )
+
+
+# The last window stands for the current workload only if it is not a stub at the capture's end.
+CURRENT_WINDOW_MIN_SHARE = 0.5  # of the median requests per window
+
+
+def current_window(windows: tuple[RatioWindow, ...]) -> RatioWindow | None:
+    """The latest window with a recommendation and a representative number of requests."""
+    sized = [w for w in windows if not isinstance(w.recommended_prefill, Missing)
+             and not isinstance(w.recommended_decode, Missing)]
+    if len(sized) < 2:
+        return None
+    typical = float(np.median([w.requests for w in sized]))
+    for w in reversed(sized):
+        if w.requests >= CURRENT_WINDOW_MIN_SHARE * typical:
+            return w
+    return None
+
+
+def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
+                      request: DiagnoseRequest) -> CapacityResult | Missing:
+    """The capacity model over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
+    slo = Slo.of(request.slo_ttft_s, request.slo_tpot_s)
+    profile, profile_notes = choose_profile(request.profile, dataset)
+    notes = list(profile_notes)
+    rate: float | None = None
+    if isinstance(workload, WorkloadSummary):
+        offered = workload.offered_rate_rps
+        if not isinstance(offered, Missing) and offered > workload.arrival_rate_rps * 1.05:
+            rate = float(offered)
+            notes.append(f"sized for the offered load {offered:.3g} req/s (requests started), "
+                         f"above the {workload.arrival_rate_rps:.3g} req/s seen in records")
+        served = workload.completed_rate_rps
+        demand = rate if rate is not None else workload.arrival_rate_rps
+        if not isinstance(served, Missing) and served < demand * SERVED_SHORTFALL:
+            notes.append(f"only {served:.3g} of {demand:.3g} req/s offered were served: "
+                         "completions understate demand (back-pressure), so the estimate uses "
+                         "the offered load")
+    if len(dataset.requests):
+        try:
+            mix: WorkloadMix | str = mix_from_requests(
+                dataset.requests, rate_rps=rate, timescale_s=slo.ttft_s,
+                description="observed requests", rescale=False)
+        except ValueError as exc:
+            mix = str(exc)
+    else:
+        mix = mix_from_histograms(dataset, timescale_s=slo.ttft_s)
+    if isinstance(mix, str):
+        return Missing(f"capacity model needs request lengths: {mix}")
+    if not (mix.rate_rps > 0 and math.isfinite(mix.rate_rps)):
+        return Missing("capacity model needs an arrival rate: the requests span no time")
+    built = build_model(dataset, mix, profile)
+    dep_p = len(dataset.instances_of("prefill")) or None
+    dep_d = len(dataset.instances_of("decode")) or None
+    hit_known = dataset.has_request_column("cached_tokens") or float(np.sum(mix.cached_tokens)) > 0
+    try:
+        result = plan_capacity(mix, built, slo, deployed_prefill=dep_p, deployed_decode=dep_d,
+                               dataset=dataset, window_s=request.window_s,
+                               hit_rate_known=hit_known, extra_notes=tuple(notes))
+    except ValueError as exc:  # a workload no finite cluster serves (e.g. absurd rate)
+        return Missing(f"capacity model has no answer: {exc}")
+    if request.verify:
+        from dataclasses import replace
+
+        from pdprobe.analysis.capacity.verify import verify_recommendation
+
+        result = replace(result, verified=verify_recommendation(mix, built, slo, result))
+    return result

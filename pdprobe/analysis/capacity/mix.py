@@ -1,0 +1,425 @@
+"""The workload the capacity model sizes for: per-request (prompt, cached, output) and arrivals.
+
+A ``WorkloadMix`` keeps the whole joint length distribution (one entry per request, or a
+quantile sample when only a distribution is known) because prefill cost is convex in prompt
+length and decode residency couples prompt and output: means alone under-size both (Jensen).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.dataset import Dataset
+
+# Below this many arrivals a squared-CV estimate is noise; Poisson (1.0) is assumed instead.
+MIN_ARRIVALS_FOR_CV2: Final = 50
+# The index of dispersion needs enough bins to have a variance worth the name.
+MIN_DISPERSION_BINS: Final = 20
+# Timestamps bucketed coarser than this many zero gaps (Mooncake's 3 s buckets give 90 %) are
+# quantised: bins must then span several quanta or the buckets themselves look like bursts.
+QUANTISED_ZERO_GAP_FRACTION: Final = 0.2
+QUANTUM_BINS: Final = 5
+# Load windows are this many TTFT objectives long: a rate swing shorter than a few objectives
+# is absorbed by queueing within them (the G/G/c part, through the within-window ca²); a longer
+# one builds a backlog (the fluid part). Azure code's bursts (300+ requests in 10 s at a mean of
+# 2.6 req/s) are of that kind.
+WINDOW_PER_TIMESCALE: Final = 5.0
+# Sub-bins per window for the within-window dispersion (ca² of the G/G/c part).
+SUB_BINS: Final = 4
+# Quantile sample size when only a length distribution (mean, p90, histogram) is known: fine
+# enough that E[f(I)] of a quadratic f is within 0.1 % of the exact integral.
+SYNTHETIC_SAMPLE: Final = 4000
+# Fixed seed so the same options always give the same plan.
+SYNTHETIC_SEED: Final = 20240601
+P90_Z: Final = 0.9
+
+
+@dataclass(frozen=True, eq=False)
+class LoadWindows:
+    """How the arrival rate moves over time: per window, its share and relative rate."""
+
+    share: np.ndarray  # n_w / N, sums to 1
+    rate_factor: np.ndarray  # window rate / mean rate
+    width_s: float
+
+    @property
+    def peak_to_mean(self) -> float:
+        return float(self.rate_factor.max())
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadMix:
+    """Requests to serve: lengths per request, arrival rate and burstiness."""
+
+    prompt_tokens: np.ndarray  # float64, >= 1
+    cached_tokens: np.ndarray  # float64, 0 <= cached < prompt
+    output_tokens: np.ndarray  # float64, >= 1
+    rate_rps: float
+    arrival_cv2: float  # squared CV of arrivals at the queueing time scale
+    arrival_cv2_source: str
+    description: str
+    arrival_ts: np.ndarray | None = None  # sorted Unix seconds, when known
+    load: LoadWindows | None = None  # rate over time; None = stationary at rate_rps
+
+    def __post_init__(self) -> None:
+        if not (len(self.prompt_tokens) == len(self.cached_tokens) == len(self.output_tokens)):
+            raise ValueError("length arrays differ in size")
+        if len(self.prompt_tokens) == 0:
+            raise ValueError("a workload mix needs at least one request")
+
+    @property
+    def size(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def uncached_tokens(self) -> np.ndarray:
+        """Prompt tokens prefill must compute (at least 1: the last token is always run)."""
+        return np.maximum(self.prompt_tokens - self.cached_tokens, 1.0)
+
+    @property
+    def hit_rate(self) -> float:
+        """Token-weighted prefix-cache hit rate."""
+        return float(self.cached_tokens.sum() / self.prompt_tokens.sum())
+
+    def with_rate(self, rate_rps: float) -> WorkloadMix:
+        return replace(self, rate_rps=float(rate_rps))
+
+    def with_hit_rate_shift(self, delta: float) -> WorkloadMix:
+        """Every request's cached fraction moved by ``delta`` (clipped to [0, 1))."""
+        frac = self.cached_tokens / self.prompt_tokens
+        new = np.clip(frac + delta, 0.0, 1.0) * self.prompt_tokens
+        new = np.minimum(new, self.prompt_tokens - 1.0)
+        return replace(self, cached_tokens=np.maximum(new, 0.0),
+                       description=f"{self.description}, hit rate {delta:+.0%}")
+
+    def at_lengths(self, prompt: float, output: float, label: str) -> WorkloadMix:
+        """Every request at the given lengths, keeping the token-weighted hit rate."""
+        h = self.hit_rate
+        n = self.size
+        p = np.full(n, max(float(prompt), 1.0))
+        return replace(self, prompt_tokens=p, cached_tokens=np.minimum(p * h, p - 1.0),
+                       output_tokens=np.full(n, max(float(output), 1.0)), description=label)
+
+    def clipped(self, max_prompt_tokens: int) -> tuple[WorkloadMix, int]:
+        """Prompts capped at the engine's context limit, and how many were longer."""
+        over = int(np.sum(self.prompt_tokens > max_prompt_tokens))
+        if not over:
+            return self, 0
+        p = np.minimum(self.prompt_tokens, float(max_prompt_tokens))
+        return replace(self, prompt_tokens=p,
+                       cached_tokens=np.minimum(self.cached_tokens, p - 1.0)), over
+
+    def collapsed(self) -> WorkloadMix:
+        """One request of mean lengths: the mean-based (Dynamo planner) view of this mix."""
+        p = float(self.prompt_tokens.mean())
+        c = float(self.cached_tokens.mean())
+        o = float(self.output_tokens.mean())
+        return replace(self, prompt_tokens=np.array([p]), cached_tokens=np.array([c]),
+                       output_tokens=np.array([o]), arrival_ts=None, load=None,
+                       description=f"mean lengths of {self.description}")
+
+    def subset(self, mask: np.ndarray, rate_rps: float, description: str,
+               timescale_s: float) -> WorkloadMix:
+        """The requests selected by ``mask`` (e.g. one time window), with their own burstiness."""
+        ts = self.arrival_ts[mask] if self.arrival_ts is not None else None
+        load = None
+        if ts is not None:
+            cv2, how, load = arrival_profile(ts, timescale_s)
+        else:
+            cv2, how = self.arrival_cv2, self.arrival_cv2_source
+        return replace(self, prompt_tokens=self.prompt_tokens[mask],
+                       cached_tokens=self.cached_tokens[mask],
+                       output_tokens=self.output_tokens[mask], rate_rps=rate_rps,
+                       arrival_cv2=cv2, arrival_cv2_source=how, description=description,
+                       arrival_ts=ts, load=load)
+
+
+def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[float, str]:
+    """Squared CV of arrivals at the time scale that matters for the TTFT queue.
+
+    Uses the index of dispersion of counts (variance / mean of arrivals per bin), which equals
+    the inter-arrival ``ca2`` of a renewal process and, unlike gap statistics, is robust to
+    bucketed timestamps. Bins are ``timescale_s`` wide (the TTFT SLO: bursts shorter than it
+    are absorbed within the objective), widened to several timestamp quanta when arrival times
+    are bucketed.
+    """
+    ts = np.sort(np.asarray(arrival_ts, dtype=np.float64))
+    ts = ts[np.isfinite(ts)]
+    if len(ts) < MIN_ARRIVALS_FOR_CV2:
+        return 1.0, f"assumed Poisson (only {len(ts)} arrivals; {MIN_ARRIVALS_FOR_CV2} needed)"
+    gaps = np.diff(ts)
+    span = float(ts[-1] - ts[0])
+    if span <= 0.0:
+        return 1.0, "assumed Poisson (all arrivals share one timestamp)"
+    width = max(float(timescale_s), 1e-3)
+    quantised = float(np.mean(gaps == 0.0)) > QUANTISED_ZERO_GAP_FRACTION
+    quantum = 0.0
+    note = ""
+    if quantised:
+        quantum = float(np.median(gaps[gaps > 0.0])) if np.any(gaps > 0.0) else span
+        width = max(width, QUANTUM_BINS * quantum)
+        note = f", timestamps bucketed every {quantum:.3g} s"
+    if span / width < MIN_DISPERSION_BINS:
+        width = span / MIN_DISPERSION_BINS
+        if quantised and width < QUANTUM_BINS * quantum:
+            return 1.0, "assumed Poisson (trace too short for its timestamp buckets)"
+    full_bins = max(int(span // width), 1)  # the last, partial bin would bias the variance
+    idx = ((ts - ts[0]) / width).astype(np.int64)
+    counts = np.bincount(idx, minlength=full_bins + 1)[:full_bins]
+    mean = float(counts.mean())
+    if mean <= 0.0:
+        return 1.0, "assumed Poisson (no arrivals in bins)"
+    return float(counts.var() / mean), f"index of dispersion over {width:.3g} s bins{note}"
+
+
+def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
+                    ) -> tuple[float, str, LoadWindows | None]:
+    """The load over time (rate per window) and the burstiness within a window.
+
+    Windows are ``WINDOW_PER_TIMESCALE`` × ``timescale_s`` (the TTFT objective) long, and at
+    least ``SUB_BINS`` timestamp buckets: a rate swing lasting that long cannot be absorbed
+    within the objective, so each window keeps its own rate (``pool.py`` carries overloaded
+    windows as a fluid backlog). ``ca2`` is the index of dispersion of counts in ``SUB_BINS``
+    sub-bins *around each window's own mean*, pooled over windows: the burstiness left inside
+    a window, for the G/G/c part. Too short a trace gives one stationary window and the
+    whole-trace dispersion (``estimate_arrival_cv2``).
+    """
+    ts = np.sort(np.asarray(arrival_ts, dtype=np.float64))
+    ts = ts[np.isfinite(ts)]
+    if len(ts) < MIN_ARRIVALS_FOR_CV2:
+        cv2, how = estimate_arrival_cv2(ts, timescale_s)
+        return cv2, how, None
+    gaps = np.diff(ts)
+    span = float(ts[-1] - ts[0])
+    win = WINDOW_PER_TIMESCALE * max(float(timescale_s), 0.1)
+    note = ""
+    if float(np.mean(gaps == 0.0)) > QUANTISED_ZERO_GAP_FRACTION and np.any(gaps > 0.0):
+        quantum = float(np.median(gaps[gaps > 0.0]))
+        win = max(win, SUB_BINS * quantum)
+        note = f", timestamps bucketed every {quantum:.3g} s"
+    n_win = int(span // win)
+    if n_win < MIN_DISPERSION_BINS:
+        cv2, how = estimate_arrival_cv2(ts, timescale_s)
+        return cv2, how, None
+    rel = ts - ts[0]
+    w_idx = np.minimum((rel // win).astype(np.int64), n_win - 1)  # the tail joins the last
+    counts_w = np.bincount(w_idx, minlength=n_win).astype(np.float64)
+    widths = np.full(n_win, win)
+    widths[-1] = span - win * (n_win - 1)
+    load = LoadWindows(counts_w / counts_w.sum(), (counts_w / widths) / (counts_w.sum() / span),
+                       win)
+    sub = (rel[rel < n_win * win] // (win / SUB_BINS)).astype(np.int64)
+    counts = np.bincount(sub, minlength=n_win * SUB_BINS)[: n_win * SUB_BINS]
+    counts = counts.reshape(n_win, SUB_BINS).astype(np.float64)
+    within = float(np.sum((counts - counts.mean(axis=1, keepdims=True)) ** 2)) / (
+        n_win * (SUB_BINS - 1))
+    mean_count = float(counts.mean())
+    cv2 = within / mean_count if mean_count > 0 else 1.0
+    busiest = float(np.quantile(load.rate_factor, 0.99))
+    return cv2, (f"index of dispersion within {win:.3g} s windows{note}; the busiest 1 % of "
+                 f"windows run at {busiest:.1f}× the mean rate"), load
+
+
+def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timescale_s: float,
+                      description: str, rescale: bool = True) -> WorkloadMix:
+    """The mix of recorded requests (all statuses: they were offered load).
+
+    With ``rate_rps`` and ``rescale`` the arrival times are stretched to that rate (the same
+    pattern replayed faster or slower); without ``rescale`` only the rate is overridden.
+    """
+    prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    output = requests["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    cached = requests["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan) \
+        if "cached_tokens" in requests else np.zeros(len(requests))
+    ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ok = np.isfinite(prompt) & np.isfinite(output) & (prompt >= 1) & np.isfinite(ts)
+    prompt, output, ts = prompt[ok], np.maximum(output[ok], 1.0), ts[ok]
+    cached = np.nan_to_num(cached[ok], nan=0.0)
+    cached = np.clip(cached, 0.0, np.maximum(prompt - 1.0, 0.0))
+    if len(prompt) == 0:
+        raise ValueError("no request has a prompt length, output length and arrival time")
+    order = np.argsort(ts, kind="stable")
+    ts = ts[order]
+    span = float(ts[-1] - ts[0])
+    observed = (len(ts) - 1) / span if span > 0 else float("nan")
+    if rate_rps is None:
+        rate_rps = observed
+    elif rescale and math.isfinite(observed) and observed > 0:
+        # replay the same arrival pattern faster or slower: burstiness keeps its shape
+        ts = ts[0] + (ts - ts[0]) * (observed / rate_rps)
+    cv2, how, load = arrival_profile(ts, timescale_s)
+    return WorkloadMix(prompt[order], cached[order], output[order], float(rate_rps), cv2, how,
+                       description, arrival_ts=ts, load=load)
+
+
+def gamma_from_mean_p90(mean: float, p90: float, what: str) -> tuple[float, float]:
+    """Gamma (shape, scale) with the given mean and 90th percentile.
+
+    The gamma family spans p90/mean from 1 (no spread) to about 2.7 (shape ~0.4), which covers
+    real token-length distributions (the public traces have 1.7-2.5).
+    """
+    from scipy.optimize import brentq
+    from scipy.stats import gamma
+
+    if mean <= 0 or p90 <= 0:
+        raise UsageError(f"--{what}-mean and --{what}-p90 must be positive")
+    ratio = p90 / mean
+    if ratio <= 1.0:
+        raise UsageError(f"--{what}-p90 ({p90:g}) must exceed --{what}-mean ({mean:g})",
+                         hint="a length distribution's p90 is above its mean unless it is "
+                              "extremely skewed; omit the p90 for fixed lengths")
+
+    def excess(log_shape: float) -> float:
+        k = math.exp(log_shape)
+        return float(gamma.ppf(P90_Z, k) / k) - ratio
+
+    grid = np.linspace(math.log(0.05), math.log(1e4), 200)
+    shapes = np.exp(grid)
+    values = gamma.ppf(P90_Z, shapes) / shapes - ratio
+    best = int(np.argmax(values))
+    if values[best] < 0:
+        top = values[best] + ratio
+        raise UsageError(f"--{what}-p90 / --{what}-mean = {ratio:.2f} is wider than the length "
+                         f"model supports (at most {top:.2f})",
+                         hint="give a trace with --trace for such heavy tails")
+    log_k = brentq(excess, grid[best], grid[-1])
+    k = math.exp(log_k)
+    return k, mean / k
+
+
+def lengths_from_summary(mean: float, p90: float | None, what: str, n: int) -> np.ndarray:
+    """A quantile sample of ``n`` lengths with the given mean (and p90; fixed lengths without)."""
+    if mean < 1:
+        raise UsageError(f"--{what}-mean must be at least 1 token (got {mean:g})")
+    if p90 is None:
+        return np.full(n, float(mean))
+    from scipy.stats import gamma
+
+    k, scale = gamma_from_mean_p90(mean, p90, what)
+    q = (np.arange(n) + 0.5) / n
+    values = gamma.ppf(q, k, scale=scale)
+    values = np.maximum(np.round(values), 1.0)
+    # rounding and the floor shift the mean a little; rescale so the mean is what was asked
+    return values * (mean / values.mean())
+
+
+def mix_from_summary(*, prompt_mean: float, prompt_p90: float | None, output_mean: float,
+                     output_p90: float | None, rate_rps: float, hit_rate: float,
+                     arrival_cv2: float, max_prompt_tokens: int) -> WorkloadMix:
+    """A mix from summary statistics: gamma-shaped lengths, independent prompt and output."""
+    n = SYNTHETIC_SAMPLE if (prompt_p90 is not None or output_p90 is not None) else 1
+    prompt = np.minimum(lengths_from_summary(prompt_mean, prompt_p90, "prompt", n),
+                        float(max_prompt_tokens))
+    output = lengths_from_summary(output_mean, output_p90, "output", n)
+    rng = np.random.default_rng(SYNTHETIC_SEED)
+    output = output[rng.permutation(n)]  # pair quantiles at random: independent lengths
+    cached = np.minimum(prompt * hit_rate, prompt - 1.0)
+    parts = [f"prompt mean {prompt_mean:g}" + (f"/p90 {prompt_p90:g}" if prompt_p90 else ""),
+             f"output mean {output_mean:g}" + (f"/p90 {output_p90:g}" if output_p90 else "")]
+    return WorkloadMix(prompt, np.maximum(cached, 0.0), output, float(rate_rps),
+                       float(arrival_cv2),
+                       "given" if arrival_cv2 != 1.0 else "assumed Poisson (no arrival times)",
+                       ", ".join(parts) + " tokens")
+
+
+def sample_from_histogram(le: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray | None:
+    """A quantile sample from cumulative histogram buckets (linear within each bucket)."""
+    order = np.argsort(le)
+    le, cum = np.asarray(le, dtype=np.float64)[order], np.asarray(counts, dtype=np.float64)[order]
+    if len(le) < 2 or not cum[-1] > 0:
+        return None
+    finite = np.isfinite(le)
+    # the +Inf bucket's content sits at the last finite bound (histogram_quantile's convention)
+    upper = np.where(finite, le, le[finite].max() if finite.any() else 1.0)
+    cum = np.maximum.accumulate(cum)
+    lower_edges = np.concatenate([[0.0], upper[:-1]])
+    q = (np.arange(n) + 0.5) / n * cum[-1]
+    idx = np.searchsorted(cum, q, side="left")
+    idx = np.minimum(idx, len(cum) - 1)
+    below = np.where(idx > 0, cum[np.maximum(idx - 1, 0)], 0.0)
+    width = cum[idx] - below
+    frac = np.where(width > 0, (q - below) / np.where(width > 0, width, 1.0), 0.5)
+    return np.maximum(lower_edges[idx] + frac * (upper[idx] - lower_edges[idx]), 1.0)
+
+
+def mix_from_histograms(dataset: Dataset, *, timescale_s: float) -> WorkloadMix | str:
+    """A mix from engine length histograms when no per-request records exist (or why not)."""
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import counter_increase_by_instance, histogram_window
+
+    decode = [i.name for i in dataset.instances_of("decode")]
+    scope = decode or None  # decode engines see the full request (prefill sees max_tokens=1)
+    prompt_h = histogram_window(dataset.metrics, S.PROMPT_TOKENS, instances=scope)
+    output_h = histogram_window(dataset.metrics, S.OUTPUT_TOKENS, instances=scope)
+    if prompt_h.empty or output_h.empty:
+        return "no per-request records and no prompt/output length histograms"
+    count = float(output_h.attrs.get("count", float("nan")))
+    ts = dataset.metrics["ts"]
+    span = float(ts.max() - ts.min()) if len(ts) else 0.0
+    if not (count > 0 and span > 0):
+        return "length histograms hold no requests over the window"
+    prompt = sample_from_histogram(prompt_h["le"].to_numpy(), prompt_h["count"].to_numpy(),
+                                   SYNTHETIC_SAMPLE)
+    output = sample_from_histogram(output_h["le"].to_numpy(), output_h["count"].to_numpy(),
+                                   SYNTHETIC_SAMPLE)
+    if prompt is None or output is None:
+        return "length histograms are empty"
+    # keep the exact means from _sum/_count, which bucket interpolation only approximates
+    for arr, hist in ((prompt, prompt_h), (output, output_h)):
+        mean = float(hist.attrs.get("sum", float("nan"))) / float(hist.attrs.get("count", 1.0))
+        if math.isfinite(mean) and mean > 0:
+            arr *= mean / arr.mean()
+    rng = np.random.default_rng(SYNTHETIC_SEED)
+    output = output[rng.permutation(len(output))]
+    hits = counter_increase_by_instance(dataset.metrics, S.PREFIX_HITS_TOTAL)
+    queries = counter_increase_by_instance(dataset.metrics, S.PREFIX_QUERIES_TOTAL)
+    prefill = {i.name for i in dataset.instances_of("prefill")}
+    if prefill:
+        hits = hits[hits.index.isin(list(prefill))]
+        queries = queries[queries.index.isin(list(prefill))]
+    h = float(hits.sum() / queries.sum()) if queries.sum() > 0 else 0.0
+    h = min(max(h, 0.0), 1.0)
+    cached = np.minimum(prompt * h, prompt - 1.0)
+    return WorkloadMix(prompt, np.maximum(cached, 0.0), output, count / span, 1.0,
+                       "assumed Poisson (metrics carry no arrival times)",
+                       "length histograms" + (f", prefix hit rate {h:.0%}" if h else ""))
+
+
+# Mooncake traces list 512-token prefix blocks per request (``hash_ids``).
+HASH_BLOCK_TOKENS: Final = 512
+
+
+def ideal_prefix_hits(offsets: np.ndarray, block_ids: np.ndarray,
+                      prompt_tokens: np.ndarray) -> np.ndarray:
+    """Cached tokens per request under one unbounded, shared prefix cache (an upper bound).
+
+    ``block_ids[offsets[i]:offsets[i+1]]`` are request ``i``'s prefix blocks, requests in
+    arrival order. A block hits when an earlier request held it; a prefix hits up to its first
+    miss. Per-instance caches with finite memory and non-affine routing reach less.
+    """
+    off = np.asarray(offsets, dtype=np.int64)
+    flat = np.asarray(block_ids, dtype=np.int64)
+    lengths = np.diff(off)
+    n = len(lengths)
+    if flat.size == 0:
+        return np.zeros(n)
+    owner = np.repeat(np.arange(n), lengths)
+    pos = np.arange(flat.size) - np.repeat(off[:-1], lengths)
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    hit = owner[first][inverse] < owner
+    miss_pos = np.where(hit, np.iinfo(np.int64).max, pos)
+    first_miss = np.zeros(n, dtype=np.int64)
+    nonempty = lengths > 0
+    first_miss[nonempty] = np.minimum.reduceat(miss_pos, off[:-1][nonempty])
+    leading = np.minimum(first_miss, lengths)
+    prompt = np.asarray(prompt_tokens, dtype=np.float64)
+    return np.clip(leading * float(HASH_BLOCK_TOKENS), 0.0, np.maximum(prompt - 1.0, 0.0))

@@ -1,0 +1,218 @@
+"""The prefill pool over time: partial batching, fluid backlog of bursts, G/G/c waits.
+
+Service: a request's busy time lies between its *batched* share (forwards packed to the token
+budget, fixed cost amortised) and running *alone* (it pays the fixed cost of every forward it
+needs). Which one it gets depends on whether there is a queue to batch with; with ``x`` the
+utilisation under full batching, the model takes ``s = batched + (alone − batched) / (1 + x)``:
+``alone`` when idle, ``batched`` at saturation, and total busy time ``λ·s`` still rises with
+load (it would not with a linear blend).
+
+Wait of a request = fluid backlog + stochastic wait, over three time scales (``LoadWindows``):
+
+- fluid: a window of length ``d`` at utilisation ``ρ_w`` adds ``d·(ρ_w − 1)`` seconds of work
+  per instance; the backlog follows Lindley's recursion ``B_w = max(0, B_{w−1} + d·(ρ_w − 1))``
+  (a cumulative sum minus its running minimum) and a request waits the backlog it finds (mid
+  window). This carries bursts and overloaded minutes, which stationary formulas miss (the
+  pointwise-stationary fluid approximation);
+- stochastic: Allen–Cunneen's G/G/c at its window's rate (Erlang C × ``(ca² + cs²)/2``,
+  Kingman for one server) with ``ca²`` the burstiness within a window, and the exponential
+  tail ``P(W > t) = C·exp(−t/θ)``. With a fluid part, utilisation is capped at
+  ``FLUID_HANDOFF_UTILIZATION``: beyond it the fluid backlog carries the overload.
+
+A request ``i`` with bare TTFT ``D_i`` misses when its wait exceeds ``slack_i = SLO − D_i``.
+Without arrival times the pool is stationary (one window, no fluid part).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pdprobe.analysis.capacity.mix import LoadWindows
+from pdprobe.analysis.capacity.queueing import MAX_SERVERS
+
+# Beyond this utilisation in a window the stochastic wait stops growing: an overloaded window's
+# queue is the fluid backlog's to carry (and Allen–Cunneen is meaningless at or above 1).
+FLUID_HANDOFF_UTILIZATION: Final = 0.95
+
+
+@dataclass(frozen=True)
+class ServiceMoments:
+    """First and second moments of the alone and batched service times."""
+
+    alone_mean: float
+    batched_mean: float
+    alone_sq: float
+    batched_sq: float
+    cross: float  # E[alone · batched]
+
+    @classmethod
+    def of(cls, alone: np.ndarray, batched: np.ndarray) -> ServiceMoments:
+        a = np.asarray(alone, dtype=np.float64)
+        b = np.asarray(batched, dtype=np.float64)
+        return cls(float(a.mean()), float(b.mean()), float(np.mean(a * a)),
+                   float(np.mean(b * b)), float(np.mean(a * b)))
+
+    def at(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and squared CV of the effective service at full-batching utilisation ``x``."""
+        w = 1.0 / (1.0 + np.asarray(x, dtype=np.float64))
+        mean = self.batched_mean + w * (self.alone_mean - self.batched_mean)
+        second = ((1 - w) ** 2 * self.batched_sq + 2 * w * (1 - w) * self.cross
+                  + w**2 * self.alone_sq)
+        cs2 = np.maximum(second / np.maximum(mean, 1e-300) ** 2 - 1.0, 0.0)
+        return mean, cs2
+
+
+@dataclass(frozen=True)
+class PoolWaits:
+    """Waits in a pool of ``servers``: per window (stochastic) and per request (fluid)."""
+
+    servers: int
+    utilization: np.ndarray  # per window, uncapped (>= 1: overloaded)
+    p_wait: np.ndarray  # per window
+    tail_s: np.ndarray  # per window
+    fluid_s: np.ndarray  # per request: backlog found on arrival
+    window: np.ndarray  # per request: its window
+
+    def exceed(self, slack: np.ndarray) -> np.ndarray:
+        """``P(wait > slack_i)`` per request."""
+        s = np.asarray(slack, dtype=np.float64) - self.fluid_s
+        p = self.p_wait[self.window]
+        tail = self.tail_s[self.window]
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            ratio = np.where(tail > 0, np.maximum(s, 0.0) / tail, np.inf)
+            out = p * np.exp(-np.minimum(ratio, 1e3))
+        return np.where(s < 0.0, 1.0, out)
+
+
+class PrefillPool:
+    """A pool of identical prefill instances facing one workload's arrivals.
+
+    With ``load`` and ``arrival_ts`` (sorted, one per request) slacks are per request in that
+    order; otherwise the pool is stationary at ``rate_rps`` and callers pass any sample of
+    slacks (e.g. quantiles of the bare TTFT).
+    """
+
+    def __init__(self, rate_rps: float, ca2: float, moments: ServiceMoments,
+                 load: LoadWindows | None = None,
+                 arrival_ts: np.ndarray | None = None) -> None:
+        self.rate = float(rate_rps)
+        self.ca2 = float(ca2)
+        self.moments = moments
+        self.fluid = load is not None and arrival_ts is not None and len(arrival_ts) > 1
+        if not self.fluid or load is None or arrival_ts is None:
+            self.share = np.ones(1)
+            self.factor = np.ones(1)
+            self.window_of: np.ndarray | None = None
+            self.window_s = 0.0
+            return
+        self.share = np.asarray(load.share, dtype=np.float64)
+        self.factor = np.asarray(load.rate_factor, dtype=np.float64)
+        ts = np.asarray(arrival_ts, dtype=np.float64)
+        rel = ts - ts[0]
+        span = float(rel[-1])
+        observed = (len(ts) - 1) / span if span > 0 else self.rate
+        # the same arrival pattern replayed at rate_rps: time shrinks by observed / rate
+        compress = observed / self.rate if self.rate > 0 else 1.0
+        self.window_of = np.minimum((rel // load.width_s).astype(np.int64), len(self.share) - 1)
+        self.window_s = load.width_s * compress
+
+    def waits(self, servers: int, n: int = 1) -> PoolWaits:
+        """Waits in a pool of ``servers``; ``n`` sizes the request arrays when stationary."""
+        c = max(int(servers), 1)
+        lam = self.rate * self.factor
+        x = lam * self.moments.batched_mean / c
+        service, cs2 = self.moments.at(x)
+        util = lam * service / c
+        if not self.fluid and float(util.max()) >= 1.0:
+            # stationary and overloaded: the queue grows without bound
+            n_req = max(n, 1)
+            return PoolWaits(c, util, np.ones(1), np.full(1, np.inf), np.full(n_req, np.inf),
+                             np.zeros(n_req, dtype=np.int64))
+        # with a fluid part, overload beyond the hand-off is the backlog's to carry
+        capped = np.minimum(util, FLUID_HANDOFF_UTILIZATION) if self.fluid else util
+        offered = capped * c
+        # Erlang C for every window at once (Erlang-B recursion over servers)
+        b = np.ones_like(offered)
+        for k in range(1, c + 1):  # loop over servers, vectorised over windows
+            b = offered * b / (k + offered * b)
+        p_wait = b / (1.0 - capped * (1.0 - b))
+        tail = (self.ca2 + cs2) * service / (2.0 * c * (1.0 - capped))
+        p_wait = np.where(lam > 0, np.clip(p_wait, 0.0, 1.0), 0.0)
+        tail = np.where(lam > 0, tail, 0.0)
+        if self.fluid and self.window_of is not None:
+            net = self.window_s * (util - 1.0)  # backlog growth (s of work per instance)
+            level = np.cumsum(net)
+            backlog = level - np.minimum.accumulate(np.minimum(level, 0.0))  # Lindley
+            before = np.concatenate([[0.0], backlog[:-1]])
+            found = np.maximum(before + net / 2.0, 0.0)  # mid-window: half its growth
+            return PoolWaits(c, util, p_wait, tail, found[self.window_of], self.window_of)
+        return PoolWaits(c, util, p_wait, tail, np.zeros(n), np.zeros(n, dtype=np.int64))
+
+    def miss_share(self, servers: int, slack: np.ndarray) -> float:
+        """Share of requests whose wait exceeds their slack."""
+        return float(np.mean(self.waits(servers, len(slack)).exceed(slack)))
+
+    def smallest(self, slack: np.ndarray, budget: float) -> int:
+        """The smallest pool whose miss share is within ``budget`` (misses fall with size)."""
+        def ok(c: int) -> bool:
+            return self.miss_share(c, slack) <= budget
+
+        if self.rate <= 0:
+            return 1
+        # below half the busy instances of full batching nearly everything is overloaded
+        lo = max(1, math.floor(0.5 * self.rate * self.moments.batched_mean))
+        if ok(lo):
+            while lo > 1 and ok(lo - 1):
+                lo -= 1
+            return lo
+        hi = max(lo + 1, 2 * lo)
+        while not ok(hi):
+            lo = hi
+            hi *= 2
+            if hi > MAX_SERVERS:
+                raise ValueError("no prefill pool size meets the TTFT criterion")
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def overloaded_share(self, servers: int) -> float:
+        """Share of requests arriving in windows whose rate exceeds the pool's capacity."""
+        util = self.waits(servers).utilization
+        return float(np.dot(self.share, util >= 1.0))
+
+    def mean_wait_s(self, servers: int, n: int) -> float:
+        """Mean wait over requests (fluid + stochastic)."""
+        w = self.waits(servers, n)
+        stochastic = (w.p_wait * w.tail_s)[w.window]
+        return float(np.mean(w.fluid_s + stochastic))
+
+    def ttft_quantile(self, servers: int, bare: np.ndarray, q: float) -> float:
+        """The ``q``-quantile of TTFT = wait + bare TTFT over the requests."""
+        w = self.waits(servers, len(bare))
+
+        def above(t: float) -> float:
+            return float(np.mean(w.exceed(t - bare)))
+
+        lo = float(np.quantile(bare, q))
+        if above(lo) <= 1 - q:
+            return lo
+        hi = lo + 1.0
+        while above(hi) > 1 - q:
+            hi = lo + 2 * (hi - lo)
+            if hi - lo > 1e7:
+                return math.inf
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            if above(mid) > 1 - q:
+                lo = mid
+            else:
+                hi = mid
+        return hi

@@ -1,0 +1,260 @@
+"""SLO-aware instance counts, the continuous ratio, the mean-based comparison and the band.
+
+Prefill count: the smallest pool whose queueing keeps TTFT within the objective for the
+target share of requests. The wait ``W`` in a pool of ``c`` instances is Allen–Cunneen's G/G/c
+(Erlang C × ``(ca² + cs²)/2``, Kingman for one server) with an exponential tail, per load
+window, plus the fluid backlog of bursts (``pool.py``); a request ``i`` with bare TTFT ``D_i`` (its prefill + KV transfer) misses
+when ``W > SLO − D_i``, so the miss share is ``mean_i P(W > SLO − D_i)`` over the whole length
+distribution and every window; and the pool is at most ``PREFILL_MAX_UTILIZATION`` busy.
+Decode count:
+``ceil(λ / decode capacity)`` with the batch already held to the TPOT objective. Both are at
+least what the links need at ``TRANSFER_MAX_UTILIZATION``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Final
+
+import numpy as np
+
+from pdprobe.analysis.base import RatioBandEntry
+from pdprobe.analysis.capacity.mix import WorkloadMix
+from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
+from pdprobe.analysis.capacity.queueing import md1_ttft_s
+from pdprobe.analysis.capacity.rates import (
+    TRANSFER_MAX_UTILIZATION,
+    ModelInputs,
+    StageRates,
+    bare_ttft_s,
+    decode_count_for_memory,
+    stage_rates,
+    transfer_tokens,
+)
+
+# Objectives when none are given. TTFT 2 s is MLPerf's Llama-2-70B server-scenario bound and
+# keeps a chat reply feeling immediate; TPOT 0.1 s (10 tokens/s, faster than reading) is
+# DistServe's default decode objective.
+DEFAULT_SLO_TTFT_S: Final = 2.0
+DEFAULT_SLO_TPOT_S: Final = 0.1
+# Objectives hold for this share of requests (DistServe's P90 attainment).
+SLO_ATTAINMENT: Final = 0.9
+# At least this share of the miss budget is left for queueing: when more requests than that
+# miss TTFT on bare prefill + transfer alone, no instance count meets the objective and the
+# pool is sized against the bare-TTFT quantile instead (Dynamo #11624: extra replicas cannot
+# fix single-request TTFT).
+QUEUE_MISS_SHARE: Final = 0.5
+# Plan prefill instances at most this busy on average. aiconfigurator derates prefill
+# throughput by the same 0.9; near saturation a queue takes minutes to settle and the wait
+# tail of heavy-tailed prompts is heavier than the exponential the G/G/c estimate assumes
+# (the backtest's Mooncake-synthetic cases at 4x load need it).
+PREFILL_MAX_UTILIZATION: Final = 0.9
+# Bare-TTFT distribution compressed to this many quantiles for the pool search.
+TTFT_QUANTILES: Final = 1000
+# What-if shifts for the band: planning error on load, and a prefix-cache hit-rate change.
+BAND_LOAD_FACTORS: Final = (0.8, 1.2)
+BAND_HIT_RATE_SHIFT: Final = 0.1
+# Ceil with a tolerance so that float noise (3.0000000001) does not add an instance.
+CEIL_EPS: Final = 1e-9
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float
+    tpot_s: float
+    ttft_default: bool = False
+    tpot_default: bool = False
+    attainment: float = SLO_ATTAINMENT
+
+    @classmethod
+    def of(cls, ttft_s: float | None, tpot_s: float | None) -> Slo:
+        return cls(ttft_s if ttft_s else DEFAULT_SLO_TTFT_S,
+                   tpot_s if tpot_s else DEFAULT_SLO_TPOT_S,
+                   ttft_default=not ttft_s, tpot_default=not tpot_s)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Counts and the estimates behind them for one workload mix and load."""
+
+    rates: StageRates
+    rate_rps: float
+    prefill: int
+    decode: int
+    theoretical_ratio: float
+    prefill_limit: str  # "ttft-slo", "utilization" (PREFILL_MAX_UTILIZATION) or "transfer"
+    decode_limit: str  # "throughput", "kv-memory" (fluctuation headroom) or "transfer"
+    prefill_utilization: float
+    decode_utilization: float
+    transfer_utilization: float
+    binding: str
+    ttft_target_s: float  # the TTFT level sized against (the SLO, or the bare p95 if above it)
+    ttft_p90_s: float  # estimated at the recommended prefill count
+    ttft_mean_s: float  # G/G/c mean wait + mean bare TTFT
+    md1_ttft_s: float  # DistServe's M/D/1 cross-check at the same per-instance load
+    ttft_attainment: float  # predicted share of requests within the TTFT objective
+    infeasible_ttft_fraction: float  # share whose bare TTFT already exceeds the objective
+    transfer_required_bytes_per_s: float  # per node, on the busier side
+    notes: tuple[str, ...] = ()
+
+
+def ceil_count(x: float) -> int:
+    if not math.isfinite(x):
+        raise ValueError("count is not finite")
+    return max(1, math.ceil(x - CEIL_EPS))
+
+
+def _quantile_sample(values: np.ndarray, n: int) -> np.ndarray:
+    if len(values) <= n:
+        return values
+    return np.quantile(values, (np.arange(n) + 0.5) / n)
+
+
+def utilizations(rates: StageRates, rate_rps: float, prefill: int, decode: int,
+                 link_bytes_per_s: float) -> tuple[float, float, float, float]:
+    """(prefill, decode, transfer) utilisation and transfer bytes/s per node at given counts."""
+    up = rate_rps / (prefill * rates.prefill_capacity_rps)
+    ud = rate_rps / (decode * rates.decode_capacity_rps)
+    per_node = rate_rps * rates.transfer_bytes_per_request / min(prefill, decode)
+    return up, ud, per_node / link_bytes_per_s, per_node
+
+
+def binding_stage(up: float, ud: float, ux: float) -> str:
+    """The stage nearest its limit (the short board of the three)."""
+    stages = {"prefill": up, "decode": ud, "transfer": ux / TRANSFER_MAX_UTILIZATION}
+    return max(stages, key=lambda k: stages[k])
+
+
+def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo) -> Recommendation:
+    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives."""
+    rates = stage_rates(mix, model, slo.tpot_s)
+    lam = mix.rate_rps
+    notes: list[str] = []
+    bare = bare_ttft_s(mix, model)
+    miss_budget = 1.0 - slo.attainment
+    infeasible = float(np.mean(bare > slo.ttft_s))
+    target = slo.ttft_s
+    # "higher": a real sample, so at most that share of requests lies above it
+    bare_q = float(np.quantile(bare, 1.0 - QUEUE_MISS_SHARE * miss_budget, method="higher"))
+    if bare_q > slo.ttft_s:
+        target = bare_q
+        notes.append(
+            f"{infeasible:.0%} of requests miss the {slo.ttft_s:g} s TTFT objective on prefill "
+            f"and KV transfer alone (p{100 * (1 - QUEUE_MISS_SHARE * miss_budget):.0f} bare "
+            f"TTFT {bare_q:.2f} s); no prefill count fixes that, so the pool is sized to keep "
+            f"p{100 * slo.attainment:.0f} queueing within that level instead")
+    u = mix.uncached_tokens
+    batched = model.prefill.batched_s(u, mix.cached_tokens)
+    moments = ServiceMoments.of(model.prefill.alone_s(u, mix.cached_tokens), batched)
+    if mix.load is not None and mix.arrival_ts is not None:
+        pool = PrefillPool(lam, mix.arrival_cv2, moments, mix.load, mix.arrival_ts)
+        sample = bare  # per request, in arrival order: the backlog depends on the window
+    else:
+        pool = PrefillPool(lam, mix.arrival_cv2, moments)
+        sample = _quantile_sample(bare, TTFT_QUANTILES)
+    x_count = ceil_count(lam / rates.transfer_capacity_rps) if lam > 0 else 1
+    slo_count = pool.smallest(target - sample, miss_budget)
+    util_count = ceil_count(lam * moments.batched_mean / PREFILL_MAX_UTILIZATION) \
+        if lam > 0 else 1
+    prefill = max(slo_count, util_count, x_count)
+    prefill_limit = ("transfer" if x_count == prefill and x_count > max(slo_count, util_count)
+                     else "utilization" if util_count > slo_count else "ttft-slo")
+    d_count = ceil_count(lam / rates.decode_capacity_rps) if lam > 0 else 1
+    m_count = decode_count_for_memory(mix, model.decode, lam) if lam > 0 else 1
+    decode = max(d_count, m_count, x_count)
+    decode_limit = ("transfer" if x_count >= decode and x_count > max(d_count, m_count) else
+                    "kv-memory" if m_count > d_count else "throughput")
+    if not rates.decode_slo_feasible:
+        notes.append(f"even one sequence per decode step takes "
+                     f"{model.decode.step_s(1, rates.decode_context_tokens):.3f} s, over the "
+                     f"{slo.tpot_s:g} s TPOT objective: no decode count meets it")
+    overloaded = pool.overloaded_share(prefill)
+    if overloaded > 0:
+        notes.append(f"{overloaded:.1%} of requests arrive in {pool_window(mix)} windows whose "
+                     f"rate exceeds what {prefill} prefill instances serve; they queue "
+                     "until the burst passes (sized so that the objective still holds for "
+                     f"{slo.attainment:.0%} of all requests)")
+    attainment = float(1.0 - pool.miss_share(prefill, slo.ttft_s - sample))
+    p90 = pool.ttft_quantile(prefill, sample, slo.attainment)
+    mean_service = float(moments.at(np.array([lam * moments.batched_mean / prefill]))[0][0])
+    up, ud, ux, per_node = utilizations(rates, lam, prefill, decode, model.link_bytes_per_s)
+    return Recommendation(
+        rates=rates, rate_rps=lam, prefill=prefill, decode=decode,
+        theoretical_ratio=rates.theoretical_ratio,
+        prefill_limit=prefill_limit, decode_limit=decode_limit,
+        prefill_utilization=up, decode_utilization=ud, transfer_utilization=ux,
+        binding=binding_stage(up, ud, ux),
+        ttft_target_s=target, ttft_p90_s=p90,
+        ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + float(bare.mean()),
+        md1_ttft_s=md1_ttft_s(mean_service, lam / prefill),
+        ttft_attainment=attainment, infeasible_ttft_fraction=infeasible,
+        transfer_required_bytes_per_s=per_node, notes=tuple(notes),
+    )
+
+
+def pool_window(mix: WorkloadMix) -> str:
+    return f"{mix.load.width_s:.0f} s" if mix.load is not None else "whole-trace"
+
+
+@dataclass(frozen=True)
+class MeanBased:
+    """The Dynamo-planner answer from mean lengths: ``f(mean ISL)``, ``ctx = ISL + OSL/2``."""
+
+    rates: StageRates
+    prefill: int
+    decode: int
+    ratio: float
+    jensen_gap_prefill: float  # E[f(u)] / f(E[u]) - 1
+    jensen_gap_decode: float  # kappa / (mean ISL + mean OSL / 2) - 1
+
+
+def mean_based(mix: WorkloadMix, model: ModelInputs, slo: Slo,
+               full: StageRates | None = None) -> MeanBased:
+    """Counts as a mean-based planner computes them: ``ceil(λ / engine rate at the means)``."""
+    full = full or stage_rates(mix, model, slo.tpot_s)
+    rates = stage_rates(mix.collapsed(), model, slo.tpot_s)
+    lam = mix.rate_rps
+    return MeanBased(
+        rates=rates,
+        prefill=ceil_count(lam / rates.prefill_capacity_rps) if lam > 0 else 1,
+        decode=ceil_count(lam / rates.decode_capacity_rps) if lam > 0 else 1,
+        ratio=rates.decode_capacity_rps / rates.prefill_capacity_rps,
+        jensen_gap_prefill=full.prefill_service_s / rates.prefill_service_s - 1.0,
+        jensen_gap_decode=full.decode_context_tokens / rates.decode_context_tokens - 1.0,
+    )
+
+
+def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
+         hit_rate_known: bool = True) -> tuple[RatioBandEntry, ...]:
+    """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points."""
+    cases: list[tuple[str, WorkloadMix]] = []
+    for f in BAND_LOAD_FACTORS:
+        cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)",
+                      mix.with_rate(mix.rate_rps * f)))
+    p90_prompt = float(np.quantile(mix.prompt_tokens, 0.9))
+    p90_output = float(np.quantile(mix.output_tokens, 0.9))
+    cases.append((f"p90 lengths (prompt {p90_prompt:,.0f}, output {p90_output:,.0f})",
+                   mix.at_lengths(p90_prompt, p90_output, "p90 lengths")))
+    h = mix.hit_rate
+    if h + BAND_HIT_RATE_SHIFT < 1.0:
+        cases.append((f"hit rate {h + BAND_HIT_RATE_SHIFT:.0%} (+{BAND_HIT_RATE_SHIFT * 100:.0f} "
+                      f"pts{'' if hit_rate_known else ' from an unknown, assumed 0'})",
+                      mix.with_hit_rate_shift(BAND_HIT_RATE_SHIFT)))
+    if h > 0:
+        cases.append((f"hit rate {max(h - BAND_HIT_RATE_SHIFT, 0):.0%} "
+                      f"(-{min(BAND_HIT_RATE_SHIFT, h) * 100:.0f} pts)",
+                      mix.with_hit_rate_shift(-BAND_HIT_RATE_SHIFT)))
+    out = []
+    for label, m in cases:
+        r = recommend(m, model, slo)
+        out.append(RatioBandEntry(label=label, prefill=r.prefill, decode=r.decode,
+                                  theoretical_ratio=r.theoretical_ratio, binding=r.binding))
+    return tuple(out)
+
+
+def with_notes(rec: Recommendation, *notes: str) -> Recommendation:
+    return replace(rec, notes=rec.notes + notes)
+
+
+__all__ = ["Recommendation", "Slo", "band", "mean_based", "recommend", "transfer_tokens"]

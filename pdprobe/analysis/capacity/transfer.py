@@ -1,0 +1,168 @@
+"""KV-transfer side of the balance: bytes per token and the usable link bandwidth.
+
+Bytes per token come from the model shape (``Profile.kv_bytes_per_token``: grouped-query
+heads, replicated when tensor parallelism exceeds the KV heads; MLA latent) or, better, from
+what was measured on the wire (``kv_bytes`` per request, or the transfer-bytes histogram
+against KV-received tokens). Link bandwidth comes from node_exporter's InfiniBand port rates
+(or the highest throughput observed), else the profile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.profiles import BUILTIN_PROFILES, Profile
+
+if TYPE_CHECKING:
+    from pdprobe.dataset import Dataset
+
+# Share of the line rate KV transfer really gets: Mooncake's transfer engine reached 82 % of
+# 200 GB/s (164.3 GB/s) between H20 nodes; protocol headers and descriptor posting take the rest.
+LINK_USABLE_FRACTION: Final = 0.8
+# Fewer transfers than this and a bytes-per-token figure is anecdotal.
+MIN_KV_OBSERVATIONS: Final = 5
+# A measured bytes-per-token this far from the profile's model shape means another model,
+# dtype or parallelism; the measurement wins and a note says so.
+KV_BYTES_MISMATCH_FACTOR: Final = 1.5
+# A built-in profile is taken as the deployment's model when its KV bytes per token match the
+# measured figure this closely (replication and dtype make the figure quite distinctive).
+KV_BYTES_MATCH_TOLERANCE: Final = 0.05
+# Bin width for the highest observed RDMA throughput: long enough to average out bursts of a
+# single large transfer, short enough to catch sustained peaks.
+OBSERVED_THROUGHPUT_STEP_S: Final = 10.0
+PORT_ACTIVE: Final = 4.0
+
+
+@dataclass(frozen=True)
+class KvBytes:
+    """Bytes moved per transferred token and which tokens count ("uncached" or "prompt")."""
+
+    bytes_per_token: float
+    basis: str
+    source: str
+    n: int = 0
+
+
+def kv_bytes_from_profile(profile: Profile) -> KvBytes:
+    shape = profile.model
+    kind = "MLA latent" if shape.is_mla else (
+        f"{shape.num_kv_heads} KV heads, TP{profile.gpus_per_instance}"
+        + (" (heads replicated)" if shape.num_kv_heads < profile.gpus_per_instance else ""))
+    return KvBytes(float(profile.kv_bytes_per_token), "uncached",
+                   f"model shape of {shape.name} ({kind}) in profile {profile.name}")
+
+
+def measured_kv_bytes(dataset: Dataset) -> KvBytes | str:
+    """Bytes per token from measured transfers, or why not."""
+    req = dataset.requests
+    if dataset.has_request_column("kv_bytes"):
+        kv = req["kv_bytes"].to_numpy(dtype=np.float64, na_value=np.nan)
+        prompt = req["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+        cached = (req["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+                  if dataset.has_request_column("cached_tokens") else np.zeros(len(req)))
+        cached = np.nan_to_num(cached, nan=0.0)
+        ok = np.isfinite(kv) & (kv > 0) & np.isfinite(prompt) & (prompt >= 1)
+        if ok.sum() >= MIN_KV_OBSERVATIONS:
+            kv, prompt, cached = kv[ok], prompt[ok], cached[ok]
+            uncached = np.maximum(prompt - cached, 1.0)
+            # The basis whose per-request ratio varies less is the one the connector moves:
+            # the whole prompt, or only what the decode side does not already hold.
+            cv = {name: float(np.std(kv / tok) / np.mean(kv / tok))
+                  for name, tok in (("prompt", prompt), ("uncached", uncached))}
+            basis = "uncached" if cv["uncached"] < cv["prompt"] else "prompt"
+            tokens = uncached if basis == "uncached" else prompt
+            value = float(kv.sum() / tokens.sum())
+            return KvBytes(value, basis, f"measured kv_bytes of {int(ok.sum())} requests "
+                                         f"per {basis} prompt token", int(ok.sum()))
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import counter_increase_by_instance, histogram_window
+
+    if dataset.metrics.empty:
+        return "no kv_bytes column and no transfer metrics"
+    hist = histogram_window(dataset.metrics, S.KV_TRANSFER_BYTES)
+    received = counter_increase_by_instance(dataset.metrics, S.KV_RECEIVED_TOKENS_TOTAL)
+    total_bytes = float(hist.attrs.get("sum", float("nan"))) if len(hist) else float("nan")
+    count = float(hist.attrs.get("count", float("nan"))) if len(hist) else float("nan")
+    tokens = float(received.sum()) if len(received) else float("nan")
+    if not (total_bytes > 0 and tokens > 0 and count >= MIN_KV_OBSERVATIONS):
+        return "no kv_bytes column, and no transfer-bytes histogram with a KV-received-token counter"
+    return KvBytes(total_bytes / tokens, "uncached",
+                   f"transfer-bytes histogram over KV-received tokens ({count:.0f} transfers)",
+                   int(count))
+
+
+def profile_matching_kv_bytes(bytes_per_token: float) -> Profile | None:
+    """The built-in profile whose model shape gives this many KV bytes per token, if one does."""
+    from pdprobe.profiles import DEFAULT_PROFILE
+
+    matches = [p for p in BUILTIN_PROFILES.values()
+               if abs(p.kv_bytes_per_token / bytes_per_token - 1.0) <= KV_BYTES_MATCH_TOLERANCE]
+    if not matches:
+        return None
+    for p in matches:
+        if p.name == DEFAULT_PROFILE:
+            return p
+    return matches[0]
+
+
+@dataclass(frozen=True)
+class LinkCapacity:
+    """Usable KV-transfer bandwidth per instance, and how it was found."""
+
+    bytes_per_s: float
+    source: str
+
+
+def link_capacity(dataset: Dataset | None, profile: Profile) -> LinkCapacity:
+    """Per-instance usable bandwidth: measured port rates or observed peaks, else the profile."""
+    fallback = LinkCapacity(profile.link_bytes_per_s, f"profile {profile.name}")
+    if dataset is None or dataset.network.empty:
+        return fallback
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import rate_series
+
+    net = dataset.network
+    rates = net[(net["signal"] == S.LINK_RATE_BYTES_PER_S) & net["value"].notna()]
+    per_node: dict[str, float] = {}
+    how = ""
+    if len(rates):
+        last = rates.sort_values("ts").groupby(["node", "device", "port"], dropna=False).last()
+        state = net[net["signal"] == S.PORT_STATE].sort_values("ts")
+        if len(state):
+            st = state.groupby(["node", "device", "port"], dropna=False)["value"].last()
+            active = st.reindex(last.index)
+            last = last[active.isna() | (active == PORT_ACTIVE)]
+        node_rate = last.groupby(level="node")["value"].sum() * LINK_USABLE_FRACTION
+        per_node = {str(k): float(v) for k, v in node_rate.items() if v > 0}
+        how = f"port rates × {LINK_USABLE_FRACTION:g}"
+    tx = rate_series(net, S.RDMA_TX_BYTES_TOTAL, OBSERVED_THROUGHPUT_STEP_S,
+                     key=["node", "device", "port"])
+    rx = rate_series(net, S.RDMA_RX_BYTES_TOTAL, OBSERVED_THROUGHPUT_STEP_S,
+                     key=["node", "device", "port"])
+    peaks: dict[str, float] = {}
+    for frame in (tx, rx):
+        if len(frame):
+            per_bin = frame.groupby(["ts", "node"])["rate"].sum()
+            for node, peak in per_bin.groupby(level="node").max().items():
+                peaks[str(node)] = max(peaks.get(str(node), 0.0), float(peak))
+    raised = [node for node, peak in peaks.items() if peak > per_node.get(node, 0.0)]
+    for node in raised:
+        per_node[node] = peaks[node]
+    if raised:
+        how = (how + "; " if how else "") + f"observed peak throughput on {len(raised)} nodes"
+    if not per_node:
+        return fallback
+    # A node's NICs are shared by the instances on it; KV flows out of prefill nodes.
+    by_node: dict[str, int] = {}
+    for inst in dataset.instances:
+        if inst.node and inst.role in ("prefill", "decode"):
+            by_node[inst.node] = by_node.get(inst.node, 0) + 1
+    shares = [rate / max(by_node.get(node, 1), 1) for node, rate in per_node.items()]
+    value = float(np.median(shares))
+    if not math.isfinite(value) or value <= 0:
+        return fallback
+    return LinkCapacity(value, f"measured on {len(per_node)} nodes ({how}), per instance")

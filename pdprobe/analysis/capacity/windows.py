@@ -1,0 +1,229 @@
+"""The capacity estimate per time window, next to the instances deployed in that window.
+
+A window's estimate uses the requests that arrived in it (their own lengths and burstiness)
+with the model fitted over the whole capture. Deployed counts are the instances of each role
+that reported samples or served requests in the window; offered load is arrivals (or the
+started-requests counter), served load is completions (or the finished-requests counter).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.analysis.base import RatioWindow
+from pdprobe.analysis.capacity.mix import WorkloadMix
+from pdprobe.analysis.capacity.rates import ModelInputs
+from pdprobe.analysis.capacity.recommend import Slo, binding_stage, recommend, utilizations
+from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.dataset import Dataset
+
+# A window needs this many requests for its length mix and burstiness to mean something.
+MIN_WINDOW_REQUESTS: Final = 20
+# A trailing window shorter than this share of the window length is merged into the previous.
+MIN_TAIL_FRACTION: Final = 0.5
+# Cap on the number of windows (a week at 5 minutes is 2016); wider windows beyond it.
+MAX_WINDOWS: Final = 2000
+
+
+def window_edges(start: float, end: float, window_s: float) -> np.ndarray:
+    """Window boundaries covering [start, end]; a short tail joins the last full window."""
+    span = end - start
+    if span <= 0:
+        return np.array([start, start + window_s])
+    width = max(window_s, span / MAX_WINDOWS)
+    n = max(int(span // width), 1)
+    edges = start + width * np.arange(n + 1)
+    tail = end - edges[-1]
+    if tail > MIN_TAIL_FRACTION * width or n == 0:
+        edges = np.append(edges, end)
+    else:
+        edges[-1] = end
+    return edges
+
+
+def _active_instances(dataset: Dataset, role: str, lo: float, hi: float) -> int | None:
+    names = {i.name for i in dataset.instances_of(role)}  # type: ignore[arg-type]
+    if not names:
+        return None
+    seen: set[str] = set()
+    m = dataset.metrics
+    if len(m):
+        inside = m[(m["ts"] >= lo) & (m["ts"] < hi)]
+        seen |= set(inside["instance"].dropna().astype(str).unique()) & names
+    req = dataset.requests
+    col = f"{role}_instance"
+    if len(req) and dataset.has_request_column(col):
+        inside_r = req[(req["arrival_ts"] >= lo) & (req["arrival_ts"] < hi)]
+        seen |= set(inside_r[col].dropna().astype(str).unique())
+    return len(seen) if seen else None
+
+
+def _served_rate(dataset: Dataset, lo: float, hi: float) -> float | None:
+    req = dataset.requests
+    if len(req) and dataset.has_request_column("e2e_s"):
+        done = req["arrival_ts"] + req["e2e_s"]
+        ok = done.notna()
+        if dataset.has_request_column("status"):
+            ok &= req["status"].fillna("ok") == "ok"
+        n = int(((done >= lo) & (done < hi) & ok).sum())
+        return n / (hi - lo)
+    if dataset.metrics.empty:
+        return None
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import counter_increase_by_instance
+
+    inc = counter_increase_by_instance(dataset.metrics, S.REQUESTS_FINISHED_TOTAL, lo, hi)
+    decode = [i.name for i in dataset.instances_of("decode")]
+    if decode:
+        inc = inc[inc.index.isin(decode)]
+    total = float(inc.dropna().sum()) if len(inc.dropna()) else math.nan
+    return total / (hi - lo) if math.isfinite(total) else None
+
+
+def _offered_rate(dataset: Dataset, lo: float, hi: float, arrivals: int | None) -> float | None:
+    if arrivals is not None:
+        return arrivals / (hi - lo)
+    if dataset.metrics.empty:
+        return None
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import counter_increase_by_instance
+
+    inc = counter_increase_by_instance(dataset.metrics, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
+    return float(inc.sum()) / (hi - lo) if len(inc) else None
+
+
+def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs, slo: Slo,
+                  window_s: float) -> tuple[RatioWindow, ...]:
+    """One ``RatioWindow`` per window of the capture (empty when arrival times are unknown)."""
+    ts = mix.arrival_ts
+    if ts is None or len(ts) < 2:
+        if dataset is not None and dataset.requests.empty and not dataset.metrics.empty:
+            return metric_windows(dataset, mix, model, slo, window_s)
+        return ()
+    edges = window_edges(float(ts[0]), float(ts[-1]), window_s)
+    idx = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, len(edges) - 2)
+    out = []
+    for w in range(len(edges) - 1):  # loop over windows, vectorised over their requests
+        lo, hi = float(edges[w]), float(edges[w + 1])
+        mask = idx == w
+        n = int(mask.sum())
+        dur = hi - lo
+        mean_p = float(mix.prompt_tokens[mask].mean()) if n else math.nan
+        mean_o = float(mix.output_tokens[mask].mean()) if n else math.nan
+        dep_p = _active_instances(dataset, "prefill", lo, hi) if dataset else None
+        dep_d = _active_instances(dataset, "decode", lo, hi) if dataset else None
+        served = _served_rate(dataset, lo, hi) if dataset else None
+        base = RatioWindow(
+            start_ts=lo, end_ts=hi,
+            theoretical_ratio=Missing(f"only {n} requests in the window "
+                                      f"({MIN_WINDOW_REQUESTS} needed)"),
+            recommended_prefill=Missing("too few requests in the window"),
+            recommended_decode=Missing("too few requests in the window"),
+            deployed_prefill=dep_p if dep_p is not None else Missing("no prefill instance seen"),
+            deployed_decode=dep_d if dep_d is not None else Missing("no decode instance seen"),
+            arrival_rate_rps=n / dur, mean_prompt_tokens=mean_p, mean_output_tokens=mean_o,
+            requests=n,
+            offered_rate_rps=n / dur,
+            served_rate_rps=served if served is not None else Missing("no completion times "
+                                                                     "or finished counter"),
+        )
+        if n < MIN_WINDOW_REQUESTS:
+            out.append(base)
+            continue
+        sub = mix.subset(mask, n / dur, f"window {w}", slo.ttft_s)
+        rec = recommend(sub, model, slo)
+        binding = rec.binding
+        if dep_p and dep_d:
+            up, ud, ux, _ = utilizations(rec.rates, sub.rate_rps, dep_p, dep_d,
+                                         model.link_bytes_per_s)
+            binding = binding_stage(up, ud, ux)
+        out.append(replace(
+            base,
+            theoretical_ratio=rec.theoretical_ratio,
+            recommended_prefill=rec.prefill, recommended_decode=rec.decode,
+            producer_tokens_per_s=sub.rate_rps * rec.rates.mean_uncached_tokens,
+            consumer_tokens_per_s=sub.rate_rps * rec.rates.mean_output_tokens,
+            binding=binding,
+        ))
+    return tuple(out)
+
+
+def _histogram_mean(metrics: pd.DataFrame, signal: str, lo: float, hi: float,
+                    instances: list[str] | None) -> tuple[float, float]:
+    """(count, mean) of a histogram's observations within [lo, hi]."""
+    from pdprobe.analysis.promql import histogram_window
+
+    hist = histogram_window(metrics, signal, lo, hi, instances=instances)
+    count = float(hist.attrs.get("count", math.nan)) if len(hist) else math.nan
+    total = float(hist.attrs.get("sum", math.nan)) if len(hist) else math.nan
+    return count, (total / count if count > 0 else math.nan)
+
+
+def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: Slo,
+                   window_s: float) -> tuple[RatioWindow, ...]:
+    """Windows from engine metrics alone: counts and mean lengths from the length histograms.
+
+    Each window's mix is the whole capture's length sample scaled to that window's mean
+    prompt and output lengths (the shape is known only over the whole capture), at the
+    window's request rate; arrivals within it are taken as Poisson.
+    """
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import counter_increase_by_instance
+
+    metrics = dataset.metrics
+    decode = [i.name for i in dataset.instances_of("decode")] or None
+    edges = window_edges(float(metrics["ts"].min()), float(metrics["ts"].max()), window_s)
+    base_p, base_o = float(mix.prompt_tokens.mean()), float(mix.output_tokens.mean())
+    out = []
+    for w in range(len(edges) - 1):  # loop over windows
+        lo, hi = float(edges[w]), float(edges[w + 1])
+        dur = hi - lo
+        n, mean_p = _histogram_mean(metrics, S.PROMPT_TOKENS, lo, hi, decode)
+        _, mean_o = _histogram_mean(metrics, S.OUTPUT_TOKENS, lo, hi, decode)
+        dep_p = _active_instances(dataset, "prefill", lo, hi)
+        dep_d = _active_instances(dataset, "decode", lo, hi)
+        started = counter_increase_by_instance(metrics, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
+        offered = float(started.sum()) / dur if len(started) else (n / dur if n > 0 else None)
+        served = _served_rate(dataset, lo, hi)
+        count = int(n) if math.isfinite(n) else 0
+        base = RatioWindow(
+            start_ts=lo, end_ts=hi,
+            theoretical_ratio=Missing(f"only {count} requests in the window "
+                                      f"({MIN_WINDOW_REQUESTS} needed)"),
+            recommended_prefill=Missing("too few requests in the window"),
+            recommended_decode=Missing("too few requests in the window"),
+            deployed_prefill=dep_p if dep_p is not None else Missing("no prefill instance seen"),
+            deployed_decode=dep_d if dep_d is not None else Missing("no decode instance seen"),
+            arrival_rate_rps=count / dur, mean_prompt_tokens=mean_p, mean_output_tokens=mean_o,
+            requests=count,
+            offered_rate_rps=offered if offered is not None else Missing("no request counter"),
+            served_rate_rps=served if served is not None else Missing("no finished counter"),
+        )
+        if count < MIN_WINDOW_REQUESTS or not (mean_p > 0 and mean_o > 0):
+            out.append(base)
+            continue
+        rate = (offered if offered else count / dur)
+        sub = replace(mix, prompt_tokens=mix.prompt_tokens * (mean_p / base_p),
+                      cached_tokens=mix.cached_tokens * (mean_p / base_p),
+                      output_tokens=np.maximum(mix.output_tokens * (mean_o / base_o), 1.0),
+                      rate_rps=rate, description=f"window {w}")
+        rec = recommend(sub, model, slo)
+        binding = rec.binding
+        if dep_p and dep_d:
+            up, ud, ux, _ = utilizations(rec.rates, rate, dep_p, dep_d, model.link_bytes_per_s)
+            binding = binding_stage(up, ud, ux)
+        out.append(replace(
+            base, theoretical_ratio=rec.theoretical_ratio, recommended_prefill=rec.prefill,
+            recommended_decode=rec.decode, binding=binding,
+            producer_tokens_per_s=rate * rec.rates.mean_uncached_tokens,
+            consumer_tokens_per_s=rate * rec.rates.mean_output_tokens,
+        ))
+    return tuple(out)

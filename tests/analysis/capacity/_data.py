@@ -1,0 +1,56 @@
+"""Small generated inputs for the capacity-model tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from pdprobe.analysis.capacity.mix import WorkloadMix
+from pdprobe.analysis.capacity.perf_fit import DecodeModel, PrefillModel
+from pdprobe.analysis.capacity.rates import ModelInputs
+from pdprobe.analysis.capacity.transfer import KvBytes
+from pdprobe.dataset import (
+    EVENT_COLUMNS,
+    METRIC_COLUMNS,
+    NETWORK_COLUMNS,
+    REQUEST_COLUMNS,
+    Dataset,
+    InstanceInfo,
+    conform,
+    empty_frame,
+)
+
+
+def dataset(requests: Mapping[str, object] | pd.DataFrame | None = None, *,
+            metrics: pd.DataFrame | None = None, network: pd.DataFrame | None = None,
+            instances: tuple[InstanceInfo, ...] = ()) -> Dataset:
+    frame = pd.DataFrame(requests) if requests is not None else pd.DataFrame()
+    cols = frozenset(frame.columns) & frozenset(REQUEST_COLUMNS)
+    req = conform(frame, REQUEST_COLUMNS) if len(frame) else empty_frame(REQUEST_COLUMNS)
+    return Dataset(
+        requests=req,
+        metrics=conform(metrics, METRIC_COLUMNS) if metrics is not None else empty_frame(METRIC_COLUMNS),
+        network=conform(network, NETWORK_COLUMNS) if network is not None else empty_frame(NETWORK_COLUMNS),
+        events=empty_frame(EVENT_COLUMNS),
+        instances=instances,
+        sources=(),
+        request_columns=cols,
+    )
+
+
+def mix(prompt: list[float] | np.ndarray, output: list[float] | np.ndarray, rate: float = 1.0,
+        cached: list[float] | np.ndarray | None = None, ca2: float = 1.0) -> WorkloadMix:
+    p = np.asarray(prompt, dtype=np.float64)
+    o = np.asarray(output, dtype=np.float64)
+    c = np.zeros(len(p)) if cached is None else np.asarray(cached, dtype=np.float64)
+    return WorkloadMix(p, c, o, rate, ca2, "test", "test mix")
+
+
+def simple_model(*, pa: float = 0.0, pb: float = 1e-4, pc: float = 0.0, budget: int = 8192,
+                 da: float = 0.01, db: float = 0.0, dc: float = 0.0, max_batch: int = 256,
+                 kv_tokens: int = 10**9, bpt: float = 1000.0, link: float = 1e12,
+                 base_latency: float = 0.0) -> ModelInputs:
+    return ModelInputs(PrefillModel(pa, pb, pc, budget), DecodeModel(da, db, dc, max_batch, kv_tokens),
+                       KvBytes(bpt, "uncached", "test"), link, base_latency)

@@ -1,0 +1,103 @@
+"""KV bytes per token (model shape and measured) and link capacity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis.capacity.transfer import (
+    LINK_USABLE_FRACTION,
+    kv_bytes_from_profile,
+    link_capacity,
+    measured_kv_bytes,
+    profile_matching_kv_bytes,
+)
+from pdprobe.dataset import InstanceInfo
+from pdprobe.profiles import DEEPSEEK_V3, LLAMA3_70B, QWEN3_235B, load_profile
+
+from ._data import dataset
+
+
+def test_kv_bytes_llama3_70b() -> None:
+    # 2 (K and V) * 80 layers * 8 KV heads * 128 dims * 2 bytes
+    assert LLAMA3_70B.kv_bytes_per_token_logical() == 327_680
+    assert LLAMA3_70B.kv_bytes_per_token_physical(4) == 327_680
+    assert LLAMA3_70B.kv_bytes_per_token_physical(8) == 327_680
+    kv = kv_bytes_from_profile(load_profile("llama3-70b-h100-tp4"))
+    assert kv.bytes_per_token == 327_680
+    assert kv.basis == "uncached"
+
+
+def test_kv_bytes_qwen3_235b_replicated_at_tp8() -> None:
+    assert QWEN3_235B.kv_bytes_per_token_logical() == 192_512
+    # 4 KV heads on 8 ranks: every rank holds one head, twice the logical volume moves
+    assert QWEN3_235B.kv_bytes_per_token_physical(8) == 385_024
+    # Mooncake's measurement: 12.62 GB for a 32K-token prompt
+    assert pytest.approx(12.62, abs=0.01) == 385_024 * 32_768 / 1e9
+    kv = kv_bytes_from_profile(load_profile("qwen3-235b-h20-tp8"))
+    assert kv.bytes_per_token == 385_024
+    assert "replicated" in kv.source
+
+
+def test_kv_bytes_mla_not_sharded() -> None:
+    # 61 layers * (512 latent + 64 rope) * 2 bytes ~ 70 KB
+    assert DEEPSEEK_V3.kv_bytes_per_token_physical(8) == 61 * 576 * 2
+    assert "MLA" in kv_bytes_from_profile(load_profile("deepseek-v3-h200-tp8")).source
+
+
+def test_measured_kv_bytes_picks_the_basis_that_fits() -> None:
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(1000, 9000, 50)
+    cached = (prompt * rng.uniform(0, 0.8, 50)).astype(int)
+    ds = dataset({"arrival_ts": np.arange(50.0), "prompt_tokens": prompt, "output_tokens": 10,
+                  "cached_tokens": cached, "kv_bytes": (prompt - cached) * 1000.0})
+    kv = measured_kv_bytes(ds)
+    assert not isinstance(kv, str)
+    assert kv.basis == "uncached"
+    assert kv.bytes_per_token == pytest.approx(1000.0)
+    ds2 = dataset({"arrival_ts": np.arange(50.0), "prompt_tokens": prompt, "output_tokens": 10,
+                   "cached_tokens": cached, "kv_bytes": prompt * 327_680.0})
+    kv2 = measured_kv_bytes(ds2)
+    assert not isinstance(kv2, str)
+    assert kv2.basis == "prompt"
+    assert kv2.bytes_per_token == pytest.approx(327_680)
+    assert profile_matching_kv_bytes(kv2.bytes_per_token).name == "llama3-70b-h100-tp4"
+    assert profile_matching_kv_bytes(385_024 * 1.01).name == "qwen3-235b-h20-tp8"
+    assert profile_matching_kv_bytes(123.0) is None
+
+
+def test_measured_kv_bytes_needs_data() -> None:
+    ds = dataset({"arrival_ts": [0.0], "prompt_tokens": [10], "output_tokens": [5]})
+    assert isinstance(measured_kv_bytes(ds), str)
+
+
+def test_link_capacity_from_port_rates_shared_by_instances() -> None:
+    rows = []
+    for node in ("n1", "n2"):
+        for dev in ("mlx5_0", "mlx5_1"):
+            rows.append({"ts": 100.0, "node": node, "device": dev, "port": "1",
+                         "signal": "link_rate_bytes_per_s", "kind": "gauge", "value": 50e9})
+            rows.append({"ts": 100.0, "node": node, "device": dev, "port": "1",
+                         "signal": "port_state", "kind": "gauge", "value": 4.0})
+    # a down port on n2 does not count
+    rows.append({"ts": 100.0, "node": "n2", "device": "mlx5_2", "port": "1",
+                 "signal": "link_rate_bytes_per_s", "kind": "gauge", "value": 50e9})
+    rows.append({"ts": 100.0, "node": "n2", "device": "mlx5_2", "port": "1",
+                 "signal": "port_state", "kind": "gauge", "value": 1.0})
+    insts = (InstanceInfo("n1:8000", "prefill", "t", node="n1"),
+             InstanceInfo("n1:8001", "prefill", "t", node="n1"),
+             InstanceInfo("n2:8000", "decode", "t", node="n2"))
+    ds = dataset(network=pd.DataFrame(rows), instances=insts)
+    cap = link_capacity(ds, load_profile("llama3-70b-h100-tp4"))
+    # n1: 100 GB/s * 0.8 shared by 2 instances = 40; n2: 80 for one; median 60
+    assert cap.bytes_per_s == pytest.approx(np.median([100e9 * LINK_USABLE_FRACTION / 2,
+                                                       100e9 * LINK_USABLE_FRACTION]))
+    assert "measured on 2 nodes" in cap.source
+
+
+def test_link_capacity_falls_back_to_profile() -> None:
+    p = load_profile("llama3-8b-h100")
+    cap = link_capacity(dataset(), p)
+    assert cap.bytes_per_s == p.link_bytes_per_s
+    assert p.name in cap.source
