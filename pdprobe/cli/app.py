@@ -30,6 +30,11 @@ app = typer.Typer(
 COMMAND_MODULES: Final = (
     "pdprobe.cli.diagnose",
     "pdprobe.cli.explain",
+    "pdprobe.cli.ratio",
+    "pdprobe.cli.render",
+    "pdprobe.cli.simulate",
+    "pdprobe.cli.collect",
+    "pdprobe.cli.check",
 )
 
 

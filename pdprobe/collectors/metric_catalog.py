@@ -16,7 +16,8 @@ from typing import Final, Literal
 
 from pdprobe import signals as S
 
-Engine = Literal["vllm", "sglang", "dynamo", "trtllm", "node", "mooncake", "rdma-exporter"]
+Engine = Literal["vllm", "sglang", "dynamo", "trtllm", "node", "mooncake", "rdma-exporter",
+                 "custom"]  # custom: names from a --metrics-map file
 Aggregation = Literal["sum", "max", "mean"]
 Scope = Literal["instance", "network"]
 

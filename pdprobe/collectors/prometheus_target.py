@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PrometheusTarget:
-    url: str
+    url: str = field(repr=False)  # may embed user:password@
     since_s: float = 1800.0  # window length
     until_ts: float | None = None  # window end (Unix s); None = now
     step_s: float | None = None  # None = chosen from the window

@@ -39,10 +39,10 @@ def bundled_sample() -> Path:
 def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     """The fused dataset and a one-line description of where it came from."""
     if request.prometheus is not None:
-        from pdprobe.collectors.prometheus import collect_live
+        from pdprobe.collectors.prometheus import collect_live, display_url
 
         dataset = collect_live(request.prometheus, request.read, request.roles)
-        return dataset, f"Prometheus {request.prometheus.url}"
+        return dataset, f"Prometheus {display_url(request.prometheus.url)}"
     from pdprobe.collectors.files import read_paths
 
     paths = request.paths or (bundled_sample(),)

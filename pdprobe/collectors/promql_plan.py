@@ -1,0 +1,626 @@
+"""Plan the PromQL queries of a live collection: window and steps, families, batches, roles.
+
+Pure functions (no I/O), so the plan can be tested and shown (``pdprobe check``) on its own.
+
+Query design (docs/live.md has the full table):
+
+- one range query per *batch* of metric families of the same engine, kind and aggregation,
+  aggregated on the server to one series per instance (``sum by (__name__, instance, ...)``;
+  ``avg``/``max`` for gauges whose spec says so), so the number of queries grows with the
+  number of metric families found, never with the number of instances; a spec's label filter
+  (``finished_reason=~"abort|error"``) is a matcher of its own batch, so no series is split by
+  a label nobody reads;
+- counters and histograms are fetched as their *raw cumulative* per-instance sums, not as
+  ``increase()``: differences of raw values telescope to the exact increase, whereas
+  ``increase(c[step])`` extrapolates each step and drops what happens between steps (a single
+  failed transfer between two windows would vanish). A restart shows as a drop of the summed
+  series; the few instances with a drop are re-read sample by sample, per sub-series, so what
+  they counted before the restart (between two grid points) is not lost and a reset of one
+  sub-series (one DP engine restarting) is corrected like the offline reader does;
+- engine counters and histograms are read at a coarser step than gauges and node series
+  (``COARSE_TARGET_POINTS`` per window): their increase between two points is exact whatever
+  the step, and a bucket row per ``le`` per instance is what makes answers large;
+- one ``group by (instance, <role labels>)`` query per engine family gives the role labels.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from pdprobe import signals as S
+from pdprobe.collectors import metric_catalog as mc
+from pdprobe.collectors.metric_catalog import MetricSpec, normalise_name
+from pdprobe.collectors.metrics_map import MetricsMap
+from pdprobe.errors import UsageError
+from pdprobe.signals import Role
+
+# --- steps and sizes -------------------------------------------------------------------------
+# The most common scrape interval: a finer step only repeats the same samples.
+MIN_STEP_S: Final = 15.0
+# Points per gauge/counter series over the window: enough for distributions and trends (the
+# analyses bin by minutes), small enough that 500 instances answer in a few MB.
+TARGET_POINTS: Final = 120
+# Points per engine counter and histogram series: one per ~5 min of a 1 h window. Raw cumulative
+# values lose nothing between points (increases stay exact), only the time resolution of rates;
+# histogram buckets are ~20 series per instance and family and dominate the answers' size
+# (Prometheus spends ~2.5 us per returned point).
+COARSE_TARGET_POINTS: Final = 12
+# Prometheus refuses range queries with more points per series than this
+# (web/api/v1: "exceeded maximum resolution of 11,000 points per timeseries").
+MAX_POINTS_PER_SERIES: Final = 11_000
+# Families per gauge/counter query: few enough that one slow or refused query loses little,
+# many enough that a cluster's ~40 families take a handful of round trips.
+BATCH_FAMILIES: Final = 8
+# Instances whose counters dropped in the window (restarts) are re-read sample by sample; beyond
+# this many the raw reads would cost more than the aggregated queries saved.
+MAX_RAW_INSTANCES: Final = 32
+
+# Labels read for roles and names (besides the instance label and ROLE_LABELS).
+NAME_LABELS: Final = ("job", "pod", "pod_name")
+NODE_LABELS: Final = ("node", "kubernetes_node", "nodename")
+# Virtual and container interfaces carry no inter-node KV traffic; leaving them out keeps the
+# netdev query to the physical NICs (a Kubernetes node has one veth per pod).
+VIRTUAL_NETDEVS: Final = "lo|veth.*|cali.*|flannel.*|cni.*|docker.*|br-.*|virbr.*|tun.*|tap.*|vxlan.*|kube-.*|cilium.*|lxc.*"
+
+# Newer name for an older one (normalised): when both are exposed by one instance (vLLM keeps the
+# deprecated names for a few releases), only the newer is read so nothing is counted twice.
+RENAMES: Final[dict[str, str]] = {
+    "vllm_gpu_cache_usage_perc": "vllm_kv_cache_usage_perc",
+    "vllm_gpu_prefix_cache_queries_total": "vllm_prefix_cache_queries_total",
+    "vllm_gpu_prefix_cache_hits_total": "vllm_prefix_cache_hits_total",
+    "vllm_time_per_output_token_seconds": "vllm_inter_token_latency_seconds",
+    "sglang_num_requests_running": "sglang_num_running_reqs",
+    "sglang_num_requests_waiting": "sglang_num_queue_reqs",
+    "sglang_num_prefill_prealloc_queue_reqs": "sglang_num_prefill_bootstrap_queue_reqs",
+    "sglang_num_prefill_infight_queue_reqs": "sglang_num_prefill_inflight_queue_reqs",
+    "dynamo_component_kvstats_gpu_cache_usage_percent": "dynamo_component_gpu_cache_usage_percent",
+    "dynamo_component_kvstats_gpu_prefix_cache_hit_rate": "dynamo_component_kv_cache_hit_rate",
+    # spiderpool's suffix is unverified: the catalog lists both spellings of each counter.
+    **{normalise_name(s.name): normalise_name(s.name) + "_total"
+       for s in mc.ALL_SPECS if s.engine == "rdma-exporter" and not s.name.endswith("_total")},
+}
+# When several engines report the same signal for one instance (a Dynamo vLLM worker exposes
+# vllm:* and dynamo_component_*), the engine's own metrics win.
+ENGINE_PRIORITY: Final[dict[str, int]] = {
+    "vllm": 0, "sglang": 0, "custom": 0, "node": 0, "trtllm": 1, "rdma-exporter": 1,
+    "dynamo": 2, "mooncake": 3,
+}
+# Engine families discovery looks for (regex over __name__), by scope.
+ENGINE_NAME_RE: Final = r"(vllm|sglang)[:_].+|dynamo_.+|trtllm_.+|tent_.+"
+NETWORK_NAME_RE: Final = r"node_infiniband_.+|node_network_(receive|transmit)_bytes_total|rdma_.+"
+_HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))
+
+
+# --------------------------------------------------------------------------------------------
+# Label matchers and escaping
+# --------------------------------------------------------------------------------------------
+
+_MATCHER_RE: Final = re.compile(
+    r"""\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)\s*(?:,|$)""")
+
+
+@dataclass(frozen=True)
+class Matcher:
+    label: str
+    op: str
+    value: str  # unescaped
+
+    def render(self) -> str:
+        return f"{self.label}{self.op}{promql_string(self.value)}"
+
+
+def _unquote(literal: str) -> str:
+    body = literal[1:-1]
+    if literal[0] == "`":
+        return body
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
+
+
+def parse_matchers(text: str, where: str = "--selector") -> tuple[Matcher, ...]:
+    """``namespace="llm", job=~"vllm-.*"`` -> matchers; ``UsageError`` when it is not that."""
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    out: list[Matcher] = []
+    pos = 0
+    body = body.strip()
+    while pos < len(body):
+        m = _MATCHER_RE.match(body, pos)
+        if m is None or m.end() == pos:
+            raise UsageError(f"{where} {text!r} is not a list of PromQL label matchers "
+                             f"(stuck at {body[pos:pos + 20]!r})",
+                             hint='use e.g. namespace="llm", job=~"vllm-.*"')
+        out.append(Matcher(m.group(1), m.group(2), _unquote(m.group(3))))
+        pos = m.end()
+        while pos < len(body) and body[pos].isspace():
+            pos += 1
+    return tuple(out)
+
+
+def promql_string(value: str) -> str:
+    """A double-quoted PromQL string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def re2_escape(value: str) -> str:
+    """Escape ``value`` for a (fully anchored) RE2 regular expression."""
+    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", value)
+
+
+def combine_selectors(*parts: str | None) -> str:
+    """Matchers joined with commas, normalised; empty parts dropped."""
+    out: list[str] = []
+    for part in parts:
+        if part and part.strip().strip("{}").strip():
+            out.extend(m.render() for m in parse_matchers(part))
+    return ", ".join(dict.fromkeys(out))
+
+
+def _selector(*parts: str) -> str:
+    return "{" + ", ".join(p for p in parts if p) + "}"
+
+
+# --------------------------------------------------------------------------------------------
+# Window
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """The evaluation grid: ``start_ts + k * step_s`` for ``k = 0..points-1`` ends at ``end_ts``."""
+
+    start_ts: float
+    end_ts: float
+    step_s: float
+    coarse_step_s: float
+
+    @property
+    def span_s(self) -> float:
+        return self.end_ts - self.start_ts
+
+    @property
+    def points(self) -> int:
+        return round(self.span_s / self.step_s) + 1
+
+    @property
+    def coarse_points(self) -> int:
+        return round(self.span_s / self.coarse_step_s) + 1
+
+
+def choose_window(since_s: float, until_ts: float, step_s: float | None = None) -> Window:
+    """The grid for a window of ``since_s`` ending at ``until_ts``.
+
+    Without ``step_s`` the step is ``since_s / TARGET_POINTS`` but at least ``MIN_STEP_S``,
+    adjusted so that the window is a whole number of steps (both ends are evaluated, so a
+    counter's increase over the window is exact). With ``step_s`` the step is kept and the
+    window shortened by less than one step to fit. The coarse step (engine counters and
+    histograms) is a whole multiple of the step, giving about ``COARSE_TARGET_POINTS`` points.
+    """
+    if since_s <= 0:
+        raise UsageError(f"--since {since_s:g} s must be positive", hint="use e.g. 30m")
+    if step_s is not None:
+        if step_s <= 0:
+            raise UsageError(f"--step {step_s:g} s must be positive", hint="use e.g. 15s")
+        n = max(1, math.floor(since_s / step_s + 1e-9))
+        step = step_s
+    else:
+        wanted = max(MIN_STEP_S, since_s / TARGET_POINTS)
+        n = max(1, math.floor(since_s / wanted + 1e-9))
+        step = since_s / n
+    k = 1
+    if n > COARSE_TARGET_POINTS:
+        # The largest divisor of n that still leaves at least COARSE_TARGET_POINTS intervals.
+        k = max(d for d in range(1, n // COARSE_TARGET_POINTS + 1) if n % d == 0)
+    return Window(start_ts=until_ts - n * step, end_ts=until_ts, step_s=step,
+                  coarse_step_s=step * k)
+
+
+def chunk_ranges(start_ts: float, end_ts: float, step_s: float,
+                 max_points: int = MAX_POINTS_PER_SERIES) -> list[tuple[float, float]]:
+    """Split ``[start, end]`` on the step grid into pieces of at most ``max_points`` points."""
+    n = round((end_ts - start_ts) / step_s) + 1
+    if n <= max_points:
+        return [(start_ts, end_ts)]
+    out = []
+    k = 0
+    while k < n:
+        last = min(n - 1, k + max_points - 1)
+        out.append((start_ts + k * step_s, start_ts + last * step_s))
+        k = last + 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Families found on the server
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family the server has, and the specs it feeds."""
+
+    exposed: str  # as the server spells it; histograms: the family name without _bucket
+    kind: str  # gauge | counter | histogram
+    specs: tuple[MetricSpec, ...]
+    chain: str  # newest name of its rename chain (normalised): alternatives share it
+    rank: int  # 0 = the newest name spelled as in the catalog; higher = less preferred
+
+    @property
+    def spec(self) -> MetricSpec:
+        return self.specs[0]
+
+    @property
+    def engine(self) -> str:
+        return str(self.spec.engine)
+
+    @property
+    def scope(self) -> str:
+        return self.spec.scope
+
+    def series_names(self) -> tuple[str, ...]:
+        if self.kind == "histogram":
+            return tuple(self.exposed + suffix for suffix, _ in _HIST_SUFFIXES)
+        return (self.exposed,)
+
+    def row_kind(self, series_name: str) -> str | None:
+        """``bucket``/``sum``/``count`` for a histogram series name, the kind otherwise."""
+        if self.kind != "histogram":
+            return self.kind if series_name == self.exposed else None
+        for suffix, kind in _HIST_SUFFIXES:
+            if series_name == self.exposed + suffix:
+                return kind
+        return None
+
+
+def _chain_of(key: str) -> tuple[str, int]:
+    depth = 0
+    seen = {key}
+    while key in RENAMES and RENAMES[key] not in seen:
+        key = RENAMES[key]
+        seen.add(key)
+        depth += 1
+    return key, depth
+
+
+@dataclass(frozen=True)
+class SpecIndex:
+    """Specs by normalised name: the metrics map's first (they replace the catalog's), then the
+    catalog."""
+
+    by_key: dict[str, tuple[MetricSpec, ...]]
+    gauge_variants: dict[str, MetricSpec]
+    custom: tuple[MetricSpec, ...] = ()
+
+    @classmethod
+    def build(cls, metrics_map: MetricsMap | None = None) -> SpecIndex:
+        by_key: dict[str, list[MetricSpec]] = {}
+        custom = metrics_map.specs if metrics_map else ()
+        custom_keys = {s.key for s in custom}
+        for spec in custom:
+            by_key.setdefault(spec.key, []).append(spec)
+        for spec in mc.ALL_SPECS:
+            if spec.key not in custom_keys:
+                by_key.setdefault(spec.key, []).append(spec)
+        return cls({k: tuple(v) for k, v in by_key.items()}, dict(mc.SGLANG_GAUGE_VARIANTS),
+                   tuple(custom))
+
+    def custom_names(self) -> list[str]:
+        """Exposed names of map specs that discovery's built-in regexes would not find."""
+        engine_re = re.compile(ENGINE_NAME_RE)
+        net_re = re.compile(NETWORK_NAME_RE)
+        out: list[str] = []
+        for spec in self.custom:
+            names = [spec.name]
+            if spec.kind == "histogram":
+                names = [spec.name + s for s, _ in _HIST_SUFFIXES]
+            out.extend(n for n in names if not engine_re.fullmatch(n) and not net_re.fullmatch(n))
+        return sorted(set(out))
+
+
+def families_from_names(names: Iterable[str], index: SpecIndex) -> list[Family]:
+    """The families pdprobe reads among the exposed ``names`` (either ``:``/``_`` spelling)."""
+    present = set(names)
+    out: dict[str, Family] = {}
+    for name in sorted(present):
+        key = normalise_name(name)
+        specs = tuple(s for s in index.by_key.get(key, ()) if s.kind != "histogram")
+        if specs:
+            _add(out, name, specs[0].kind, specs)
+            continue
+        if key in index.gauge_variants and index.by_key.get(key):
+            # SGLang <=0.5.3 exposes kv_transfer_* as gauges under the later histogram name.
+            _add(out, name, S.GAUGE, (index.gauge_variants[key],))
+            continue
+        for suffix, _ in _HIST_SUFFIXES:
+            if name.endswith(suffix):
+                family = name[: -len(suffix)]
+                hspecs = tuple(s for s in index.by_key.get(normalise_name(family), ())
+                               if s.kind == "histogram")
+                if hspecs and family + "_bucket" in present:
+                    _add(out, family, "histogram", hspecs)
+                break
+    return sorted(out.values(), key=lambda f: (f.engine, f.kind, f.exposed))
+
+
+def _add(out: dict[str, Family], exposed: str, kind: str, specs: tuple[MetricSpec, ...]) -> None:
+    if exposed in out:
+        return
+    key = normalise_name(exposed)
+    chain, depth = _chain_of(key)
+    spelled_as_catalog = exposed == specs[0].name
+    out[exposed] = Family(exposed, kind, specs, chain, 2 * depth + (0 if spelled_as_catalog else 1))
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------
+
+_PROMQL_OP: Final = {"sum": "sum", "mean": "avg", "max": "max"}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One server-side aggregated range query over a few families."""
+
+    id: str
+    kind: str  # gauge | counter | histogram
+    scope: str  # instance | network
+    engine: str
+    aggregate: str  # sum | mean | max (gauges); sum for cumulative kinds
+    instance_label: str
+    by_labels: tuple[str, ...]  # kept besides __name__ and the instance label
+    families: tuple[Family, ...]
+    step_s: float
+    extra_matchers: str = ""  # e.g. SGLang tp_rank="0"
+    label_filter: tuple[tuple[str, str], ...] = ()  # the specs this batch serves (server-side)
+
+    @property
+    def cumulative(self) -> bool:
+        return self.kind in ("counter", "histogram")
+
+    def _matchers(self, selector: str, *more: str) -> str:
+        filters = ", ".join(
+            f"{label}=~{promql_string('|'.join(re2_escape(v) for v in allowed.split('|')))}"
+            for label, allowed in self.label_filter)
+        return _selector(f"__name__=~{promql_string(self.name_regex())}", selector,
+                         self.extra_matchers, filters, *more)
+
+    def series_names(self) -> tuple[str, ...]:
+        return tuple(n for f in self.families for n in f.series_names())
+
+    def name_regex(self) -> str:
+        return "|".join(re2_escape(n) for n in self.series_names())
+
+    def promql(self, selector: str) -> str:
+        """The aggregated query: one series per instance (and label kept) per name."""
+        op = _PROMQL_OP[self.aggregate]
+        labels = ", ".join(("__name__", self.instance_label, *self.by_labels))
+        return f"{op} by ({labels}) ({self._matchers(selector)})"
+
+    def raw_promql(self, selector: str, instances: Sequence[str]) -> str:
+        """The un-aggregated series of a few instances (their raw samples are re-read)."""
+        regex = "|".join(re2_escape(i) for i in instances)
+        return self._matchers(selector, f"{self.instance_label}=~{promql_string(regex)}")
+
+
+def _engine_matchers(engine: str) -> str:
+    if engine == "sglang":
+        # SGLang writes scheduler metrics from every TP rank with
+        # --enable-metrics-for-all-schedulers (the same numbers); priority="" is the total.
+        return 'tp_rank=~"0|", priority=""'
+    return ""
+
+
+def plan_batches(families: Sequence[Family], window: Window,
+                 instance_label: str | None = None) -> list[Batch]:
+    """Group families into aggregated range queries (see the module docstring).
+
+    Batches share scope, engine, kind, aggregation, instance label and label filter; gauges and
+    counters go up to ``BATCH_FAMILIES`` families per query, histograms one family per query.
+    """
+    groups: dict[tuple[str, str, str, str, str, tuple[tuple[str, str], ...]], list[Family]] = {}
+    for fam in families:
+        inst = fam.spec.instance_label or instance_label or "instance"
+        if fam.scope == "network":
+            inst = "instance"
+        for flt in dict.fromkeys(s.label_filter for s in fam.specs):
+            specs = [s for s in fam.specs if s.label_filter == flt]
+            aggregate: str = specs[0].aggregate if fam.kind == S.GAUGE else "sum"
+            groups.setdefault((fam.scope, fam.engine, fam.kind, aggregate, inst, flt),
+                              []).append(fam)
+    out: list[Batch] = []
+    for (scope, engine, kind, aggregate, inst, flt), fams in sorted(groups.items()):
+        if kind == "histogram":
+            chunks = [[f] for f in fams]
+        elif scope == "network":
+            netdev = [f for f in fams if f.exposed.startswith("node_network_")]
+            other = [f for f in fams if not f.exposed.startswith("node_network_")]
+            chunks = [other[i:i + BATCH_FAMILIES] for i in range(0, len(other), BATCH_FAMILIES)]
+            if netdev:
+                chunks.append(netdev)
+        else:
+            chunks = [fams[i:i + BATCH_FAMILIES] for i in range(0, len(fams), BATCH_FAMILIES)]
+        for i, chunk in enumerate(chunks):
+            by: tuple[str, ...] = ()
+            if kind == "histogram":
+                by = ("le",)
+            if scope == "network":
+                by = ("device", "port", *by)
+            extra = _engine_matchers(engine)
+            if scope == "network" and chunk[0].exposed.startswith("node_network_"):
+                extra = f"device!~{promql_string(VIRTUAL_NETDEVS)}"
+            # Node counters stay on the fine grid: link-rate peaks (KV-transfer bandwidth) are
+            # judged from short bins, and a host has only a handful of them.
+            coarse = kind in ("counter", "histogram") and scope == "instance"
+            suffix = "".join(f".{k}" for k, _ in flt)
+            out.append(Batch(
+                id=f"{scope}.{engine}.{kind}.{aggregate}.{inst}{suffix}.{i}", kind=kind,
+                scope=scope, engine=engine, aggregate=aggregate, instance_label=inst,
+                by_labels=by, families=tuple(chunk),
+                step_s=window.coarse_step_s if coarse else window.step_s,
+                extra_matchers=extra, label_filter=flt))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Roles and resets
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleQuery:
+    """Label sets of one engine's instances: their role labels, names and nodes."""
+
+    engine: str
+    instance_label: str
+    family: str  # the representative series name queried
+    labels: tuple[str, ...]  # grouped by (the instance label first)
+    promql: str
+    role: Role | None = None  # set for a metrics-map role selector: every match has this role
+    how: str = ""
+
+
+def _representative(fams: Sequence[Family]) -> str:
+    """A cheap series name every instance of the engine exposes: the running-requests gauge
+    (registered unconditionally by every engine), else a gauge, a counter, a histogram count."""
+    ordered = sorted(fams, key=lambda f: (f.spec.signal != S.REQUESTS_RUNNING, f.rank, f.exposed))
+    for kind in (S.GAUGE, S.COUNTER, "histogram"):
+        for fam in ordered:
+            if fam.kind == kind:
+                return fam.exposed + ("_count" if kind == "histogram" else "")
+    raise ValueError("no family")
+
+
+def plan_role_queries(families: Sequence[Family], window: Window, selector: str,
+                      metrics_map: MetricsMap | None = None) -> list[RoleQuery]:
+    """One ``group by`` instant query per (engine, instance label), plus map role selectors."""
+    groups: dict[tuple[str, str], list[Family]] = {}
+    default_inst = (metrics_map.instance_label if metrics_map else None) or "instance"
+    for fam in families:
+        if fam.scope != "instance":
+            continue
+        inst = fam.spec.instance_label or default_inst
+        groups.setdefault((fam.engine, inst), []).append(fam)
+    extra_roles = metrics_map.role_labels if metrics_map else ()
+    node_labels = ((metrics_map.node_label,) if metrics_map and metrics_map.node_label
+                   else ()) + NODE_LABELS
+    out: list[RoleQuery] = []
+    span = f"{max(1, round(window.span_s))}s"
+    for (engine, inst), fams in sorted(groups.items()):
+        rep = _representative(fams)
+        labels = tuple(dict.fromkeys((inst, *extra_roles, *mc.ROLE_LABELS, *NAME_LABELS,
+                                      "instance", *node_labels)))
+        sel = _selector(f"__name__={promql_string(rep)}", selector)
+        promql = f"group by ({', '.join(labels)}) (last_over_time({sel}[{span}]))"
+        out.append(RoleQuery(engine, inst, rep, labels, promql))
+        for rs in (metrics_map.role_selectors if metrics_map else ()):
+            sel = _selector(f"__name__={promql_string(rep)}", selector, rs.matchers)
+            out.append(RoleQuery(engine, inst, rep, (inst,),
+                                 f"group by ({inst}) (last_over_time({sel}[{span}]))",
+                                 role=rs.role, how=f"metrics map selector {{{rs.matchers}}}"))
+    return out
+
+
+def network_host_matcher(hosts: Iterable[str]) -> str:
+    """``instance=~"(h1|h2)(:[0-9]+)?"``: node_exporter series of the engines' hosts."""
+    alts = "|".join(re2_escape(h) for h in sorted(set(hosts)))
+    return f"instance=~{promql_string(f'({alts})(:[0-9]+)?')}"
+
+
+def discovery_matchers(selector: str, network_selector: str | None,
+                       index: SpecIndex) -> tuple[str, str]:
+    """``match[]`` selectors for the engine and network families (label-values discovery)."""
+    custom = index.custom_names()
+    engine_re = ENGINE_NAME_RE + "".join("|" + re2_escape(n) for n in custom)
+    engine = _selector(f"__name__=~{promql_string(engine_re)}", selector)
+    network = _selector(f"__name__=~{promql_string(NETWORK_NAME_RE)}", network_selector or "")
+    return engine, network
+
+
+# --------------------------------------------------------------------------------------------
+# What was found
+# --------------------------------------------------------------------------------------------
+
+# (engine, condition on normalised names present, what it says). First match per engine wins.
+_VERSION_HINTS: Final[tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...]] = (
+    ("vllm", ("vllm_num_requests_waiting_by_reason",), (), "vLLM 0.33-era names"),
+    ("vllm", ("vllm_kv_cache_usage_perc",), ("vllm_time_per_output_token_seconds",),
+     "vLLM >= 0.14 names"),
+    ("vllm", ("vllm_kv_cache_usage_perc",), (), "vLLM 0.9.2-0.13 names (deprecated names kept)"),
+    ("vllm", ("vllm_gpu_cache_usage_perc",), (), "vLLM < 0.9.2 names"),
+    ("sglang", ("sglang_num_prefill_bootstrap_queue_reqs",), (), "SGLang >= 0.5.23 names"),
+    ("sglang", ("sglang_num_prefill_infight_queue_reqs",), (), "SGLang 0.4.x names"),
+    ("sglang", ("sglang_num_prefill_prealloc_queue_reqs",), (), "SGLang 0.5.3-0.5.10 names"),
+    ("dynamo", ("dynamo_component_gpu_cache_usage_percent",), (), "Dynamo 1.6-era names"),
+    ("dynamo", ("dynamo_component_kvstats_gpu_cache_usage_percent",), (),
+     "Dynamo <= 0.6 / early 1.x names (kvstats_*)"),
+)
+
+
+def version_hints(families: Sequence[Family]) -> dict[str, str]:
+    keys = {normalise_name(f.exposed) for f in families}
+    out: dict[str, str] = {}
+    for engine, need, absent, text in _VERSION_HINTS:
+        if engine not in out and all(n in keys for n in need) and not any(a in keys for a in absent):
+            out[engine] = text
+    return out
+
+
+@dataclass(frozen=True)
+class Found:
+    """What discovery found, per engine, for notes, warnings and ``pdprobe check``."""
+
+    families: tuple[Family, ...]
+    engines: tuple[str, ...]  # engines with at least one family (instance scope)
+    signals: frozenset[str]
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def has_any(self, signals: Iterable[str]) -> bool:
+        return any(s in self.signals for s in signals)
+
+    def by_engine(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for fam in self.families:
+            out.setdefault(fam.engine, []).append(fam.exposed)
+        return out
+
+
+def summarise(families: Sequence[Family]) -> Found:
+    engines = tuple(sorted({f.engine for f in families if f.scope == "instance"}))
+    signals = frozenset(s.signal for f in families for s in f.specs)
+    return Found(tuple(families), engines, signals, version_hints(families))
+
+
+def catalog_families(engine: str) -> list[str]:
+    """Catalog names of one engine (for "missing" lists)."""
+    return sorted({s.name for s in mc.ALL_SPECS if s.engine == engine})
+
+
+def missing_warnings(found: Found) -> tuple[list[str], list[str]]:
+    """(warnings, notes) about what the cluster does not expose and what that costs."""
+    warnings: list[str] = []
+    notes: list[str] = []
+    rdma = [*S.RETRANSMIT_SIGNALS, *S.CONGESTION_SIGNALS, S.RDMA_TX_BYTES_TOTAL,
+            S.RDMA_RX_BYTES_TOTAL]
+    if not found.has_any(rdma):
+        warnings.append("no node_infiniband_* or RDMA-exporter series for the cluster's nodes: "
+                        "rdma-retransmits and no-rdma findings will be inconclusive")
+    elif not found.has_any(S.RETRANSMIT_SIGNALS):
+        warnings.append("node_infiniband_* has port counters but no hw_counters (needs "
+                        "node_exporter >= 1.11): RDMA retransmissions cannot be judged")
+    kv = (S.KV_TRANSFER_S, S.KV_TRANSFER_BYTES, S.KV_TRANSFER_BYTES_PER_S,
+          S.KV_TRANSFER_LATENCY_S_GAUGE, S.KV_RDMA_BYTES_TOTAL)
+    if found.engines and not found.has_any(kv):
+        notes.append("no KV-connector transfer metrics (vllm:nixl_*/vllm:mooncake_*, "
+                     "sglang:kv_transfer_*, tent_*): KV-transfer time is judged from network "
+                     "counters and queues only")
+    if found.engines and not found.has_any((S.TTFT_S, S.ITL_S, S.TPOT_S)):
+        warnings.append("no TTFT/ITL/TPOT histograms: SLO attainment and straggler findings "
+                        "will be inconclusive")
+    for engine, text in sorted(found.versions.items()):
+        notes.append(f"{engine}: {text}")
+    return warnings, notes

@@ -1,0 +1,264 @@
+"""``pdprobe check --prometheus URL``: can pdprobe diagnose this cluster, and what will it say?
+
+A doctor for the live path: connectivity, authentication, clock, which metric families exist
+per engine, which instance roles could be decided, and per rule whether the live metrics are
+enough to judge it. It issues only the cheap queries (time, discovery, roles), never the data
+queries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pdprobe import signals as S
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.prometheus_target import PrometheusTarget
+from pdprobe.collectors.roles import RoleOptions
+from pdprobe.errors import PdprobeError
+
+# How a role was decided, without the value: "label tier='ctx'" counts as "label tier".
+_ROLE_HOW: Final = re.compile(r"(label [\w-]+|name pattern in \w+|metrics map selector|--\w+-match|"
+                              r"no label, name pattern or evidence)")
+
+
+@dataclass(frozen=True)
+class Need:
+    """One input a rule uses, met by any of ``signals``."""
+
+    label: str
+    signals: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    needs: tuple[Need, ...]
+    roles: tuple[str, ...] = ()  # roles that must have at least one instance
+    peers: bool = False  # needs two or more instances of one role (to compare them)
+
+
+# What each rule can use from live metrics (logs and request records are not in Prometheus).
+REQUIREMENTS: Final[dict[str, Requirement]] = {
+    "PD101": Requirement((Need("prefill queue depth", (S.REQUESTS_WAITING, S.PREFILL_BOOTSTRAP_QUEUE)),
+                          Need("queue-time or TTFT histograms", (S.QUEUE_S, S.TTFT_S))),
+                         roles=("prefill",)),
+    "PD201": Requirement((Need("decode KV usage", (S.KV_USAGE_RATIO,)),
+                          Need("preemption/retraction counters", (S.PREEMPTIONS_TOTAL,
+                                                                  S.REQUESTS_RETRACTED)),
+                          Need("TPOT/ITL histograms", (S.TPOT_S, S.ITL_S))),
+                         roles=("decode",)),
+    "PD202": Requirement((Need("decode admission queues", (S.DECODE_PREALLOC_QUEUE,
+                                                           S.REQUESTS_WAITING,
+                                                           S.REQUESTS_DEFERRED)),
+                          Need("decode KV usage", (S.KV_USAGE_RATIO,))),
+                         roles=("decode",)),
+    "PD301": Requirement((Need("RDMA port byte counters", (S.RDMA_TX_BYTES_TOTAL,
+                                                           S.RDMA_RX_BYTES_TOTAL)),
+                          Need("link rate", (S.LINK_RATE_BYTES_PER_S,)),
+                          Need("KV-transfer histograms", (S.KV_TRANSFER_S, S.KV_TRANSFER_BYTES,
+                                                          S.KV_TRANSFER_BYTES_PER_S,
+                                                          S.KV_TRANSFER_LATENCY_S_GAUGE)))),
+    "PD302": Requirement((Need("requests waiting for remote KV", (S.KV_FETCH_WAITING,
+                                                                  S.REQUESTS_DEFERRED,
+                                                                  S.DECODE_TRANSFER_QUEUE)),),
+                         roles=("decode",)),
+    "PD401": Requirement((Need("RDMA retransmission counters", S.RETRANSMIT_SIGNALS),
+                          Need("RDMA congestion counters", S.CONGESTION_SIGNALS),
+                          Need("RDMA traffic counters", (S.RDMA_TX_PACKETS_TOTAL,
+                                                         S.RDMA_TX_BYTES_TOTAL)))),
+    "PD402": Requirement((Need("KV transport byte counters (Mooncake TENT)", (S.KV_RDMA_BYTES_TOTAL,
+                                                                             S.KV_TCP_BYTES_TOTAL)),
+                          Need("node network counters", (S.RDMA_TX_BYTES_TOTAL,
+                                                         S.NODE_TCP_TX_BYTES_TOTAL)))),
+    "PD501": Requirement((Need("per-instance request or token counters",
+                               (S.REQUESTS_FINISHED_TOTAL, S.PROMPT_TOKENS_TOTAL,
+                                S.GENERATION_TOKENS_TOTAL)),), peers=True),
+    "PD502": Requirement((Need("prefix-cache hits", (S.PREFIX_HITS_TOTAL, S.PREFIX_HIT_RATIO)),)),
+    "PD601": Requirement((Need("per-instance latency histograms", (S.TPOT_S, S.ITL_S,
+                                                                   S.PREFILL_S, S.TTFT_S)),),
+                         peers=True),
+    "PD701": Requirement((Need("token-length histograms", (S.PROMPT_TOKENS, S.OUTPUT_TOKENS)),
+                          Need("per-instance metrics over time", (S.REQUESTS_RUNNING,
+                                                                  S.REQUESTS_FINISHED_TOTAL))),
+                         roles=("prefill", "decode")),
+}
+
+
+@dataclass(frozen=True)
+class Capability:
+    code: str
+    name: str
+    cause: str
+    verdict: str  # yes | partial | no
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The doctor's answer; ``usable`` decides the exit code (0 usable, 3 not)."""
+
+    url: str
+    usable: bool
+    reachable: bool
+    authenticated: bool
+    problem: str | None = None  # one line when not usable
+    server_version: str | None = None
+    clock_skew_s: float | None = None
+    window: dict[str, Any] = field(default_factory=dict)
+    discovery: str = ""
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    roles: dict[str, list[str]] = field(default_factory=dict)
+    role_sources: dict[str, int] = field(default_factory=dict)
+    capabilities: tuple[Capability, ...] = ()
+    planned_queries: int = 0
+    issued_queries: int = 0
+    elapsed_s: float = 0.0
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def check(target: PrometheusTarget, ctx: ReadContext | None = None,
+          roles: RoleOptions | None = None) -> CheckResult:
+    """Probe ``target``; never raises for server problems (they make the result unusable)."""
+    from pdprobe.collectors.prometheus import (
+        PrometheusAuthError,
+        PrometheusUnreachable,
+        display_url,
+        probe,
+    )
+
+    url = display_url(target.url)
+    try:
+        p = probe(target, ctx, roles)
+    except PrometheusUnreachable as exc:
+        return CheckResult(url=url, usable=False, reachable=False, authenticated=False,
+                           problem=exc.one_line())
+    except PrometheusAuthError as exc:
+        return CheckResult(url=url, usable=False, reachable=True, authenticated=False,
+                           problem=exc.one_line())
+    except PdprobeError as exc:
+        return CheckResult(url=url, usable=False, reachable=True, authenticated=True,
+                           problem=exc.one_line())
+    meta = p.meta
+    found = meta.found
+    by_role: dict[str, list[str]] = {}
+    sources: dict[str, int] = {}
+    for inst in p.instances:
+        by_role.setdefault(inst.role, []).append(inst.name)
+        m = _ROLE_HOW.match(inst.role_source)
+        how = m.group(1) if m else inst.role_source
+        sources[how] = sources.get(how, 0) + 1
+    engines: dict[str, dict[str, Any]] = {}
+    for engine, names in sorted(found.by_engine().items()):
+        engines[engine] = {"families": sorted(names), "version": found.versions.get(engine)}
+    caps = capabilities(found.signals, by_role)
+    problem = None
+    if not found.engines:
+        where = f" matching {{{meta.selector}}}" if meta.selector else ""
+        problem = (f"no vLLM, SGLang or Dynamo metrics{where} in the window: check --selector, "
+                   f"--since/--until or --metrics-map")
+    elif not p.instances:
+        problem = "metric families exist but no instance could be named: check --metrics-map"
+    w = meta.window
+    return CheckResult(
+        url=url, usable=problem is None, reachable=True, authenticated=True, problem=problem,
+        server_version=meta.server_version, clock_skew_s=round(meta.clock_skew_s, 3),
+        window={"start": _iso(w.start_ts), "end": _iso(w.end_ts), "step_s": w.step_s,
+                "coarse_step_s": w.coarse_step_s},
+        discovery=meta.discovery, engines=engines,
+        roles={k: sorted(v) for k, v in sorted(by_role.items())}, role_sources=sources,
+        capabilities=caps, planned_queries=len(p.batches) + len(engines),
+        issued_queries=len(meta.queries), elapsed_s=round(meta.elapsed_s, 3),
+        warnings=tuple(dict.fromkeys((*p.warnings, *p.role_warnings))), notes=p.notes,
+    )
+
+
+def capabilities(signals: frozenset[str], by_role: dict[str, list[str]]) -> tuple[Capability, ...]:
+    """Per rule: can the live metrics judge it (yes), in part (partial), or not (no)?"""
+    from pdprobe.rules.catalog import ALL_RULES
+
+    out: list[Capability] = []
+    for rule in ALL_RULES:
+        req = REQUIREMENTS.get(rule.code)
+        if req is None:
+            out.append(Capability(rule.code, rule.name, rule.cause, "no",
+                                  "needs inputs live metrics do not carry: "
+                                  + "; ".join(rule.requires)))
+            continue
+        missing_roles = [r for r in req.roles if not by_role.get(r)]
+        if missing_roles:
+            out.append(Capability(rule.code, rule.name, rule.cause, "no",
+                                  f"no instance's role is {' or '.join(missing_roles)} (set "
+                                  f"--prefill-match/--decode-match or a metrics-map role selector)"))
+            continue
+        if req.peers and max((len(by_role.get(r, [])) for r in ("prefill", "decode")),
+                             default=0) < 2:
+            out.append(Capability(rule.code, rule.name, rule.cause, "no",
+                                  "needs two or more instances of one role to compare"))
+            continue
+        met = [n for n in req.needs if any(s in signals for s in n.signals)]
+        unmet = [n for n in req.needs if n not in met]
+        if not unmet:
+            verdict, reason = "yes", "has " + ", ".join(n.label for n in met)
+        elif met:
+            verdict = "partial"
+            reason = (f"has {', '.join(n.label for n in met)}; lacks "
+                      f"{', '.join(n.label for n in unmet)}")
+        else:
+            verdict = "no"
+            reason = f"lacks {', '.join(n.label for n in unmet)}"
+        out.append(Capability(rule.code, rule.name, rule.cause, verdict, reason))
+    return tuple(out)
+
+
+def to_json(result: CheckResult) -> str:
+    doc = asdict(result)
+    doc["schema"] = "pdprobe-check/1"
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def render_text(result: CheckResult) -> str:
+    lines = [f"pdprobe check: {result.url}: {'usable' if result.usable else 'NOT usable'}"]
+    if result.problem:
+        lines.append(f"  problem         {result.problem}")
+    lines.append(f"  connectivity    {'ok' if result.reachable else 'FAILED'}"
+                 + (f" (server {result.server_version})" if result.server_version else ""))
+    if result.reachable:
+        lines.append(f"  authentication  {'ok' if result.authenticated else 'FAILED'}")
+    if result.clock_skew_s is not None:
+        lines.append(f"  clock           server {result.clock_skew_s:+.1f} s from this machine")
+    if result.window:
+        w = result.window
+        lines.append(f"  window          {w['start']} to {w['end']}, step {w['step_s']:g} s "
+                     f"(counters and histograms {w['coarse_step_s']:g} s)")
+    if result.discovery:
+        lines.append(f"  discovery       {result.discovery}")
+    for engine, info in result.engines.items():
+        version = f" ({info['version']})" if info.get("version") else ""
+        lines.append(f"  {engine:<15} {len(info['families'])} families{version}")
+    if result.roles or (result.reachable and result.authenticated and result.window):
+        counts = ", ".join(f"{len(v)} {k}" for k, v in result.roles.items()) or "no instances"
+        lines.append(f"  roles           {counts}")
+        for how, n in sorted(result.role_sources.items(), key=lambda kv: -kv[1]):
+            lines.append(f"                  {n} by {how}")
+    if result.capabilities:
+        lines.append("What a diagnosis can judge from these metrics:")
+        for cap in result.capabilities:
+            lines.append(f"  {cap.verdict:<8}{cap.code} {cap.name} ({cap.cause}): {cap.reason}")
+    if result.planned_queries:
+        lines.append(f"A diagnosis would issue about {result.planned_queries} queries; this "
+                     f"check issued {result.issued_queries} in {result.elapsed_s:.2f} s.")
+    if result.warnings:
+        lines.append("Warnings:")
+        lines.extend(f"  - {w}" for w in result.warnings)
+    if result.notes:
+        lines.append("Notes:")
+        lines.extend(f"  - {n}" for n in result.notes)
+    return "\n".join(lines) + "\n"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
