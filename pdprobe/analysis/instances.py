@@ -149,7 +149,7 @@ def _from_metrics(dataset: Dataset, fields: dict[str, dict[str, Any]], start: fl
 
 def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]],
                          start: float, end: float) -> None:
-    from pdprobe.analysis.promql import histogram_quantile, histogram_window
+    from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_window
 
     for field, signal in HISTOGRAM_FIELDS.items():
         if not (metrics["signal"] == signal).any():
@@ -157,21 +157,21 @@ def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]
         hist = histogram_window(metrics, signal, start, end, by_instance=True)
         if hist.empty:
             continue
+        totals = hist.groupby("instance", observed=True)["count"].max()
+        quantiles = {q: histogram_quantiles_by_instance(hist, q) for q in (0.5, 0.9, 0.99)}
         sums = hist.attrs.get("sum_by_instance", {})
         counts_by = hist.attrs.get("count_by_instance", {})
-        for name, group in hist.groupby("instance", observed=True):
-            le = group["le"].to_numpy(dtype="float64")
-            counts = group["count"].to_numpy(dtype="float64")
-            total = float(counts[-1]) if counts.size else 0.0
-            if total <= 0:
+        for name, total in totals.items():  # one entry per instance
+            if not total > 0:
                 continue
-            p50, p90, p99 = (histogram_quantile(q, le, counts) for q in (0.5, 0.9, 0.99))
-            n_obs = counts_by.get(str(name), float("nan"))
+            key = str(name)
+            n_obs = counts_by.get(key, float("nan"))
             # the mean comes from _sum/_count, which are exact where the buckets are not
-            mean = sums.get(str(name), float("nan")) / n_obs if n_obs and n_obs > 0 else float("nan")
-            q = Quantiles(count=round(total), mean=float(mean), p50=p50, p90=p90, p99=p99,
-                          estimated=True)
-            _set(fields, str(name), field, q)
+            mean = sums.get(key, float("nan")) / n_obs if n_obs and n_obs > 0 else float("nan")
+            q = Quantiles(count=round(float(total)), mean=float(mean),
+                          p50=float(quantiles[0.5][key]), p90=float(quantiles[0.9][key]),
+                          p99=float(quantiles[0.99][key]), estimated=True)
+            _set(fields, key, field, q)
 
 
 def _binned_by(frame: pd.DataFrame, key: str, ts_col: str, value_col: str, start: float,

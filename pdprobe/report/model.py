@@ -64,7 +64,8 @@ def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
     if not judged:
         return "unknown"
     worst = max((f.severity.rank for f in findings), default=0)
-    return {0: "ok", 1: "warning", 2: "critical"}[worst]
+    statuses: dict[int, Status] = {0: "ok", 1: "warning", 2: "critical"}
+    return statuses[worst]
 
 
 def unknown_capacity(reason: str) -> Missing:

@@ -317,3 +317,25 @@ tests:
     res = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_vectorised_quantiles_match_the_scalar_function() -> None:
+    import pandas as pd
+
+    from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_quantiles_matrix
+
+    rng = np.random.default_rng(7)
+    le = np.array([0.0, 0.1, 0.5, 1.0, 2.5, np.inf])
+    raw = rng.integers(0, 20, size=(200, len(le))).astype(float)
+    raw[:10] = 0.0  # empty histograms
+    raw[10:20, :-1] = 0.0  # everything in +Inf
+    counts = np.cumsum(raw, axis=1)
+    for q in (0.0, 0.01, 0.5, 0.9, 0.99, 1.0):
+        expected = np.array([histogram_quantile(q, le, row) for row in counts])
+        got = histogram_quantiles_matrix(q, le, counts)
+        np.testing.assert_allclose(got, expected, equal_nan=True)
+    hist = pd.DataFrame({"instance": np.repeat([f"i{j}" for j in range(200)], len(le)),
+                         "le": np.tile(le, 200), "count": counts.ravel()})
+    by_instance = histogram_quantiles_by_instance(hist, 0.9)
+    np.testing.assert_allclose(by_instance.reindex([f"i{j}" for j in range(200)]).to_numpy(),
+                               [histogram_quantile(0.9, le, row) for row in counts], equal_nan=True)
