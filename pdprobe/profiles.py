@@ -201,6 +201,9 @@ def _profile_from_toml(path: Path) -> Profile:
         raise UsageError(f"{path}: base profile {base_name!r} is unknown",
                          hint=f"use one of {', '.join(sorted(BUILTIN_PROFILES))}")
     values: dict[str, Any] = base.to_dict() if base else {}
+    if base is not None and "name" in data:
+        # a renamed profile is a different model/GPU: don't inherit the base's description
+        values.pop("description", None)
     model_values = dict(values.get("model", {}))
     model_values.update(data.pop("model", {}))
     values.update(data)
