@@ -78,7 +78,7 @@ def test_trace_without_requests_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_trace_timings_calibrate_the_plan(tmp_path: Path) -> None:
-    from .test_estimate import capture
+    from tests.analysis.capacity.test_estimate import capture
 
     path = tmp_path / "requests.jsonl"
     capture(slowdown=2.5).to_json(path, orient="records", lines=True)
