@@ -82,6 +82,9 @@ def conform(frame: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
     """Return ``frame`` with exactly ``columns`` in order and dtype; absent ones become NA."""
     import pandas as pd
 
+    if list(frame.columns) == list(columns) and all(
+            str(frame[c].dtype) == d for c, d in columns.items()):
+        return frame.reset_index(drop=True)  # already canonical: no copy of 1M-row columns
     out = {}
     n = len(frame)
     for name, dtype in columns.items():
@@ -192,4 +195,6 @@ def concat_frames(frames: Iterable[pd.DataFrame | None], columns: Mapping[str, s
     parts = [conform(f, columns) for f in frames if f is not None and len(f)]
     if not parts:
         return empty_frame(columns)
+    if len(parts) == 1:
+        return parts[0]
     return pd.concat(parts, ignore_index=True)

@@ -189,10 +189,15 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 def _profile_from_toml(path: Path) -> Profile:
+    if path.is_dir():
+        raise UsageError(f"--profile {path} is a folder", hint="name a profile TOML file")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise UsageError(f"{path}: profile file not found", hint="check the path") from exc
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the profile ({exc.strerror})",
+                         hint="check the path and permissions") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})", hint="fix the syntax") from exc
     base_name = data.pop("base", None)

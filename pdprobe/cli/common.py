@@ -84,6 +84,8 @@ def write_output(text: str, output: Path | None) -> None:
     directory = output.parent if str(output.parent) else Path(".")
     if not directory.is_dir():
         raise UsageError(f"{output}: folder {directory} does not exist", hint="create it first")
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a folder", hint="name a file inside it")
     fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -37,8 +37,6 @@ _LOG_MARKERS: Final = (
     "Transfer Engine",
     "WR flush error",
 )
-_CSV_HEADER_HINTS: Final = ("arrival_ts", "timestamp", "contexttokens", "prompt_tokens",
-                            "input_length")
 
 
 def compression_of(head: bytes) -> str | None:
@@ -73,8 +71,33 @@ def open_text(path: Path) -> IO[str]:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace", newline=None)
 
 
+def _zstd_all(path: Path) -> bytes:
+    """Decompress a whole .zst file; a frame cut short is an error (the stream reader would
+    silently return only the intact blocks)."""
+    import zstandard
+
+    raw = path.read_bytes()
+    out = []
+    while raw:
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        out.append(dobj.decompress(raw))
+        if not dobj.eof:
+            raise InputError(f"{path}: zstd data is truncated (the last frame is incomplete)",
+                             hint="copy the file again or decompress it to see how much is intact")
+        raw = dobj.unused_data  # concatenated frames
+    return b"".join(out)
+
+
 def read_all_bytes(path: Path) -> bytes:
     """The whole decompressed content, with a clear error for truncated archives."""
+    if _compression_of_file(path) == "zstd":
+        try:
+            return _zstd_all(path)
+        except InputError:
+            raise
+        except Exception as exc:  # zstandard.ZstdError: corrupt data
+            raise InputError(f"{path}: zstd data is corrupt ({exc})",
+                             hint="copy the file again") from exc
     try:
         with open_binary(path) as fh:
             return fh.read()
@@ -98,6 +121,14 @@ class Sniffed:
     why: str  # for messages: what made us decide
 
 
+def _compression_of_file(path: Path) -> str | None:
+    try:
+        with path.open("rb") as fh:
+            return compression_of(fh.read(4))
+    except OSError:
+        return None
+
+
 def _head(path: Path) -> tuple[bytes, str | None]:
     with path.open("rb") as fh:
         raw_head = fh.read(SNIFF_BYTES)
@@ -106,7 +137,12 @@ def _head(path: Path) -> tuple[bytes, str | None]:
         return raw_head, None
     try:
         with open_binary(path) as fh:
-            return fh.read(SNIFF_BYTES), compression
+            head = fh.read(SNIFF_BYTES)
+        if not head and len(raw_head) > len(GZIP_MAGIC) + 8:
+            # compressed bytes that decode to nothing: cut inside the first block
+            raise InputError(f"{path}: {compression} data is truncated or corrupt "
+                             "(no complete block)", hint="copy the file again")
+        return head, compression
     except (EOFError, OSError, zlib.error) as exc:
         raise InputError(f"{path}: {compression} data is truncated or corrupt ({exc})",
                          hint="copy the file again") from exc
@@ -118,6 +154,15 @@ def _head(path: Path) -> tuple[bytes, str | None]:
 
 def sniff(path: Path) -> Sniffed:
     """Classify ``path`` by content (magic bytes, then the shape of its first lines)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check the path") from exc
+    if not stat.S_ISREG(mode):
+        # a FIFO or device would block or stream forever; captures are regular files
+        raise InputError(f"{path}: not a regular file", hint="copy the capture to a file first")
     try:
         head, compression = _head(path)
     except OSError as exc:
@@ -147,10 +192,13 @@ def sniff(path: Path) -> Sniffed:
         return Sniffed("openmetrics", "openmetrics", compression, "metric sample lines")
     if any(marker in ln for ln in lines for marker in _LOG_MARKERS):
         return Sniffed("engine-log", "log", compression, "engine log lines")
-    if "," in first and any(h in first.lower() for h in _CSV_HEADER_HINTS):
-        return Sniffed("requests", "csv", compression, "CSV header")
-    if "\t" in first and any(h in first.lower() for h in _CSV_HEADER_HINTS):
-        return Sniffed("requests", "tsv", compression, "TSV header")
+    from pdprobe.collectors.requests_file import required_columns_named
+
+    # One known request column is enough to call it a request file: the reader then names
+    # exactly which required column is missing, which helps more than "unknown format".
+    for fmt, delimiter in (("csv", ","), ("tsv", "\t")):
+        if required_columns_named(first, delimiter) >= 1:
+            return Sniffed("requests", fmt, compression, f"{fmt.upper()} header")
     return Sniffed("unknown", "", compression, "no known request, metric or log format")
 
 

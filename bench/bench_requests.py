@@ -1,0 +1,423 @@
+"""Benchmark: reading per-request files and summarising them, pdprobe vs. DuckDB.
+
+Generates synthetic request records (Parquet, CSV, JSON Lines; 1M and 10M rows by default) into
+bench/out/, then for each file measures, each in a fresh subprocess so peak RSS is per cell:
+
+- pdprobe: ``read_requests`` + ``fuse`` + ``summarize_workload`` + per-decode-instance
+  count and p50/p90/p99 of ttft_s/tpot_s (pandas groupby);
+- DuckDB: the same numbers from the same file (load into a temp table, then SQL);
+- end to end: ``pdprobe diagnose <1M-row parquet> --format json``.
+
+Usage (from the repository root)::
+
+    /work/venv/bin/python bench/bench_requests.py                 # 1M and 10M rows
+    /work/venv/bin/python bench/bench_requests.py --rows 1000000  # 1M only
+    /work/venv/bin/python bench/bench_requests.py --formats parquet --repeat 3
+
+Prints a Markdown table and writes bench/out/bench_requests_<rows>.json. DuckDB is a bench-only extra
+(``pip install pdprobe[bench]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+FORMATS = ("parquet", "csv", "jsonl")
+PREFILL = 8
+DECODE = 16
+MEAN_RATE_RPS = 300.0
+SEED = 20240501
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic data
+# --------------------------------------------------------------------------------------------
+
+
+def generate(n: int, seed: int = SEED) -> Any:
+    """A pyarrow Table of ``n`` realistic request records (all canonical columns)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = np.random.default_rng(seed)
+    # Arrivals: Poisson within each minute, the per-minute rate following a +-40 % daily-like
+    # swell so the arrival series is not flat.
+    minutes = int(np.ceil(n / (MEAN_RATE_RPS * 60) * 1.5)) + 2
+    rate = MEAN_RATE_RPS * (1 + 0.4 * np.sin(np.linspace(0, 2 * np.pi, minutes)))
+    per_minute = rng.poisson(rate * 60)
+    while per_minute.sum() < n:
+        per_minute = np.concatenate((per_minute, rng.poisson(rate * 60)))
+    minute_of = np.repeat(np.arange(per_minute.size), per_minute)[:n]
+    arrival = 1_714_557_600.0 + np.sort(minute_of * 60.0 + rng.uniform(0, 60, n))
+
+    # Length mix: chat turns, RAG/document prompts, code completion.
+    kind = rng.choice(3, size=n, p=[0.6, 0.3, 0.1])
+    p_median = np.array([600.0, 6000.0, 2000.0])[kind]
+    p_sigma = np.array([0.9, 0.5, 0.8])[kind]
+    o_median = np.array([250.0, 150.0, 40.0])[kind]
+    o_sigma = np.array([0.7, 0.6, 1.0])[kind]
+    prompt = np.clip(np.rint(rng.lognormal(np.log(p_median), p_sigma)), 1, 131072).astype(np.int64)
+    output = np.clip(np.rint(rng.lognormal(np.log(o_median), o_sigma)), 1, 8192).astype(np.int64)
+    cached = np.where(rng.random(n) < 0.7, np.floor(prompt * rng.beta(2, 5, n)), 0.0)
+
+    prefill_idx = rng.integers(0, PREFILL, n).astype(np.int32)
+    weights = 1.0 / np.arange(1, DECODE + 1) ** 0.3  # mild routing skew
+    decode_idx = rng.choice(DECODE, size=n, p=weights / weights.sum()).astype(np.int32)
+    slow = np.where(decode_idx == 7, 1.6, 1.0)  # one straggler decode instance
+
+    queue_s = rng.exponential(0.05, n)
+    prefill_s = (prompt - cached) / 12000.0 + 0.01
+    kv_bytes = prompt * 327_680.0  # Llama-3-70B, bf16: 80 layers x 8 KV heads x 128 x 2 x 2 B
+    kv_transfer_s = kv_bytes / 20e9 + rng.exponential(0.002, n)
+    ttft_s = queue_s + prefill_s + kv_transfer_s + 0.02
+    tpot_s = 0.025 * slow * rng.lognormal(0.0, 0.1, n)
+    e2e_s = ttft_s + tpot_s * (output - 1)
+    status_idx = rng.choice(4, size=n, p=[0.99, 0.005, 0.003, 0.002]).astype(np.int32)
+
+    prefill_names = pa.array([f"vllm-prefill-{i}" for i in range(PREFILL)])
+    decode_names = pa.array([f"vllm-decode-{i}" for i in range(DECODE)])
+    statuses = pa.array(["ok", "error", "timeout", "aborted"])
+    ids = pc.binary_join_element_wise("req-", pc.cast(pa.array(np.arange(n)), pa.string()), "")
+    return pa.table({
+        "request_id": ids,
+        "arrival_ts": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "cached_tokens": cached,
+        "prefill_instance": pa.DictionaryArray.from_arrays(prefill_idx, prefill_names),
+        "decode_instance": pa.DictionaryArray.from_arrays(decode_idx, decode_names),
+        "queue_s": queue_s,
+        "prefill_s": prefill_s,
+        "kv_transfer_s": kv_transfer_s,
+        "kv_bytes": kv_bytes,
+        "ttft_s": ttft_s,
+        "tpot_s": tpot_s,
+        "e2e_s": e2e_s,
+        "status": pa.DictionaryArray.from_arrays(status_idx, statuses),
+    })
+
+
+def _plain(table: Any) -> Any:
+    """Dictionary columns decoded to strings (CSV/JSON writers want plain types)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cols = [pc.cast(c, pa.string()) if pa.types.is_dictionary(c.type) else c
+            for c in table.columns]
+    return pa.table(cols, names=table.column_names)
+
+
+def write_jsonl(table: Any, path: Path, chunk: int = 1_000_000) -> None:
+    """JSON Lines built with Arrow string kernels: no Python loop over rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = _plain(table)
+    with path.open("wb") as fh:
+        for start in range(0, table.num_rows, chunk):
+            part = table.slice(start, chunk)
+            pieces = []
+            for i, name in enumerate(part.column_names):
+                col = part.column(name).combine_chunks()
+                if pa.types.is_string(col.type):
+                    text = pc.binary_join_element_wise('"', col, '"', "")
+                else:
+                    text = pc.cast(col, pa.string())
+                prefix = ("{" if i == 0 else ", ") + f'"{name}": '
+                pieces.append(pc.binary_join_element_wise(prefix, text, ""))
+            line = pc.binary_join_element_wise(*pieces, "}\n", "")
+            bufs = line.buffers()
+            offsets = np.frombuffer(bufs[1], dtype=np.int32)[line.offset:line.offset + len(line) + 1]
+            data = bufs[2]
+            fh.write(memoryview(data)[offsets[0]:offsets[-1]])
+
+
+def ensure_files(rows: list[int], formats: list[str]) -> dict[tuple[int, str], Path]:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    paths: dict[tuple[int, str], Path] = {}
+    for n in rows:
+        label = _label(n)
+        wanted = {fmt: OUT / f"requests_{label}.{fmt}" for fmt in formats}
+        missing = [fmt for fmt, p in wanted.items() if not p.exists()]
+        if missing:
+            t0 = time.perf_counter()
+            table = generate(n)
+            for fmt in missing:
+                path = wanted[fmt]
+                tmp = path.with_suffix(path.suffix + ".tmp")
+                if fmt == "parquet":
+                    pq.write_table(table, tmp, compression="zstd")
+                elif fmt == "csv":
+                    pcsv.write_csv(_plain(table), tmp)
+                else:
+                    write_jsonl(table, tmp)
+                tmp.replace(path)
+            print(f"generated {label} rows ({', '.join(missing)}) in "
+                  f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            del table
+        paths.update({(n, fmt): p for fmt, p in wanted.items()})
+    return paths
+
+
+def _label(n: int) -> str:
+    return f"{n // 1_000_000}m" if n % 1_000_000 == 0 else str(n)
+
+
+# --------------------------------------------------------------------------------------------
+# Measured work (runs in a child process)
+# --------------------------------------------------------------------------------------------
+
+
+def _cpu() -> float:
+    """User + system CPU seconds of this process (all threads): steadier than wall time on a
+    shared machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_pdprobe(path: Path) -> dict[str, Any]:
+    ti = time.perf_counter()
+    # Library imports are timed apart: they cost the same whatever the file (the end-to-end run
+    # pays them once) and would otherwise land in whichever step imports first.
+    import pandas  # noqa: F401
+    import pyarrow.csv
+    import pyarrow.json
+    import pyarrow.parquet  # noqa: F401
+    import_s = time.perf_counter() - ti
+
+    from pdprobe.analysis.workload import summarize_workload
+    from pdprobe.collectors.base import ReadContext
+    from pdprobe.collectors.fuse import fuse
+    from pdprobe.collectors.requests_file import read_requests
+
+    c0 = _cpu()
+    t0 = time.perf_counter()
+    part = read_requests(path, ReadContext())
+    t1 = time.perf_counter()
+    c1 = _cpu()
+    dataset = fuse([part])
+    t2 = time.perf_counter()
+    summary = summarize_workload(dataset)
+    t3 = time.perf_counter()
+    req = dataset.requests
+    grouped = req.groupby("decode_instance", observed=True, sort=True)
+    per = grouped[["ttft_s", "tpot_s"]].quantile(np.array([0.5, 0.9, 0.99])).unstack()
+    counts = grouped.size()
+    t4 = time.perf_counter()
+    c4 = _cpu()
+    prompt = summary.prompt_tokens.quantiles  # type: ignore[union-attr]
+    output = summary.output_tokens.quantiles  # type: ignore[union-attr]
+    return {
+        "read_s": t1 - t0, "fuse_s": t2 - t1, "summary_s": t3 - t2, "per_instance_s": t4 - t3,
+        "total_s": t4 - t0, "import_s": import_s, "read_cpu_s": c1 - c0, "total_cpu_s": c4 - c0,
+        "rows": summary.requests,  # type: ignore[union-attr]
+        "numbers": {
+            "arrival_rate_rps": summary.arrival_rate_rps,  # type: ignore[union-attr]
+            "prompt": [prompt.mean, prompt.p50, prompt.p90, prompt.p99],
+            "output": [output.mean, output.p50, output.p90, output.p99],
+            "failed": summary.failed_requests,  # type: ignore[union-attr]
+            "per_instance": {str(k): [int(c), float(t), float(p)] for k, c, t, p in zip(
+                counts.index, counts.to_numpy().tolist(),
+                per[("ttft_s", 0.99)].reindex(counts.index).to_numpy().tolist(),
+                per[("tpot_s", 0.5)].reindex(counts.index).to_numpy().tolist(), strict=True)},
+        },
+    }
+
+
+def run_duckdb(path: Path, fmt: str) -> dict[str, Any]:
+    import duckdb
+
+    con = duckdb.connect()
+    source = {"parquet": f"read_parquet('{path}')",
+              "csv": f"read_csv('{path}', header = true)",
+              "jsonl": f"read_json('{path}', format = 'newline_delimited')"}[fmt]
+    c0 = _cpu()
+    t0 = time.perf_counter()
+    con.execute(f"CREATE TEMP TABLE r AS SELECT * FROM {source}")
+    t1 = time.perf_counter()
+    row = con.execute("""
+        SELECT count(*), (max(arrival_ts) - min(arrival_ts)),
+               avg(prompt_tokens), quantile_cont(prompt_tokens, [0.5, 0.9, 0.99]),
+               avg(output_tokens), quantile_cont(output_tokens, [0.5, 0.9, 0.99]),
+               count(*) FILTER (WHERE status <> 'ok')
+        FROM r""").fetchone()
+    t2 = time.perf_counter()
+    per = con.execute("""
+        SELECT decode_instance, count(*), quantile_cont(ttft_s, 0.99), quantile_cont(tpot_s, 0.5)
+        FROM r GROUP BY decode_instance ORDER BY decode_instance""").fetchall()
+    t3 = time.perf_counter()
+    c3 = _cpu()
+    assert row is not None
+    n, span = int(row[0]), float(row[1])
+    return {
+        "read_s": t1 - t0, "summary_s": t2 - t1, "per_instance_s": t3 - t2, "total_s": t3 - t0,
+        "total_cpu_s": c3 - c0, "rows": n,
+        "numbers": {
+            "arrival_rate_rps": n / span,
+            "prompt": [float(row[2]), *map(float, row[3])],
+            "output": [float(row[4]), *map(float, row[5])],
+            "failed": int(row[6]),
+            "per_instance": {str(k): [int(c), float(t), float(p)] for k, c, t, p in per},
+        },
+    }
+
+
+def child_main(tool: str, path: Path, fmt: str) -> None:
+    if tool == "e2e":
+        print(json.dumps(run_end_to_end(path)))
+        return
+    result = run_pdprobe(path) if tool == "pdprobe" else run_duckdb(path, fmt)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                          cwd=ROOT, check=False)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "wall_s": wall}
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall_s"] = wall  # includes interpreter start and imports
+    return result
+
+
+def run_end_to_end(path: Path) -> dict[str, Any]:
+    """``pdprobe diagnose PATH --format json`` as a user runs it (in a child of this child, so
+    RUSAGE_CHILDREN is exactly its peak RSS)."""
+    exe = Path(sys.executable).with_name("pdprobe")
+    cmd = [str(exe) if exe.exists() else "pdprobe", "diagnose", str(path), "--format", "json"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, cwd=ROOT, check=False)
+    wall = time.perf_counter() - t0
+    parsed_ok = False
+    with contextlib.suppress(ValueError):
+        parsed_ok = "workload" in json.loads(proc.stdout)
+    return {"cmd": " ".join(["pdprobe", *cmd[1:]]), "exit_code": proc.returncode,
+            "total_s": wall, "json_ok": parsed_ok,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "stderr": proc.stderr.decode(errors="replace").strip().splitlines()[-1:]}
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """pdprobe and DuckDB computed the same numbers (relative 1e-6)."""
+    na, nb = a["numbers"], b["numbers"]
+    flat_a = [na["arrival_rate_rps"], *na["prompt"], *na["output"], na["failed"]]
+    flat_b = [nb["arrival_rate_rps"], *nb["prompt"], *nb["output"], nb["failed"]]
+    if not np.allclose(flat_a, flat_b, rtol=1e-6):
+        return False
+    if set(na["per_instance"]) != set(nb["per_instance"]):
+        return False
+    return all(np.allclose(na["per_instance"][k], nb["per_instance"][k], rtol=1e-6)
+               for k in na["per_instance"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the best is kept")
+    parser.add_argument("--no-duckdb", action="store_true")
+    parser.add_argument("--no-e2e", action="store_true")
+    parser.add_argument("--child", nargs=3, metavar=("TOOL", "PATH", "FORMAT"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_main(args.child[0], Path(args.child[1]), args.child[2])
+        return
+
+    paths = ensure_files(args.rows, args.formats)
+    load_before = os.getloadavg()[0]
+    results: list[dict[str, Any]] = []
+    for (n, fmt), path in paths.items():
+        row: dict[str, Any] = {"rows": n, "format": fmt, "bytes": path.stat().st_size}
+        for tool in ("pdprobe", "duckdb"):
+            if tool == "duckdb" and args.no_duckdb:
+                continue
+            runs = [_child(["--child", tool, str(path), fmt]) for _ in range(args.repeat)]
+            good = [r for r in runs if "error" not in r]
+            row[tool] = min(good, key=lambda r: r["total_s"]) if good else runs[-1]
+            print(f"{_label(n)} {fmt} {tool}: {json.dumps(_brief(row[tool]))}", file=sys.stderr)
+        if "duckdb" in row and "error" not in row["duckdb"] and "error" not in row["pdprobe"]:
+            row["same_numbers"] = _agree(row["pdprobe"], row["duckdb"])
+        results.append(row)
+    e2e = None
+    parquet_1m = paths.get((1_000_000, "parquet"))
+    if parquet_1m is not None and not args.no_e2e:
+        e2e = _child(["--child", "e2e", str(parquet_1m), "parquet"])
+        print(f"end to end: {json.dumps(e2e)}", file=sys.stderr)
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
+               "platform": platform.platform(),
+               "load_1min": f"{load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end"}
+    name = "_".join(_label(n) for n in args.rows)
+    (OUT / f"bench_requests_{name}.json").write_text(json.dumps(
+        {"machine": machine, "results": results, "end_to_end": e2e}, indent=2, default=str))
+    print(markdown(results, e2e, machine))
+
+
+def _brief(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
+            if k != "numbers"}
+
+
+def markdown(results: list[dict[str, Any]], e2e: dict[str, Any] | None,
+             machine: dict[str, Any]) -> str:
+    lines = [f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
+             f"load average {machine['load_1min']}",
+             "",
+             "| rows | format | size | pdprobe read | fuse | workload | per-instance | pdprobe total "
+             "| pdprobe CPU | pdprobe peak RSS | DuckDB load | DuckDB queries | DuckDB total "
+             "| DuckDB CPU | DuckDB peak RSS | same numbers |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: | ---: | --- |"]
+    for r in results:
+        p, d = r.get("pdprobe", {}), r.get("duckdb", {})
+
+        def s(x: dict[str, Any], key: str) -> str:
+            return f"{x[key]:.2f} s" if key in x else ("error" if "error" in x else "–")
+
+        def mb(x: dict[str, Any]) -> str:
+            return f"{x['peak_rss_mb']:,.0f} MB" if "peak_rss_mb" in x else "–"
+
+        dq = (f"{d['summary_s'] + d['per_instance_s']:.2f} s" if "summary_s" in d else "–")
+        lines.append(
+            f"| {r['rows']:,} | {r['format']} | {r['bytes'] / 2**20:,.0f} MiB | {s(p, 'read_s')} "
+            f"| {s(p, 'fuse_s')} | {s(p, 'summary_s')} | {s(p, 'per_instance_s')} "
+            f"| {s(p, 'total_s')} | {s(p, 'total_cpu_s')} | {mb(p)} | {s(d, 'read_s')} | {dq} "
+            f"| {s(d, 'total_s')} | {s(d, 'total_cpu_s')} | {mb(d)} "
+            f"| {r.get('same_numbers', '–')} |")
+    if e2e is not None:
+        if "error" in e2e:
+            lines += ["", f"End to end: could not run ({e2e['error']})"]
+        else:
+            lines += ["", f"End to end `{e2e['cmd']}`: exit code {e2e['exit_code']}, "
+                          f"{e2e['total_s']:.2f} s wall, peak RSS {e2e['peak_rss_mb']:,.0f} MB"
+                          + ("" if e2e["json_ok"] else f" (failed: {' '.join(e2e['stderr'])})")]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

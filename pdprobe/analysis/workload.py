@@ -1,0 +1,442 @@
+"""What the cluster was asked to do: request count, arrival rate and the length mix.
+
+From per-request records when there are any (exact numbers, numpy's default linear percentile, so
+they equal what the traces README prints); otherwise estimated from the engines' prompt/output
+length histograms (``estimated=True``), PromQL-style. Vectorised throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.analysis.base import LengthDistribution, Quantiles, TimeSeries, WorkloadSummary
+from pdprobe.dataset import Dataset
+from pdprobe.values import Maybe, Missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.signals import Role
+
+# Arrival series: about this many bins over the window, clamped so a short capture still gets
+# more than one request per bin and a long one is not smoothed to hourly.
+SERIES_TARGET_BINS: Final = 60
+SERIES_MIN_BIN_S: Final = 10.0
+SERIES_MAX_BIN_S: Final = 300.0
+
+# --- length-distribution shape ----------------------------------------------------------------
+# Shapes are judged on a log scale: token lengths span decades, and a capacity model cares about
+# ratios (a 2x longer prompt), not absolute gaps.
+# "bimodal": the smoothed log-length histogram has two interior peaks, each at least
+# SHAPE_MODE_MIN_HEIGHT of the tallest, separated by a valley lower than SHAPE_MAX_DIP of the
+# smaller peak, with at least SHAPE_MIN_MODE_MASS of the requests on each side. Two populations
+# (e.g. chat turns vs. document prompts) make a mean-based P/D sizing wrong for both.
+SHAPE_MIN_SAMPLES: Final = 50  # fewer requests make any histogram mode a coin toss
+SHAPE_MAX_SAMPLES: Final = 200_000  # bin counts of ~5,000 per bin: sampling noise under 2 %
+SHAPE_LOG_BINS: Final = 40
+SHAPE_EDGE_BINS: Final = 3  # empty bins padded on each side so modes at the extremes are interior
+SHAPE_SMOOTH_BINS: Final = 1.0  # Gaussian kernel sigma, in bins: removes single-bin noise
+SHAPE_MODE_MIN_HEIGHT: Final = 0.1
+SHAPE_MAX_DIP: Final = 0.4  # a dip to 40 % of the smaller peak is a clear valley, not noise
+SHAPE_MIN_MODE_MASS: Final = 0.1
+# "heavy-tailed": p99 at least this many times the median. An exponential distribution has
+# p99/p50 = ln(100)/ln(2) = 6.6; a log-normal reaches 10 at sigma = 1, where the mean is already
+# 1.65x the median and tail requests dominate the prefill work.
+HEAVY_TAIL_P99_OVER_P50: Final = 10.0
+# "narrow" below this coefficient of variation, else "wide": at CV 0.5 the Jensen gap of a
+# quadratic cost (attention) is 25 % of the squared mean, the point where mean-based sizing
+# starts to mislead.
+NARROW_MAX_CV: Final = 0.5
+# Integer lengths are spread uniformly within +-0.5 (fixed seed, so results are reproducible)
+# before taking logs: small integers would otherwise leave empty log bins that look like valleys.
+SHAPE_JITTER_SEED: Final = 0
+
+QUANTILES: Final = (50.0, 90.0, 99.0)
+
+
+def summarize_workload(dataset: Dataset, bin_s: float | None = None) -> WorkloadSummary | Missing:
+    """Workload summary from request records, else from length histograms, else ``Missing``."""
+    if bin_s is not None and not bin_s > 0:
+        raise ValueError(f"bin_s must be positive, got {bin_s}")
+    if len(dataset.requests):
+        return _from_requests(dataset, bin_s)
+    if len(dataset.metrics):
+        summary = _from_metrics(dataset, bin_s)
+        if summary is not None:
+            return summary
+    return Missing("no request records and no length histograms")
+
+
+def default_bin_s(span_s: float) -> float:
+    """span/60, clamped to [10 s, 300 s]."""
+    return float(min(max(span_s / SERIES_TARGET_BINS, SERIES_MIN_BIN_S), SERIES_MAX_BIN_S))
+
+
+# --- from request records ---------------------------------------------------------------------
+
+
+def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | Missing:
+    req = dataset.requests
+    arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
+    ok_rows = np.isfinite(arrival)
+    arrival = arrival[ok_rows]
+    if arrival.size > 1 and np.any(np.diff(arrival) < 0):
+        order = np.argsort(arrival, kind="stable")
+        arrival = arrival[order]
+    prompt = req["prompt_tokens"].to_numpy(dtype=np.float64)[ok_rows]
+    output = req["output_tokens"].to_numpy(dtype=np.float64)[ok_rows]
+    count = int(arrival.size)
+    if count == 0:
+        return Missing("no request record has an arrival time")
+    start, end = float(arrival[0]), float(arrival[-1])
+    span = end - start
+    rate = count / span if span > 0 else float("nan")
+
+    cached: Maybe[float] = Missing("no cached_tokens column in request records")
+    if dataset.has_request_column("cached_tokens"):
+        cached_tokens = req["cached_tokens"].to_numpy(dtype=np.float64)[ok_rows]
+        have = np.isfinite(cached_tokens)
+        denominator = float(prompt[have].sum())
+        cached = (float(cached_tokens[have].sum()) / denominator if denominator > 0
+                  else Missing("no prompt tokens in rows with cached_tokens"))
+
+    failed = 0
+    if dataset.has_request_column("status"):
+        status = req["status"]
+        failed = int((status.notna() & (status != "ok")).to_numpy(dtype=bool)[ok_rows].sum())
+
+    completed: Maybe[float] = Missing("no e2e_s column in request records")
+    if dataset.has_request_column("e2e_s") and span > 0:
+        completed = _completed_rate(req, ok_rows, start, end)
+
+    series = None
+    if span > 0:
+        series = _arrival_series(arrival, start, end, bin_s or default_bin_s(span))
+
+    return WorkloadSummary(
+        requests=count,
+        window_start_ts=start,
+        window_end_ts=end,
+        arrival_rate_rps=rate,
+        prompt_tokens=length_distribution(prompt),
+        output_tokens=length_distribution(output),
+        offered_rate_rps=rate if span > 0 else Missing("all requests arrived at one instant"),
+        completed_rate_rps=completed,
+        cached_fraction=cached,
+        arrival_cv2=_arrival_cv2(arrival),
+        prompt_output_corr=_spearman(prompt, output),
+        arrival_series=series,
+        source="request records",
+        failed_requests=failed,
+    )
+
+
+def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: float) -> Maybe[float]:
+    """Requests finished successfully inside the arrival window, per second of it.
+
+    Counted over the same window as the arrival rate, so offered vs. completed compares like with
+    like; at steady state they differ only by the requests still in flight at the window's end.
+    """
+    arrival = req["arrival_ts"].to_numpy(dtype=np.float64)[rows]
+    e2e = req["e2e_s"].to_numpy(dtype=np.float64)[rows]
+    done = np.isfinite(e2e)
+    if "status" in req.columns:
+        status = req["status"]
+        done &= (status.isna() | (status == "ok")).to_numpy(dtype=bool)[rows]
+    if not done.any():
+        return Missing("no successful request has an e2e_s value")
+    finish = arrival[done] + e2e[done]
+    inside = int(np.count_nonzero((finish >= start) & (finish <= end)))
+    return inside / (end - start)
+
+
+def _arrival_series(arrival: np.ndarray, start: float, end: float, bin_s: float) -> TimeSeries:
+    """Requests/s per bin. Bins tile the window exactly (the step is span / round(span/bin_s))
+    so there is no partial last bin whose rate would be biased low."""
+    span = end - start
+    n_bins = max(1, round(span / bin_s))
+    step = span / n_bins
+    idx = np.minimum(((arrival - start) / step).astype(np.int64), n_bins - 1)
+    counts = np.bincount(idx, minlength=n_bins)
+    ts = start + step * np.arange(n_bins)
+    return TimeSeries(ts=tuple(ts.tolist()), values=tuple((counts / step).tolist()),
+                      unit="requests/s", step_s=float(step))
+
+
+def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
+    gaps = np.diff(arrival)
+    if gaps.size < 2:
+        return Missing("fewer than three arrivals")
+    mean = float(gaps.mean())
+    if mean <= 0:
+        return Missing("all requests arrived at one instant")
+    return float(gaps.var() / (mean * mean))
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> Maybe[float]:
+    if x.size < 3:
+        return Missing("fewer than three requests")
+    if np.all(x == x[0]) or np.all(y == y[0]):
+        return Missing("prompt or output length is constant")
+    rx = average_ranks(x)
+    ry = average_ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    return float(np.dot(rx, ry) / math.sqrt(float(np.dot(rx, rx)) * float(np.dot(ry, ry))))
+
+
+# Token lengths are small non-negative integers: ranks by counting (O(n + max)) beat sorting.
+COUNTING_RANK_MAX: Final = 1 << 24
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank (as scipy.stats.rankdata)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size and np.all(x == np.rint(x)) and x.min() >= 0 and x.max() < COUNTING_RANK_MAX:
+        ints = x.astype(np.int64)
+        counts = np.bincount(ints)
+        below = np.cumsum(counts) - counts  # values strictly smaller
+        average = below + (counts + 1) / 2.0
+        return average[ints]
+    from scipy.stats import rankdata
+
+    return np.asarray(rankdata(x), dtype=np.float64)
+
+
+def length_distribution(values: np.ndarray) -> LengthDistribution | Missing:
+    """Quantiles (numpy's linear percentile), CV, skewness and a shape label of a sample."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return Missing("no lengths")
+    p50, p90, p99 = (float(v) for v in np.percentile(x, QUANTILES))
+    mean = float(x.mean())
+    dev = x - mean
+    sq = dev * dev
+    var = float(sq.mean())
+    std = math.sqrt(var)
+    cv = std / mean if mean > 0 else float("nan")
+    skew = float(np.dot(sq, dev)) / x.size / (var * std) if std > 0 else 0.0
+    q = Quantiles(count=int(x.size), mean=mean, p50=p50, p90=p90, p99=p99, max=float(x.max()))
+    return LengthDistribution(quantiles=q, cv=cv, skewness=skew,
+                              shape=classify_shape(x, p50, p99, cv))
+
+
+def classify_shape(x: np.ndarray | None, p50: float, p99: float, cv: float) -> str:
+    """"bimodal", "heavy-tailed", "wide" or "narrow" (in that order of precedence).
+
+    ``x`` may be None (histogram estimates): the bimodality test then cannot run.
+    """
+    if x is not None and x.size >= SHAPE_MIN_SAMPLES and is_bimodal(x):
+        return "bimodal"
+    if p50 > 0 and p99 / p50 >= HEAVY_TAIL_P99_OVER_P50:
+        return "heavy-tailed"
+    if math.isfinite(cv) and cv >= NARROW_MAX_CV:
+        return "wide"
+    return "narrow"
+
+
+def is_bimodal(values: np.ndarray) -> bool:
+    """Two well-separated modes on the smoothed log-length histogram (see the SHAPE_* constants)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size > SHAPE_MAX_SAMPLES:
+        x = x[:: -(-x.size // SHAPE_MAX_SAMPLES)]  # an even stride: a 40-bin histogram needs no more
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < SHAPE_MIN_SAMPLES:
+        return False
+    if np.all(x == np.rint(x)):
+        rng = np.random.default_rng(SHAPE_JITTER_SEED)
+        x = np.maximum(x + rng.uniform(-0.5, 0.5, x.size), 0.5)
+    y = np.log(x)
+    lo, hi = (float(v) for v in np.percentile(y, [0.5, 99.5]))
+    if hi - lo < 1e-6:
+        return False
+    inner = SHAPE_LOG_BINS - 2 * SHAPE_EDGE_BINS
+    pad = (hi - lo) / inner * SHAPE_EDGE_BINS
+    counts, _ = np.histogram(y, bins=SHAPE_LOG_BINS, range=(lo - pad, hi + pad))
+    half = 3
+    k = np.arange(-half, half + 1)
+    kernel = np.exp(-0.5 * (k / SHAPE_SMOOTH_BINS) ** 2)
+    kernel /= kernel.sum()
+    smooth = np.convolve(np.pad(counts.astype(np.float64), half), kernel, mode="valid")
+    smooth /= smooth.max()
+    i = np.arange(1, smooth.size - 1)
+    peaks = i[(smooth[i] > smooth[i - 1]) & (smooth[i] >= smooth[i + 1])
+              & (smooth[i] >= SHAPE_MODE_MIN_HEIGHT)]
+    if peaks.size < 2:
+        return False
+    total = smooth.sum()
+    cum = np.cumsum(smooth)
+    for a_pos, a in enumerate(peaks[:-1]):  # a handful of peaks at most
+        for b in peaks[a_pos + 1:]:
+            valley = a + int(np.argmin(smooth[a:b + 1]))
+            dip = smooth[valley] / min(smooth[a], smooth[b])
+            left = cum[valley - 1] / total if valley > 0 else 0.0
+            if dip <= SHAPE_MAX_DIP and min(left, 1 - left) >= SHAPE_MIN_MODE_MASS:
+                return True
+    return False
+
+
+# --- from metric histograms -------------------------------------------------------------------
+
+
+def _instances_for(dataset: Dataset, signal: str, kinds: Sequence[str],
+                   prefer: Role) -> tuple[list[str], str]:
+    """Instances whose ``signal`` to use, and why.
+
+    In a P/D cluster both legs of a request record it: the decode instance sees the full prompt
+    (its KV arrives from prefill) and the prefill instance sees a one-token output. Summing over
+    every instance would count each request twice and mix in those one-token outputs, so the
+    frontend (one record per request) wins, then the role that owns the quantity: prompt lengths
+    from prefill, output lengths and completions from decode.
+    """
+    m = dataset.metrics
+    rows = m[(m["signal"] == signal) & m["kind"].isin(list(kinds))]
+    have = sorted({str(v) for v in rows["instance"].dropna().unique()})
+    if not have:
+        return [], ""
+    roles = {i.name: i.role for i in dataset.instances}
+    for role in ("frontend", prefer):
+        chosen = [i for i in have if roles.get(i) == role]
+        if chosen:
+            return chosen, f"{role} instances"
+    return have, "all instances"
+
+
+def _from_metrics(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | None:
+    from pdprobe.analysis.promql import counter_increase_by_instance, histogram_window
+
+    metrics = dataset.metrics
+    hist_kinds = ("bucket", "count", "sum")
+    prompt_inst, prompt_how = _instances_for(dataset, S.PROMPT_TOKENS, hist_kinds, "prefill")
+    output_inst, output_how = _instances_for(dataset, S.OUTPUT_TOKENS, hist_kinds, "decode")
+    if not prompt_inst and not output_inst:
+        return None
+    sel = metrics[metrics["signal"].isin([S.PROMPT_TOKENS, S.OUTPUT_TOKENS])]
+    start, end = float(sel["ts"].min()), float(sel["ts"].max())
+    span = end - start
+
+    dists: dict[str, Maybe[LengthDistribution]] = {}
+    counts: dict[str, float] = {}
+    for signal, inst in ((S.PROMPT_TOKENS, prompt_inst), (S.OUTPUT_TOKENS, output_inst)):
+        if not inst:
+            dists[signal] = Missing(f"no {signal} histogram")
+            continue
+        hist = histogram_window(metrics, signal, start, end, instances=inst)
+        dist, n = _histogram_distribution(hist)
+        dists[signal] = dist
+        if n is not None:
+            counts[signal] = n
+    if all(isinstance(d, Missing) for d in dists.values()):
+        return None
+    # The prompt histogram counts requests as they start prefill, the output one as they finish.
+    lead = S.PROMPT_TOKENS if S.PROMPT_TOKENS in counts else S.OUTPUT_TOKENS
+    n_requests = counts.get(lead, float("nan"))
+    requests = round(n_requests) if math.isfinite(n_requests) else 0
+    rate = n_requests / span if span > 0 and math.isfinite(n_requests) else float("nan")
+
+    def counter_rate(signal: str, prefer: Role) -> tuple[Maybe[float], float]:
+        inst, _ = _instances_for(dataset, signal, ("counter",), prefer)
+        if not inst:
+            return Missing(f"no {signal} counter"), float("nan")
+        inc = counter_increase_by_instance(metrics, signal, start, end)
+        inc = inc[inc.index.isin(inst)].dropna()
+        if inc.empty or span <= 0:
+            return Missing(f"{signal} has too few samples in the window"), float("nan")
+        total = float(inc.sum())
+        return total / span, total
+
+    offered, _ = counter_rate(S.REQUESTS_STARTED_TOTAL, "frontend")
+    completed, _ = counter_rate(S.REQUESTS_FINISHED_TOTAL, "decode")
+    _, failed_total = counter_rate(S.REQUESTS_FAILED_TOTAL, "decode")
+
+    cached: Maybe[float] = Missing("no cached-token and prompt-token counters")
+    cached_inst, _ = _instances_for(dataset, S.CACHED_TOKENS_TOTAL, ("counter",), "prefill")
+    if cached_inst:
+        hits = counter_increase_by_instance(metrics, S.CACHED_TOKENS_TOTAL, start, end)
+        prompts = counter_increase_by_instance(metrics, S.PROMPT_TOKENS_TOTAL, start, end)
+        both = [i for i in cached_inst if i in hits.index and i in prompts.index]
+        denominator = float(prompts.reindex(both).sum())
+        if both and denominator > 0:
+            cached = float(hits.reindex(both).sum()) / denominator
+
+    series = None
+    if span > 0:
+        series = _histogram_count_series(metrics, lead, prompt_inst if lead == S.PROMPT_TOKENS
+                                         else output_inst, bin_s or default_bin_s(span))
+    return WorkloadSummary(
+        requests=requests,
+        window_start_ts=start,
+        window_end_ts=end,
+        arrival_rate_rps=rate,
+        prompt_tokens=dists[S.PROMPT_TOKENS],
+        output_tokens=dists[S.OUTPUT_TOKENS],
+        offered_rate_rps=offered,
+        completed_rate_rps=completed,
+        cached_fraction=cached,
+        arrival_cv2=Missing("needs per-request arrival times (metrics only)"),
+        prompt_output_corr=Missing("needs per-request lengths (metrics only)"),
+        arrival_series=series,
+        source=f"metric histograms (prompt lengths from {prompt_how or 'no instance'}, output "
+               f"lengths from {output_how or 'no instance'})",
+        failed_requests=round(failed_total) if math.isfinite(failed_total) else 0,
+    )
+
+
+def _histogram_distribution(hist: pd.DataFrame) -> tuple[Maybe[LengthDistribution], float | None]:
+    """Estimated distribution from summed bucket increases, and the request count."""
+    from pdprobe.analysis.promql import histogram_quantile
+
+    if hist.empty:
+        return Missing("histogram has no increase in the window"), None
+    le = hist["le"].to_numpy(dtype=np.float64)
+    cum = hist["count"].to_numpy(dtype=np.float64)
+    order = np.argsort(le)
+    le, cum = le[order], np.maximum.accumulate(cum[order])
+    total = float(cum[-1]) if np.isposinf(le[-1]) else float("nan")
+    hcount = float(hist.attrs.get("count", float("nan")))
+    hsum = float(hist.attrs.get("sum", float("nan")))
+    n = hcount if math.isfinite(hcount) and hcount > 0 else total
+    if not math.isfinite(n) or n <= 0:
+        return Missing("histogram has no observations in the window"), None
+    p50, p90, p99 = (histogram_quantile(q / 100.0, le, cum) for q in QUANTILES)
+    # Moments from bucket midpoints (the +Inf bucket at its lower bound): only CV and skewness
+    # come from them; the mean is exact when the histogram's _sum is known.
+    finite = np.isfinite(le)
+    bounds = le[finite]
+    per_bucket = np.diff(np.concatenate(([0.0], cum)))
+    lowers = np.concatenate(([0.0], bounds))[: per_bucket.size]
+    uppers = np.concatenate((bounds, [bounds[-1] if bounds.size else 0.0]))[: per_bucket.size]
+    mids = (lowers + uppers) / 2.0
+    weights = per_bucket / per_bucket.sum() if per_bucket.sum() > 0 else per_bucket
+    mid_mean = float(np.dot(weights, mids))
+    var = float(np.dot(weights, (mids - mid_mean) ** 2))
+    std = math.sqrt(var)
+    mean = hsum / hcount if math.isfinite(hsum) and math.isfinite(hcount) and hcount > 0 \
+        else mid_mean
+    cv = std / mid_mean if mid_mean > 0 else float("nan")
+    skew = float(np.dot(weights, (mids - mid_mean) ** 3)) / std ** 3 if std > 0 else 0.0
+    q = Quantiles(count=round(n), mean=mean, p50=p50, p90=p90, p99=p99, max=None,
+                  estimated=True)
+    return LengthDistribution(quantiles=q, cv=cv, skewness=skew,
+                              shape=classify_shape(None, p50, p99, cv)), n
+
+
+def _histogram_count_series(metrics: pd.DataFrame, signal: str, instances: Sequence[str],
+                            step_s: float) -> TimeSeries | None:
+    """Requests/s per bin from the histogram's cumulative ``_count`` over the chosen instances."""
+    from pdprobe.analysis.promql import rate_series
+
+    rates = rate_series(metrics, signal, step_s, kind="count")
+    rates = rates[rates["instance"].isin(list(instances))]
+    if rates.empty:
+        return None
+    summed = rates.groupby("ts", sort=True)["rate"].sum()
+    return TimeSeries(ts=tuple(float(t) for t in summed.index),
+                      values=tuple(float(v) for v in summed.to_numpy()),
+                      unit="requests/s", step_s=float(step_s))

@@ -1,0 +1,345 @@
+"""Tests for pdprobe/analysis/workload.py: trace statistics, shapes, and the histogram fallback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe import signals as S
+from pdprobe.analysis.base import LengthDistribution, WorkloadSummary
+from pdprobe.analysis.promql import histogram_quantile
+from pdprobe.analysis.workload import (
+    classify_shape,
+    default_bin_s,
+    is_bimodal,
+    length_distribution,
+    summarize_workload,
+)
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.fuse import fuse
+from pdprobe.collectors.requests_file import read_requests
+from pdprobe.dataset import (
+    EVENT_COLUMNS,
+    METRIC_COLUMNS,
+    NETWORK_COLUMNS,
+    REQUEST_COLUMNS,
+    Dataset,
+    InstanceInfo,
+    conform,
+    empty_frame,
+)
+from pdprobe.values import Missing
+
+
+def _summary(dataset: Dataset, bin_s: float | None = None) -> WorkloadSummary:
+    result = summarize_workload(dataset, bin_s)
+    assert isinstance(result, WorkloadSummary), result
+    return result
+
+
+def _dist(value: object) -> LengthDistribution:
+    assert isinstance(value, LengthDistribution), value
+    return value
+
+
+# The tables of /work/shared/traces/README.md: requests, span, arrival rate,
+# input mean/p50/p90/p99/max, output mean/p50/p90/p99/max.
+TRACE_TABLE = [
+    ("AzureLLMInferenceTrace_code.csv", 8819, 3435.9, 2.567,
+     (2047.8, 1469, 5187.6, 7436, 7437), (27.9, 13, 55, 251.5, 1899)),
+    ("AzureLLMInferenceTrace_conv.csv", 19366, 3501.7, 5.530,
+     (1154.7, 1020, 2734.5, 4142, 14050), (211.1, 129, 424, 601, 1000)),
+    ("mooncake_conversation_trace.jsonl", 12031, 3537.0, 3.401,
+     (12035.1, 6909, 27367, 85400.4, 126195), (342.6, 350, 597, 1118.5, 2000)),
+    ("mooncake_synthetic_trace.jsonl", 3993, 1022.0, 3.907,
+     (15325.5, 11587, 38611.2, 66456.2, 191378), (149.1, 69, 389, 768.1, 893)),
+]
+
+
+def _printed(expected: float) -> float:
+    """Half a unit of the last printed digit."""
+    text = repr(float(expected)) if not float(expected).is_integer() else "1"
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return 0.5 * 10 ** -decimals + 1e-9
+
+
+@pytest.mark.parametrize(("name", "count", "span", "rate", "inp", "out"), TRACE_TABLE)
+def test_public_traces_match_readme(traces_dir: Path, name: str, count: int, span: float,
+                                    rate: float, inp: tuple[float, ...],
+                                    out: tuple[float, ...]) -> None:
+    dataset = fuse([read_requests(traces_dir / name, ReadContext())])
+    summary = _summary(dataset)
+    assert summary.requests == count
+    assert summary.source == "request records"
+    assert summary.window_end_ts - summary.window_start_ts == pytest.approx(span, abs=0.05)
+    assert summary.arrival_rate_rps == pytest.approx(rate, abs=0.0005)
+    for dist, expected in ((_dist(summary.prompt_tokens), inp),
+                           (_dist(summary.output_tokens), out)):
+        q = dist.quantiles
+        assert not q.estimated and q.count == count
+        for got, want in zip((q.mean, q.p50, q.p90, q.p99, q.max), expected, strict=True):
+            assert got == pytest.approx(want, abs=_printed(want)), (name, expected)
+
+
+def test_public_trace_shapes(traces_dir: Path) -> None:
+    shapes = {}
+    for name, *_ in TRACE_TABLE:
+        summary = _summary(fuse([read_requests(traces_dir / name, ReadContext())]))
+        shapes[name] = (_dist(summary.prompt_tokens).shape, _dist(summary.output_tokens).shape)
+    # Azure conv prompts cluster around templates and its outputs have two peaks (~90 and ~390
+    # tokens); Mooncake synthetic mixes short chat turns with long documents.
+    assert shapes["AzureLLMInferenceTrace_conv.csv"] == ("bimodal", "bimodal")
+    assert shapes["mooncake_synthetic_trace.jsonl"][0] == "bimodal"
+    # p99/p50 = 19 for Azure code outputs, 12.4 for Mooncake conversation prompts.
+    assert shapes["AzureLLMInferenceTrace_code.csv"] == ("wide", "heavy-tailed")
+    assert shapes["mooncake_conversation_trace.jsonl"] == ("heavy-tailed", "wide")
+
+
+# --- request records: the derived numbers ---------------------------------------------------
+
+
+def _dataset(requests: pd.DataFrame, columns: set[str] | None = None,
+             metrics: pd.DataFrame | None = None,
+             instances: tuple[InstanceInfo, ...] = ()) -> Dataset:
+    return Dataset(
+        requests=conform(requests, REQUEST_COLUMNS) if len(requests) else empty_frame(
+            REQUEST_COLUMNS),
+        metrics=conform(metrics, METRIC_COLUMNS) if metrics is not None else empty_frame(
+            METRIC_COLUMNS),
+        network=empty_frame(NETWORK_COLUMNS),
+        events=empty_frame(EVENT_COLUMNS),
+        instances=instances,
+        sources=(),
+        request_columns=frozenset(columns if columns is not None else requests.columns),
+    )
+
+
+def test_request_derived_numbers() -> None:
+    n = 101  # one arrival per second over 100 s
+    prompt = np.arange(1, n + 1) * 10
+    req = pd.DataFrame({
+        "arrival_ts": 1000.0 + np.arange(n),
+        "prompt_tokens": prompt,
+        "output_tokens": prompt // 2 + 1,  # monotonic in prompt: Spearman 1
+        "cached_tokens": np.where(np.arange(n) % 2 == 0, prompt / 2, np.nan),
+        "e2e_s": np.full(n, 10.0),
+        "status": ["error", "timeout", "aborted", "error"] + ["ok"] * 96 + [None],
+    })
+    summary = _summary(_dataset(req))
+    assert summary.requests == 101
+    assert summary.arrival_rate_rps == pytest.approx(1.01)
+    assert summary.offered_rate_rps == pytest.approx(1.01)
+    assert summary.arrival_cv2 == pytest.approx(0.0)
+    assert summary.prompt_output_corr == pytest.approx(1.0)
+    assert summary.cached_fraction == pytest.approx(0.5)
+    assert summary.failed_requests == 4
+    # finish = arrival + 10 s; inside [1000, 1100]: arrivals 1000..1090 -> 91, less 4 failed
+    assert summary.completed_rate_rps == pytest.approx(87 / 100)
+    series = summary.arrival_series
+    assert series is not None
+    assert series.step_s == pytest.approx(10.0)  # default: 100 s / 60 clamped to 10 s
+    assert len(series.values) == 10
+    assert series.values[0] == pytest.approx(1.0) and series.values[-1] == pytest.approx(1.1)
+    assert sum(v * series.step_s for v in series.values) == pytest.approx(101)
+
+
+def test_missing_optional_columns_give_reasons() -> None:
+    req = pd.DataFrame({"arrival_ts": [1.0, 2.0, 4.0, 8.0], "prompt_tokens": [5, 5, 5, 5],
+                        "output_tokens": [1, 2, 3, 4]})
+    summary = _summary(_dataset(req))
+    assert summary.cached_fraction == Missing("no cached_tokens column in request records")
+    assert summary.completed_rate_rps == Missing("no e2e_s column in request records")
+    assert summary.prompt_output_corr == Missing("prompt or output length is constant")
+    gaps = np.array([1.0, 2.0, 4.0])
+    assert summary.arrival_cv2 == pytest.approx(gaps.var() / gaps.mean() ** 2)
+    assert summary.failed_requests == 0
+
+
+def test_single_instant_has_no_rate() -> None:
+    req = pd.DataFrame({"arrival_ts": [5.0, 5.0], "prompt_tokens": [1, 2],
+                        "output_tokens": [1, 2]})
+    summary = _summary(_dataset(req))
+    assert summary.requests == 2
+    assert np.isnan(summary.arrival_rate_rps)
+    assert isinstance(summary.offered_rate_rps, Missing)
+    assert summary.arrival_series is None
+
+
+def test_explicit_bin_and_bad_bin() -> None:
+    req = pd.DataFrame({"arrival_ts": np.linspace(0, 600, 601), "prompt_tokens": 1,
+                        "output_tokens": 1})
+    summary = _summary(_dataset(req), bin_s=60.0)
+    assert summary.arrival_series is not None and summary.arrival_series.step_s == 60.0
+    with pytest.raises(ValueError, match="bin_s"):
+        summarize_workload(_dataset(req), bin_s=0)
+
+
+def test_default_bin_is_clamped() -> None:
+    assert default_bin_s(60.0) == 10.0
+    assert default_bin_s(3600.0) == 60.0
+    assert default_bin_s(86400.0) == 300.0
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+
+def test_shape_labels_on_known_distributions() -> None:
+    rng = np.random.default_rng(7)
+
+    def shape(x: np.ndarray) -> str:
+        return _dist(length_distribution(np.rint(x))).shape
+
+    mix = np.r_[rng.lognormal(np.log(200), 0.3, 4000), rng.lognormal(np.log(4000), 0.3, 4000)]
+    assert shape(mix) == "bimodal"
+    assert shape(np.r_[np.full(300, 128.0), np.full(200, 2048.0)]) == "bimodal"
+    assert shape(rng.lognormal(7, 1.3, 8000)) == "heavy-tailed"
+    assert shape(rng.lognormal(7, 0.2, 8000)) == "narrow"
+    assert shape(rng.uniform(1, 8000, 8000)) == "wide"
+    assert shape(np.full(100, 512.0)) == "narrow"
+    assert shape(rng.exponential(1000, 8000) + 1) == "wide"  # p99/p50 = 6.6 < 10
+    assert shape(rng.poisson(5, 8000) + 1.0) == "narrow"  # small integers are not modes
+
+
+def test_bimodality_needs_enough_samples_and_mass() -> None:
+    rng = np.random.default_rng(3)
+    few = np.r_[np.full(10, 100.0), np.full(10, 5000.0)]
+    assert not is_bimodal(few)
+    lopsided = np.r_[rng.lognormal(np.log(200), 0.3, 9700), rng.lognormal(np.log(9000), 0.2, 300)]
+    assert not is_bimodal(lopsided)  # 3 % in the second bump is a tail, not a population
+
+
+def test_bimodality_on_a_large_sample_uses_a_stride() -> None:
+    rng = np.random.default_rng(11)
+    mix = np.rint(np.r_[rng.lognormal(np.log(300), 0.3, 300_000),
+                        rng.lognormal(np.log(6000), 0.3, 200_000)])
+    rng.shuffle(mix)
+    assert is_bimodal(mix)
+    assert not is_bimodal(np.rint(rng.lognormal(7, 1.0, 500_000)))
+
+
+def test_classify_without_sample_uses_tail_and_cv() -> None:
+    assert classify_shape(None, 100.0, 1500.0, 0.3) == "heavy-tailed"
+    assert classify_shape(None, 100.0, 300.0, 0.8) == "wide"
+    assert classify_shape(None, 100.0, 150.0, 0.2) == "narrow"
+
+
+def test_length_distribution_moments() -> None:
+    x = np.array([1.0, 2.0, 3.0, 10.0])
+    dist = _dist(length_distribution(x))
+    assert dist.quantiles.mean == 4.0
+    assert dist.cv == pytest.approx(x.std() / 4.0)
+    z = (x - 4.0) / x.std()
+    assert dist.skewness == pytest.approx(float(np.mean(z ** 3)))
+    assert dist.quantiles.p90 == pytest.approx(np.percentile(x, 90))
+
+
+# --- from metric histograms -----------------------------------------------------------------
+
+PROMPT_LE = [10.0, 100.0, 1000.0, 10000.0, np.inf]
+OUTPUT_LE = [1.0, 10.0, 100.0, 1000.0, np.inf]
+
+
+def _hist_rows(instance: str, signal: str, le: list[float], per_bucket_rate: list[float],
+               mean_value: float, ts: np.ndarray) -> list[dict[str, object]]:
+    """Cumulative histogram samples growing linearly in time."""
+    rows: list[dict[str, object]] = []
+    cum_rate = np.cumsum(per_bucket_rate)
+    elapsed = ts - ts[0]
+    for bound, r in zip(le, cum_rate, strict=True):
+        rows += [{"ts": t, "instance": instance, "signal": signal, "kind": "bucket", "le": bound,
+                  "value": r * e} for t, e in zip(ts, elapsed, strict=True)]
+    total = cum_rate[-1]
+    rows += [{"ts": t, "instance": instance, "signal": signal, "kind": "count", "le": np.nan,
+              "value": total * e} for t, e in zip(ts, elapsed, strict=True)]
+    rows += [{"ts": t, "instance": instance, "signal": signal, "kind": "sum", "le": np.nan,
+              "value": total * mean_value * e} for t, e in zip(ts, elapsed, strict=True)]
+    return rows
+
+
+def _counter_rows(instance: str, signal: str, rate: float, ts: np.ndarray
+                  ) -> list[dict[str, object]]:
+    return [{"ts": t, "instance": instance, "signal": signal, "kind": "counter", "le": np.nan,
+             "value": 1000.0 + rate * (t - ts[0])} for t in ts]
+
+
+def _pd_metrics() -> tuple[pd.DataFrame, tuple[InstanceInfo, ...]]:
+    ts = np.arange(0.0, 601.0, 15.0) + 1.7e9
+    rows: list[dict[str, object]] = []
+    # Prefill instances see the real prompt mix and a one-token output per request.
+    for name in ("p0", "p1"):
+        rows += _hist_rows(name, S.PROMPT_TOKENS, PROMPT_LE, [0.1, 0.4, 0.3, 0.2, 0.0], 900.0, ts)
+        rows += _hist_rows(name, S.OUTPUT_TOKENS, OUTPUT_LE, [1.0, 0.0, 0.0, 0.0, 0.0], 1.0, ts)
+        rows += _counter_rows(name, S.REQUESTS_FINISHED_TOTAL, 1.0, ts)
+    # The decode instance records the same requests again, and the real output lengths.
+    rows += _hist_rows("d0", S.PROMPT_TOKENS, PROMPT_LE, [0.0, 0.0, 1.0, 1.0, 0.0], 5000.0, ts)
+    rows += _hist_rows("d0", S.OUTPUT_TOKENS, OUTPUT_LE, [0.0, 0.5, 1.0, 0.5, 0.0], 120.0, ts)
+    rows += _counter_rows("d0", S.REQUESTS_FINISHED_TOTAL, 1.9, ts)
+    rows += _counter_rows("d0", S.REQUESTS_FAILED_TOTAL, 0.01, ts)
+    instances = (InstanceInfo("p0", "prefill", "test"), InstanceInfo("p1", "prefill", "test"),
+                 InstanceInfo("d0", "decode", "test"))
+    return pd.DataFrame(rows), instances
+
+
+def test_metrics_only_prefers_role_that_owns_the_quantity() -> None:
+    metrics, instances = _pd_metrics()
+    summary = _summary(_dataset(pd.DataFrame(), set(), metrics, instances))
+    assert summary.source == ("metric histograms (prompt lengths from prefill instances, "
+                              "output lengths from decode instances)")
+    prompt, output = _dist(summary.prompt_tokens), _dist(summary.output_tokens)
+    assert prompt.quantiles.estimated and output.quantiles.estimated
+    # Prompt from prefill only: 2 instances x 1 req/s x 600 s.
+    assert summary.requests == 1200
+    assert summary.arrival_rate_rps == pytest.approx(2.0)
+    cum = np.cumsum([0.2, 0.8, 0.6, 0.4, 0.0]) * 600  # p0 + p1
+    assert prompt.quantiles.p50 == pytest.approx(histogram_quantile(0.5, np.array(PROMPT_LE), cum))
+    assert prompt.quantiles.p50 == pytest.approx(10 + 90 * (600 - 120) / 480)
+    assert prompt.quantiles.p90 == pytest.approx(1000 + 9000 * (1080 - 960) / 240)
+    assert prompt.quantiles.mean == pytest.approx(900.0)
+    assert prompt.quantiles.max is None
+    # Output from decode, not the prefill legs' one-token outputs.
+    assert output.quantiles.p50 == pytest.approx(10 + 90 * (600 - 300) / 600)
+    assert output.quantiles.mean == pytest.approx(120.0)
+    assert output.quantiles.count == 1200
+    assert summary.completed_rate_rps == pytest.approx(1.9)
+    assert summary.failed_requests == 6
+    assert summary.offered_rate_rps == Missing(f"no {S.REQUESTS_STARTED_TOTAL} counter")
+    assert isinstance(summary.prompt_output_corr, Missing)
+    assert summary.arrival_series is not None
+    assert summary.arrival_series.values[0] == pytest.approx(2.0)
+
+
+def test_metrics_only_frontend_wins() -> None:
+    metrics, instances = _pd_metrics()
+    ts = np.arange(0.0, 601.0, 15.0) + 1.7e9
+    front = pd.DataFrame(
+        _hist_rows("fe", S.PROMPT_TOKENS, PROMPT_LE, [0.0, 0.0, 3.0, 0.0, 0.0], 500.0, ts)
+        + _counter_rows("fe", S.REQUESTS_STARTED_TOTAL, 3.0, ts)
+        + _counter_rows("fe", S.REQUESTS_FINISHED_TOTAL, 2.5, ts))
+    instances = (*instances, InstanceInfo("fe", "frontend", "test"))
+    summary = _summary(_dataset(pd.DataFrame(), set(), pd.concat([metrics, front]), instances))
+    assert summary.requests == 1800
+    assert _dist(summary.prompt_tokens).quantiles.p50 == pytest.approx(550.0)
+    assert summary.offered_rate_rps == pytest.approx(3.0)
+    assert summary.completed_rate_rps == pytest.approx(2.5)
+    # No output histogram on the frontend: outputs still come from decode.
+    assert _dist(summary.output_tokens).quantiles.mean == pytest.approx(120.0)
+
+
+def test_metrics_only_without_roles_uses_all_instances() -> None:
+    metrics, _ = _pd_metrics()
+    summary = _summary(_dataset(pd.DataFrame(), set(), metrics, ()))
+    assert summary.requests == 1200 + 1200  # p0 + p1 + d0 (d0 has 2 req/s)
+    assert _dist(summary.prompt_tokens).quantiles.mean == pytest.approx((900 + 5000) / 2)
+
+
+def test_nothing_usable_is_missing() -> None:
+    result = summarize_workload(_dataset(pd.DataFrame(), set()))
+    assert result == Missing("no request records and no length histograms")
+    ts = np.arange(0.0, 100.0, 15.0)
+    gauges = pd.DataFrame([{"ts": t, "instance": "x", "signal": S.KV_USAGE_RATIO, "kind": "gauge",
+                            "le": np.nan, "value": 0.5} for t in ts])
+    assert isinstance(summarize_workload(_dataset(pd.DataFrame(), set(), gauges)), Missing)
+
