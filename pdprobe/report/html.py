@@ -1,8 +1,8 @@
 """One self-contained HTML file: inline CSS and hand-built inline SVG charts, no script, no
 network fetch when opened (a Content-Security-Policy forbids any).
 
-Charts: producer vs consumer demand and theoretical vs deployed P/D over time (capacity
-windows), per-instance heat maps of queue depth / TTFT / KV usage on one colour scale per role
+Charts: producer vs consumer demand and theoretical, recommended and deployed P/D over time
+(capacity windows, the counts written over their windows), per-instance heat maps of queue depth / TTFT / KV usage on one colour scale per role
 (so the skewed or slow instance stands out), the prompt/output length distribution, KV
 transfer latency per instance, and any extra time series the report carries (RDMA counters).
 Every string from the data goes through ``html.escape``.
@@ -31,16 +31,19 @@ from pdprobe.report.verdict import (
     build_view,
     fmt_num,
     fmt_pct,
+    fmt_ratio,
     fmt_seconds,
     fmt_ts,
     is_na,
+    pd_pair,
+    plural,
     series_value,
     verdict_line,
 )
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-    from pdprobe.analysis.base import TimeSeries
+    from pdprobe.analysis.base import RatioWindow, TimeSeries
     from pdprobe.report.model import Report
 
 CSP: Final = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -56,6 +59,7 @@ HEAT_LABEL_W: Final = 180
 HEAT_ROW_H: Final = 18
 HEAT_MAX_COLS: Final = 120  # a wider grid is down-sampled; cells below ~4 px are unreadable
 LABEL_CHARS: Final = 26
+SPAN_CHAR_W: Final = 6.6  # px per character of an 11 px label (as for the legend)
 # Sequential colour scale (viridis stops): perceptually even, readable by colour-blind people.
 HEAT_STOPS: Final = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)),
                      (0.75, (94, 201, 98)), (1.0, (253, 231, 37)))
@@ -225,9 +229,15 @@ def _workload(report: Report, view: ReportView) -> str:
 
 def _capacity(view: ReportView) -> str:
     out = ["<section id=\"capacity\"><h2>Capacity</h2>", _kv_rows(view.capacity)]
-    for extra, tid in ((view.band, "table-band"), (view.windows, "table-windows")):
-        if extra is not None:
-            out.append(f"<h3>{h(extra.title)}</h3>{_table(extra, tid)}")
+    if view.band is not None:
+        out.append(f"<h3>{h(view.band.title)}</h3>{_table(view.band, 'table-band')}")
+    if view.windows is not None and view.windows_summary:
+        n = len(view.windows.rows)
+        out.append(f"<h3>{h(view.windows.title)}</h3>"
+                   f"<p class=\"windows-summary\">{h(view.windows_summary)}</p>"
+                   "<details class=\"windows\"><summary>per-window table "
+                   f"({plural(n, 'window')})</summary>"
+                   f"{_table(view.windows, 'table-windows')}</details>")
     out.append("</section>")
     return "".join(out)
 
@@ -282,6 +292,18 @@ class Line:
     css: str  # series class: s0, s1, ...
     step: bool = False  # draw as a step (value holds until the next x)
     right: bool = False  # on the right-hand axis (a second unit or scale)
+    tips: tuple[str, ...] | None = None  # per-point tooltip values instead of the formatted y
+
+
+@dataclass(frozen=True)
+class Span:
+    """A text label over the x range [x0, x1] at height y (e.g. "3P:1D" over its windows)."""
+
+    x0: float
+    x1: float
+    y: float
+    text: str
+    css: str
 
 
 def _path(points: Sequence[tuple[float, float]]) -> str:
@@ -322,9 +344,11 @@ class _Scale:
 
 def line_chart(cid: str, title: str, lines: Sequence[Line], *, x_fmt: Callable[[float], str],
                y_fmt: Callable[[float], str], y_floor: float | None = 0.0,
-               right_fmt: Callable[[float], str] | None = None) -> str:
+               right_fmt: Callable[[float], str] | None = None,
+               spans: Sequence[Span] = ()) -> str:
     """Lines over time with axes, ticks, a legend and per-point tooltips; lines marked
-    ``right`` use a second y axis (its tick labels in the first right line's colour)."""
+    ``right`` use a second y axis (its tick labels in the first right line's colour).
+    ``spans`` are labels (left axis) centred over their x range, dropped when too narrow."""
     xs = [x for ln in lines for x in ln.xs]
     left_ys = [y for ln in lines if not ln.right for y in ln.ys if math.isfinite(y)]
     right_ys = [y for ln in lines if ln.right for y in ln.ys if math.isfinite(y)]
@@ -373,16 +397,23 @@ def line_chart(cid: str, title: str, lines: Sequence[Line], *, x_fmt: Callable[[
         last = len(ln.xs) - 1
         for i, (x, y) in enumerate(zip(ln.xs, ln.ys, strict=True)):
             if math.isfinite(y) and not (ln.step and i == last and i > 0):
+                tip = ln.tips[i] if ln.tips is not None else fmt(y)
                 out.append(f"<circle class=\"pt {h(ln.css)}\" cx=\"{px(x):.1f}\" "
                            f"cy=\"{py(y):.1f}\" r=\"2.5\"><title>{h(ln.label)} at "
-                           f"{h(x_fmt(x))}: {h(fmt(y))}</title></circle>")
+                           f"{h(x_fmt(x))}: {h(tip)}</title></circle>")
+    for sp in spans:
+        if not math.isfinite(sp.y) or (px(sp.x1) - px(sp.x0)) < SPAN_CHAR_W * len(sp.text):
+            continue  # a label wider than its span would collide with its neighbours
+        out.append(f"<text class=\"span {h(sp.css)}\" text-anchor=\"middle\" "
+                   f"x=\"{(px(sp.x0) + px(sp.x1)) / 2:.1f}\" y=\"{left(sp.y) - 5:.1f}\">"
+                   f"{h(sp.text)}</text>")
     lx = MARGIN_L + 8.0
     for ln in lines:
         label = ln.label + (" (right axis)" if ln.right else "")
         out.append(f"<rect class=\"swatch {h(ln.css)}\" x=\"{lx:.1f}\" y=\"{MARGIN_T - 12}\" "
                    f"width=\"10\" height=\"10\"/><text class=\"legend\" x=\"{lx + 14:.1f}\" "
                    f"y=\"{MARGIN_T - 3}\">{h(label)}</text>")
-        lx += 30 + 6.6 * len(label)  # about 6.6 px per character at 11 px
+        lx += 30 + SPAN_CHAR_W * len(label)
     out.append("</svg></figure>")
     return "".join(out)
 
@@ -530,17 +561,44 @@ def _capacity_charts(report: Report, view: ReportView) -> str:
          Line("decode tok/s", xs, stepped([num(w.consumer_tokens_per_s) for w in wins]), "s1",
               step=True, right=True)],
         x_fmt=_x_fmt(view), y_fmt=fmt_num))
+    rec = [(w.recommended_prefill, w.recommended_decode) for w in wins]
+    dep = [(w.deployed_prefill, w.deployed_decode) for w in wins]
+
+    def tips(pairs: list[tuple[Any, Any]]) -> tuple[str, ...]:
+        out = tuple(f"{pd_pair(p, d)} ({fmt_ratio(ratio(p, d))})" for p, d in pairs)
+        return (*out, out[-1])
+
     out.append(line_chart(
-        "chart-ratio", "P/D ratio: theoretical vs deployed",
+        "chart-ratio", "P/D ratio per window: theoretical, recommended, deployed",
         [Line("theoretical", xs, stepped([num(w.theoretical_ratio) for w in wins]), "s0",
               step=True),
-         Line("recommended", xs, stepped([ratio(w.recommended_prefill, w.recommended_decode)
-                                          for w in wins]), "s2", step=True),
-         Line("deployed", xs, stepped([ratio(w.deployed_prefill, w.deployed_decode)
-                                       for w in wins]), "s1", step=True)],
-        x_fmt=_x_fmt(view), y_fmt=lambda v: f"{v:.2f}"))
+         Line("recommended", xs, stepped([ratio(p, d) for p, d in rec]), "s2", step=True,
+              tips=tips(rec)),
+         Line("deployed", xs, stepped([ratio(p, d) for p, d in dep]), "s1", step=True,
+              tips=tips(dep))],
+        x_fmt=_x_fmt(view), y_fmt=lambda v: f"{v:.2f}",
+        spans=_count_spans(wins, rec, dep, ratio)))
     out.append("</div></section>")
     return "".join(out)
+
+
+def _count_spans(wins: Sequence[RatioWindow], rec: list[tuple[Any, Any]],
+                 dep: list[tuple[Any, Any]], ratio: Callable[[Any, Any], float]) -> list[Span]:
+    """``3P:1D`` over each run of windows with the same recommended counts, and the deployed
+    counts over theirs where they differ from the recommended ones (else the labels overlap)."""
+    out: list[Span] = []
+    for pairs, css, other in ((rec, "s2", None), (dep, "s1", rec)):
+        start = 0
+        for i in range(1, len(wins) + 1):
+            if i < len(wins) and pairs[i] == pairs[start]:
+                continue
+            p, d = pairs[start]
+            same = other is not None and all(other[k] == pairs[k] for k in range(start, i))
+            if not (is_na(p) or is_na(d) or same):
+                out.append(Span(wins[start].start_ts, wins[i - 1].end_ts, ratio(p, d),
+                                pd_pair(p, d), css))
+            start = i
+    return out
 
 
 HEATMAPS: Final = (

@@ -20,6 +20,7 @@ from pdprobe.report.verdict import (
     Table,
     build_view,
     fmt_ts,
+    plural,
     series_value,
     sparkline,
     verdict_line,
@@ -80,11 +81,7 @@ def render(report: Report, options: RenderOptions) -> str:
     out.append("## Capacity")
     out.append("")
     out += _kv(view.capacity)
-    for extra in (view.band, view.windows):
-        if extra is not None:
-            out.append(f"**{esc(extra.title)}**")
-            out.append("")
-            out += _table(extra)
+    out += _capacity_tables(view)
     out.append("## SLO attainment")
     out.append("")
     out += _kv(view.slo)
@@ -111,7 +108,7 @@ def render(report: Report, options: RenderOptions) -> str:
 
 def _cell(c: Cell) -> str:
     if c.flag:
-        return f"**{esc(c.text)}**{esc(FLAG_MARK)}"
+        return f"**{esc(c.text)}**{FLAG_MARK}"  # a constant " !", nothing to escape
     return esc(c.text)
 
 
@@ -138,6 +135,20 @@ def _table(table: Table) -> list[str]:
     reasons = [f"- {NA}: {esc(r)}" for r in table.na_reasons()]
     if reasons:
         out += [*reasons, ""]
+    return out
+
+
+def _capacity_tables(view: ReportView) -> list[str]:
+    """The what-if band, then the windows: a summary line and the table folded in a
+    ``<details>`` block (GitHub renders the table inside; a day has hundreds of windows)."""
+    out: list[str] = []
+    if view.band is not None:
+        out += [f"**{esc(view.band.title)}**", "", *_table(view.band)]
+    if view.windows is not None and view.windows_summary:
+        rows = len(view.windows.rows)
+        out += [f"**{esc(view.windows.title)}**", "", esc(view.windows_summary), "",
+                f"<details><summary>per-window table ({plural(rows, 'window')})</summary>", "",
+                *_table(view.windows), "</details>", ""]
     return out
 
 

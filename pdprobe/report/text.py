@@ -211,6 +211,22 @@ def _spark_line(label: str, values: tuple[float, ...], rs: RoleSeries, width: in
     return text
 
 
+def _capacity_tables(view: ReportView, verbose: bool) -> list[RenderableType]:
+    """The what-if band, then the windows: one summary line, the table with -v (a day's
+    capture has hundreds of windows)."""
+    out: list[RenderableType] = []
+    if view.band is not None:
+        out += [Text(""), Text(view.band.title, style="bold"), _table(view.band, verbose)]
+    if view.windows is not None and view.windows_summary:
+        title = Text(view.windows.title, style="bold")
+        if not verbose:
+            title.append(" (-v lists them)", style="dim")
+        out += [Text(""), title, Text(view.windows_summary)]
+        if verbose:
+            out.append(_table(view.windows, verbose))
+    return out
+
+
 def _sections(view: ReportView, options: RenderOptions) -> list[RenderableType]:
     verbose = options.verbose
     out: list[RenderableType] = [_verdict(view.status, view.verdict),
@@ -238,11 +254,7 @@ def _sections(view: ReportView, options: RenderOptions) -> list[RenderableType]:
 
     out.append(_heading("CAPACITY"))
     out.append(_kv_table(view.capacity, verbose))
-    for extra in (view.band, view.windows):
-        if extra is not None:
-            out.append(Text(""))
-            out.append(Text(extra.title, style="bold"))
-            out.append(_table(extra, verbose))
+    out += _capacity_tables(view, verbose)
 
     out.append(_heading("SLO ATTAINMENT"))
     out.append(_kv_table(view.slo, verbose))

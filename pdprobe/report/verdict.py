@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         InstanceSummary,
         LengthDistribution,
         Quantiles,
+        RatioWindow,
         TimeSeries,
     )
     from pdprobe.report.model import Report
@@ -766,28 +767,14 @@ def capacity_rows(report: Report) -> list[KeyValue]:
                  if v is not None]
         if parts:  # detail rows appear only when the model computed them
             rows.append(KeyValue(label, Cell(", ".join(parts))))
-    rows.append(KeyValue("mean-based sizing", _mean_based(cap)))
+    for label, value in (("objectives", _objectives(cap)), ("prefill pool", _prefill_pool(cap)),
+                         ("decode pool", _decode_pool(cap))):
+        if not value.is_na:  # like the utilisations: only what the model computed
+            rows.append(KeyValue(label, value))
+    rows.append(KeyValue("mean-based planner", _mean_based(cap)))
     rows.append(KeyValue("per-instance capacity", Cell(
         f"prefill {_rate(cap.prefill_capacity_rps)}, decode {_rate(cap.decode_capacity_rps)}",
         reason=_first_reason(cap.prefill_capacity_rps, cap.decode_capacity_rps))))
-    ttft_p90, md1 = num(cap.ttft_estimate_p90_s), num(cap.md1_ttft_s)
-    if ttft_p90 is not None:
-        text = f"p90 {fmt_seconds(ttft_p90)} at the recommended count"
-        if cap.slo_ttft_s is not None:
-            text += f" (objective {fmt_seconds(cap.slo_ttft_s)}"
-            text += ", default)" if "ttft" in cap.slo_defaulted else ")"
-        if md1 is not None:
-            text += f"; M/D/1 cross-check {fmt_seconds(md1)}"
-        rows.append(KeyValue("TTFT estimate", Cell(text)))
-    batch = num(cap.decode_batch_size)
-    if batch is not None:
-        text = f"mean batch {fmt_num(batch)} per decode instance"
-        if not is_na(cap.decode_batch_limit):
-            text += f", limited by {cap.decode_batch_limit}"
-        if cap.slo_tpot_s is not None:
-            text += f" (TPOT objective {fmt_seconds(cap.slo_tpot_s)}"
-            text += ", default)" if "tpot" in cap.slo_defaulted else ")"
-        rows.append(KeyValue("decode batch", Cell(text)))
     req, avail = num(cap.transfer_required_bytes_per_s), num(cap.transfer_capacity_bytes_per_s)
     if req is not None and avail is not None and avail > 0:
         xfer = (f"{fmt_bytes_per_s(req)} needed of {fmt_bytes_per_s(avail)} usable "
@@ -809,33 +796,100 @@ def capacity_rows(report: Report) -> list[KeyValue]:
         model += " (" + ", ".join(f"{k} {fmt_num(v)}" for k, v in sorted(cap.fit_quality.items()))
         model += ")"
     rows.append(KeyValue("model", Cell(model)))
-    ver = cap.verified
-    if isinstance(ver, Missing):
-        rows.append(KeyValue("verified", Cell(NA, ver.reason)))
-    else:
-        rows.append(KeyValue("verified", Cell("simulated: " + slo_summary(ver))))
+    rows.append(KeyValue("verified", _verified(cap)))
     for note in cap.notes:
         rows.append(KeyValue("note", Cell(note)))
     return rows
 
 
+def _objectives(cap: CapacityResult) -> Cell:
+    """``TTFT 2 s, TPOT 100 ms (defaults)``: the objectives the counts are sized for."""
+    parts = [(f"{key.upper()} {fmt_seconds(value)}", key in cap.slo_defaulted)
+             for key, value in (("ttft", cap.slo_ttft_s), ("tpot", cap.slo_tpot_s))
+             if value is not None]
+    if not parts:
+        return Cell(NA, "no objective")
+    if len(parts) > 1 and all(d for _, d in parts):
+        return Cell(", ".join(t for t, _ in parts) + " (defaults)")
+    return Cell(", ".join(t + (" (default)" if d else "") for t, d in parts))
+
+
+def _prefill_pool(cap: CapacityResult) -> Cell:
+    """What sized the prefill pool (ttft-slo, utilization, transfer) and the TTFT it gives."""
+    parts = []
+    if not is_na(cap.prefill_limit):
+        parts.append(f"sized by {cap.prefill_limit}")
+    ttft_p90, mean, md1 = (num(cap.ttft_estimate_p90_s), num(cap.ttft_estimate_mean_s),
+                           num(cap.md1_ttft_s))
+    if ttft_p90 is not None:
+        text = f"expected TTFT p90 {fmt_seconds(ttft_p90)}"
+        if mean is not None:
+            text += f", mean {fmt_seconds(mean)}"
+        if md1 is not None:  # DistServe's M/D/1 mean, a cross-check of the G/G/c one
+            text += f" (M/D/1 {fmt_seconds(md1)})" if mean is not None else \
+                f"; M/D/1 mean {fmt_seconds(md1)}"
+        parts.append(text)
+    if not parts:
+        return Cell(NA, _first_reason(cap.prefill_limit, cap.ttft_estimate_p90_s)
+                    or "not estimated")
+    return Cell("; ".join(parts))
+
+
+def _decode_pool(cap: CapacityResult) -> Cell:
+    """What sized the decode pool (throughput, kv-memory, transfer) and what caps its batch."""
+    parts = []
+    if not is_na(cap.decode_limit):
+        parts.append(f"sized by {cap.decode_limit}")
+    batch = num(cap.decode_batch_size)
+    limit = None if is_na(cap.decode_batch_limit) else f"capped by {cap.decode_batch_limit}"
+    if batch is not None:
+        parts.append(f"mean batch {fmt_num(batch)}" + (f", {limit}" if limit else ""))
+    elif limit:
+        parts.append(f"batch {limit}")
+    if not parts:
+        return Cell(NA, _first_reason(cap.decode_limit, cap.decode_batch_size)
+                    or "not estimated")
+    return Cell("; ".join(parts))
+
+
+def _signed_pct(x: float) -> str:
+    """A relative gap with its sign: +17.0%, -8.6%."""
+    return f"{x * 100:+.1f}%"
+
+
 def _mean_based(cap: CapacityResult) -> Cell:
-    """The mean-based ratio next to the distribution-aware one (the Jensen gap)."""
+    """What a mean-based planner (Dynamo's) would deploy, and the Jensen gap behind it."""
+    pair = pd_pair(cap.mean_based_prefill, cap.mean_based_decode)
     mean_based = num(cap.mean_based_ratio)
-    if mean_based is None:
-        return cell(cap.mean_based_ratio)
-    text = f"{fmt_ratio(mean_based)} → {pd_pair(cap.mean_based_prefill, cap.mean_based_decode)}"
-    gap = num(cap.jensen_gap_prefill)
-    if gap is not None:
-        if gap >= JENSEN_GAP_NOTE:
-            text += f"; mean lengths under-state prefill cost by {fmt_pct(gap)} (Jensen gap)"
+    if pair == NA and mean_based is None:
+        return Cell(NA, _first_reason(cap.mean_based_prefill, cap.mean_based_ratio)
+                    or "not estimated")
+    text = f"would deploy {pair}" if pair != NA else f"ratio {fmt_ratio(mean_based)}"
+    gaps = [f"{what} {_signed_pct(gap)}" for what, gap in
+            (("prefill work", num(cap.jensen_gap_prefill)),
+             ("decode context", num(cap.jensen_gap_decode))) if gap is not None]
+    if gaps:
+        return Cell(f"{text}; {', '.join(gaps)} vs f(mean)")
+    # Without the model's own gap, the ratios still show how far mean lengths under-size prefill.
+    if mean_based is None or pair == NA:
         return Cell(text)
     th = num(cap.theoretical_ratio)
-    if th is not None and th > 0:
-        shortfall = 1 - mean_based / th
-        if shortfall >= JENSEN_GAP_NOTE:
-            text += (f"; sizing from mean lengths would under-provision prefill by "
-                     f"{fmt_pct(shortfall)}")
+    shortfall = 1 - mean_based / th if th is not None and th > 0 else 0.0
+    if shortfall >= JENSEN_GAP_NOTE:
+        return Cell(f"{text} (ratio {fmt_ratio(mean_based)}, {fmt_pct(shortfall)} below the "
+                    "theoretical)")
+    return Cell(f"{text} (ratio {fmt_ratio(mean_based)})")
+
+
+def _verified(cap: CapacityResult) -> Cell:
+    """Simulated attainment at the recommended counts, next to what the model predicted."""
+    ver = cap.verified
+    if isinstance(ver, Missing):
+        return Cell(NA, ver.reason)
+    text = f"{slo_summary(ver)} ({ver.method})"
+    predicted = num(cap.ttft_attainment_estimate)
+    if predicted is not None and ver.ttft_slo_s is not None:
+        text += f"; the model predicted TTFT {fmt_pct(predicted)}"
     return Cell(text)
 
 
@@ -850,17 +904,31 @@ def _first_reason(*values: Any) -> str | None:
     return None
 
 
+BAND_NOTE: Final = "P, D: recommended counts; ratio: theoretical P/D; binding: at those counts"
+
+
 def band_table(report: Report) -> Table | None:
+    """How the recommendation moves under each what-if (load, p90 lengths, hit rate)."""
     cap = report.capacity
     if isinstance(cap, Missing) or not cap.band:
         return None
-    rows = tuple((Cell(b.label), Cell(fmt_ratio(b.theoretical_ratio)),
-                  Cell(pd_pair(b.prefill, b.decode)),
+    rows = tuple((Cell(b.label), Cell(fmt_num(b.prefill)), Cell(fmt_num(b.decode)),
+                  Cell(fmt_ratio(b.theoretical_ratio)),
                   Cell(b.binding) if b.binding else Cell(NA, "not estimated"))
                  for b in cap.band)
-    return Table(title="ratio band (what-if)",
-                 columns=("what-if", "theoretical", "recommended", "binding"),
-                 rows=rows, numeric=(False, True, True, False))
+    return Table(title="what-if band", columns=("what-if", "P", "D", "ratio", "binding"),
+                 rows=rows, numeric=(False, True, True, True, False), note=BAND_NOTE)
+
+
+def window_differs(w: RatioWindow) -> bool:
+    """True when both counts are known and the deployed ones are not the recommended ones."""
+    rec = (count(w.recommended_prefill), count(w.recommended_decode))
+    dep = (count(w.deployed_prefill), count(w.deployed_decode))
+    return None not in rec and None not in dep and rec != dep
+
+
+WINDOWS_NOTE: Final = "offered/served: req/s; prompt/output: mean tokens; ratio: theoretical P/D"
+WINDOWS_FLAG_NOTE: Final = FLAG_MARK.strip() + " deployed ≠ recommended; "
 
 
 def windows_table(report: Report) -> Table | None:
@@ -871,21 +939,53 @@ def windows_table(report: Report) -> Table | None:
     rel = is_relative(report.window_start_ts)
     rows = []
     for w in cap.windows:
+        deployed = Cell(pd_pair(w.deployed_prefill, w.deployed_decode),
+                        reason=_first_reason(w.deployed_prefill, w.deployed_decode),
+                        flag=window_differs(w))
         rows.append((
             Cell(fmt_ts(w.start_ts, rel, with_date=False)),
-            Cell(f"{fmt_num(w.arrival_rate_rps)}"),
-            Cell(fmt_num(w.mean_prompt_tokens)),
-            Cell(fmt_num(w.mean_output_tokens)),
-            cell(w.theoretical_ratio, lambda v: f"{v:.2f}"),
-            Cell(pd_pair(w.recommended_prefill, w.recommended_decode)),
-            Cell(pd_pair(w.deployed_prefill, w.deployed_decode)),
+            Cell(fmt_num(w.requests)),
+            cell(w.offered_rate_rps),
+            cell(w.served_rate_rps),
+            cell(w.mean_prompt_tokens),
+            cell(w.mean_output_tokens),
+            cell(w.theoretical_ratio, fmt_ratio),
+            Cell(pd_pair(w.recommended_prefill, w.recommended_decode),
+                 reason=_first_reason(w.recommended_prefill, w.recommended_decode)),
+            deployed,
             cell(w.binding, str),
         ))
-    return Table(title="capacity over time",
-                 columns=("from", "req/s", "prompt", "output", "P/D", "recommended", "deployed",
-                          "binding"),
-                 rows=tuple(rows), numeric=(False, True, True, True, True, True, True, False),
-                 note="prompt/output: mean tokens; P/D: theoretical ratio in the window")
+    return Table(title="capacity per window",
+                 columns=("from", "reqs", "offered", "served", "prompt", "output", "ratio",
+                          "recommended", "deployed", "binding"),
+                 rows=tuple(rows), numeric=(False,) + (True,) * 8 + (False,),
+                 note=(WINDOWS_FLAG_NOTE if any(r[8].flag for r in rows) else "") + WINDOWS_NOTE)
+
+
+def windows_summary(report: Report) -> str | None:
+    """``deployed ≠ recommended in 3 of 5 windows of 5m00s; latest 10:20:00 needs 3P:1D, has
+    2P:4D`` (or that they matched, or that the counts are unknown)."""
+    cap = report.capacity
+    if isinstance(cap, Missing) or not cap.windows:
+        return None
+    wins = cap.windows
+    length = fmt_duration(wins[0].end_ts - wins[0].start_ts)
+    known = [w for w in wins if None not in (
+        count(w.recommended_prefill), count(w.recommended_decode), count(w.deployed_prefill),
+        count(w.deployed_decode))]
+    if not known:
+        return f"{plural(len(wins), 'window')} of {length}; deployed or recommended counts unknown"
+    rest = len(wins) - len(known)
+    tail = f" (and {rest} without both counts)" if rest else ""
+    differ = [w for w in known if window_differs(w)]
+    if not differ:
+        return f"deployed = recommended in all {plural(len(known), 'window')} of {length}{tail}"
+    last = differ[-1]
+    when = fmt_ts(last.start_ts, is_relative(report.window_start_ts), with_date=False)
+    return (f"deployed ≠ recommended in {len(differ)} of {plural(len(known), 'window')} of "
+            f"{length}{tail}; latest {when} needs "
+            f"{pd_pair(last.recommended_prefill, last.recommended_decode)}, has "
+            f"{pd_pair(last.deployed_prefill, last.deployed_decode)}")
 
 
 def slo_summary(slo: Any) -> str:
@@ -957,6 +1057,7 @@ class ReportView:
     capacity_missing: bool
     band: Table | None
     windows: Table | None
+    windows_summary: str | None
     slo: tuple[KeyValue, ...]
     sources: Table
     source_notes: tuple[str, ...]
@@ -1004,6 +1105,7 @@ def build_view(report: Report) -> ReportView:
         capacity_missing=isinstance(report.capacity, Missing),
         band=band_table(report),
         windows=windows_table(report),
+        windows_summary=windows_summary(report),
         slo=tuple(slo_rows(report)),
         sources=sources_table(report),
         source_notes=tuple(source_notes(report)),

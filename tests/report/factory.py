@@ -133,11 +133,18 @@ def healthy() -> Report:
         kv_bytes_per_token=131072.0, transfer_required_bytes_per_s=1.9e9,
         transfer_capacity_bytes_per_s=2.2e10, mean_based_ratio=0.41, mean_based_prefill=2,
         mean_based_decode=4,
-        band=(RatioBandEntry("observed load", 2, 4, 0.46), RatioBandEntry("+20% load", 2, 5, 0.46),
-              RatioBandEntry("prompt p90 +25%", 3, 4, 0.55)),
+        band=(RatioBandEntry("load -20% (4.42 req/s)", 2, 3, 0.46, "decode"),
+              RatioBandEntry("load +20% (6.64 req/s)", 2, 5, 0.46, "decode"),
+              RatioBandEntry("p90 lengths (prompt 2,734, output 424)", 3, 8, 0.41, "decode"),
+              RatioBandEntry("hit rate 41% (+10 pts)", 2, 4, 0.42),
+              RatioBandEntry("hit rate 21% (-10 pts)", 2, 4, 0.50, "decode")),
         windows=tuple(RatioWindow(start + 600 * k, start + 600 * (k + 1), 0.44 + 0.01 * k, 2, 4,
                                   2, 4, 5.4 + 0.05 * k, 1150 + 5 * k, 210,
-                                  6200.0 + 40 * k, 1150.0 + 10 * k) for k in range(6)),
+                                  6200.0 + 40 * k, 1150.0 + 10 * k,
+                                  requests=round(600 * (5.4 + 0.05 * k)),
+                                  offered_rate_rps=5.4 + 0.05 * k,
+                                  served_rate_rps=5.39 + 0.05 * k, binding="decode")
+                      for k in range(6)),
         model_source="observed fit", fit_quality={"prefill_r2": 0.97, "decode_r2": 0.93},
     )
     slo = SloAttainment(ttft_slo_s=2.0, tpot_slo_s=0.05, ttft=0.991, tpot=0.987, both=0.981)
@@ -167,10 +174,13 @@ def prefill_bound() -> Report:
         cached_fraction=0.52, arrival_cv2=2.7, prompt_output_corr=0.04,
     )
     # Prefill queues grow through the hour; decode idles.
+    def prefill_queue(k: int) -> Callable[[int], float]:
+        return lambda i: 2 + 0.7 * i + 3 * math.sin(i / 3 + k)
+
     prefill = [instance(f"prefill-{k}", "prefill", share=0.5, ttft=q(3.9, 3.1, 8.7, 19.4),
                         tpot=Missing("prefill instances emit one token"),
                         queue=q(21, 18, 37, 52), kv=q(0.61, 0.6, 0.83, 0.91), hit=0.52,
-                        start=start, queue_fn=lambda i, k=k: 2 + 0.7 * i + 3 * math.sin(i / 3 + k),
+                        start=start, queue_fn=prefill_queue(k),
                         ttft_fn=lambda i: 0.5 + 0.14 * i, kv_fn=wave(0.6, 0.2),
                         requests=6015 + k, node=f"node-{k}", role_source="name pattern 'prefill'")
                for k in range(2)]
@@ -182,11 +192,14 @@ def prefill_bound() -> Report:
                        node=f"node-{2 + k}", kv_xfer=q(0.031, 0.027, 0.052, 0.11),
                        role_source="name pattern 'decode'")
               for k in range(4)]
+    # Prompts lengthen through the hour: the first window still fits the deployed 2P:4D, later
+    # ones need 3P and then 4P while the cluster stays at 2P (served falls behind offered).
     windows = tuple(RatioWindow(start + 600 * k, min(end, start + 600 * (k + 1)),
-                                0.78 + 0.06 * k, 3 + (k >= 2), 4, 2, 4, 3.1 + 0.1 * k,
+                                0.52 + 0.11 * k, min(2 + k, 4), 4, 2, 4, 3.1 + 0.1 * k,
                                 11000 + 400 * k, 340,
                                 33000.0 + 2000 * k, 1050.0 + 20 * k, requests=1860 + 60 * k,
-                                offered_rate_rps=3.1 + 0.1 * k, served_rate_rps=2.2,
+                                offered_rate_rps=3.1 + 0.1 * k,
+                                served_rate_rps=3.1 if k == 0 else 2.2,
                                 binding="prefill") for k in range(6))
     cap = CapacityResult(
         theoretical_ratio=0.95, recommended_prefill=4, recommended_decode=4, deployed_prefill=2,
@@ -194,17 +207,26 @@ def prefill_bound() -> Report:
         kv_bytes_per_token=163840.0, transfer_required_bytes_per_s=6.7e9,
         transfer_capacity_bytes_per_s=4.4e10, mean_based_ratio=0.62, mean_based_prefill=3,
         mean_based_decode=4,
-        band=(RatioBandEntry("observed load", 4, 4, 0.95, "prefill"),
-              RatioBandEntry("+20% load", 5, 5, 0.95, "prefill"),
-              RatioBandEntry("prompt p99 +25%", 5, 4, 1.12, "prefill")),
+        # The what-ifs as the model labels them (recommend.band).
+        band=(RatioBandEntry("load -20% (2.72 req/s)", 3, 3, 0.95, "prefill"),
+              RatioBandEntry("load +20% (4.08 req/s)", 5, 5, 0.95, "prefill"),
+              RatioBandEntry("p90 lengths (prompt 27,367, output 597)", 9, 7, 1.21, "prefill"),
+              RatioBandEntry("hit rate 62% (+10 pts)", 3, 4, 0.77, "prefill"),
+              RatioBandEntry("hit rate 42% (-10 pts)", 5, 4, 1.13, "prefill")),
         windows=windows, model_source="profile", profile="llama-3.1-70b-h100-tp4",
         notes=("per-request compute times absent: capacity from the profile",),
+        verified=SloAttainment(ttft_slo_s=2.0, tpot_slo_s=0.05, ttft=0.917, tpot=0.996,
+                               both=0.913, method="simulation of 12031 requests on 4P/4D"),
         slo_ttft_s=2.0, slo_tpot_s=0.05, slo_defaulted=("tpot",), arrival_rate_rps=3.401,
-        prefill_limit="ttft-slo", ttft_estimate_p90_s=1.62, md1_ttft_s=1.41,
-        decode_batch_size=38.0, decode_batch_limit="tpot-slo", prefill_utilization=0.71,
+        arrival_cv2=2.7, prefill_service_s=1.05, prefill_service_cv2=1.9,
+        prefill_limit="ttft-slo", ttft_estimate_p90_s=1.62, ttft_estimate_mean_s=0.74,
+        md1_ttft_s=1.41, ttft_attainment_estimate=0.93, infeasible_ttft_fraction=0.012,
+        decode_batch_size=38.0, decode_batch_limit="tpot-slo", decode_context_tokens=12206.0,
+        decode_step_s=0.041, decode_limit="throughput", prefill_utilization=0.71,
         decode_utilization=0.33, transfer_utilization=0.15, deployed_prefill_utilization=1.42,
         deployed_decode_utilization=0.33, deployed_transfer_utilization=0.15,
-        binding_basis="deployed counts", jensen_gap_prefill=0.38,
+        binding_basis="deployed counts", mean_based_prefill_capacity_rps=1.05,
+        mean_based_decode_capacity_rps=2.5, jensen_gap_prefill=0.17, jensen_gap_decode=0.04,
         kv_bytes_source="profile (GQA, fp16)", transfer_capacity_source="profile",
     )
     slo = SloAttainment(ttft_slo_s=2.0, tpot_slo_s=0.05, ttft=0.412, tpot=0.998, both=0.41)

@@ -11,6 +11,7 @@ import pytest
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.report.base import RenderOptions
 from pdprobe.report.html import heat_colour, nice_ticks, render
+from pdprobe.values import Missing
 from tests.report import factory as F
 
 ALL = {**F.SCENARIOS, "unknown": F.unknown, "malicious": F.malicious}
@@ -169,3 +170,53 @@ def test_extra_series_are_charted_when_the_report_has_them() -> None:
     assert "device=mlx5_0,node=node-0" in html
     assert "node=&lt;b&gt;node-1&lt;/b&gt;" in html
     assert render(base, RenderOptions()).count("chart-series") == 0
+
+
+def test_ratio_chart_shows_the_recommended_counts() -> None:
+    html = render(F.prefill_bound(), RenderOptions())
+    chart = html.split('id="chart-ratio"', 1)[1].split("</svg>", 1)[0]
+    spans = re.findall(r'<text class="span (s\d)" text-anchor="middle" x="([\d.]+)" '
+                       r'y="[\d.]+">([^<]+)</text>', chart)
+    # one label per run of equal counts: recommended 2P:4D, 3P:4D, 4P:4D; deployed 2P:4D where
+    # it differs from the recommendation (not over the first window, where the lines coincide)
+    assert [(css, text) for css, _, text in spans] == [
+        ("s2", "2P:4D"), ("s2", "3P:4D"), ("s2", "4P:4D"), ("s1", "2P:4D")]
+    xs = [float(x) for _, x, _ in spans]
+    assert xs[0] < xs[1] < xs[2] and xs[1] < xs[3] < xs[2]  # centred over their windows
+    assert "recommended at +10m00s: 3P:4D (0.75)</title>" in chart
+    assert "deployed at +20m00s: 2P:4D (0.50)</title>" in chart
+
+
+def test_ratio_chart_drops_labels_too_narrow_for_their_window() -> None:
+    base = F.prefill_bound()
+    cap = base.capacity
+    assert not isinstance(cap, Missing)
+    # 120 windows of 30 s alternating between two recommended counts: no room for their
+    # labels; the deployed 2P:4D holds throughout and keeps its one label
+    wins = tuple(dataclasses.replace(cap.windows[0], start_ts=30.0 * k, end_ts=30.0 * (k + 1),
+                                     recommended_prefill=2 + k % 2) for k in range(120))
+    report = dataclasses.replace(base, capacity=dataclasses.replace(cap, windows=wins))
+    chart = render(report, RenderOptions()).split('id="chart-ratio"', 1)[1].split("</svg>", 1)[0]
+    assert 'class="span s2"' not in chart
+    assert chart.count('class="span s1"') == 1
+    assert chart.count('<circle class="pt s2"') == 120  # the counts stay in the tooltips
+
+
+def test_capacity_band_and_windows_tables() -> None:
+    html = render(F.prefill_bound(), RenderOptions())
+    parse(html)
+    band = html.split('<table id="table-band">', 1)[1].split("</table>", 1)[0]
+    heads = re.findall(r"<th(?: class=\"num\")?>([^<]*)</th>", band.split("</thead>")[0])
+    assert heads == ["what-if", "P", "D", "ratio", "binding"]
+    assert ('<th>p90 lengths (prompt 27,367, output 597)</th><td class="num">9</td>'
+            '<td class="num">7</td><td class="num">1.21</td><td>prefill</td>') in band
+    section = html.split('<section id="capacity">', 1)[1].split("</section>", 1)[0]
+    assert ('<p class="windows-summary">deployed ≠ recommended in 5 of 6 windows of 10m00s; '
+            'latest +50m00s needs 4P:4D, has 2P:4D</p><details class="windows"><summary>'
+            'per-window table (6 windows)</summary><table id="table-windows">') in section
+    windows = section.split('<table id="table-windows">', 1)[1].split("</details>", 1)[0]
+    assert windows.count('<td class="num flag">2P:4D</td>') == 5
+    assert windows.count("<tr>") == 7  # the header and six windows
+    assert "⚑ deployed ≠ recommended" in windows
+    assert ("mean-based planner</dt><dd>would deploy 3P:4D; prefill work +17.0%, decode context "
+            "+4.0% vs f(mean)</dd>") in section

@@ -26,6 +26,11 @@ QUERIES = {
                  "s.getBoundingClientRect().height])",
     "body_text": "document.body.innerText",
     "page_width": "document.documentElement.scrollWidth",
+    "span_labels": "Array.from(document.querySelectorAll('#chart-ratio text.span'))"
+                   ".map(t => [t.textContent, t.getBBox().width])",
+    "band_rows": "document.querySelectorAll('#table-band tbody tr').length",
+    "windows_rows": "document.querySelectorAll('details.windows #table-windows tbody tr').length",
+    "windows_open": "document.querySelector('details.windows')?.open ?? null",
 }
 
 
@@ -68,6 +73,11 @@ def test_loads_cleanly_with_charts(chromium: Chromium, name: str, tmp_path: Path
 def test_capacity_charts_render(chromium: Chromium, tmp_path: Path) -> None:
     values = _open(chromium, "capacity", render(F.prefill_bound(), RenderOptions()), tmp_path)
     assert {"chart-rates", "chart-ratio", "chart-kv-transfer"} <= set(values["svg_ids"])
+    # recommended counts drawn over their windows (and deployed where it differs)
+    assert [text for text, _ in values["span_labels"]] == ["2P:4D", "3P:4D", "4P:4D", "2P:4D"]
+    assert all(width > 10 for _, width in values["span_labels"])
+    assert values["band_rows"] == 5
+    assert values["windows_rows"] == 6 and values["windows_open"] is False  # folded
 
 
 def test_malicious_names_stay_text(chromium: Chromium, tmp_path: Path) -> None:

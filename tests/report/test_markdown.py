@@ -88,3 +88,28 @@ def test_sparklines_in_a_code_block() -> None:
     block = out.split("## Over time\n\n```text\n", 1)[1].split("```", 1)[0]
     assert "prefill queue depth (sum)" in block
     assert "+0s" in block and "+58m00s" in block
+
+
+def test_capacity_band_and_windows_as_tables() -> None:
+    out = render(F.prefill_bound(), RenderOptions())
+    cap = out.split("## Capacity\n", 1)[1].split("## SLO attainment", 1)[0]
+    assert ("| mean-based planner | would deploy 3P:4D; prefill work +17.0%, decode context +4.0% "
+            "vs f(mean) |") in cap
+    assert "| decode pool | sized by throughput; mean batch 38, capped by tpot-slo |" in cap
+    assert "| verified | TTFT ≤ 2 s: 91.7%, TPOT ≤ 50 ms: 99.6%, both: 91.3% (simulation" in cap
+    band = cap.split("**what-if band**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert band[:2] == ["| what-if | P | D | ratio | binding |", "|---|---:|---:|---:|---|"]
+    assert "| p90 lengths (prompt 27,367, output 597) | 9 | 7 | 1.21 | prefill |" in band
+    assert len(band) == 7
+    # windows: the summary in the text, the table folded in <details> (GitHub renders it)
+    assert ("**capacity per window**\n\ndeployed ≠ recommended in 5 of 6 windows of 10m00s; "
+            "latest +50m00s needs 4P:4D, has 2P:4D\n\n"
+            "<details><summary>per-window table (6 windows)</summary>\n\n"
+            "| from | reqs | offered | served | prompt | output | ratio | recommended | deployed "
+            "| binding |\n") in cap
+    details = cap.split("<details>", 1)[1].split("</details>", 1)[0]
+    assert "| +0s | 1,860 | 3.1 | 3.1 | 11,000 | 340 | 0.52 | 2P:4D | 2P:4D | prefill |" in details
+    assert ("| +10m00s | 1,920 | 3.2 | 2.2 | 11,400 | 340 | 0.63 | 3P:4D | **2P:4D** ! | prefill |"
+            in details)
+    assert details.count("**2P:4D** !") == 5
+    assert "_! deployed ≠ recommended; offered/served: req/s;" in details

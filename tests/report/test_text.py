@@ -12,6 +12,7 @@ from pdprobe.analysis.base import InstanceSummary
 from pdprobe.report.base import RenderOptions
 from pdprobe.report.text import MAX_ROWS_QUIET, render
 from pdprobe.report.verdict import VERDICT_DETAIL_CHARS, clip_clause, verdict_line
+from pdprobe.values import Missing
 from tests.report import factory as F
 from tests.report.golden import check_golden
 
@@ -25,7 +26,7 @@ def test_golden_default(name: str) -> None:
     check_golden(f"{name}.txt", render(F.SCENARIOS[name](), RenderOptions(width=WIDTH)))
 
 
-@pytest.mark.parametrize("name", ["routing_skew", "metrics_only"])
+@pytest.mark.parametrize("name", ["routing_skew", "metrics_only", "prefill_bound"])
 def test_golden_verbose(name: str) -> None:
     check_golden(f"{name}.verbose.txt",
                  render(F.SCENARIOS[name](), RenderOptions(width=WIDTH, verbose=True)))
@@ -89,7 +90,7 @@ def test_relative_times_are_offsets() -> None:
     out = render(F.prefill_bound(), RenderOptions(width=WIDTH))
     assert "+0s → +58m57s (58m57s, relative times)" in out
     assert "1970" not in out
-    assert "+50m00s" in out  # capacity windows
+    assert "latest +50m00s needs 4P:4D" in out  # capacity windows
 
 
 def test_sparklines_per_role() -> None:
@@ -140,3 +141,73 @@ def test_quiet_is_one_line_even_for_long_summaries() -> None:
     clipped = clip_clause(long_summary, VERDICT_DETAIL_CHARS)
     assert len(clipped) <= VERDICT_DETAIL_CHARS + 2 and clipped.endswith(" …")
     assert clip_clause("short", 10) == "short"
+
+
+def _section(out: str, start: str, end: str) -> list[str]:
+    return out.split("\n" + start + "\n", 1)[1].split("\n" + end, 1)[0].splitlines()
+
+
+def test_capacity_says_what_limits_each_pool_and_the_jensen_gap() -> None:
+    out = render(F.prefill_bound(), RenderOptions(width=WIDTH))
+    lines = _section(out, "CAPACITY", "what-if band")
+    assert "objectives                 TTFT 2 s, TPOT 50 ms (default)" in lines
+    assert ("prefill pool               sized by ttft-slo; expected TTFT p90 1.62 s, mean 740 ms "
+            "(M/D/1 1.41 s)") in lines
+    assert "decode pool                sized by throughput; mean batch 38, capped by tpot-slo" \
+        in lines
+    # the mean-based comparison stays on one line at 100 columns
+    assert ("mean-based planner         would deploy 3P:4D; prefill work +17.0%, decode context "
+            "+4.0% vs f(mean)") in lines
+    assert ("verified                   TTFT ≤ 2 s: 91.7%, TPOT ≤ 50 ms: 99.6%, both: 91.3% "
+            "(simulation of 12031") in lines
+
+
+def test_band_table_has_counts_per_what_if() -> None:
+    out = render(F.prefill_bound(), RenderOptions(width=WIDTH))
+    band = _section(out, "what-if band", "capacity per window")
+    assert band[0].split() == ["what-if", "P", "D", "ratio", "binding"]
+    rows = {line.rsplit(None, 4)[0]: line.rsplit(None, 4)[1:] for line in band[2:7]}
+    assert rows["load +20% (4.08 req/s)"] == ["5", "5", "0.95", "prefill"]
+    assert rows["p90 lengths (prompt 27,367, output 597)"] == ["9", "7", "1.21", "prefill"]
+    assert rows["hit rate 42% (-10 pts)"] == ["5", "4", "1.13", "prefill"]
+    assert len(band) == 8  # header, rule, 5 what-ifs, the legend
+
+
+def test_windows_summarised_by_default_and_listed_with_verbose() -> None:
+    report = F.prefill_bound()
+    plain = render(report, RenderOptions(width=WIDTH))
+    summary = ("deployed ≠ recommended in 5 of 6 windows of 10m00s; latest +50m00s needs 4P:4D, "
+               "has 2P:4D")
+    assert "capacity per window (-v lists them)\n" + summary + "\n" in plain
+    assert "+10m00s" not in plain  # no per-window rows without -v
+    verbose = render(report, RenderOptions(width=WIDTH, verbose=True))
+    rows = _section(verbose, "capacity per window\n" + summary, "! deployed")
+    assert rows[0].split() == ["from", "reqs", "offered", "served", "prompt", "output", "ratio",
+                               "recommended", "deployed", "binding"]
+    cells = [r.split() for r in rows[2:]]
+    assert len(cells) == 6
+    # the first window fits the deployed 2P:4D; the later ones need more prefill
+    assert cells[0] == ["+0s", "1,860", "3.1", "3.1", "11,000", "340", "0.52", "2P:4D", "2P:4D",
+                        "prefill"]
+    assert cells[1] == ["+10m00s", "1,920", "3.2", "2.2", "11,400", "340", "0.63", "3P:4D",
+                        "2P:4D", "!", "prefill"]
+    assert [c[-2] == "!" for c in cells] == [False] + [True] * 5
+
+
+def test_window_without_an_estimate_is_na_and_not_marked() -> None:
+    base = F.prefill_bound()
+    cap = base.capacity
+    assert not isinstance(cap, Missing)
+    thin = dataclasses.replace(
+        cap.windows[-1], requests=12, theoretical_ratio=Missing("12 requests, 20 needed"),
+        recommended_prefill=Missing("12 requests, 20 needed"),
+        recommended_decode=Missing("12 requests, 20 needed"), binding=Missing("not estimated"))
+    report = dataclasses.replace(base, capacity=dataclasses.replace(
+        cap, windows=(*cap.windows[:-1], thin)))
+    out = render(report, RenderOptions(width=WIDTH, verbose=True))
+    assert ("deployed ≠ recommended in 4 of 5 windows of 10m00s (and 1 without both counts); "
+            "latest +40m00s needs 4P:4D, has 2P:4D") in " ".join(out.split())  # wraps at 100
+    last = next(line for line in out.splitlines() if line.startswith("+50m00s"))
+    assert last.split() == ["+50m00s", "12", "3.6", "2.2", "13,000", "340", "n/a", "n/a",
+                            "2P:4D", "n/a"]
+    assert "n/a recommended: 12 requests, 20 needed (+50m00s)" in out

@@ -28,6 +28,7 @@ from pdprobe.report.verdict import (
     role_series,
     sparkline,
     verdict_line,
+    window_differs,
     window_phrase,
 )
 from pdprobe.rules.base import Evidence, Finding, Severity
@@ -177,7 +178,8 @@ def test_verdict_names_instances_when_summary_does_not() -> None:
 
 def test_over_provisioned_ok_cluster_says_so() -> None:
     r = F.healthy()
-    cap = dataclasses.replace(r.capacity, deployed_decode=6)  # type: ignore[type-var]
+    assert not isinstance(r.capacity, Missing)
+    cap = dataclasses.replace(r.capacity, deployed_decode=6)
     r2 = dataclasses.replace(r, capacity=cap)
     assert verdict_line(r2) == ("OK  no warning or critical finding; 2 decode instances more "
                                 "than needed — recommended 2P:4D (deployed 2P:6D)")
@@ -229,9 +231,69 @@ def test_flagged_instances_come_from_findings_and_evidence() -> None:
 
 def test_capacity_rows_use_the_model_jensen_gap() -> None:
     rows = {kv.label: kv.value.text for kv in build_view(F.prefill_bound()).capacity}
-    assert rows["mean-based sizing"] == ("0.62 → 3P:4D; mean lengths under-state prefill cost by "
-                                         "38.0% (Jensen gap)")
+    assert rows["mean-based planner"] == ("would deploy 3P:4D; prefill work +17.0%, decode "
+                                          "context +4.0% vs f(mean)")
     assert rows["utilization (deployed)"] == "prefill 142.0%, decode 33.0%, transfer 15.0%"
     assert rows["binding stage"] == "prefill (at the deployed counts)"
     assert rows["KV transfer"] == ("6.7 GB/s needed of 44 GB/s usable per node (15.2%); link "
                                    "from profile")
+
+
+def test_capacity_rows_name_the_limits_and_the_verification() -> None:
+    report = F.prefill_bound()
+    rows = {kv.label: kv.value for kv in build_view(report).capacity}
+    assert rows["objectives"].text == "TTFT 2 s, TPOT 50 ms (default)"
+    assert rows["prefill pool"].text == ("sized by ttft-slo; expected TTFT p90 1.62 s, mean "
+                                         "740 ms (M/D/1 1.41 s)")
+    assert rows["decode pool"].text == "sized by throughput; mean batch 38, capped by tpot-slo"
+    assert rows["verified"].text == (
+        "TTFT ≤ 2 s: 91.7%, TPOT ≤ 50 ms: 99.6%, both: 91.3% (simulation of 12031 requests on "
+        "4P/4D); the model predicted TTFT 93.0%")
+    cap = report.capacity
+    assert not isinstance(cap, Missing)
+    # other limits, a lone M/D/1 figure, both objectives defaulted
+    other = dataclasses.replace(cap, prefill_limit="transfer", ttft_estimate_mean_s=Missing("x"),
+                                decode_limit="kv-memory", decode_batch_limit="max-batch",
+                                decode_batch_size=Missing("x"), slo_defaulted=("ttft", "tpot"),
+                                verified=Missing("not verified by simulation (use --verify)"),
+                                jensen_gap_decode=Missing("x"), jensen_gap_prefill=-0.02)
+    rows = {kv.label: kv.value for kv in build_view(dataclasses.replace(
+        report, capacity=other)).capacity}
+    assert rows["objectives"].text == "TTFT 2 s, TPOT 50 ms (defaults)"
+    assert rows["prefill pool"].text == ("sized by transfer; expected TTFT p90 1.62 s; M/D/1 "
+                                         "mean 1.41 s")
+    assert rows["decode pool"].text == "sized by kv-memory; batch capped by max-batch"
+    assert rows["mean-based planner"].text == "would deploy 3P:4D; prefill work -2.0% vs f(mean)"
+    assert rows["verified"].is_na
+    assert rows["verified"].reason == "not verified by simulation (use --verify)"
+
+
+def test_capacity_rows_skip_what_the_model_did_not_compute() -> None:
+    rows = {kv.label: kv.value for kv in build_view(F.healthy()).capacity}
+    assert not {"objectives", "prefill pool", "decode pool"} & set(rows)
+    # no Jensen gap from the model: the ratios still show the mean-based shortfall
+    assert rows["mean-based planner"].text == ("would deploy 2P:4D (ratio 0.41, 10.9% below the "
+                                               "theoretical)")
+
+
+def test_windows_summary_and_marks() -> None:
+    report = F.prefill_bound()
+    view = build_view(report)
+    assert view.windows_summary == ("deployed ≠ recommended in 5 of 6 windows of 10m00s; latest "
+                                    "+50m00s needs 4P:4D, has 2P:4D")
+    assert view.windows is not None
+    assert [row[8].flag for row in view.windows.rows] == [False] + [True] * 5
+    assert view.windows.note.startswith("! deployed ≠ recommended; ")
+    cap = report.capacity
+    assert not isinstance(cap, Missing)
+    assert not window_differs(cap.windows[0]) and window_differs(cap.windows[1])
+    healthy = build_view(F.healthy())
+    assert healthy.windows_summary == "deployed = recommended in all 6 windows of 10m00s"
+    assert healthy.windows is not None and not healthy.windows.note.startswith("!")
+    unknown = dataclasses.replace(cap, windows=tuple(
+        dataclasses.replace(w, deployed_prefill=Missing("no instance series"),
+                            deployed_decode=Missing("no instance series")) for w in cap.windows))
+    view = build_view(dataclasses.replace(report, capacity=unknown))
+    assert view.windows_summary == "6 windows of 10m00s; deployed or recommended counts unknown"
+    assert view.windows is not None and not any(row[8].flag for row in view.windows.rows)
+    assert build_view(F.metrics_only()).windows_summary is None
