@@ -136,14 +136,14 @@ def _from_metrics(dataset: Dataset, fields: dict[str, dict[str, Any]], start: fl
             _set(fields, str(name), "prefix_hit_ratio", float(hits[name] / queries[name]))
     hit_gauge = gauges[gauges["signal"] == S.PREFIX_HIT_RATIO]
     if not hit_gauge.empty:
-        for name, value in hit_gauge.groupby("instance", observed=True)["value"].mean().items():
-            _set(fields, str(name), "prefix_hit_ratio", float(value))
+        for inst, value in hit_gauge.groupby("instance", observed=True)["value"].mean().items():
+            _set(fields, str(inst), "prefix_hit_ratio", float(value))
     for field, signal, per_s in (("preemptions", S.PREEMPTIONS_TOTAL, False),
                                  ("prompt_tokens_per_s", S.PROMPT_TOKENS_TOTAL, True),
                                  ("generation_tokens_per_s", S.GENERATION_TOKENS_TOTAL, True)):
-        for name, value in counter_increase_by_instance(metrics, signal, start, end).items():
+        for inst, value in counter_increase_by_instance(metrics, signal, start, end).items():
             if np.isfinite(value):
-                _set(fields, str(name), field, float(value / span if per_s else value))
+                _set(fields, str(inst), field, float(value / span if per_s else value))
     _histogram_quantiles(metrics, fields, start, end)
 
 

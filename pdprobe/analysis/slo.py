@@ -26,8 +26,8 @@ def slo_attainment(dataset: Dataset, slo_ttft_s: float | None,
     if slo_ttft_s is None and slo_tpot_s is None:
         return Missing("no SLO given (--slo-ttft/--slo-tpot)")
     req = dataset.requests
-    has_ttft = dataset.has_request_column("ttft_s") and req["ttft_s"].notna().any()
-    has_tpot = dataset.has_request_column("tpot_s") and req["tpot_s"].notna().any()
+    has_ttft = bool(dataset.has_request_column("ttft_s") and req["ttft_s"].notna().any())
+    has_tpot = bool(dataset.has_request_column("tpot_s") and req["tpot_s"].notna().any())
     if has_ttft or has_tpot:
         return _from_requests(dataset, slo_ttft_s, slo_tpot_s, has_ttft, has_tpot)
     return _from_histograms(dataset, slo_ttft_s, slo_tpot_s)

@@ -34,11 +34,11 @@ def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Q
     if sub.empty:
         return {}
     grouped = sub.groupby(key, observed=True)[column]
-    qs = grouped.quantile([0.5, 0.9, 0.99]).unstack()
+    qs = grouped.quantile(np.array([0.5, 0.9, 0.99])).unstack()
     agg = grouped.agg(["count", "mean", "max"])
     out = {}
     for name, row in agg.iterrows():  # one row per instance, not per request
-        q = qs.loc[name]
+        q = qs.loc[name]  # type: ignore[call-overload]
         out[str(name)] = Quantiles(count=int(row["count"]), mean=float(row["mean"]),
                                    p50=float(q[0.5]), p90=float(q[0.9]), p99=float(q[0.99]),
                                    max=float(row["max"]))

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from pdprobe.report.base import RenderOptions
     from pdprobe.report.model import Report
 
@@ -122,8 +124,8 @@ class StderrProgress:
 
     def __init__(self) -> None:
         self._start = time.monotonic()
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
         self._enabled = sys.stderr.isatty() and "NO_COLOR" not in os.environ
 
     def __call__(self, what: str, fraction: float) -> None:

@@ -54,7 +54,7 @@ def _length_summary(dist: Any, ser: _Serializer, path: str) -> Any:
         ser.missing[path] = dist.reason
         return None
     q: Quantiles = dist.quantiles if isinstance(dist, LengthDistribution) else dist
-    out = {"mean": q.mean, "p50": q.p50, "p90": q.p90, "p99": q.p99, "count": q.count,
+    out: dict[str, Any] = {"mean": q.mean, "p50": q.p50, "p90": q.p90, "p99": q.p99, "count": q.count,
            "max": q.max}
     if isinstance(dist, LengthDistribution):
         out.update({"cv": dist.cv, "skewness": dist.skewness, "shape": dist.shape,

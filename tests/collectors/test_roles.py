@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles, role_from_label_value, role_from_name
+from pdprobe.collectors.roles import (
+    RoleOptions,
+    node_of,
+    resolve_roles,
+    role_from_label_value,
+    role_from_name,
+)
 from pdprobe.dataset import ROLE_FROM_EVIDENCE, ROLE_FROM_LABEL, RoleHint
 from pdprobe.errors import InputError, UsageError
 
@@ -32,8 +38,8 @@ def test_role_from_label_value(value: str, role: str | None) -> None:
     assert role_from_label_value(value) == role
 
 
-def _resolve(names, hints=(), options=RoleOptions()):
-    infos, warnings = resolve_roles(names, hints, options, {}, {})
+def _resolve(names, hints=(), options=None):
+    infos, warnings = resolve_roles(names, hints, options or RoleOptions(), {}, {})
     return {i.name: i for i in infos}, warnings
 
 
