@@ -111,6 +111,9 @@ def diagnose_command(
     if target is not None and paths:
         raise UsageError("give either files or --prometheus, not both",
                          hint="run two diagnoses, or `pdprobe collect` first and pass the file")
+    if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
+        # say so before a possibly long diagnosis, not after it
+        raise UsageError(f"{output}: folder {output.parent} does not exist", hint="create it first")
     if not paths and target is None:
         info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
     progress = StderrProgress()

@@ -274,9 +274,11 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
     if want_hash_ids and cmap.hash_ids:
         wanted.append(cmap.hash_ids)
     invalid: list[str] = []
+    invalid_lines: list[int | None] = []
 
     def on_invalid(row: Any) -> str:  # called only for malformed rows
         invalid.append(row.text)
+        invalid_lines.append(row.number)  # physical line when pyarrow knows it, else None
         return "skip"
 
     # Instance and status columns repeat a few values: read them as dictionaries so cleaning
@@ -286,6 +288,7 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
 
     def read(column_types: dict[str, Any]) -> pa.Table:
         invalid.clear()
+        invalid_lines.clear()
         return pcsv.read_csv(
             pa.BufferReader(data),
             read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
@@ -315,7 +318,9 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
     warnings = []
     if invalid:
         whole = bytes(data)  # error path only: a copy to search in
-        lines = [_line_of(whole, text) for text in invalid[:QUOTE_FIRST]]
+        lines = [known or _line_of(whole, text)
+                 for known, text in zip(invalid_lines[:QUOTE_FIRST], invalid[:QUOTE_FIRST],
+                                        strict=True)]
         where = ", ".join(str(n) for n in lines if n)
         warnings.append(f"{path}: skipped {len(invalid)} malformed row(s) with the wrong number "
                         f"of fields" + (f" (line {where}{', ...' if len(invalid) > QUOTE_FIRST else ''})"
@@ -324,8 +329,16 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
 
 
 def _line_of(data: bytes, text: str) -> int | None:
-    pos = data.find(text.encode("utf-8", errors="replace"))
-    return None if pos < 0 else data.count(b"\n", 0, pos) + 1
+    """The line number of the first line that is exactly ``text`` (not merely starts with it)."""
+    import re
+
+    pattern = re.compile(rb"(?:^|\n)" + re.escape(text.encode("utf-8", errors="replace"))
+                         + rb"\r?(?:\n|$)")
+    match = pattern.search(data)
+    if match is None:
+        return None
+    pos = match.start() + (1 if data[match.start():match.start() + 1] == b"\n" else 0)
+    return data.count(b"\n", 0, pos) + 1
 
 
 def _json_sample(content: bytes | memoryview) -> list[dict[str, Any]]:
@@ -724,11 +737,18 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
                         f"unreadable {arrival_name} ({_rows_hint(no_arrival)})")
 
     numeric: dict[str, np.ndarray] = {}
+    # required columns with no usable value at all, for a precise fatal message
+    useless: list[str] = []
+    if no_arrival.all():
+        useless.append(f"{arrival_name!r} ({table.schema.field(arrival_name).type})")
     for canonical in NUMERIC_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
             continue
         values, non_numeric = _to_float(table.column(name))
+        if canonical in ("prompt_tokens", "output_tokens") and not (values >= 0).any():
+            useless.append(f"{name!r} ({table.schema.field(name).type}"
+                           + (f", {non_numeric} non-numeric" if non_numeric else "") + ")")
         if canonical in cmap.scales and cmap.scales[canonical] != 1.0:
             values = values * cmap.scales[canonical]
         negative = values < 0
@@ -762,8 +782,10 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
 
     keep = np.flatnonzero(valid)
     if keep.size == 0:
-        raise InputError(f"{path}: no valid rows: all {n} rows lack a usable arrival time, "
-                         "prompt length or output length",
+        what = ("column " + " and ".join(useless) + " holds no usable value"
+                if useless else f"all {n} rows lack a usable arrival time, prompt length or "
+                                "output length")
+        raise InputError(f"{path}: no valid rows: {what}",
                          hint="see docs/inputs/requests.md for the expected columns and units")
     kept_arrival = arrival[keep]
     backwards = int(np.count_nonzero(np.diff(kept_arrival) < 0))
