@@ -1,0 +1,194 @@
+"""PD202: decode KV starvation back-pressuring prefill (decode-bound, looks prefill-bound)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pdprobe.rules.base import RuleContext, RuleResult, Severity
+from pdprobe.rules.common import (
+    BaseRule,
+    column,
+    ev,
+    evidence_confidence,
+    names,
+    pct,
+    remote_kv_dominates,
+    rising,
+    series_trend,
+    slo_collapsed,
+    slo_missed,
+    whole,
+)
+from pdprobe.rules.features import features_for
+
+# Decode KV usage (p90, median over decode instances) at or above this is memory pressure:
+# SGLang's pre-allocation and vLLM's admission both stall before the pool is at 100 %.
+KV_PRESSURE: Final = 0.85
+# Mean requests per decode instance waiting for KV memory (SGLang decode_prealloc_queue) or for
+# admission with the pool under pressure (vLLM waiting minus deferred): one waiting request on
+# average means the decode side, not prefill, is admitting too slowly.
+ADMISSION_WAIT_MIN: Final = 1.0
+# Growth that counts as "rising" for the pre-allocation / bootstrap queues (requests/instance).
+QUEUE_GROWTH_MIN: Final = 2.0
+# SGLang prefill bootstrap queue per prefill instance that shows prefill blocked on decode.
+BOOTSTRAP_WAIT_MIN: Final = 1.0
+
+
+class DecodeKvStarvation(BaseRule):
+    """Decode KV starvation is holding back prefill (looks like a prefill problem, is not)
+
+    What it means: decode instances have no free KV memory for new sequences, so requests
+    that finished prefill cannot be admitted: they pile up in SGLang's decode pre-allocation
+    queue (and, upstream, the prefill bootstrap/in-flight queues) or in vLLM's decode waiting
+    queue while the decode KV pool is nearly full. Prefill instances then hold finished KV,
+    stop taking new work, and TTFT rises: the dashboards point at prefill.
+
+    Why it matters in a disaggregated deployment: prefill and decode are coupled through KV
+    hand-off. Decode memory pressure back-pressures prefill (sglang #6351: "prefill hangs
+    underutilised"), and the obvious reaction, adding prefill instances, makes it worse by
+    pushing more KV at decodes that cannot take it. The root is decode capacity or decode
+    memory.
+
+    Evidence it uses: decode pre-allocation queue (SGLang num_decode_prealloc_queue_reqs) or
+    vLLM decode admission wait (num_requests_waiting minus deferred) of at least
+    ADMISSION_WAIT_MIN = 1 request per decode instance on average, or rising by >= 2; decode
+    KV usage p90 >= KV_PRESSURE = 85 % or retractions; supporting: SGLang prefill bootstrap /
+    in-flight queues >= 1 per prefill instance or rising, prefill queue or TTFT symptoms. When
+    requests waiting for remote KV outnumber those waiting for decode admission two to one, the
+    decode memory is held by transfers in flight: that is a hand-off problem (PD302), and this
+    rule stays silent.
+    Critical when the prefill side is visibly blocked (bootstrap queue or prefill queue
+    rising) or fewer than half the requests meet the TTFT SLO.
+
+    What to do: add decode capacity or memory (more decode instances, higher
+    mem-fraction-static / gpu-memory-utilization, FP8 KV cache, lower max running requests);
+    do not add prefill instances; in SGLang check --max-running-requests and the
+    pre-allocation reserve; with NIXL, check the staging headroom per hand-off.
+    """
+
+    code = "PD202"
+    name = "decode-kv-starvation"
+    cause = "decode-bound"
+    component = "instance-manager"
+    requires = (
+        "decode admission queues (SGLang num_decode_prealloc_queue_reqs, vLLM "
+        "num_requests_waiting / waiting_by_reason on decode instances) together with decode "
+        "KV usage",
+    )
+
+    def evaluate(self, ctx: RuleContext) -> RuleResult:
+        f = features_for(ctx)
+        decode = f.role("decode")
+        prefill = f.role("prefill")
+        prealloc = column(decode, "g_prealloc_mean")
+        admission = column(decode, "admission_wait_mean")
+        kv_p90 = column(decode, "g_kv_usage_p90")
+        retracted = column(decode, "g_retracted_mean")
+        if not (prealloc.notna().any() or admission.notna().any()) or not (
+                kv_p90.notna().any() or retracted.notna().any() or prealloc.notna().any()):
+            return [self.inconclusive()]
+        evidence = []
+        agree = 0
+        available = 2
+        kv = float(kv_p90.median()) if kv_p90.notna().any() else None
+        kv_high = kv is not None and kv >= KV_PRESSURE
+        retracting = bool(retracted.notna().any() and float(retracted.max()) >= 0.5)
+
+        prealloc_level = float(prealloc.median()) if prealloc.notna().any() else 0.0
+        tp = series_trend(f.role_series("decode_prealloc"))
+        prealloc_rising = rising(tp, QUEUE_GROWTH_MIN, f)
+        admission_level = float(admission.median()) if admission.notna().any() else 0.0
+        # vLLM's waiting queue on decode is only starvation when memory is tight.
+        vllm_starved = admission_level >= ADMISSION_WAIT_MIN and (kv_high or retracting)
+        sglang_starved = prealloc_level >= ADMISSION_WAIT_MIN or prealloc_rising
+        if not (vllm_starved or sglang_starved):
+            return []
+        held, _, _ = remote_kv_dominates(f)
+        if held:
+            # Most waiting requests wait for their KV to arrive, holding decode memory while
+            # they do: the hand-off fills decode, not decode work (PD302 reports it).
+            return []
+        if sglang_starved and not (kv_high or retracting) and kv is not None:
+            # Pre-allocation waits with free KV memory: the limit is elsewhere (request slots).
+            agree -= 1
+        waiting_insts: list[str] = []
+        if sglang_starved:
+            agree += 1
+            waiting_insts = prealloc[prealloc >= ADMISSION_WAIT_MIN].index.astype(str).tolist()
+            evidence.append(ev("requests waiting for decode KV pre-allocation per instance",
+                               prealloc_level, "requests", instances=waiting_insts,
+                               window=whole(f), baseline=ADMISSION_WAIT_MIN,
+                               source="decode_prealloc_queue"))
+            if prealloc_rising and tp is not None:
+                evidence.append(ev("decode pre-allocation queue per instance", tp.hinge_end_level,
+                                   "requests", window=(tp.onset_ts, tp.end_ts),
+                                   baseline=tp.onset_level, source="decode_prealloc_queue"))
+        if vllm_starved:
+            agree += 1
+            waiting_insts = waiting_insts or admission[
+                admission >= ADMISSION_WAIT_MIN].index.astype(str).tolist()
+            evidence.append(ev("requests waiting for decode admission per instance",
+                               admission_level, "requests", instances=waiting_insts,
+                               window=whole(f), baseline=ADMISSION_WAIT_MIN,
+                               source="requests_waiting minus requests_deferred on decode"))
+        if kv is not None:
+            evidence.append(ev("decode KV usage p90 (median over decode instances)", 100 * kv,
+                               "%", instances=list(decode.index), window=whole(f),
+                               baseline=100 * KV_PRESSURE, source="kv_usage_ratio"))
+            if kv_high:
+                agree += 1
+        if retracting:
+            agree += 1
+            evidence.append(ev("retracted requests on decode (max mean per instance)",
+                               float(retracted.max()), "requests", window=whole(f),
+                               source="requests_retracted"))
+
+        # The symptom upstream: prefill blocked behind decode.
+        boot = column(prefill, "g_bootstrap_mean")
+        tb = series_trend(f.role_series("prefill_bootstrap"))
+        prefill_blocked = False
+        if boot.notna().any():
+            available += 1
+            level = float(boot.median())
+            if level >= BOOTSTRAP_WAIT_MIN or rising(tb, QUEUE_GROWTH_MIN, f):
+                prefill_blocked = True
+                agree += 1
+                evidence.append(ev("prefill requests waiting for a decode slot per instance",
+                                   level, "requests", instances=list(prefill.index),
+                                   window=whole(f), source="prefill_bootstrap_queue"))
+        tq = series_trend(f.role_series("prefill_queue"))
+        if rising(tq, QUEUE_GROWTH_MIN, f) and tq is not None:
+            prefill_blocked = True
+            evidence.append(ev("prefill queue depth per instance (the misleading symptom)",
+                               tq.hinge_end_level, "requests", instances=list(prefill.index),
+                               window=(tq.onset_ts, tq.end_ts), baseline=tq.onset_level,
+                               source="requests_waiting on prefill instances"))
+        att = f.slo.ttft_attainment
+        if slo_missed(att) and att is not None:
+            evidence.append(ev("requests within the TTFT SLO", 100 * att, "%", window=whole(f),
+                               source="SLO attainment"))
+
+        severity = Severity.WARNING
+        if prefill_blocked or slo_collapsed(att):
+            severity = Severity.CRITICAL
+        confidence = evidence_confidence(max(agree, 1), available + 1)
+        if not (kv_high or retracting):
+            severity = Severity.WARNING if severity is Severity.CRITICAL else severity
+        instances = sorted(waiting_insts) or sorted(decode.index.astype(str))
+        kv_txt = f" (KV usage p90 {pct(kv)})" if kv is not None else ""
+        if prefill_blocked:
+            summary = (f"Decode KV starvation on {names(instances)}{kv_txt} is blocking prefill: "
+                       f"requests that finished prefill wait for decode memory, so the prefill "
+                       f"queues are back-pressure, not a prefill shortage")
+        else:
+            summary = (f"Requests wait for decode KV memory on {names(instances)}{kv_txt}: "
+                       f"decode admission, not prefill, limits throughput")
+        return [self.finding(severity, confidence, summary, instances=instances,
+                             evidence=evidence, next_steps=(
+            "Add decode capacity or KV memory (more decode instances, higher "
+            "mem-fraction-static / gpu-memory-utilization, FP8 KV cache).",
+            "Do not add prefill instances: they push more KV at decodes that cannot take it.",
+            "SGLang: check --max-running-requests and the pre-allocation reserve; vLLM+NIXL: "
+            "check the staging headroom per hand-off (pool tokens / sequence length "
+            "minus max-num-seqs).",
+        ))]

@@ -1,0 +1,216 @@
+"""PD402: KV transfer without RDMA (no-rdma)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe.rules.common import BaseRule, column, ev, names, pct, slo_collapsed, whole
+from pdprobe.rules.features import Features, features_for
+
+# Share of the connector's KV bytes that went over TCP (Mooncake TENT transport=tcp) for KV to
+# count as "travelling over TCP".
+TCP_KV_SHARE: Final = 0.5
+# RDMA bytes under this share of the KV volume: RDMA ports exist but KV does not use them.
+RDMA_UNUSED_SHARE: Final = 0.01
+# Ordinary (netdev) bytes on the serving nodes at least this share of the KV volume: the KV
+# volume is visible on the TCP/IP path.
+TCP_CARRIES_SHARE: Final = 0.5
+# TTFT share in transfer from which the TCP path is a critical problem, not only a warning.
+TRANSFER_SHARE_CRITICAL: Final = 0.3
+
+
+class NoRdma(BaseRule):
+    """KV cache travels without RDMA: TCP fallback or no InfiniBand/RoCE at all
+
+    What it means: the KV connector moves KV cache over TCP (Mooncake/NIXL TCP transport,
+    a fallback after RDMA setup failed), or the serving nodes have no active RDMA port.
+
+    Why it matters in a disaggregated deployment: TCP moves a few GB/s per stream with CPU
+    copies and kernel overhead, an order of magnitude below GPU-direct RDMA. With realistic
+    prompt lengths the KV hand-off then costs more than the prefill it saves, and
+    disaggregation cannot pay off: fix the fabric or fall back to colocated (aggregated)
+    serving. Everything downstream looks slow: TTFT (transfer is in it), decode (waits for
+    KV), even prefill (blocked sending).
+
+    Evidence it uses, strongest first: log lines saying the transfer uses TCP; connector
+    byte counters by transport with >= 50 % of KV bytes on TCP (Mooncake TENT
+    transport="tcp"); RDMA ports present but none ACTIVE on a serving node, or RDMA bytes
+    under 1 % of the KV volume while netdev (TCP) bytes carry >= 50 % of it; node_exporter
+    network counters with no InfiniBand/RoCE series at all on the serving nodes (the
+    infiniband collector is enabled by default, so its absence means no RDMA device), which
+    is a warning only when KV transfers are seen and info otherwise. Critical when strong
+    evidence meets a TTFT with >= 30 % in transfer or a collapsed TTFT SLO.
+
+    What to do: check that the RDMA devices are visible in the containers (device plugin,
+    /dev/infiniband, IPC_LOCK / memlock limits), that the connector is configured for RDMA
+    (Mooncake protocol "rdma" and device names, NIXL UCX_TLS with rc/ud and GPU-direct), and
+    that the ports are ACTIVE; if the cluster has no RDMA fabric, serve colocated
+    (prefill and decode on the same instances) instead.
+    """
+
+    code = "PD402"
+    name = "no-rdma"
+    cause = "no-rdma"
+    component = "network-fabric"
+    requires = (
+        "KV-connector transport evidence (engine/transfer-engine logs, Mooncake TENT byte "
+        "counters by transport)",
+        "node network counters (node_exporter infiniband and netdev collectors)",
+    )
+
+    def evaluate(self, ctx: RuleContext) -> RuleResult:
+        f = features_for(ctx)
+        tcp_events = f.event_count(S.EV_TRANSPORT_TCP)
+        tcp_kv = column(f.instances, "c_kv_tcp_bytes")
+        rdma_kv = column(f.instances, "c_kv_rdma_bytes")
+        has_connector_counters = tcp_kv.notna().any() or rdma_kv.notna().any()
+        if not (tcp_events or has_connector_counters or f.has_network):
+            return [self.inconclusive()]
+        evidence: list[Evidence] = []
+        strong: list[str] = []  # what proved it, for the summary
+        medium: list[str] = []
+        weak: list[str] = []
+        instances: set[str] = set()
+        if tcp_events:
+            insts = self._event_instances(f)
+            instances.update(insts)
+            strong.append(f"{tcp_events} log lines show KV transfers over TCP")
+            evidence.append(ev("log lines with KV transfer over TCP", tcp_events, "lines",
+                               instances=insts, window=whole(f), source="engine logs"))
+        if has_connector_counters:
+            tcp_sum = float(tcp_kv.sum()) if tcp_kv.notna().any() else 0.0
+            rdma_sum = float(rdma_kv.sum()) if rdma_kv.notna().any() else 0.0
+            total = tcp_sum + rdma_sum
+            if total > 0:
+                share = tcp_sum / total
+                evidence.append(ev("KV bytes sent over TCP by the connector", 100 * share, "%",
+                                   instances=tcp_kv[tcp_kv > 0].index.astype(str).tolist(),
+                                   window=whole(f), baseline=100 * TCP_KV_SHARE,
+                                   source="tent_*_bytes_total by transport"))
+                if share >= TCP_KV_SHARE:
+                    strong.append(f"{pct(share)} of the connector's KV bytes went over TCP")
+                    instances.update(tcp_kv[tcp_kv > 0].index.astype(str))
+        serving_nodes = self._serving_nodes(f)
+        kv_bytes = f.transfer.bytes_total
+        if f.has_network and serving_nodes:
+            nodes = f.nodes.reindex(serving_nodes)
+            if f.rdma_signals:
+                ports = column(nodes, "ports")
+                active = column(nodes, "ports_active")
+                dead = [str(n) for n in nodes.index
+                        if np.isfinite(ports.get(n, np.nan)) and ports[n] > 0
+                        and active.get(n, 0) == 0]
+                if dead:
+                    medium.append(f"no ACTIVE RDMA port on {names(dead)}")
+                    instances.update(self._instances_on(f, dead))
+                    evidence.append(ev("serving nodes with no ACTIVE RDMA port", len(dead),
+                                       "nodes", instances=self._instances_on(f, dead),
+                                       window=whole(f), baseline=len(serving_nodes),
+                                       source="port_state"))
+                rdma_bytes = column(nodes, "rdma_bytes")
+                tcp_bytes = column(nodes, "tcp_bytes")
+                if kv_bytes and kv_bytes > 0 and rdma_bytes.notna().any():
+                    rdma_share = float(rdma_bytes.sum()) / kv_bytes
+                    tcp_share = float(tcp_bytes.sum()) / kv_bytes if tcp_bytes.notna().any() \
+                        else None
+                    evidence.append(ev("RDMA bytes on serving nodes / KV bytes moved",
+                                       100 * rdma_share, "%", window=whole(f),
+                                       baseline=100 * RDMA_UNUSED_SHARE,
+                                       source=f"RDMA port counters vs {f.transfer.bytes_source}"))
+                    if rdma_share < RDMA_UNUSED_SHARE and tcp_share is not None and \
+                            tcp_share >= TCP_CARRIES_SHARE:
+                        strong.append("KV volume shows up on the TCP/IP interfaces, not on "
+                                      "the RDMA ports")
+                        instances.update(self._instances_on(f, serving_nodes))
+            elif f.tcp_signals and len(serving_nodes) > 1:
+                # One node: KV moves over NVLink / shared memory and needs no RDMA.
+                tcp_bytes = column(nodes, "tcp_bytes")
+                evidence.append(ev("RDMA series on serving nodes", "none", "",
+                                   instances=self._instances_on(f, serving_nodes),
+                                   window=whole(f),
+                                   source="node_exporter network counters present, no "
+                                          "node_infiniband_* series"))
+                carries = bool(kv_bytes and tcp_bytes.notna().any()
+                               and float(tcp_bytes.sum()) >= TCP_CARRIES_SHARE * kv_bytes)
+                if carries and kv_bytes:
+                    evidence.append(ev("TCP bytes on serving nodes / KV bytes moved",
+                                       100 * float(tcp_bytes.sum()) / kv_bytes, "%",
+                                       window=whole(f), baseline=100 * TCP_CARRIES_SHARE,
+                                       source="netdev counters"))
+                    medium.append("the serving nodes have no RDMA device and their TCP "
+                                  "traffic carries the KV volume")
+                elif self._transfers_seen(f):
+                    medium.append("the serving nodes expose no RDMA device while KV "
+                                  "transfers run")
+                else:
+                    weak.append("the serving nodes expose no RDMA device")
+                instances.update(self._instances_on(f, serving_nodes))
+        if not (strong or medium or weak):
+            return []
+        xfer_share = f.transfer.share_of_ttft_p50
+        if xfer_share is not None:
+            evidence.append(ev("median share of TTFT spent in KV transfer", 100 * xfer_share,
+                               "%", window=whole(f), source="kv_transfer_s / ttft_s"))
+        confidence: float
+        if strong:
+            severity = Severity.WARNING
+            if (xfer_share is not None and xfer_share >= TRANSFER_SHARE_CRITICAL) or \
+                    slo_collapsed(f.slo.ttft_attainment):
+                severity = Severity.CRITICAL
+            confidence = 0.75 + 0.1 * min(len(strong) - 1 + len(medium), 2)
+        elif medium:
+            severity = Severity.WARNING
+            confidence = 0.5 + 0.1 * min(len(medium) - 1, 2)
+        else:
+            severity = Severity.INFO
+            confidence = 0.3
+        reasons = strong + medium + weak
+        summary = ("KV cache travels without RDMA: " + "; ".join(reasons[:2])
+                   + "; disaggregation cannot pay off until the fabric is fixed")
+        if not strong and not medium:
+            summary = ("No RDMA device is visible on the serving nodes; if KV moves between "
+                       "them it goes over TCP")
+        return [self.finding(severity, confidence, summary,
+                             instances=sorted(instances) or self._all_serving(f),
+                             evidence=evidence, next_steps=(
+            "Check that RDMA devices reach the containers (device plugin, /dev/infiniband, "
+            "IPC_LOCK and memlock limits) and that the ports are ACTIVE.",
+            "Configure the connector for RDMA: Mooncake protocol 'rdma' with the right "
+            "device names; NIXL/UCX with rc transports and GPU-direct.",
+            "Without an RDMA fabric, serve colocated (prefill and decode on the same "
+            "instances): the KV hand-off over TCP costs more than it saves.",
+        ))]
+
+    @staticmethod
+    def _event_instances(f: Features) -> list[str]:
+        ev_ = f.events
+        sub = ev_[(ev_["event"] == S.EV_TRANSPORT_TCP) & (ev_["instance"] != "")]
+        return sorted(sub["instance"].astype(str).unique())
+
+    @staticmethod
+    def _serving_nodes(f: Features) -> list[str]:
+        inst = f.instances
+        serving = inst[inst["role"].isin(["prefill", "decode"])]
+        nodes = set(serving["node"].dropna().astype(str)) & set(f.nodes.index.astype(str))
+        return sorted(nodes)
+
+    @staticmethod
+    def _instances_on(f: Features, nodes: list[str]) -> list[str]:
+        inst = f.instances
+        return sorted(inst.index[inst["node"].isin(nodes)
+                                 & inst["role"].isin(["prefill", "decode"])].astype(str))
+
+    @staticmethod
+    def _all_serving(f: Features) -> list[str]:
+        inst = f.instances
+        return sorted(inst.index[inst["role"].isin(["prefill", "decode"])].astype(str))
+
+    @staticmethod
+    def _transfers_seen(f: Features) -> bool:
+        t = f.transfer
+        return bool((t.bytes_total or 0) > 0 or (t.transfers or 0) > 0
+                    or (len(f.role("prefill")) and len(f.role("decode"))))

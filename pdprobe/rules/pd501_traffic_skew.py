@@ -1,0 +1,314 @@
+"""PD501: the router spreads load unevenly over instances of a role (routing-skew)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe.rules.common import (
+    BaseRule,
+    column,
+    ev,
+    evidence_confidence,
+    names,
+    pct,
+    slo_missed,
+    whole,
+)
+from pdprobe.rules.features import KV_NEAR_FULL, Features, features_for
+from pdprobe.rules.stats import peer_median
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# An instance taking at least 1.5x its fair share (1/n of the role's traffic, weighted by the
+# time each instance served when instances come and go) is overloaded by the router: 41 % of four decodes is 1.64x; 1.5x on two instances is a 75/25 split.
+OVER_SHARE_RATIO: Final = 1.5
+# At twice its fair share the instance runs with half the headroom of its peers: a warning
+# even before latencies show it.
+WARN_SHARE_RATIO: Final = 2.0
+# At most half its fair share: capacity the router leaves idle.
+UNDER_SHARE_RATIO: Final = 0.5
+# Count-based shares must also be statistically uneven (chi-square against equal shares).
+SKEW_P: Final = 1e-3
+# Token/throughput-based shares are not counts; they must hold in this share of the bins.
+PERSISTENT_BIN_SHARE: Final = 0.6
+# Within a bin, "still skewed" means at least this multiple of the fair share.
+BIN_OVER_RATIO: Final = 1.25
+# The overloaded instance "suffers" when its latency is this much above its peers' median.
+IMPACT_LATENCY_RATIO: Final = 1.3
+# An under-used instance slower than its peers by this much is a straggler the router avoids.
+SLOW_RATIO: Final = 1.5
+# The overloaded instance's prefix-hit rate is worth mentioning below this share of its peers'.
+HIT_NOTABLY_LOWER: Final = 0.7
+MIN_PEER_HIT: Final = 0.1
+# Instances must average this many requests before count-based shares mean anything.
+MIN_REQUESTS_PER_INSTANCE: Final = 30
+
+
+class TrafficSkew(BaseRule):
+    """The router spreads load unevenly: one instance gets far more (or less) than its share
+
+    What it means: among the instances of one role, one (or a few) receives a markedly larger
+    share of the requests than its peers, or one is left nearly idle, persistently and beyond
+    what chance explains.
+
+    Why it matters in a disaggregated deployment: P/D ratios assume the router balances each
+    pool. An overloaded decode instance fills its KV cache, preempts and slows its tokens
+    while its peers have room, so the pool looks short of capacity although it is not: the
+    router, not the ratio, needs fixing. Prefix- or KV-aware routers skew on purpose; the
+    skew is a problem when the favoured instance pays for it.
+
+    Evidence it uses: per-instance traffic share within its role from request records, else
+    finished-request counters, else token counters, else the throughput printed in engine
+    logs; the fair share is 1/n weighted by the time each instance served (instances that
+    join or leave mid-window are not skew); over-share >= OVER_SHARE_RATIO = 1.5x the fair
+    share, or under-share <= 0.5x (and
+    the instance not slower than its peers, which would make it a straggler the router rightly
+    avoids); count-based shares tested with chi-square (p < 0.001, at least 30 requests per
+    instance), other shares required to hold in >= 60 % of the time bins. Impact on the
+    overloaded instance (latency >= 1.3x its peers, KV near full while peers are not) makes it
+    a warning; so does an over-share of 2x the fair share or more (half the headroom of its
+    peers) or one whose impact cannot be measured; an over-share under 2x with measured
+    latencies showing no impact is info; an under-share is info unless the rest of the pool
+    is under pressure.
+    The overloaded instance's prefix-hit rate is compared with its peers'.
+
+    What to do: check the router policy and its inputs (round-robin weights, least-loaded
+    metric freshness, KV-/prefix-aware scoring that ignores load); check for sticky sessions
+    or a client pinning one endpoint; cap per-instance load in the router; for prefix-aware
+    routing, balance cache affinity against load.
+    """
+
+    code = "PD501"
+    name = "traffic-skew"
+    cause = "routing-skew"
+    component = "router"
+    requires = (
+        "per-request prefill_instance / decode_instance columns",
+        "per-instance finished-request or token counters",
+        "engine log throughput per instance",
+    )
+
+    def evaluate(self, ctx: RuleContext) -> RuleResult:
+        f = features_for(ctx)
+        judged = False
+        evidence: list[Evidence] = []
+        over_all: list[str] = []
+        under_all: list[str] = []
+        parts: list[str] = []
+        impact = False
+        impact_known = False
+        agree = 0
+        for role in ("decode", "prefill"):
+            rows = f.role(role)
+            rows = rows[column(rows, "traffic_share").notna()]
+            share = column(rows, "traffic_share")
+            if len(rows) < 2:
+                continue
+            judged = True
+            res = self._judge_role(f, role, rows, share)
+            if res is None:
+                continue
+            evidence.extend(res["evidence"])
+            over_all += res["over"]
+            under_all += res["under"]
+            parts.append(res["summary"])
+            impact = impact or res["impact"]
+            impact_known = impact_known or res["impact_known"]
+            agree += 1 + int(res["impact"]) + int(res["persistent"])
+        if not judged:
+            return [self.inconclusive()]
+        if not parts:
+            return []
+        if over_all:
+            severity = Severity.WARNING if (impact or not impact_known or self._max_ratio(
+                f, over_all) >= WARN_SHARE_RATIO) else Severity.INFO
+        else:
+            severity = Severity.WARNING if impact else Severity.INFO
+        confidence = evidence_confidence(agree, 3 * max(1, len(parts)))
+        if severity is Severity.INFO:
+            confidence = min(confidence, 0.45)
+        summary = "; ".join(parts) + (": the router, not the P/D ratio" if impact else "")
+        return [self.finding(severity, confidence, summary,
+                             instances=over_all + under_all, evidence=evidence, next_steps=(
+            "Check the router policy and its inputs: weights, freshness of the load metric it "
+            "balances on, KV-/prefix-aware scoring that ignores load.",
+            "Look for sticky sessions or clients pinned to one endpoint.",
+            "Cap per-instance load in the router before resizing the pool: the pool may be "
+            "big enough once balanced.",
+        ))]
+
+    def _judge_role(self, f: Features, role: str, rows: Any, share: Any) -> dict[str, Any] | None:
+        from scipy import stats
+
+        n = len(rows)
+        fair_s = self._fair_shares(f, role, rows)
+        source = str(rows["traffic_share_source"].iloc[0])
+        counts = column(rows, "traffic_count")
+        count_based = source in ("request records", "finished-request counters") and \
+            counts.notna().all() and float(counts.sum()) >= MIN_REQUESTS_PER_INSTANCE * n
+        p_value = None
+        if count_based:
+            expected = float(counts.sum()) * fair_s.to_numpy()
+            p_value = float(stats.chisquare(counts.to_numpy(dtype="float64"),
+                                            f_exp=expected).pvalue)
+            if p_value >= SKEW_P:
+                return None
+        elif source in ("request records", "finished-request counters"):
+            return None  # too few requests to tell skew from chance
+        latency = column(rows, "tpot_p90" if role == "decode" else "ttft_p90")
+        peer_lat = peer_median(latency.to_numpy())
+        over = [str(i) for i in share.index if share[i] >= OVER_SHARE_RATIO * fair_s[i]]
+        under = []
+        for pos, inst in enumerate(share.index):
+            if share[inst] <= UNDER_SHARE_RATIO * fair_s[inst]:
+                lat = latency.iloc[pos]
+                slow = np.isfinite(lat) and np.isfinite(peer_lat[pos]) and \
+                    lat >= SLOW_RATIO * peer_lat[pos]
+                if not slow:
+                    under.append(str(inst))
+        if not over and not under:
+            return None
+        persistent = self._persistent(f, role, over)
+        if not count_based and persistent is False:
+            return None
+        evidence = []
+        for inst in over + under:
+            evidence.append(ev(f"share of {role} traffic to {inst}", 100 * float(share[inst]),
+                               "%", instances=[inst], window=whole(f),
+                               baseline=100 * float(fair_s[inst]),
+                               source=f"{source} (baseline: fair share for the time it served)"))
+        if p_value is not None:
+            evidence.append(ev(f"chi-square test of equal {role} shares", p_value, "p-value",
+                               window=whole(f), source=f"{int(counts.sum())} requests"))
+        # Impact on the overloaded instances: latency and KV pressure against their peers.
+        impact = False
+        impact_known = False
+        kv = column(rows, "g_kv_usage_full_frac")
+        for inst in over:
+            pos = list(share.index).index(inst)
+            if np.isfinite(latency.iloc[pos]) and np.isfinite(peer_lat[pos]):
+                impact_known = True
+                ratio = latency.iloc[pos] / peer_lat[pos] if peer_lat[pos] > 0 else np.nan
+                if np.isfinite(ratio) and ratio >= IMPACT_LATENCY_RATIO:
+                    impact = True
+                    evidence.append(ev(f"{'TPOT' if role == 'decode' else 'TTFT'} p90 on {inst}",
+                                       float(latency.iloc[pos]), "s", instances=[inst],
+                                       window=whole(f), baseline=float(peer_lat[pos]),
+                                       source="peer median as baseline"))
+            if kv.notna().any() and np.isfinite(kv.get(inst, np.nan)):
+                impact_known = True
+                peers = kv.drop(index=inst).dropna()
+                if kv[inst] >= 0.5 and (not len(peers) or float(peers.median()) < 0.5):
+                    impact = True
+                    evidence.append(ev(f"time with KV usage >= {pct(KV_NEAR_FULL)} on {inst}",
+                                       100 * float(kv[inst]), "%", instances=[inst],
+                                       window=whole(f),
+                                       baseline=100 * float(peers.median()) if len(peers)
+                                       else None, source="peer median as baseline"))
+        if under and not over:
+            pressure = slo_missed(f.slo.tpot_attainment if role == "decode"
+                                  else f.slo.ttft_attainment)
+            if kv.notna().any():
+                others = kv.drop(index=[u for u in under if u in kv.index]).dropna()
+                pressure = pressure or (len(others) > 0 and float(others.median()) >= 0.5)
+            impact = pressure
+        hit = column(rows, "hit_ratio")
+        hit_txt = ""
+        for inst in over[:1]:
+            pos = list(share.index).index(inst)
+            peers_hit = peer_median(hit.to_numpy())[pos]
+            if np.isfinite(hit.get(inst, np.nan)) and np.isfinite(peers_hit) and \
+                    peers_hit >= MIN_PEER_HIT and float(hit[inst]) <= HIT_NOTABLY_LOWER * peers_hit:
+                hit_txt = (f" and has a {pct(float(hit[inst]))} prefix-hit rate against "
+                           f"{pct(float(peers_hit))} on its peers")
+                evidence.append(ev(f"prefix-cache hit rate on {inst}", 100 * float(hit[inst]),
+                                   "%", instances=[inst], window=whole(f),
+                                   baseline=100 * float(peers_hit),
+                                   source=str(rows.loc[inst, "hit_ratio_source"])))
+        if over:
+            top = max(over, key=lambda i: float(share[i]))
+            summary = (f"{top} gets {pct(float(share[top]))} of the {role} traffic "
+                       f"(fair share {pct(float(fair_s[top]))}){hit_txt}")
+            if len(over) > 1:
+                summary = f"{names(over)} get more than {OVER_SHARE_RATIO:g}x their fair " \
+                          f"share of the {role} traffic"
+        else:
+            summary = (f"{names(under)} get{'s' if len(under) == 1 else ''} at most "
+                       f"{pct(float(share[under].max()))} of the {role} traffic "
+                       f"(fair share {pct(float(fair_s[under].max()))})")
+        return {"evidence": evidence, "over": over, "under": under, "summary": summary,
+                "impact": impact, "impact_known": impact_known, "persistent": bool(persistent)}
+
+    @staticmethod
+    def _fair_shares(f: Features, role: str, rows: pd.DataFrame) -> pd.Series:
+        """Each instance's fair share: what an even router would have given it.
+
+        With instances joining or leaving in the window, 1/n would call a newcomer
+        under-used. Per time bin, the role's traffic is split evenly among the instances
+        serving then; an instance's fair share is its part of those splits over the window.
+        """
+        import pandas as pd
+
+        names_ = [str(i) for i in rows.index]
+        alive = f.bins.get("alive")
+        traffic = f.bins.get(f"req_count_{role}")
+        if traffic is None:
+            traffic = f.bins.get("g_gen_tps" if role == "decode" else "g_prompt_tps")
+        if alive is not None:
+            live = alive.reindex(columns=names_).fillna(0.0) > 0
+            serving = live.sum(axis=1)
+            # Weight the bins by the role's traffic in them when known (a bin in which the
+            # instance served but nothing arrived is no evidence), else evenly.
+            weight = (traffic.reindex(columns=names_).fillna(0.0).sum(axis=1).reindex(
+                live.index).fillna(0.0) if traffic is not None
+                      else pd.Series(1.0, index=live.index))
+            weight = weight.where(serving > 0, 0.0)
+            if float(weight.sum()) > 0 and bool(live.any().all()):
+                per_bin = live.div(serving.where(serving > 0), axis=0).fillna(0.0)
+                expected = per_bin.mul(weight, axis=0).sum() / float(weight.sum())
+                return expected.reindex(names_).set_axis(rows.index)
+        return pd.Series(1.0 / len(rows), index=rows.index)
+
+    def _max_ratio(self, f: Features, instances: list[str]) -> float:
+        """The largest share / fair-share ratio among these instances."""
+        table = f.instances
+        out = 0.0
+        for inst in instances:
+            role = str(table.loc[inst, "role"])
+            rows = f.role(role)
+            rows = rows[column(rows, "traffic_share").notna()]
+            fair = self._fair_shares(f, role, rows)
+            share = float(column(rows, "traffic_share")[inst])
+            if np.isfinite(share) and fair[inst] > 0:
+                out = max(out, share / float(fair[inst]))
+        return out
+
+    @staticmethod
+    def _persistent(f: Features, role: str, over: list[str]) -> bool | None:
+        """Whether the over-share holds in most bins (None when there are no per-bin counts)."""
+        frame = f.bins.get(f"req_count_{role}")
+        if frame is None:
+            frame = f.bins.get("g_gen_tps" if role == "decode" else "g_prompt_tps")
+        alive = f.bins.get("alive")
+        if frame is None or alive is None or not over:
+            return None
+        names_ = [c for c in f.names(role) if c in frame.columns and c in alive.columns]
+        if len(names_) < 2:
+            return None
+        sub = frame[names_].fillna(0.0)
+        live = alive[names_].reindex(sub.index).fillna(0.0) > 0
+        totals = sub.sum(axis=1)
+        keep = (totals > 0) & (live.sum(axis=1) > 0)
+        if not keep.any():
+            return None
+        shares = sub[keep].div(totals[keep], axis=0)
+        fair = 1.0 / live[keep].sum(axis=1)  # per bin, among the instances serving then
+        cols_over = [c for c in over if c in shares.columns]
+        ok = live[keep][cols_over]
+        held = ((shares[cols_over].ge(BIN_OVER_RATIO * fair, axis=0)) & ok).sum() / \
+            ok.sum().clip(lower=1)
+        return bool((held >= PERSISTENT_BIN_SHARE).all())

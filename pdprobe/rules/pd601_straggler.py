@@ -1,0 +1,207 @@
+"""PD601: one instance markedly slower than its peers of the same role (straggler)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, secs, whole
+from pdprobe.rules.features import Features, features_for
+from pdprobe.rules.stats import OUTLIER_Z, leave_one_out_z, peer_median
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Slower than the peers' median by this factor AND a modified z >= 3.5 against the peers'
+# median/MAD: a 1.5x slower instance drags the pool's tail; z guards against noisy peers.
+STRAGGLER_RATIO: Final = 1.5
+CRITICAL_RATIO: Final = 3.0
+# With only two instances there is no robust spread; demand a 2x gap.
+PAIR_RATIO: Final = 2.0
+# Load explains slowness when the instance takes this multiple of its fair traffic share.
+LOAD_EXPLAINS_RATIO: Final = 1.3
+# ... or when its KV is full this much more of the time than its peers'.
+KV_EXPLAINS_GAP: Final = 0.3
+# Persistence over time: slower than 1.3x the peers in at least 60 % of bins with data.
+BIN_SLOW_RATIO: Final = 1.3
+PERSISTENT_BIN_SHARE: Final = 0.6
+
+# Per role, the speed measures compared, best first: (column, label, per-bin frame).
+MEASURES: Final = {
+    "decode": (("tpot_p50", "median TPOT", "req_tpot"),),
+    "prefill": (("prefill_per_token_p50", "prefill time per uncached token",
+                 "req_prefill_per_token"),),
+}
+# Each compared instance must have served this many requests: a median over a handful of
+# heavy-tailed prompts says more about the prompts than about the instance.
+MIN_SAMPLES: Final = 30
+
+
+class Straggler(BaseRule):
+    """One instance is markedly slower than its peers of the same role
+
+    What it means: an instance does the same work as the others of its role, yet its time per
+    output token (decode) or its prefill time per token (prefill) is far above theirs,
+    persistently over the window, and neither more traffic nor a fuller KV cache explains it.
+
+    Why it matters in a disaggregated deployment: P/D sizing assumes interchangeable
+    instances. A straggler (thermal throttling, a degraded GPU or NVLink, a noisy neighbour,
+    a wrong engine flag or version, a bad NIC) drags the pool's tail latency and, behind a
+    least-loaded router, silently shrinks the pool. Scaling the pool hides it at a cost;
+    replacing or fixing the instance removes it.
+
+    Evidence it uses: decode: median TPOT per instance (request records, TPOT/ITL
+    histograms, last-ITL gauges, running / generation throughput from logs); prefill: median
+    prefill time per uncached prompt token from request records, else the prefill-time
+    histogram's sum over the tokens computed. Instances with fewer than MIN_SAMPLES = 30
+    requests are not judged. An instance is a straggler at >=
+    STRAGGLER_RATIO = 1.5x its peers' median and a modified z >= 3.5 against the peers'
+    median/MAD (two instances: a 2x gap), slower than 1.3x its peers in >= 60 % of the bins
+    when per-bin data exist, and not explained by load (traffic share >= 1.3x fair, or KV
+    full 30 points more of the time than its peers). Critical at 3x, or when it alone misses
+    the SLO its peers meet.
+
+    What to do: check the instance's GPU clocks, temperature and ECC/XID errors (nvidia-smi,
+    DCGM), its NVLink/PCIe link state, its engine version and flags against its peers, and
+    other processes on its node; drain and replace it if it stays slow.
+    """
+
+    code = "PD601"
+    name = "straggler"
+    cause = "straggler"
+    component = "resource-monitor"
+    requires = (
+        "per-instance latency: request records with prefill_instance / decode_instance and "
+        "tpot_s / prefill_s, or per-instance TPOT/ITL/prefill-time histograms, or engine log "
+        "throughput",
+    )
+
+    def evaluate(self, ctx: RuleContext) -> RuleResult:
+        f = features_for(ctx)
+        judged = False
+        evidence: list[Evidence] = []
+        slow_all: list[str] = []
+        parts: list[str] = []
+        worst_ratio = 0.0
+        alone_misses = False
+        persistent_any = False
+        for role, measures in MEASURES.items():
+            rows = f.role(role)
+            if len(rows) < 2:
+                continue
+            for col, label, bins_name in measures:
+                values = column(rows, col)
+                if values.notna().sum() < 2:
+                    continue
+                judged = True
+                found = self._judge(f, role, rows, values, label, bins_name)
+                if found is None:
+                    break
+                slow, ratios, peers, persistent, evs = found
+                evidence.extend(evs)
+                slow_all += slow
+                persistent_any = persistent_any or persistent
+                worst_ratio = max(worst_ratio, max(ratios))
+                top = slow[int(np.argmax(ratios))]
+                parts.append(f"{top} has a {label} of {secs(float(values[top]))} against "
+                             f"{secs(peers[top])} on its {role} peers "
+                             f"({max(ratios):.1f}x)")
+                slo = f.slo.tpot_slo_s if role == "decode" else f.slo.ttft_slo_s
+                if slo is not None and col in ("tpot_p50", "ttft_p50"):
+                    p90 = column(rows, col.replace("p50", "p90"))
+                    mine = p90.reindex(slow).dropna()
+                    others = p90.drop(index=slow).dropna()
+                    if len(mine) and len(others) and float(mine.max()) > slo >= float(
+                            others.median()):
+                        alone_misses = True
+                break  # the best available measure decides for this role
+        if not judged:
+            return [self.inconclusive()]
+        if not slow_all:
+            return []
+        severity = Severity.CRITICAL if (worst_ratio >= CRITICAL_RATIO or alone_misses) \
+            else Severity.WARNING
+        confidence = evidence_confidence(1 + int(persistent_any) + int(alone_misses), 3)
+        return [self.finding(severity, confidence, "; ".join(parts), instances=slow_all,
+                             evidence=evidence, next_steps=(
+            f"Check {names(slow_all)}: GPU clocks, temperature and ECC/XID errors "
+            "(nvidia-smi, DCGM), NVLink/PCIe link state, engine version and flags against its "
+            "peers, other processes on the node.",
+            "Drain and replace the instance if it stays slow; scaling the pool only hides it.",
+        ))]
+
+    def _judge(self, f: Features, role: str, rows: pd.DataFrame, values: pd.Series, label: str,
+               bins_name: str | None) -> tuple[list[str], list[float], dict[str, float], bool,
+                                               list[Evidence]] | None:
+        v = values.to_numpy(dtype="float64")
+        peers = peer_median(v)
+        with np.errstate(all="ignore"):
+            ratio = v / peers
+        z = leave_one_out_z(v)
+        n = int(np.isfinite(v).sum())
+        share = column(rows, "traffic_share")
+        fair = 1.0 / len(rows)
+        kv = column(rows, "g_kv_usage_full_frac")
+        slow, ratios, evs = [], [], []
+        persistent_any = False
+        peer_map: dict[str, float] = {}
+        samples = column(rows, "samples")
+        for pos, inst in enumerate(rows.index.astype(str)):
+            if not np.isfinite(ratio[pos]):
+                continue
+            if np.isfinite(samples.iloc[pos]) and samples.iloc[pos] < MIN_SAMPLES:
+                continue
+            if n >= 3:
+                hit = ratio[pos] >= STRAGGLER_RATIO and z[pos] >= OUTLIER_Z
+            else:
+                hit = ratio[pos] >= PAIR_RATIO
+            if not hit:
+                continue
+            if np.isfinite(share.iloc[pos]) and share.iloc[pos] >= LOAD_EXPLAINS_RATIO * fair:
+                continue  # more traffic, not a slower instance (PD501)
+            if kv.notna().any() and np.isfinite(kv.iloc[pos]):
+                others = kv.drop(index=inst).dropna()
+                if len(others) and kv.iloc[pos] - float(others.median()) >= KV_EXPLAINS_GAP:
+                    continue
+            persistent = self._persistent(f, bins_name, inst, list(rows.index.astype(str)))
+            if persistent is False:
+                continue
+            persistent_any = persistent_any or bool(persistent)
+            slow.append(inst)
+            ratios.append(float(ratio[pos]))
+            peer_map[inst] = float(peers[pos])
+            evs.append(ev(f"{label} on {inst}", float(v[pos]), "s", instances=[inst],
+                          window=whole(f), baseline=float(peers[pos]),
+                          source=f"{self._source(rows, values, inst)} (baseline: peer median)"))
+            if np.isfinite(z[pos]):
+                evs.append(ev(f"modified z-score of {inst} against its {role} peers",
+                              float(z[pos]), "", instances=[inst], window=whole(f),
+                              baseline=OUTLIER_Z, source="median/MAD of the peers"))
+            if np.isfinite(share.iloc[pos]):
+                evs.append(ev(f"share of {role} traffic to {inst}", 100 * float(share.iloc[pos]),
+                              "%", instances=[inst], window=whole(f), baseline=100 * fair))
+        if not slow:
+            return None
+        return slow, ratios, peer_map, persistent_any, evs
+
+    @staticmethod
+    def _source(rows: pd.DataFrame, values: pd.Series, inst: str) -> str:
+        col = f"{values.name}_source"
+        return str(rows.loc[inst, col]) if col in rows.columns else str(values.name)
+
+    @staticmethod
+    def _persistent(f: Features, bins_name: str | None, inst: str,
+                    members: list[str]) -> bool | None:
+        if bins_name is None:
+            return None
+        frame = f.bin_frame(bins_name, members)
+        if frame is None or inst not in frame.columns or frame.shape[1] < 2:
+            return None
+        others = frame.drop(columns=[inst]).median(axis=1)
+        mine = frame[inst]
+        ok = mine.notna() & others.notna() & (others > 0)
+        if ok.sum() < 3:
+            return None
+        return bool((mine[ok] >= BIN_SLOW_RATIO * others[ok]).mean() >= PERSISTENT_BIN_SHARE)

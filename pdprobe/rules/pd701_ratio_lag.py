@@ -1,0 +1,355 @@
+"""PD701: the length mix shifted and the deployed P/D ratio did not follow (ratio-lag)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe.rules.common import (
+    TREND_ALPHA,
+    TREND_MIN_TAU,
+    BaseRule,
+    duration,
+    ev,
+    evidence_confidence,
+    pct,
+    prefill_backlog,
+    rising,
+    series_trend,
+    slo_collapsed,
+    whole,
+)
+from pdprobe.rules.features import Features, features_for
+from pdprobe.rules.stats import ChangePoint
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# A shift of the median per-bin mean prompt or output length by 30 % or more changes the
+# prefill/decode work split enough to move the ratio by a whole instance in typical xPyD pools.
+MIX_SHIFT_MIN: Final = 0.3
+# Rank test across the split (requests, else bins): the shift must be far beyond chance.
+MIX_ALPHA: Final = 1e-3
+# The needed ratio (capacity windows, else the prompt/output work proxy) must move by 25 %;
+# from 50 % on, a deployment that stayed put is mis-sized for the new mix even before any
+# pool shows pressure (one pool idles or runs without headroom).
+RATIO_CHANGE_MIN: Final = 0.25
+RATIO_CHANGE_WARN: Final = 0.5
+# A deployment that followed within this many bins is not lagging (planners act on intervals
+# of minutes; the bins are a sixtieth of the window). A later follow is a lag only when the
+# pool that became short showed pressure before the new instances arrived.
+LAG_OK_BINS: Final = 3
+# A pressure series at least 1.5x its pre-shift level after the shift is the mismatch hurting.
+IMPACT_RATIO: Final = 1.5
+# Floors under pre-shift levels so "from 0.01 to 0.02" never counts as doubling.
+IMPACT_FLOORS: Final = {
+    "prefill_queue": 1.0, "queue_s_p50": 0.2, "ttft_p50": 0.2, "tpot_p50": 0.01,
+    "decode_kv_usage": 0.3, "decode_admission": 1.0, "decode_prealloc": 1.0,
+}
+PREFILL_SIDE: Final = ("prefill_queue", "queue_s_p50", "ttft_p50")
+# Growth of the decode admission queue (requests per instance) that counts as pressure.
+ADMISSION_GROWTH_MIN: Final = 2.0
+DECODE_SIDE: Final = ("tpot_p50", "decode_kv_usage", "decode_admission", "decode_prealloc")
+
+
+WHAT: Final = {"prompt": ("mean prompt length", "tokens"),
+               "output": ("mean output length", "tokens"),
+               "work": ("prompt tokens per output token", "tokens/token")}
+
+
+@dataclass(frozen=True)
+class _Shift:
+    which: str  # "prompt" | "output"
+    cp: ChangePoint
+    p_value: float
+
+
+class RatioLag(BaseRule):
+    """The length mix shifted and the deployed P/D ratio followed late, or not at all
+
+    What it means: partway through the window the workload's prompt or output lengths
+    changed markedly (for example a batch of long-document requests replaced chat) while
+    the request rate stayed similar. The prefill/decode split the workload needs moved with
+    it, but the deployed numbers of prefill and decode instances did not, or only after a
+    delay, and the pool that became short shows pressure after the shift.
+
+    Why it matters in a disaggregated deployment: the right P/D ratio depends on the length
+    mix (prefill work grows with prompt length, superlinearly; decode work with output
+    length and context), not only on the request rate. A planner that scales on request rate
+    or on lagging completions keeps the old ratio while one pool saturates and the other
+    idles. The root is the scaling/prediction loop, not a missing instance count.
+
+    Evidence it uses: a change point (CUSUM over the per-bin mean prompt and output length,
+    bins with >= 5 requests, at least 3 bins each side) shifting the median by >= 30 % with a
+    rank-test p < 0.001 (on the requests either side when request records exist); from engine
+    logs alone, the same test on the prefill instances' prompt throughput over the decode
+    instances' generation throughput (prompt tokens per output token); the needed ratio moving
+    by >= 25 % (the capacity model's per-window theoretical ratio, else the prompt/output work
+    proxy); the deployed instance counts per bin not moving in that direction within 3 bins
+    of the shift; pressure on the side that became short (prefill queue, wait or TTFT; or
+    decode TPOT, KV usage, admission queue) at >= 1.5x its pre-shift level after the shift
+    (and not already rising before it), or a backlog whose rising trend starts at the shift
+    (a late follow counts only when that pressure rose before it arrived). Warning with
+    pressure, a capacity-window mismatch, or a needed-ratio move of 50 % or more that the
+    deployment did not follow (mis-sized for the new mix even before a pool suffers);
+    critical when the SLO collapses after the shift; info otherwise.
+
+    What to do: make the planner size each pool from the length mix it sees (prefill demand
+    from prompt tokens, decode demand from output tokens x context), not from request counts;
+    shorten its adjustment interval or forecast; check that it measures offered load (queue
+    and requests started), not completions; meanwhile set the ratio the finding recommends.
+    """
+
+    code = "PD701"
+    name = "ratio-lag"
+    cause = "ratio-lag"
+    component = "scheduler/predictor"
+    requires = (
+        "prompt/output lengths over time (request records, or token-length histograms)",
+        "instance counts over time (per-instance metrics, or request instance columns)",
+    )
+
+    def evaluate(self, ctx: RuleContext) -> RuleResult:
+        f = features_for(ctx)
+        mix = f.mix
+        if mix.prompt is None and mix.output is None and mix.work is None:
+            return [self.inconclusive()]
+        shift = self._shift(f)
+        if shift is None:
+            return []
+        cp = shift.cp
+        cluster = f.cluster
+        before = cluster.index < cp.ts
+        after = ~before
+        what, unit = WHAT[shift.which]
+        evidence: list[Evidence] = [
+            ev(f"{what} after the shift", cp.after, unit, window=(cp.ts, f.window.end_ts),
+               baseline=cp.before, source=f"{mix.source}; change point at {_iso(cp.ts)}"),
+            ev(f"rank test of the {what} before vs after", shift.p_value, "p-value",
+               window=whole(f), baseline=MIX_ALPHA),
+        ]
+        agree, available = 1, 4
+        arrivals = cluster.get("arrivals")
+        if arrivals is None:
+            arrivals = cluster.get("arrivals_hist")
+        if arrivals is not None and arrivals[before].notna().any():
+            a0 = float(arrivals[before].median()) / f.window.step_s
+            a1 = float(arrivals[after].median()) / f.window.step_s
+            evidence.append(ev("arrival rate after the shift", a1, "req/s",
+                               window=(cp.ts, f.window.end_ts), baseline=a0))
+
+        needed = self._needed_change(f, shift, evidence)
+        if needed is None or abs(needed) < RATIO_CHANGE_MIN:
+            return []
+        direction = "prefill" if needed > 0 else "decode"  # the pool that needs to grow
+        deployed = self._deployed(f, cp, direction, evidence)
+        lag = deployed[1] if deployed is not None and deployed[0] else None
+        if lag is not None and lag <= LAG_OK_BINS * f.window.step_s:
+            return []  # the ratio followed in time
+        agree += 1
+        until = cp.ts + lag if lag is not None else f.window.end_ts
+        impact, collapsed = self._impact(f, cp, direction, evidence, until)
+        if lag is not None and not impact:
+            return []  # it followed late, but nothing suffered in the meantime
+        if impact:
+            agree += 1
+        cap_mismatch = self._capacity_mismatch(f, cp, evidence)
+        if cap_mismatch:
+            agree += 1
+        big_move = abs(needed) >= RATIO_CHANGE_WARN and deployed is not None
+        if impact or cap_mismatch or big_move:
+            severity = Severity.CRITICAL if (impact and collapsed) else Severity.WARNING
+        else:
+            severity = Severity.INFO
+        confidence = evidence_confidence(agree, available)
+        if deployed is None:
+            confidence -= 0.15
+        if severity is Severity.INFO:
+            confidence = min(confidence, 0.4)
+        elif not (impact or cap_mismatch):
+            confidence = min(confidence, 0.55)  # mis-sized for the new mix, no harm seen yet
+        change = (cp.after - cp.before) / cp.before
+        verb = "rose" if change > 0 else "fell"
+        if deployed is None:
+            follow = "the deployed counts over time are unknown"
+        elif deployed[1] is None:
+            follow = f"the deployed ratio did not follow for the remaining " \
+                     f"{duration(f.window.end_ts - cp.ts)}"
+        else:
+            follow = f"the deployed ratio followed only after {duration(deployed[1])}"
+        pressure = f"; {direction} pressure rose after the shift" if impact else ""
+        subject = ("The prompt-to-output token mix" if shift.which == "work"
+                   else f"The {shift.which} lengths")
+        levels = (f"{cp.before:.3g} to {cp.after:.3g} prompt tokens per output token"
+                  if shift.which == "work" else f"{cp.before:.0f} to {cp.after:.0f} tokens")
+        summary = (f"{subject} {verb} by {pct(abs(change))} at {_iso(cp.ts)} ({levels}), "
+                   f"moving the needed P/D ratio by {pct(abs(needed))}, and {follow}"
+                   f"{pressure}: the scaling loop lags the workload")
+        instances = list(f.names(direction)) or list(f.names("prefill") + f.names("decode"))
+        steps = ["Size each pool from the length mix (prefill demand from prompt tokens, "
+                 "decode demand from output tokens x context), not from request counts."]
+        cap = f.capacity
+        if cap is not None and cap.windows:
+            last = cap.windows[-1]
+            if isinstance(last.recommended_prefill, int) and isinstance(
+                    last.recommended_decode, int):
+                steps.insert(0, f"Set {last.recommended_prefill}P:{last.recommended_decode}D "
+                                f"for the current mix (capacity model, last window).")
+        steps += ["Shorten the planner's adjustment interval or give it a forecast; make it "
+                  "measure offered load (queue, requests started), not completions."]
+        return [self.finding(severity, confidence, summary, instances=instances,
+                             evidence=evidence, next_steps=steps)]
+
+    @staticmethod
+    def _shift(f: Features) -> _Shift | None:
+        best: _Shift | None = None
+        for which, cp, p_req in (("prompt", f.mix.prompt, f.mix.prompt_p_requests),
+                                 ("output", f.mix.output, f.mix.output_p_requests),
+                                 ("work", f.mix.work, None)):
+            if cp is None or not cp.before or cp.before <= 0:
+                continue
+            p = p_req if p_req is not None else cp.p_value
+            rel = (cp.after - cp.before) / cp.before
+            if abs(rel) < MIX_SHIFT_MIN or p >= MIX_ALPHA:
+                continue
+            if best is None or abs(np.log(cp.after / cp.before)) > abs(
+                    np.log(best.cp.after / best.cp.before)):
+                best = _Shift(which, cp, p)
+        return best
+
+    @staticmethod
+    def _needed_change(f: Features, shift: _Shift, evidence: list[Evidence]) -> float | None:
+        """Relative change of the needed prefill/decode ratio across the shift."""
+        cp = shift.cp
+        if shift.which == "work":  # the throughput ratio is itself the work proxy
+            return cp.after / cp.before - 1.0
+        cap = f.capacity
+        if cap is not None and cap.windows:
+            pre = [w.theoretical_ratio for w in cap.windows
+                   if w.end_ts <= cp.ts + f.window.step_s and isinstance(w.theoretical_ratio,
+                                                                          float)]
+            post = [w.theoretical_ratio for w in cap.windows
+                    if w.start_ts >= cp.ts - f.window.step_s and isinstance(w.theoretical_ratio,
+                                                                            float)]
+            pre_f = [float(x) for x in pre if isinstance(x, float)]
+            post_f = [float(x) for x in post if isinstance(x, float)]
+            if pre_f and post_f and np.median(pre_f) > 0:
+                r0, r1 = float(np.median(pre_f)), float(np.median(post_f))
+                evidence.append(ev("theoretical P/D ratio after the shift", r1,
+                                   "prefill per decode", window=(cp.ts, f.window.end_ts),
+                                   baseline=r0, source=f"capacity model per window "
+                                                       f"({cap.model_source})"))
+                return r1 / r0 - 1.0
+        c = f.cluster
+        if "prompt_mean" not in c.columns or "output_mean" not in c.columns:
+            return None
+        before = c.index < cp.ts
+        work = (c["prompt_mean"] / c["output_mean"].where(c["output_mean"] > 0)).to_numpy(
+            dtype="float64")
+        w0 = np.nanmedian(work[before]) if np.isfinite(work[before]).any() else np.nan
+        w1 = np.nanmedian(work[~before]) if np.isfinite(work[~before]).any() else np.nan
+        if not (np.isfinite(w0) and np.isfinite(w1)) or w0 <= 0:
+            return None
+        evidence.append(ev("prompt tokens per output token after the shift", float(w1),
+                           "tokens/token", window=(cp.ts, f.window.end_ts), baseline=float(w0),
+                           source="work proxy for the needed P/D ratio (no capacity windows)"))
+        return float(w1 / w0 - 1.0)
+
+    @staticmethod
+    def _deployed(f: Features, cp: ChangePoint, direction: str,
+                  evidence: list[Evidence]) -> tuple[bool, float | None] | None:
+        """(followed, lag in s or None) from the instance counts per bin; None when unknown."""
+        c = f.cluster
+        if "prefill_alive" not in c.columns or "decode_alive" not in c.columns:
+            return None
+        p, d = c["prefill_alive"], c["decode_alive"]
+        live = (p > 0) & (d > 0)
+        if not live.any():
+            return None
+        ratio = (p / d.where(d > 0)).where(live)
+        before = (c.index < cp.ts) & live.to_numpy()
+        after = (c.index >= cp.ts) & live.to_numpy()
+        if not before.any() or not after.any():
+            return None
+        r0 = float(ratio[before].median())
+        evidence.append(ev("deployed prefill/decode instances after the shift",
+                           f"{p[after].median():.0f}P:{d[after].median():.0f}D", "",
+                           window=(cp.ts, f.window.end_ts),
+                           baseline=f"{p[before].median():.0f}P:{d[before].median():.0f}D",
+                           source="instances reporting per bin"))
+        moved = ratio[after] > r0 * 1.05 if direction == "prefill" else ratio[after] < r0 * 0.95
+        if not moved.any():
+            return (False, None)
+        first = float(moved[moved].index[0])
+        return (True, first - cp.ts)
+
+    @staticmethod
+    def _impact(f: Features, cp: ChangePoint, direction: str, evidence: list[Evidence],
+                until_ts: float) -> tuple[bool, bool]:
+        """Whether the side that became short shows pressure between the shift and
+        ``until_ts`` (the end, or the late follow), and whether its SLO collapsed."""
+        c = f.cluster
+        c = c[c.index < until_ts]
+        before = c.index < cp.ts
+        names_ = PREFILL_SIDE if direction == "prefill" else DECODE_SIDE
+        hit = False
+        for col in names_:
+            if col not in c.columns:
+                continue
+            series: pd.Series = c[col]
+            b, a = series[before].dropna(), series[~before].dropna()
+            if len(b) < 3 or len(a) < 3:
+                continue
+            pre = series_trend(b)
+            if pre is not None and pre.rising(TREND_ALPHA, TREND_MIN_TAU, 0.0):
+                continue  # already rising before the shift (warm-up, a growing backlog)
+            level0 = max(float(b.median()), IMPACT_FLOORS[col])
+            level1 = float(a.median())
+            if level1 >= IMPACT_RATIO * level0:
+                hit = True
+                evidence.append(ev(f"{col.replace('_', ' ')} after the shift", level1, "",
+                                   window=(cp.ts, until_ts), baseline=float(b.median()),
+                                   source="median per bin before vs after"))
+        if not hit:
+            # A backlog that started growing at the shift, even before its median doubled.
+            tr, what = prefill_backlog(f) if direction == "prefill" else (
+                series_trend(f.role_series("decode_admission")), "decode admission queue")
+            grew = tr is not None and (direction == "prefill" or rising(
+                tr, ADMISSION_GROWTH_MIN, f))
+            if grew and tr is not None and cp.ts - f.window.step_s <= tr.onset_ts < until_ts:
+                hit = True
+                evidence.append(ev(f"{what} since the shift", tr.hinge_end_level, "",
+                                   window=(tr.onset_ts, tr.end_ts), baseline=tr.onset_level,
+                                   source="rising trend whose onset follows the shift"))
+        att = f.slo.ttft_attainment if direction == "prefill" else f.slo.tpot_attainment
+        return hit, hit and slo_collapsed(att)
+
+    @staticmethod
+    def _capacity_mismatch(f: Features, cp: ChangePoint, evidence: list[Evidence]) -> bool:
+        cap = f.capacity
+        if cap is None or not cap.windows:
+            return False
+        post = [w for w in cap.windows if w.start_ts >= cp.ts]
+        bad = [w for w in post if isinstance(w.recommended_prefill, int)
+               and isinstance(w.deployed_prefill, int) and isinstance(w.recommended_decode, int)
+               and isinstance(w.deployed_decode, int)
+               and (w.recommended_prefill, w.recommended_decode)
+               != (w.deployed_prefill, w.deployed_decode)]
+        if not post or not bad:
+            return False
+        w = bad[-1]
+        evidence.append(ev("capacity windows after the shift where deployed != recommended",
+                           len(bad), "windows", window=(cp.ts, f.window.end_ts),
+                           baseline=len(post),
+                           source=f"last: recommended {w.recommended_prefill}P:"
+                                  f"{w.recommended_decode}D, deployed {w.deployed_prefill}P:"
+                                  f"{w.deployed_decode}D"))
+        return len(bad) * 2 >= len(post)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%H:%M:%S UTC")

@@ -1,0 +1,66 @@
+"""The catalog: stable codes, every contract cause covered, explanations that say enough."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pdprobe.rules.base import CAUSES
+from pdprobe.rules.catalog import ALL_RULES, find_rules, render_explanation
+
+SECTIONS = ("What it means", "Why it matters in a disaggregated deployment",
+            "Evidence it uses", "What to do")
+
+
+def test_codes_are_stable_and_unique() -> None:
+    codes = [r.code for r in ALL_RULES]
+    assert codes == ["PD101", "PD201", "PD202", "PD301", "PD302", "PD401", "PD402", "PD501",
+                     "PD502", "PD601", "PD701"]
+    assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
+
+
+def test_every_contract_cause_has_a_rule() -> None:
+    assert {r.cause for r in ALL_RULES} == set(CAUSES)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_explanation_has_title_sections_thresholds_and_inputs(rule: type) -> None:
+    text = render_explanation(rule)
+    head = text.splitlines()[0]
+    assert head.startswith(f"{rule.code} {rule.name}: ")
+    assert f"cause: {rule.cause}" in text and f"component: {rule.component}" in text
+    for section in SECTIONS:
+        assert section in text, (rule.code, section)
+    # Thresholds are named and justified in the text (at least one number with a unit or %).
+    assert re.search(r"\d+(\.\d+)? ?(%|s\b|x\b|requests)", text)
+    for need in rule.requires:
+        assert f"  - {need}" in text
+
+
+@pytest.mark.parametrize("key,codes", [
+    ("PD101", ["PD101"]), ("pd401", ["PD401"]), ("decode-bound", ["PD201", "PD202"]),
+    ("routing-skew", ["PD501", "PD502"]), ("straggler", ["PD601"]),
+    ("decode-kv-starvation", ["PD202"]), ("nothing", []),
+])
+def test_find_rules_by_code_cause_or_name(key: str, codes: list[str]) -> None:
+    assert [r.code for r in find_rules(key)] == codes
+
+
+def test_explain_and_rules_commands() -> None:
+    from typer.testing import CliRunner
+
+    from pdprobe.cli.app import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["explain", "PD202"])
+    assert res.exit_code == 0
+    assert res.stdout.startswith("PD202 decode-kv-starvation: Decode KV starvation")
+    assert "sglang #6351" in res.stdout
+    res = runner.invoke(app, ["explain", "no-rdma"])
+    assert res.exit_code == 0 and "PD402 no-rdma" in res.stdout
+    res = runner.invoke(app, ["rules"])
+    assert res.exit_code == 0
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == len(ALL_RULES)
+    assert lines[0].startswith("PD101  prefill-bound")

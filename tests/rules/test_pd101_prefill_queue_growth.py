@@ -1,0 +1,80 @@
+"""PD101 prefill-bound: growing prefill queues, from gauges, request records or the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdprobe.rules.base import Inconclusive, Severity
+from pdprobe.rules.pd101_prefill_queue_growth import PrefillQueueGrowth
+from tests.rules.builders import T0, capacity, only, scenario_context
+
+RULE = PrefillQueueGrowth()
+
+
+def test_fires_on_growing_prefill_queues_with_the_numbers() -> None:
+    [f] = only(RULE.evaluate(scenario_context("prefill")), "PD101")
+    assert f.cause == "prefill-bound" and f.component == "instance-manager"
+    assert f.severity is Severity.WARNING
+    assert f.confidence >= 0.8
+    assert f.instances == ("prefill-0", "prefill-1")
+    depth = next(e for e in f.evidence if e.what == "prefill queue depth per instance")
+    assert depth.value > 25 and depth.baseline is not None and float(depth.baseline) < 3
+    # The ramp starts at 30 % of the 600 s window; the onset is found within two bins.
+    assert depth.window_start_ts == pytest.approx(T0 + 180, abs=30)
+    assert "grew for 7 min" in f.summary
+    assert "decode KV usage stayed under 45 %" in f.summary
+    assert "the length mix did not change" in f.summary
+
+
+def test_capacity_model_gives_short_by_and_the_recommended_ratio() -> None:
+    cap = capacity(rec_p=4, rec_d=4, dep_p=2, dep_d=4)
+    [f] = only(RULE.evaluate(scenario_context("prefill", capacity=cap)), "PD101")
+    assert f.summary.startswith("Prefill is short by 2 instances")
+    assert f.summary.endswith("recommended 4P:4D")
+    assert any("4P:4D" in s for s in f.next_steps)
+    rec = next(e for e in f.evidence if e.what.startswith("prefill instances recommended"))
+    assert (rec.value, rec.baseline) == (4, 2)
+
+
+def test_capacity_alone_is_info_with_low_confidence() -> None:
+    cap = capacity(rec_p=3, rec_d=4, dep_p=2, dep_d=4)
+    [f] = only(RULE.evaluate(scenario_context("healthy", capacity=cap)), "PD101")
+    assert f.severity is Severity.INFO and f.confidence <= 0.4
+    assert "no growing prefill queue was observed" in f.summary
+
+
+def test_request_records_alone_say_less_with_lower_confidence() -> None:
+    [full] = only(RULE.evaluate(scenario_context("prefill")), "PD101")
+    [req] = only(RULE.evaluate(scenario_context("prefill", "requests")), "PD101")
+    assert req.confidence < full.confidence
+    assert "the wait before prefill grew" in req.summary
+    assert all("requests_waiting" not in e.source for e in req.evidence)
+
+
+def test_critical_when_the_ttft_slo_collapses() -> None:
+    [f] = only(RULE.evaluate(scenario_context("prefill", slo_ttft_s=0.15)), "PD101")
+    assert f.severity is Severity.CRITICAL
+    slo = next(e for e in f.evidence if e.what == "requests within the TTFT SLO")
+    assert float(slo.value) < 50
+
+
+@pytest.mark.parametrize("mix", ["all", "requests", "metrics", "logs"])
+def test_healthy_cluster_gets_nothing(mix: str) -> None:
+    assert RULE.evaluate(scenario_context("healthy", mix)) == []
+
+
+def test_decode_backpressure_lowers_confidence() -> None:
+    [f] = only(RULE.evaluate(scenario_context("starve")), "PD101")
+    [clean] = only(RULE.evaluate(scenario_context("prefill")), "PD101")
+    assert f.confidence < clean.confidence - 0.3
+    assert any("decode admission" in e.what for e in f.evidence)
+
+
+def test_inconclusive_without_queue_wait_or_capacity() -> None:
+    from tests.rules.builders import SCENARIOS, make_context, make_dataset
+
+    c = SCENARIOS["prefill"]
+    ctx = make_context(make_dataset(network=c.network_frames(), instances=c.instances()))
+    [res] = RULE.evaluate(ctx)
+    assert isinstance(res, Inconclusive) and res.code == "PD101"
+    assert "prefill queue depth" in res.needs

@@ -1,0 +1,93 @@
+"""PD701 ratio-lag: a length-mix shift the deployed P/D ratio did not follow."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdprobe.analysis.base import RatioWindow
+from pdprobe.rules.base import Inconclusive, Severity
+from pdprobe.rules.pd701_ratio_lag import RatioLag
+from tests.rules.builders import T0, Cluster, capacity, only, ramp, scenario_context, step
+
+RULE = RatioLag()
+
+
+def test_prompt_shift_with_prefill_pressure_and_no_scaling() -> None:
+    [f] = only(RULE.evaluate(scenario_context("ratio")), "PD701")
+    assert f.cause == "ratio-lag" and f.component == "scheduler/predictor"
+    assert f.severity is Severity.WARNING
+    assert f.summary.startswith("The prompt lengths rose by")
+    assert "the deployed ratio did not follow for the remaining 5 min" in f.summary
+    assert "prefill pressure rose after the shift" in f.summary
+    shift = f.evidence[0]
+    assert shift.what == "mean prompt length after the shift"
+    assert float(shift.value) == pytest.approx(3000, rel=0.1)
+    assert float(shift.baseline) == pytest.approx(800, rel=0.1)  # type: ignore[arg-type]
+    assert shift.window_start_ts == pytest.approx(T0 + 300, abs=15)
+    deployed = next(e for e in f.evidence if e.what.startswith("deployed prefill/decode"))
+    assert (deployed.value, deployed.baseline) == ("2P:4D", "2P:4D")
+    assert f.instances == ("prefill-0", "prefill-1")
+
+
+def test_deployment_that_follows_promptly_is_fine() -> None:
+    c = Cluster(duration_s=600, n_prefill=4, prompt_mean=step(800, 3000, at=0.5),
+                deployed_prefill=step(2, 4, at=0.5))
+    assert RULE.evaluate(c.context()) == []
+
+
+def test_deployment_that_follows_late_is_reported() -> None:
+    c = Cluster(duration_s=600, n_prefill=4, prompt_mean=step(800, 3000, at=0.4),
+                deployed_prefill=step(2, 4, at=0.85),
+                prefill_queue=step(0.3, 25, at=0.45))
+    [f] = only(RULE.evaluate(c.context()), "PD701")
+    assert "the deployed ratio followed only after 4 min" in f.summary
+
+
+def test_output_shift_moves_the_need_towards_decode() -> None:
+    c = Cluster(duration_s=600, output_mean=step(150, 600, at=0.5),
+                tpot_s=step(0.03, 0.06, at=0.5))
+    [f] = only(RULE.evaluate(c.context(("requests",))), "PD701")
+    assert f.summary.startswith("The output lengths rose")
+    assert "decode pressure rose after the shift" in f.summary
+    assert f.instances == ("decode-0", "decode-1", "decode-2", "decode-3")
+
+
+def test_capacity_windows_give_the_needed_ratio() -> None:
+    windows = tuple(
+        RatioWindow(start_ts=T0 + s, end_ts=T0 + s + 100, theoretical_ratio=r,
+                    recommended_prefill=p, recommended_decode=4, deployed_prefill=2,
+                    deployed_decode=4, arrival_rate_rps=8.0, mean_prompt_tokens=0.0,
+                    mean_output_tokens=0.0)
+        for s, r, p in ((0, 0.5, 2), (100, 0.5, 2), (200, 0.5, 2), (300, 1.4, 6),
+                        (400, 1.4, 6), (500, 1.4, 6)))
+    cap = capacity(rec_p=6, rec_d=4, dep_p=2, dep_d=4, windows=windows)
+    [f] = only(RULE.evaluate(scenario_context("ratio", capacity=cap)), "PD701")
+    need = next(e for e in f.evidence if e.what == "theoretical P/D ratio after the shift")
+    assert (need.value, need.baseline) == (1.4, 0.5)
+    mism = next(e for e in f.evidence if e.what.startswith("capacity windows after the shift"))
+    assert mism.value == 3 and "recommended 6P:4D, deployed 2P:4D" in mism.source
+    assert f.next_steps[0].startswith("Set 6P:4D")
+
+
+def test_gradual_drift_and_noise_are_not_shifts() -> None:
+    assert RULE.evaluate(scenario_context("healthy")) == []
+    c = Cluster(duration_s=600, prompt_mean=ramp(1400, 1600))
+    assert RULE.evaluate(c.context(("requests",))) == []
+
+
+def test_engine_logs_show_the_shift_through_throughput() -> None:
+    [f] = only(RULE.evaluate(scenario_context("ratio", "logs")), "PD701")
+    assert f.summary.startswith("The prompt-to-output token mix rose by")
+    work = f.evidence[0]
+    assert work.what == "prompt tokens per output token after the shift"
+    # 800 -> 3000 prompt tokens over 200 output tokens (the lognormal mean of both is kept).
+    assert float(work.value) / float(work.baseline) == pytest.approx(3.75, rel=0.2)  # type: ignore[arg-type]
+    assert "engine throughput" in work.source
+
+
+def test_inconclusive_without_lengths_over_time() -> None:
+    from tests.rules.builders import SCENARIOS, make_context, make_dataset
+
+    c = SCENARIOS["ratio"]
+    [res] = RULE.evaluate(make_context(make_dataset(network=c.network_frames())))
+    assert isinstance(res, Inconclusive) and "prompt/output lengths" in res.needs
