@@ -17,6 +17,7 @@ from pdprobe.analysis.capacity.mix import (
 from pdprobe.analysis.capacity.perf_fit import (
     BUSY_SEGMENTS,
     RoleFit,
+    busy_periods,
     decode_from_profile,
     decode_metric_observations,
     decode_observations,
@@ -29,6 +30,7 @@ from pdprobe.analysis.capacity.perf_fit import (
 )
 from pdprobe.analysis.capacity.rates import KV_MEMORY_TARGET, ModelInputs, decode_context
 from pdprobe.analysis.capacity.recommend import (
+    LengthWork,
     Slo,
     band,
     binding_stage,
@@ -70,12 +72,16 @@ class BuiltModel:
     link_source: str = ""
 
 
-def choose_profile(name: str | None, dataset: Dataset | None) -> tuple[Profile, tuple[str, ...]]:
-    """The named profile, else one whose model matches the measured KV bytes, else the default."""
+def choose_profile(name: str | None, dataset: Dataset | None, *,
+                   measured: KvBytes | str | None = None) -> tuple[Profile, tuple[str, ...]]:
+    """The named profile, else one whose model matches the measured KV bytes, else the default.
+
+    ``measured``: ``measured_kv_bytes(dataset)`` when the caller has it already.
+    """
     if name:
         return load_profile(name), ()
     if dataset is not None:
-        measured = measured_kv_bytes(dataset)
+        measured = measured if measured is not None else measured_kv_bytes(dataset)
         if isinstance(measured, KvBytes):
             match = profile_matching_kv_bytes(measured.bytes_per_token)
             if match is not None:
@@ -98,8 +104,12 @@ def _fit_quality(prefix: str, fit: RoleFit) -> dict[str, float]:
     return out
 
 
-def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile) -> BuiltModel:
-    """Fit what the data supports; fall back to (or scale) the profile for the rest."""
+def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
+                measured: KvBytes | str | None = None) -> BuiltModel:
+    """Fit what the data supports; fall back to (or scale) the profile for the rest.
+
+    ``measured``: ``measured_kv_bytes(dataset)`` when the caller has it already.
+    """
     notes: list[str] = []
     quality: dict[str, float] = {}
     if dataset is None:
@@ -107,7 +117,11 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile) -> 
         decode = decode_from_profile(profile)
         pfit = dfit = RoleFit("profile", 0)
     else:
-        obs = prefill_observations(dataset)
+        # prefill busy periods serve both the isolated-request and the busy-time fit
+        periods = busy_periods(dataset.requests) if all(
+            dataset.has_request_column(c) for c in ("prefill_s", "queue_s", "prefill_instance")
+        ) else None
+        obs = prefill_observations(dataset, periods)
         if isinstance(obs, str):
             scaled = prefill_metric_scale(dataset, mix.uncached_tokens, mix.cached_tokens,
                                           profile) \
@@ -118,10 +132,10 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile) -> 
             else:
                 prefill, pfit = scaled
         else:
-            busy = fit_prefill_busy(dataset.requests, profile) if obs[3] == BUSY_SEGMENTS \
-                else None
-            if busy is not None:
-                prefill, pfit = busy
+            busy_fit = fit_prefill_busy(dataset.requests, profile, periods) \
+                if obs[3] == BUSY_SEGMENTS else None
+            if busy_fit is not None:
+                prefill, pfit = busy_fit
             else:
                 what = "per-request prefill_s" if obs[3] == BUSY_SEGMENTS else obs[3]
                 prefill, pfit = fit_prefill(obs[0], obs[1], profile, cached=obs[2], what=what)
@@ -144,7 +158,7 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile) -> 
     notes.extend(dfit.notes)
     kv = kv_bytes_from_profile(profile)
     if dataset is not None:
-        measured = measured_kv_bytes(dataset)
+        measured = measured if measured is not None else measured_kv_bytes(dataset)
         if isinstance(measured, KvBytes):
             ratio = measured.bytes_per_token / kv.bytes_per_token
             if ratio >= KV_BYTES_MISMATCH_FACTOR or ratio <= 1 / KV_BYTES_MISMATCH_FACTOR:
@@ -174,9 +188,10 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         notes.append(f"{over} requests have prompts beyond the {built.profile.max_model_len:,}-"
                      f"token context of profile {built.profile.name}; they are counted at that "
                      "length (an engine would reject or truncate them)")
-    rec = recommend(mix, model, slo)
+    work = LengthWork.of(mix, model, slo)  # shared with the band's load cases
+    rec = recommend(mix, model, slo, work)
     mb = mean_based(mix, model, slo, rec.rates)
-    bands = band(mix, model, slo, hit_rate_known=hit_rate_known)
+    bands = band(mix, model, slo, hit_rate_known=hit_rate_known, work=work)
     windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()
     notes += list(built.notes) + list(rec.notes)
     notes.append(f"arrival burstiness ca² = {mix.arrival_cv2:.2f} ({mix.arrival_cv2_source}); "
@@ -190,8 +205,9 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     if mb.prefill != rec.prefill or mb.decode != rec.decode:
         notes.append(f"a mean-based planner (f(mean ISL), ctx = ISL + OSL/2) would deploy "
                      f"{mb.prefill}P/{mb.decode}D instead of {rec.prefill}P/{rec.decode}D: "
-                     f"prefill work per request is {mb.jensen_gap_prefill:+.0%} and decode "
-                     f"context {mb.jensen_gap_decode:+.0%} off the mean-based figure")
+                     f"prefill work per request is {_signed_percent(mb.jensen_gap_prefill)} "
+                     f"and decode context {_signed_percent(mb.jensen_gap_decode)} off the "
+                     "mean-based figure")
     md1_gap = rec.md1_ttft_s / rec.ttft_mean_s if rec.ttft_mean_s > 0 else 1.0
     if math.isfinite(md1_gap) and (md1_gap > 2 or md1_gap < 0.5):
         notes.append(f"DistServe's M/D/1 gives a mean TTFT of {rec.md1_ttft_s:.2f} s against "
@@ -277,6 +293,11 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     )
 
 
+def _signed_percent(x: float) -> str:
+    """``+12%``; a gap that rounds to nothing is ``+0%`` whatever float noise its sign has."""
+    return f"{0.0 if abs(x) <= 0.005 else x:+.0%}"
+
+
 # The last window stands for the current workload only if it is not a stub at the capture's end.
 CURRENT_WINDOW_MIN_SHARE = 0.5  # of the median requests per window
 
@@ -298,7 +319,8 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
                       request: DiagnoseRequest) -> CapacityResult | Missing:
     """The capacity model over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
     slo = Slo.of(request.slo_ttft_s, request.slo_tpot_s)
-    profile, profile_notes = choose_profile(request.profile, dataset)
+    measured = measured_kv_bytes(dataset)  # once: it picks the profile and sizes transfers
+    profile, profile_notes = choose_profile(request.profile, dataset, measured=measured)
     notes = list(profile_notes)
     rate: float | None = None
     if isinstance(workload, WorkloadSummary):
@@ -326,7 +348,7 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
         return Missing(f"capacity model needs request lengths: {mix}")
     if not (mix.rate_rps > 0 and math.isfinite(mix.rate_rps)):
         return Missing("capacity model needs an arrival rate: the requests span no time")
-    built = build_model(dataset, mix, profile)
+    built = build_model(dataset, mix, profile, measured=measured)
     dep_p = len(dataset.instances_of("prefill")) or None
     dep_d = len(dataset.instances_of("decode")) or None
     hit_known = dataset.has_request_column("cached_tokens") or float(np.sum(mix.cached_tokens)) > 0

@@ -50,6 +50,9 @@ class LoadWindows:
     share: np.ndarray  # n_w / N, sums to 1
     rate_factor: np.ndarray  # window rate / mean rate
     width_s: float
+    # each arrival's window, in sorted arrival order (when built from the arrivals): saves the
+    # pool recomputing it for every load the same arrivals are sized at
+    window_of: np.ndarray | None = None
 
     @property
     def peak_to_mean(self) -> float:
@@ -143,6 +146,16 @@ class WorkloadMix:
                        arrival_ts=ts, load=load)
 
 
+def _sorted_finite(values: np.ndarray) -> np.ndarray:
+    """The finite values in ascending order (no sort when they already are: the usual case)."""
+    v = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(v).all():
+        v = v[np.isfinite(v)]
+    if len(v) > 1 and not bool(np.all(v[1:] >= v[:-1])):
+        v = np.sort(v)
+    return v
+
+
 def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[float, str]:
     """Squared CV of arrivals at the time scale that matters for the TTFT queue.
 
@@ -152,8 +165,7 @@ def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[fl
     are absorbed within the objective), widened to several timestamp quanta when arrival times
     are bucketed.
     """
-    ts = np.sort(np.asarray(arrival_ts, dtype=np.float64))
-    ts = ts[np.isfinite(ts)]
+    ts = _sorted_finite(arrival_ts)
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
         return 1.0, f"assumed Poisson (only {len(ts)} arrivals; {MIN_ARRIVALS_FOR_CV2} needed)"
     gaps = np.diff(ts)
@@ -193,8 +205,7 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
     a window, for the G/G/c part. Too short a trace gives one stationary window and the
     whole-trace dispersion (``estimate_arrival_cv2``).
     """
-    ts = np.sort(np.asarray(arrival_ts, dtype=np.float64))
-    ts = ts[np.isfinite(ts)]
+    ts = _sorted_finite(arrival_ts)
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
@@ -216,7 +227,7 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
     widths = np.full(n_win, win)
     widths[-1] = span - win * (n_win - 1)
     load = LoadWindows(counts_w / counts_w.sum(), (counts_w / widths) / (counts_w.sum() / span),
-                       win)
+                       win, w_idx)
     sub = (rel[rel < n_win * win] // (win / SUB_BINS)).astype(np.int64)
     counts = np.bincount(sub, minlength=n_win * SUB_BINS)[: n_win * SUB_BINS]
     counts = counts.reshape(n_win, SUB_BINS).astype(np.float64)
@@ -247,8 +258,9 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     cached = np.clip(cached, 0.0, np.maximum(prompt - 1.0, 0.0))
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
-    order = np.argsort(ts, kind="stable")
-    ts = ts[order]
+    if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):  # records are usually in order
+        order = np.argsort(ts, kind="stable")
+        prompt, cached, output, ts = prompt[order], cached[order], output[order], ts[order]
     span = float(ts[-1] - ts[0])
     observed = (len(ts) - 1) / span if span > 0 else float("nan")
     if rate_rps is None:
@@ -257,8 +269,8 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         # replay the same arrival pattern faster or slower: burstiness keeps its shape
         ts = ts[0] + (ts - ts[0]) * (observed / rate_rps)
     cv2, how, load = arrival_profile(ts, timescale_s)
-    return WorkloadMix(prompt[order], cached[order], output[order], float(rate_rps), cv2, how,
-                       description, arrival_ts=ts, load=load)
+    return WorkloadMix(prompt, cached, output, float(rate_rps), cv2, how, description,
+                       arrival_ts=ts, load=load)
 
 
 def gamma_from_mean_p90(mean: float, p90: float, what: str) -> tuple[float, float]:

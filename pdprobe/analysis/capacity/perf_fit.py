@@ -10,6 +10,7 @@ or scaled to the data, when observations are too few or too uniform to identify 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
@@ -38,6 +39,12 @@ MIN_FIT_R2: Final = 0.5
 # Huber tuning constant (in robust standard deviations) and reweighting passes.
 HUBER_K: Final = 1.345
 HUBER_PASSES: Final = 4
+# Beyond this many observations the first reweighting passes use a stratified sample of this
+# size and only the last pass all of them: a million-request fit then costs a fifth of a
+# second instead of a second, and predictions move by about as much as between two
+# independent captures of that size (measured in docs/model.md, "Large captures").
+NNLS_MAX_POINTS: Final = 100_000
+NNLS_SAMPLE_SEED: Final = 20240601
 # Observed speed this far (either way) from the profile means the profile does not describe
 # the deployment; say so.
 PROFILE_CONTRADICTION_FACTOR: Final = 2.0
@@ -79,6 +86,20 @@ class PrefillModel:
         u = np.asarray(uncached, dtype=np.float64)
         return self.a_s * u / self.max_batch_tokens + self.b_s_per_token * u \
             + self.c_s_per_token2 * attention_tokens2(u, cached)
+
+    def alone_and_batched_s(self, uncached: np.ndarray, cached: np.ndarray | float = 0.0
+                            ) -> tuple[np.ndarray, np.ndarray]:
+        """``(alone_s, batched_s)`` in one go, sharing the per-token and attention terms."""
+        u = np.asarray(uncached, dtype=np.float64)
+        linear = self.b_s_per_token * u
+        attn = self.c_s_per_token2 * attention_tokens2(u, cached)
+        alone = self.forwards(u) * self.a_s
+        alone += linear
+        alone += attn
+        batched = self.a_s * u / self.max_batch_tokens
+        batched += linear
+        batched += attn
+        return alone, batched
 
 
 def attention_tokens2(uncached: np.ndarray, cached: np.ndarray | float = 0.0) -> np.ndarray:
@@ -123,40 +144,137 @@ class FitResult:
     negative_unconstrained: tuple[int, ...]  # columns an unconstrained fit made negative
 
 
+def fit_sample(n: int, max_points: int = NNLS_MAX_POINTS) -> np.ndarray | None:
+    """Rows for the fit when there are more than ``max_points``: one random row per block.
+
+    Stratified over the observations' order (arrival order here, so every part of the capture
+    is represented in proportion): the rows are cut into ``max_points`` consecutive blocks and
+    one row is drawn from each, with a fixed seed so a capture always gives the same fit.
+    """
+    if n <= max_points:
+        return None
+    rng = np.random.default_rng(NNLS_SAMPLE_SEED)
+    edges = (np.arange(max_points + 1) * (n / max_points)).astype(np.int64)
+    return edges[:-1] + (rng.random(max_points) * np.diff(edges)).astype(np.int64)
+
+
 def nnls_relative(x: np.ndarray, y: np.ndarray) -> FitResult:
     """Non-negative coefficients minimising Huber-weighted squared *relative* error.
 
     Columns are scaled to unit norm for conditioning; relative error keeps short requests
-    (small times) from being drowned by long ones, as in DistServe's latency fits.
+    (small times) from being drowned by long ones, as in DistServe's latency fits. Each
+    weighted least-squares problem is reduced to its ``k × k`` triangle
+    (``‖Ax − b‖² = ‖Rx − Qᵀb‖² + const``), so the non-negative solve is exact and cheap.
+    Beyond ``NNLS_MAX_POINTS`` observations the first reweighting passes run on a stratified
+    sample of that size (``fit_sample``) and the last pass on all observations.
     """
-    from scipy.optimize import nnls
-
-    y = np.asarray(y, dtype=np.float64)
-    a = np.asarray(x, dtype=np.float64) / y[:, None]
-    norms = np.linalg.norm(a, axis=0)
+    x_all = np.asarray(x, dtype=np.float64)
+    y_all = np.asarray(y, dtype=np.float64)
+    a_all = x_all / y_all[:, None]
+    norms = np.linalg.norm(a_all, axis=0)
     norms = np.where(norms > 0, norms, 1.0)
-    a_n = a / norms
-    ones = np.ones(len(y))
-    w = np.ones(len(y))
-    coef_n = np.zeros(a.shape[1])
-    for _ in range(HUBER_PASSES):
-        sw = np.sqrt(w)
-        coef_n, _ = nnls(a_n * sw[:, None], sw, maxiter=50 * a.shape[1])
-        resid = a_n @ coef_n - ones
-        scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
-        if scale <= 0:
-            break
-        k = HUBER_K * scale
-        w = np.where(np.abs(resid) <= k, 1.0, k / np.maximum(np.abs(resid), 1e-300))
-    unconstrained, *_ = np.linalg.lstsq(a_n, ones, rcond=None)
+    a_all = a_all / norms
+    rows = fit_sample(len(y_all))
+    a_n = a_all if rows is None else a_all[rows]
+    ones = np.ones(len(a_n))
+    w = np.ones(len(a_n))
+    coef_n = np.zeros(a_all.shape[1])
+    unconstrained: np.ndarray | None = None
+    for i in range(HUBER_PASSES):
+        if rows is not None and i == HUBER_PASSES - 1:
+            # last pass on everything: the weights from all residuals, one full solve
+            a_n, ones = a_all, np.ones(len(a_all))
+            w_all = _huber_weights(a_n @ coef_n - ones)
+            if w_all is None:
+                break
+            w = w_all
+        r, qb = _reduced(a_n, w, exact=rows is None)
+        if unconstrained is None:  # first pass: unit weights, the plain least-squares problem
+            unconstrained = np.linalg.lstsq(r, qb, rcond=None)[0]
+        coef_n = nnls_triangular(r, qb)
+        if i < HUBER_PASSES - 1:
+            w_next = _huber_weights(a_n @ coef_n - ones)
+            if w_next is None:
+                break
+            w = w_next
+    assert unconstrained is not None
     negative = tuple(int(i) for i in np.flatnonzero(unconstrained < 0))
     coef = coef_n / norms
-    pred = np.asarray(x, dtype=np.float64) @ coef
-    ss_res = float(np.sum((y - pred) ** 2))
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    pred = x_all @ coef
+    ss_res = float(np.sum((y_all - pred) ** 2))
+    ss_tot = float(np.sum((y_all - y_all.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
-    rel = float(np.median(np.abs(pred - y) / y))
+    rel = float(np.median(np.abs(pred - y_all) / y_all))
     return FitResult(coef, r2, rel, negative)
+
+
+def _huber_weights(resid: np.ndarray) -> np.ndarray | None:
+    """Huber weights for relative residuals (None when the robust scale is 0: a perfect fit)."""
+    scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    if scale <= 0:
+        return None
+    k = HUBER_K * scale
+    return np.where(np.abs(resid) <= k, 1.0, k / np.maximum(np.abs(resid), 1e-300))
+
+
+# Normal equations lose about cond² of precision; up to this condition number of the scaled
+# design that is still below 1e-9 relative, beyond it the QR factorisation is used.
+GRAM_MAX_CONDITION: Final = 1e3
+
+
+def _reduced(a: np.ndarray, w: np.ndarray, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(R, Qᵀb)`` of the weighted problem ``min ‖√w·(a x − 1)‖``.
+
+    ``exact``: Householder QR. Otherwise the Cholesky factor of the Gram matrix (one pass over
+    the rows, several times faster on a million), unless the design is ill-conditioned.
+    """
+    if not exact:
+        aw = a * w[:, None]
+        gram = a.T @ aw
+        try:
+            r = np.linalg.cholesky(gram).T
+        except np.linalg.LinAlgError:
+            r = None
+        if r is not None and np.linalg.cond(r) <= GRAM_MAX_CONDITION:
+            return r, np.linalg.solve(r.T, aw.sum(axis=0))
+    sw = np.sqrt(w)
+    q, r = np.linalg.qr(a * sw[:, None])
+    return r, q.T @ sw
+
+
+# Up to this many coefficients the non-negative solve enumerates every active set (2^k
+# least-squares solves of at most k unknowns); the models here have 2 or 3.
+NNLS_ENUMERATE_MAX: Final = 6
+
+
+def nnls_triangular(r: np.ndarray, qb: np.ndarray) -> np.ndarray:
+    """``argmin ‖r·x − qb‖`` over ``x ≥ 0`` for a small square ``r``.
+
+    The optimum is the least-squares solution on its own support, which is feasible there, so
+    the best feasible solution over all supports is exact. Supports are tried smallest first,
+    so ties (a degenerate column) keep the sparser answer. Larger problems go to scipy.
+    """
+    k = r.shape[1]
+    if k > NNLS_ENUMERATE_MAX:
+        from scipy.optimize import nnls
+
+        return np.asarray(nnls(r, qb, maxiter=50 * k)[0], dtype=np.float64)
+    best = np.zeros(k)
+    best_cost = float(qb @ qb)
+    tol = 1e-12 * max(best_cost, 1e-300)
+    supports = sorted(range(1, 2**k), key=lambda m: (bin(m).count("1"), m))
+    for mask in supports:  # loop over at most 63 supports, never over observations
+        cols = [i for i in range(k) if mask >> i & 1]
+        sol = np.linalg.lstsq(r[:, cols], qb, rcond=None)[0]
+        if np.any(sol < 0):
+            continue
+        cand = np.zeros(k)
+        cand[cols] = sol
+        diff = r @ cand - qb
+        cost = float(diff @ diff)
+        if cost < best_cost - tol:
+            best, best_cost = cand, cost
+    return best
 
 
 @dataclass(frozen=True)
@@ -325,7 +443,13 @@ def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
     return frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def prefill_observations(dataset: Dataset
+def _status_ok(frame: pd.DataFrame) -> np.ndarray:
+    """Whether each request finished ``ok`` (no status counts as ok)."""
+    ok = frame["status"].astype("string").fillna("ok") == "ok"  # vectorised string compare
+    return ok.to_numpy(dtype=bool)
+
+
+def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str:
     """(uncached tokens, prefill time, cached tokens, what they are) per request, or why none.
 
@@ -333,7 +457,7 @@ def prefill_observations(dataset: Dataset
     load it overstates its own cost. Where the records say when prefill started (``queue_s``)
     and on which instance, only requests that had their instance to themselves (a busy period
     of one request) are used, if there are enough of them: their time is the model's ``alone``
-    time exactly.
+    time exactly. ``periods``: ``busy_periods(dataset.requests)`` if the caller has it.
     """
     if not dataset.has_request_column("prefill_s"):
         return "no prefill_s column in the request records"
@@ -343,11 +467,11 @@ def prefill_observations(dataset: Dataset
     t = _col(req, "prefill_s")
     ok = np.isfinite(t) & np.isfinite(prompt)
     if "status" in req:
-        ok &= req["status"].astype("string").fillna("ok").to_numpy() == "ok"
+        ok &= _status_ok(req)
     uncached = np.maximum(prompt - cached, 1.0)
     what = "per-request prefill_s"
     if dataset.has_request_column("queue_s") and dataset.has_request_column("prefill_instance"):
-        alone = isolated_prefills(req)
+        alone = isolated_prefills(req, periods)
         if int((alone & ok).sum()) >= MIN_FIT_POINTS:
             ok &= alone
             what = "prefill_s of requests alone on their instance"
@@ -359,15 +483,16 @@ def prefill_observations(dataset: Dataset
 BUSY_SEGMENTS: Final = "busy time of prefill instances"
 
 
-def fit_prefill_busy(requests: pd.DataFrame, profile: Profile
+def fit_prefill_busy(requests: pd.DataFrame, profile: Profile,
+                     periods: BusyPeriods | None = None
                      ) -> tuple[PrefillModel, RoleFit] | None:
     """Prefill model from busy time against computed tokens, when few requests ran alone.
 
     Under sustained load forwards are packed to the token budget, so a segment's busy time is
     ``(a/T + b)·Σu + c·Σattn``: the fixed cost per forward is not separable from the per-token
-    cost; it is split in the profile's proportion.
+    cost; it is split in the profile's proportion. ``periods`` as in ``prefill_observations``.
     """
-    seg = busy_segments(requests)
+    seg = busy_segments(requests, periods)
     base = prefill_from_profile(profile)
     if seg is None or len(seg[2]) < MIN_FIT_POINTS:
         return None
@@ -386,66 +511,134 @@ def fit_prefill_busy(requests: pd.DataFrame, profile: Profile
     return model, RoleFit("fit", len(busy), fit.r2, fit.median_rel_error, scale, notes)
 
 
-def busy_periods(requests: pd.DataFrame) -> pd.DataFrame:
+@dataclass(frozen=True, eq=False)
+class BusyPeriods:
+    """Prefill intervals sorted by instance and start, each with its busy period."""
+
+    row: np.ndarray  # request position
+    start: np.ndarray
+    end: np.ndarray
+    period: np.ndarray  # int64 id from 1, consecutive along the sort order
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+def sort_by_group(codes: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Permutation sorting by (group code, value), stable: a sort by value, then a radix
+    sort by the (small integer) codes."""
+    order = np.argsort(values, kind="stable")
+    if n_groups < 2**15:
+        codes = codes.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort
+    return order[np.argsort(codes[order], kind="stable")]
+
+
+def busy_periods(requests: pd.DataFrame) -> BusyPeriods:
     """Prefill intervals grouped into busy periods per instance (overlapping ones merge).
 
-    Columns ``row`` (request position), ``start``, ``end``, ``period`` (a global id), sorted by
-    instance and start. Requests without a start, end or instance are left out.
+    Sorted by instance (name order) and start; requests without a start, end or instance are
+    left out.
     """
     import pandas as pd
 
     start = _col(requests, "arrival_ts") + _col(requests, "queue_s")
     end = start + _col(requests, "prefill_s")
-    inst = requests["prefill_instance"].astype("string")
-    valid = np.isfinite(start) & np.isfinite(end) & inst.notna().to_numpy()
-    frame = pd.DataFrame({"inst": inst[valid].to_numpy(dtype=object), "start": start[valid],
-                          "end": end[valid], "row": np.flatnonzero(valid)})
-    if frame.empty:
-        return frame.assign(period=pd.Series(dtype="int64"))
-    frame = frame.sort_values(["inst", "start"], kind="stable")
-    reach = frame.groupby("inst", sort=False)["end"].cummax()
-    before = reach.groupby(frame["inst"], sort=False).shift(1)
-    new_period = before.isna().to_numpy() | (frame["start"].to_numpy() > before.to_numpy())
-    return frame.assign(period=np.cumsum(new_period))
+    codes, names = pd.factorize(requests["prefill_instance"].astype("string"), sort=True)
+    codes = np.asarray(codes, dtype=np.int64)
+    valid = np.isfinite(start) & np.isfinite(end) & (codes >= 0)
+    rows = np.flatnonzero(valid)
+    if len(rows) == 0:
+        empty = np.zeros(0)
+        return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
+    order = sort_by_group(codes[rows], len(names), start[rows])
+    rows = rows[order]
+    s, e, g = start[rows], end[rows], codes[rows]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    bounds = np.append(np.flatnonzero(first), len(rows))
+    reach = np.empty(len(rows))
+    for lo, hi in itertools.pairwise(bounds):  # per instance, not per request
+        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
+    new_period = first.copy()
+    new_period[1:] |= s[1:] > reach[:-1]  # starts after everything before it has ended
+    return BusyPeriods(rows, s, e, np.cumsum(new_period))
 
 
-def isolated_prefills(requests: pd.DataFrame) -> np.ndarray:
+def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
     """Whether each request's prefill overlapped no other prefill on its instance."""
-    frame = busy_periods(requests)
+    busy = periods if periods is not None else busy_periods(requests)
     out = np.zeros(len(requests), dtype=bool)
-    if frame.empty:
+    if not len(busy):
         return out
-    period = frame["period"].to_numpy()
-    size = np.bincount(period)[period]
-    out[frame["row"].to_numpy()[size == 1]] = True
+    size = np.bincount(busy.period)[busy.period]
+    out[busy.row[size == 1]] = True
     return out
 
 
-def busy_segments(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(computed tokens, attention tokens², busy seconds) per segment of prefill busy time.
 
     Each busy period is cut into ``BUSY_SEGMENT_S`` segments by when requests finish prefill;
     a segment's busy time runs from the previous segment's last finish (or the period start)
-    to its own last finish, and is charged to the requests finishing in it.
+    to its own last finish, and is charged to the requests finishing in it. ``periods`` is
+    ``busy_periods(requests)`` when the caller has it already.
     """
-    frame = busy_periods(requests)
-    if frame.empty:
+    busy = periods if periods is not None else busy_periods(requests)
+    if not len(busy):
         return None
-    rows = frame["row"].to_numpy()
+    rows, period = busy.row, busy.period
     prompt = _col(requests, "prompt_tokens")[rows]
     cached = np.nan_to_num(_col(requests, "cached_tokens")[rows], nan=0.0)
     u = np.maximum(prompt - cached, 1.0)
-    frame = frame.assign(u=u, attn=attention_tokens2(u, cached))
-    first = frame.groupby("period")["start"].transform("min")
-    frame = frame.assign(seg=((frame["end"] - first) // BUSY_SEGMENT_S).astype("int64"))
-    seg = frame.groupby(["period", "seg"], sort=True).agg(
-        u=("u", "sum"), attn=("attn", "sum"), last=("end", "max"), first=("start", "min"))
-    prev_last = seg.groupby(level="period")["last"].shift(1)
-    begin = prev_last.fillna(seg.groupby(level="period")["first"].transform("min"))
-    duration = (seg["last"] - begin).to_numpy(dtype=np.float64)
+    attn = attention_tokens2(u, cached)
+    # periods are consecutive runs sorted by start: a period's first row has its earliest start
+    opens = np.flatnonzero(np.diff(period, prepend=0))
+    period_start = busy.start[opens][period - 1]
+    seg = ((busy.end - period_start) // BUSY_SEGMENT_S).astype(np.int64)
+    seg -= seg.min()  # (a negative prefill_s would end before its period starts)
+    key = period * (int(seg.max()) + 1) + seg  # (period, segment) as one sortable integer
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    heads = np.flatnonzero(np.diff(key, prepend=-1))
+    seg_u = np.add.reduceat(u[order], heads)
+    seg_attn = np.add.reduceat(attn[order], heads)
+    last = np.maximum.reduceat(busy.end[order], heads)
+    seg_period = period[order][heads]
+    begin = np.empty(len(heads))
+    begin[1:] = last[:-1]
+    new = np.ones(len(heads), dtype=bool)
+    new[1:] = seg_period[1:] != seg_period[:-1]
+    begin[new] = period_start[order][heads][new]  # a period's first segment starts with it
+    duration = last - begin
     ok = duration > 0
-    return (seg["u"].to_numpy(dtype=np.float64)[ok], seg["attn"].to_numpy(dtype=np.float64)[ok],
-            duration[ok])
+    return seg_u[ok], seg_attn[ok], duration[ok]
+
+
+def group_codes(group: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense integer codes ``0..k-1`` for group labels (any dtype), and ``k``."""
+    g = np.asarray(group)
+    if len(g) == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    if g.dtype.kind in "iub":
+        g = g.astype(np.int64)
+        lo, hi = int(g.min()), int(g.max())
+        if hi - lo <= 4 * len(g):  # compact labels (already codes): renumber by counting
+            present = np.bincount(g - lo) > 0
+            remap = np.cumsum(present) - 1
+            return remap[g - lo], int(present.sum())
+        uniq, inv = np.unique(g, return_inverse=True)
+        return inv.astype(np.int64).reshape(-1), len(uniq)
+    import pandas as pd
+
+    codes, uniq = pd.factorize(g, use_na_sentinel=False)  # a hash, not a sort of strings
+    return codes.astype(np.int64), len(uniq)
+
+
+# Requests per block of the decode sweep: whole instances are swept together until a block
+# holds this many, so its working arrays (about 1 MB each) stay in the CPU cache and are
+# reused from block to block instead of being fresh memory.
+SWEEP_BLOCK_REQUESTS: Final = 1 << 16
 
 
 def decode_concurrency(start: np.ndarray, end: np.ndarray, ctx0: np.ndarray,
@@ -459,49 +652,77 @@ def decode_concurrency(start: np.ndarray, end: np.ndarray, ctx0: np.ndarray,
     instance the batch ``N(t)`` and the context total ``K(t) = A(t) + R(t)·t`` are piecewise
     linear between start/end events, so their integrals are exact cumulative sums; each
     request's average is the integral over its own interval divided by its length.
+
+    Requests are sorted by instance (a radix sort) and swept in blocks of whole instances;
+    within a block the start and end events are sorted by (instance, time), running sums and
+    integrals are cumulative sums with the segments between two instances' events zeroed, and
+    each request reads the integrals at its own two events (equal, at tied times, to the last
+    tied event's: tied segments have zero length). ``O(n log n)``, no per-request Python.
     """
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
     n = len(start)
     batch = np.full(n, np.nan)
     ctx = np.full(n, np.nan)
+    if n == 0:
+        return batch, ctx
+    codes, n_groups = group_codes(group)
+    small = codes.astype(np.int16) if n_groups < 2**15 else codes
+    by_group = np.argsort(small, kind="stable")  # radix sort: instances contiguous
+    sizes = np.bincount(codes, minlength=n_groups)
+    ends = np.cumsum(sizes)
     dur = end - start
-    rate = np.divide(growth_tokens, dur, out=np.zeros(n), where=dur > 0)  # context tokens/s
-    uniq, inv = np.unique(group, return_inverse=True)
-    for g in range(len(uniq)):  # loop over instances, vectorised over their requests
-        idx = np.flatnonzero(inv == g)
-        if len(idx) == 0:
-            continue
-        t0 = float(start[idx].min())
-        s, e = start[idx] - t0, end[idx] - t0
-        r = rate[idx]
-        times = np.concatenate([s, e])
-        d_n = np.concatenate([np.ones(len(idx)), -np.ones(len(idx))])
-        d_a = np.concatenate([ctx0[idx] - r * s, -(ctx0[idx] - r * s)])
-        d_r = np.concatenate([r, -r])
-        order = np.argsort(times, kind="stable")
-        times, d_n, d_a, d_r = times[order], d_n[order], d_a[order], d_r[order]
-        n_t = np.cumsum(d_n)  # value on [times[k], times[k+1])
-        a_t = np.cumsum(d_a)
-        r_t = np.cumsum(d_r)
-        dt = np.diff(times)
-        seg_n = n_t[:-1] * dt
-        seg_k = a_t[:-1] * dt + r_t[:-1] * (times[1:] ** 2 - times[:-1] ** 2) / 2.0
-        cum_n = np.concatenate([[0.0], np.cumsum(seg_n)])
-        cum_k = np.concatenate([[0.0], np.cumsum(seg_k)])
+    rate = np.divide(np.asarray(growth_tokens, dtype=np.float64), dur, out=np.zeros(n),
+                     where=dur > 0)  # context tokens/s
+    ctx0 = np.asarray(ctx0, dtype=np.float64)
+    lo = 0
+    while lo < n:  # loop over blocks of whole instances, vectorised within each
+        # up to the first instance that ends at least a block's worth past lo (or the last)
+        block_end = int(np.searchsorted(ends, lo + SWEEP_BLOCK_REQUESTS, side="left"))
+        hi = int(ends[min(block_end, n_groups - 1)])
+        idx = by_group[lo:hi]
+        b, k = _sweep(start[idx], end[idx], ctx0[idx], rate[idx], codes[idx], n_groups)
+        batch[idx], ctx[idx] = b, k
+        lo = hi
+    return batch, ctx
 
-        def integral(q: np.ndarray, times: np.ndarray = times, n_t: np.ndarray = n_t,
-                     a_t: np.ndarray = a_t, r_t: np.ndarray = r_t, cum_n: np.ndarray = cum_n,
-                     cum_k: np.ndarray = cum_k) -> tuple[np.ndarray, np.ndarray]:
-            k = np.clip(np.searchsorted(times, q, side="right") - 1, 0, len(times) - 1)
-            tk = times[k]
-            i_n = cum_n[k] + n_t[k] * (q - tk)
-            i_k = cum_k[k] + a_t[k] * (q - tk) + r_t[k] * (q**2 - tk**2) / 2.0
-            return i_n, i_k
 
-        n_s, k_s = integral(s)
-        n_e, k_e = integral(e)
-        span = np.where(e > s, e - s, np.nan)
-        batch[idx] = (n_e - n_s) / span
-        ctx[idx] = (k_e - k_s) / span
+def _sweep(start: np.ndarray, end: np.ndarray, ctx0: np.ndarray, rate: np.ndarray,
+           codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``decode_concurrency`` for requests sorted by instance (codes non-decreasing)."""
+    n = len(start)
+    first = np.ones(n, dtype=bool)
+    first[1:] = codes[1:] != codes[:-1]
+    heads = np.flatnonzero(first)
+    # times from each instance's first start, so that the t² terms keep their precision
+    origin = np.repeat(np.minimum.reduceat(start, heads), np.diff(np.append(heads, n)))
+    s = start - origin
+    e = end - origin
+    base = ctx0 - rate * s  # K_j(t) = base_j + rate_j·t
+    times = np.concatenate([s, e])
+    local = np.cumsum(first) - 1  # instance number within the block
+    # by instance, then time; stable, so at a tie starts come before ends as in each
+    # instance's own event list
+    order = sort_by_group(np.concatenate([local, local]), len(heads), times)
+    times = times[order]
+    n_t = np.cumsum(np.where(order < n, 1.0, -1.0))  # value on [times[k], times[k+1])
+    a_t = np.cumsum(np.concatenate([base, -base])[order])
+    r_t = np.cumsum(np.concatenate([rate, -rate])[order])
+    # events are grouped by instance: no segment joins two instances' events
+    last = 2 * np.append(heads[1:], n)[:-1] - 1
+    dt = np.diff(times)
+    dt[last] = 0.0
+    t_hi = times[1:].copy()
+    t_hi[last] = times[last]
+    seg_n = n_t[:-1] * dt
+    seg_k = a_t[:-1] * dt + r_t[:-1] * (t_hi**2 - times[:-1] ** 2) / 2.0
+    cum_n = np.concatenate([[0.0], np.cumsum(seg_n)])
+    cum_k = np.concatenate([[0.0], np.cumsum(seg_k)])
+    pos = np.empty(2 * n, dtype=np.int64)
+    pos[order] = np.arange(2 * n)
+    span = np.where(e > s, e - s, np.nan)
+    batch = (cum_n[pos[n:]] - cum_n[pos[:n]]) / span
+    ctx = (cum_k[pos[n:]] - cum_k[pos[:n]]) / span
     return batch, ctx
 
 
@@ -532,7 +753,10 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
     if dataset.has_request_column("decode_instance") and req["decode_instance"].notna().any():
-        group = req["decode_instance"].astype("string").fillna("?").to_numpy(dtype=object)
+        import pandas as pd
+
+        # integer codes straight from the column: no per-row Python strings
+        group = pd.factorize(req["decode_instance"].astype("string").fillna("?"))[0]
         share = 1.0
     else:
         group = np.zeros(len(req), dtype=np.int64)
@@ -547,7 +771,7 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
     batch[usable], ctx[usable] = b * share, k * share
     fit_ok = usable & (out >= MIN_OUTPUT_FOR_TPOT) & np.isfinite(tpot)
     if "status" in req:
-        fit_ok &= req["status"].astype("string").fillna("ok").to_numpy() == "ok"
+        fit_ok &= _status_ok(req)
     return batch[fit_ok], ctx[fit_ok], tpot[fit_ok], how
 
 

@@ -26,6 +26,7 @@ Without arrival times the pool is stationary (one window, no fluid part).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,26 +67,52 @@ class ServiceMoments:
         return mean, cs2
 
 
+# Exponents beyond this are exp(−1000) = 0 in float64: the tail of a wait that long is nil.
+MAX_TAIL_EXPONENT: Final = 1e3
+
+
+def exceed_probability(s: np.ndarray, p_wait: np.ndarray, tail_s: np.ndarray) -> np.ndarray:
+    """``P(W > s)`` elementwise: 1 where ``s < 0``, else ``p·exp(−s/θ)`` (0 when ``θ = 0``).
+
+    In place on one buffer (a few passes over the requests instead of a dozen): this is the
+    inner loop of every pool-size search and TTFT quantile.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        z = np.divide(s, tail_s)  # 0/0 (no wait at all, zero slack) is NaN: fmin makes it 1e3
+        np.fmin(z, MAX_TAIL_EXPONENT, out=z)
+        np.negative(z, out=z)
+        np.exp(z, out=z)  # where s < 0 this may overflow; those are set to 1 below
+        np.multiply(z, p_wait, out=z)
+    np.copyto(z, 1.0, where=s < 0.0)
+    return z
+
+
 @dataclass(frozen=True)
 class PoolWaits:
-    """Waits in a pool of ``servers``: per window (stochastic) and per request (fluid)."""
+    """Waits in a pool of ``servers``: per window (stochastic and fluid), and each request's window."""
 
     servers: int
     utilization: np.ndarray  # per window, uncapped (>= 1: overloaded)
     p_wait: np.ndarray  # per window
     tail_s: np.ndarray  # per window
-    fluid_s: np.ndarray  # per request: backlog found on arrival
+    fluid_window_s: np.ndarray  # per window: backlog a request arriving in it finds
     window: np.ndarray  # per request: its window
+
+    @property
+    def fluid_s(self) -> np.ndarray:
+        """Per request: the backlog found on arrival."""
+        return self.fluid_window_s[self.window]
 
     def exceed(self, slack: np.ndarray) -> np.ndarray:
         """``P(wait > slack_i)`` per request."""
-        s = np.asarray(slack, dtype=np.float64) - self.fluid_s
-        p = self.p_wait[self.window]
-        tail = self.tail_s[self.window]
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            ratio = np.where(tail > 0, np.maximum(s, 0.0) / tail, np.inf)
-            out = p * np.exp(-np.minimum(ratio, 1e3))
-        return np.where(s < 0.0, 1.0, out)
+        win = self.window
+        s = np.asarray(slack, dtype=np.float64) - self.fluid_window_s[win]
+        return exceed_probability(s, self.p_wait[win], self.tail_s[win])
+
+    def exceed_share(self, slack: np.ndarray) -> float:
+        """Mean of ``exceed(slack)``: the share of requests whose wait exceeds their slack."""
+        return float(np.mean(self.exceed(slack)))
 
 
 class PrefillPool:
@@ -117,7 +144,11 @@ class PrefillPool:
         observed = (len(ts) - 1) / span if span > 0 else self.rate
         # the same arrival pattern replayed at rate_rps: time shrinks by observed / rate
         compress = observed / self.rate if self.rate > 0 else 1.0
-        self.window_of = np.minimum((rel // load.width_s).astype(np.int64), len(self.share) - 1)
+        if load.window_of is not None and len(load.window_of) == len(ts):
+            self.window_of = load.window_of  # the same arrivals, already binned
+        else:
+            self.window_of = np.minimum((rel // load.width_s).astype(np.int64),
+                                        len(self.share) - 1)
         self.window_s = load.width_s * compress
 
     def waits(self, servers: int, n: int = 1) -> PoolWaits:
@@ -129,9 +160,8 @@ class PrefillPool:
         util = lam * service / c
         if not self.fluid and float(util.max()) >= 1.0:
             # stationary and overloaded: the queue grows without bound
-            n_req = max(n, 1)
-            return PoolWaits(c, util, np.ones(1), np.full(1, np.inf), np.full(n_req, np.inf),
-                             np.zeros(n_req, dtype=np.int64))
+            return PoolWaits(c, util, np.ones(1), np.full(1, np.inf), np.full(1, np.inf),
+                             np.zeros(max(n, 1), dtype=np.int64))
         # with a fluid part, overload beyond the hand-off is the backlog's to carry
         capped = np.minimum(util, FLUID_HANDOFF_UTILIZATION) if self.fluid else util
         offered = capped * c
@@ -149,30 +179,39 @@ class PrefillPool:
             backlog = level - np.minimum.accumulate(np.minimum(level, 0.0))  # Lindley
             before = np.concatenate([[0.0], backlog[:-1]])
             found = np.maximum(before + net / 2.0, 0.0)  # mid-window: half its growth
-            return PoolWaits(c, util, p_wait, tail, found[self.window_of], self.window_of)
-        return PoolWaits(c, util, p_wait, tail, np.zeros(n), np.zeros(n, dtype=np.int64))
+            return PoolWaits(c, util, p_wait, tail, found, self.window_of)
+        return PoolWaits(c, util, p_wait, tail, np.zeros(1), np.zeros(n, dtype=np.int64))
 
     def miss_share(self, servers: int, slack: np.ndarray) -> float:
         """Share of requests whose wait exceeds their slack."""
-        return float(np.mean(self.waits(servers, len(slack)).exceed(slack)))
+        return self.waits(servers, len(slack)).exceed_share(slack)
 
-    def smallest(self, slack: np.ndarray, budget: float) -> int:
-        """The smallest pool whose miss share is within ``budget`` (misses fall with size)."""
+    def smallest(self, slack: np.ndarray, budget: float, at_least: int = 1) -> int:
+        """The smallest pool of at least ``at_least`` whose miss share is within ``budget``.
+
+        Misses fall with size, so this is ``max(at_least, smallest pool)``. A caller that only
+        needs to know whether the objective asks for more than ``k`` instances passes
+        ``at_least=k``: when ``k`` already meets it, that is one evaluation, not a search.
+        """
         def ok(c: int) -> bool:
             return self.miss_share(c, slack) <= budget
 
+        floor = max(int(at_least), 1)
         if self.rate <= 0:
-            return 1
+            return floor
         # below half the busy instances of full batching nearly everything is overloaded
-        lo = max(1, math.floor(0.5 * self.rate * self.moments.batched_mean))
+        lo = max(floor, math.floor(0.5 * self.rate * self.moments.batched_mean))
         if ok(lo):
-            while lo > 1 and ok(lo - 1):
+            while lo > floor and ok(lo - 1):
                 lo -= 1
             return lo
-        hi = max(lo + 1, 2 * lo)
+        # gallop up from lo (known to miss): 1, 2, 4, ... past it, then bisect the last step
+        step = 1
+        hi = lo + step
         while not ok(hi):
             lo = hi
-            hi *= 2
+            step *= 2
+            hi = lo + step
             if hi > MAX_SERVERS:
                 raise ValueError("no prefill pool size meets the TTFT criterion")
         while hi - lo > 1:
@@ -191,28 +230,140 @@ class PrefillPool:
     def mean_wait_s(self, servers: int, n: int) -> float:
         """Mean wait over requests (fluid + stochastic)."""
         w = self.waits(servers, n)
-        stochastic = (w.p_wait * w.tail_s)[w.window]
-        return float(np.mean(w.fluid_s + stochastic))
+        per_window = w.fluid_window_s + w.p_wait * w.tail_s
+        counts = np.bincount(w.window, minlength=len(per_window))
+        used = counts > 0  # an unused window's inf (or nan) must not reach the sum
+        return float(np.dot(counts[used], per_window[used]) / len(w.window))
 
     def ttft_quantile(self, servers: int, bare: np.ndarray, q: float) -> float:
-        """The ``q``-quantile of TTFT = wait + bare TTFT over the requests."""
-        w = self.waits(servers, len(bare))
+        """The ``q``-quantile of TTFT = wait + bare TTFT over the requests.
 
-        def above(t: float) -> float:
-            return float(np.mean(w.exceed(t - bare)))
+        The share of requests above ``t`` falls with ``t``; its crossing of ``1 − q`` is
+        bracketed by doubling, narrowed by regula falsi over all requests, and finished on
+        the bracket alone (``ShareAbove.within``), to ``TTFT_QUANTILE_RTOL``.
+        """
+        w = self.waits(servers, len(bare))
+        share = ShareAbove(np.asarray(bare, dtype=np.float64) + w.fluid_s, w)
+        target = 1.0 - q
+
+        def excess(t: float) -> float:
+            return share.at(t) - target
 
         lo = float(np.quantile(bare, q))
-        if above(lo) <= 1 - q:
+        f_lo = excess(lo)
+        if f_lo <= 0:
             return lo
-        hi = lo + 1.0
-        while above(hi) > 1 - q:
-            hi = lo + 2 * (hi - lo)
-            if hi - lo > 1e7:
+        base = lo
+        hi = base + 1.0
+        f_hi = excess(hi)
+        while f_hi > 0:  # double the distance from the bare quantile; lo follows
+            lo, f_lo = hi, f_hi
+            hi = base + 2 * (hi - base)
+            if hi - base > 1e7:
                 return math.inf
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            if above(mid) > 1 - q:
-                lo = mid
-            else:
-                hi = mid
+            f_hi = excess(hi)
+        few = max(NARROW_REQUESTS, len(bare) // 16)
+        lo, hi = _falling_root(excess, lo, hi, f_lo, f_hi,
+                               stop=lambda a, b: share.count_within(a, b) <= few)
+        within = share.within(lo, hi)
+
+        def excess_within(t: float) -> float:
+            return within(t) - target
+
+        lo, hi = _falling_root(excess_within, lo, hi, excess_within(lo), excess_within(hi))
         return hi
+
+
+# Once the bracket holds at most this many requests' wait-free TTFTs (or 1/16 of them), the
+# search continues on the bracket alone.
+NARROW_REQUESTS: Final = 4096
+
+
+class ShareAbove:
+    """``P(TTFT > t)`` averaged over requests, with TTFT = ``due`` (no-wait TTFT) + wait."""
+
+    def __init__(self, due: np.ndarray, waits: PoolWaits) -> None:
+        win = waits.window
+        self.due = due
+        self.window = win
+        self.p = waits.p_wait[win]
+        self.tail = waits.tail_s[win]
+        self.tail_window = waits.tail_s
+        self.n = len(due)
+
+    def at(self, t: float) -> float:
+        return float(np.mean(exceed_probability(t - self.due, self.p, self.tail)))
+
+    def count_within(self, lo: float, hi: float) -> int:
+        return int(np.count_nonzero((self.due > lo) & (self.due <= hi)))
+
+    def within(self, lo: float, hi: float) -> Callable[[float], float]:
+        """The same function for ``t`` in ``[lo, hi]``, costing only the requests due inside.
+
+        A request due before ``lo`` contributes ``p·exp(−(t − due)/θ)``, which is its value at
+        ``lo`` times ``exp(−(t − lo)/θ)``: per window, one sum at ``lo`` decays as a whole.
+        Requests due after ``hi`` contribute 1 each. (Exact up to rounding: terms the exponent
+        cap would clip are below 1e-300 either way.)
+        """
+        before = self.due <= lo
+        at_lo = exceed_probability(lo - self.due[before], self.p[before], self.tail[before])
+        decayed = np.bincount(self.window[before], weights=at_lo,
+                              minlength=len(self.tail_window))
+        inside = (self.due > lo) & (self.due <= hi)
+        due, p, tail = self.due[inside], self.p[inside], self.tail[inside]
+        after = float(np.count_nonzero(self.due > hi))
+        used = decayed > 0
+        decayed, theta = decayed[used], self.tail_window[used]
+        n = self.n
+
+        def share(t: float) -> float:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                decay = np.exp(-np.fmin((t - lo) / theta, MAX_TAIL_EXPONENT))
+            return (float(np.dot(decayed, decay))
+                    + float(np.sum(exceed_probability(t - due, p, tail))) + after) / n
+
+        return share
+
+
+# The TTFT quantile is found to this relative precision (a picosecond on seconds).
+TTFT_QUANTILE_RTOL: Final = 1e-12
+
+
+def _falling_root(f: Callable[[float], float], lo: float, hi: float, f_lo: float,
+                  f_hi: float, stop: Callable[[float, float], bool] | None = None
+                  ) -> tuple[float, float]:
+    """Narrow ``(lo, hi]`` around the smallest ``t`` with ``f(t) <= 0``, ``f`` falling.
+
+    Illinois regula falsi (the retained end's value is halved when the same end is kept twice)
+    with a bisection whenever a step fails to halve the bracket: superlinear where ``f`` is
+    smooth, never slower than bisection where it is a staircase. Ends at
+    ``TTFT_QUANTILE_RTOL``, or as soon as ``stop(lo, hi)``.
+    """
+    side = 0
+    while hi - lo > TTFT_QUANTILE_RTOL * max(1.0, abs(hi)) and not (stop and stop(lo, hi)):
+        width = hi - lo
+        t = hi - f_hi * (hi - lo) / (f_hi - f_lo) if f_lo != f_hi else 0.5 * (lo + hi)
+        if not lo < t < hi:
+            t = 0.5 * (lo + hi)
+        f_t = f(t)
+        if f_t > 0:
+            lo, f_lo = t, f_t
+            if side == -1:
+                f_hi /= 2
+            side = -1
+        else:
+            hi, f_hi = t, f_t
+            if side == 1:
+                f_lo /= 2
+            side = 1
+        if hi - lo > 0.5 * width:  # a weak step: bisect next
+            mid = 0.5 * (lo + hi)
+            if not lo < mid < hi:
+                break  # adjacent floats: nothing left to narrow
+            f_mid = f(mid)
+            if f_mid > 0:
+                lo, f_lo = mid, f_mid
+            else:
+                hi, f_hi = mid, f_mid
+            side = 0
+    return lo, hi

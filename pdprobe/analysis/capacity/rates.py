@@ -110,9 +110,11 @@ def decode_batch(model: DecodeModel, kappa: float, slo_tpot_s: float) -> tuple[f
     return max(candidates[limit], 1.0), limit, feasible
 
 
-def stage_rates(mix: WorkloadMix, model: ModelInputs, slo_tpot_s: float) -> StageRates:
+def stage_rates(mix: WorkloadMix, model: ModelInputs, slo_tpot_s: float,
+                batched: np.ndarray | None = None) -> StageRates:
+    """Per-instance rates for ``mix``; ``batched`` is ``model.prefill.batched_s`` if known."""
     u = mix.uncached_tokens
-    share = model.prefill.batched_s(u, mix.cached_tokens)
+    share = model.prefill.batched_s(u, mix.cached_tokens) if batched is None else batched
     s_mean = float(share.mean())
     s_cv2 = float(share.var() / s_mean**2) if s_mean > 0 else 0.0
     kappa = decode_context(mix)
@@ -143,11 +145,17 @@ def stage_rates(mix: WorkloadMix, model: ModelInputs, slo_tpot_s: float) -> Stag
     )
 
 
-def bare_ttft_s(mix: WorkloadMix, model: ModelInputs) -> np.ndarray:
-    """Each request's TTFT with no queueing: its own prefill plus its KV transfer."""
+def bare_ttft_s(mix: WorkloadMix, model: ModelInputs,
+                alone: np.ndarray | None = None) -> np.ndarray:
+    """Each request's TTFT with no queueing: its own prefill plus its KV transfer.
+
+    ``alone`` is ``model.prefill.alone_s`` of the mix when the caller has it already.
+    """
     tokens = transfer_tokens(mix, model.kv)
     xfer = model.link_base_latency_s + tokens * model.kv.bytes_per_token / model.link_bytes_per_s
-    return model.prefill.alone_s(mix.uncached_tokens, mix.cached_tokens) + xfer
+    if alone is None:
+        alone = model.prefill.alone_s(mix.uncached_tokens, mix.cached_tokens)
+    return alone + xfer
 
 
 @dataclass(frozen=True)
@@ -162,7 +170,24 @@ class Occupancy:
         return self.mean_tokens + z * self.sd_tokens
 
 
-def decode_occupancy(mix: WorkloadMix, model: DecodeModel, rate_rps: float) -> Occupancy:
+@dataclass(frozen=True)
+class OccupancyMoments:
+    """The length moments KV occupancy needs (they do not depend on the rate)."""
+
+    mean_output_tokens: float  # E[O]
+    kappa: float  # step-weighted context per sequence
+    held: float  # E[O (I + O/2)]
+    held_sq: float  # E[O I² + I O² + O³/3]
+
+    @classmethod
+    def of(cls, mix: WorkloadMix) -> OccupancyMoments:
+        i, o = mix.prompt_tokens, mix.output_tokens
+        return cls(float(o.mean()), decode_context(mix), float(np.mean(o * (i + o / 2.0))),
+                   float(np.mean(o * i * i + i * o * o + o**3 / 3.0)))
+
+
+def decode_occupancy(mix: WorkloadMix, model: DecodeModel, rate_rps: float,
+                     moments: OccupancyMoments | None = None) -> Occupancy:
     """Mean and spread of KV occupancy (M/G/∞ shot noise) at ``rate_rps`` per instance.
 
     Request ``i`` holds a context growing from ``I`` to ``I + O`` over ``O`` steps of ``τ``;
@@ -170,24 +195,25 @@ def decode_occupancy(mix: WorkloadMix, model: DecodeModel, rate_rps: float) -> O
     ``r·τ·E[O I² + I O² + O³/3]`` (the integral of its squared context). The step time solves
     ``τ = a + (b·κ + c)·B`` with the batch ``B = r·E[O]·τ`` (Little).
     """
-    i, o = mix.prompt_tokens, mix.output_tokens
-    kappa = decode_context(mix)
-    per_seq = model.b_s_per_ctx_token * kappa + model.c_s_per_seq
-    load = per_seq * rate_rps * float(o.mean())
+    m = moments or OccupancyMoments.of(mix)
+    per_seq = model.b_s_per_ctx_token * m.kappa + model.c_s_per_seq
+    load = per_seq * rate_rps * m.mean_output_tokens
     if load >= 1.0:
         return Occupancy(math.inf, math.inf, math.inf)
     tau = model.a_s / (1.0 - load)
-    mean = rate_rps * tau * float(np.mean(o * (i + o / 2.0)))
-    var = rate_rps * tau * float(np.mean(o * i * i + i * o * o + o**3 / 3.0))
+    mean = rate_rps * tau * m.held
+    var = rate_rps * tau * m.held_sq
     return Occupancy(mean, math.sqrt(var), tau)
 
 
-def decode_count_for_memory(mix: WorkloadMix, model: DecodeModel, rate_rps: float) -> int:
+def decode_count_for_memory(mix: WorkloadMix, model: DecodeModel, rate_rps: float,
+                            moments: OccupancyMoments | None = None) -> int:
     """Fewest decode instances whose KV occupancy stays within memory (``KV_OCCUPANCY_Z``)."""
     limit = KV_MEMORY_TARGET * model.kv_capacity_tokens
+    m = moments or OccupancyMoments.of(mix)  # once: the search below only changes the rate
 
     def fits(n: int) -> bool:
-        return decode_occupancy(mix, model, rate_rps / n).quantile_tokens() <= limit
+        return decode_occupancy(mix, model, rate_rps / n, m).quantile_tokens() <= limit
 
     lo, hi = 0, 1  # fits(lo) is false (no instances), find a hi that fits
     while not fits(hi):  # occupancy falls with every instance added

@@ -26,6 +26,7 @@ from pdprobe.analysis.capacity.queueing import md1_ttft_s
 from pdprobe.analysis.capacity.rates import (
     TRANSFER_MAX_UTILIZATION,
     ModelInputs,
+    OccupancyMoments,
     StageRates,
     bare_ttft_s,
     decode_count_for_memory,
@@ -126,17 +127,74 @@ def binding_stage(up: float, ud: float, ux: float) -> str:
     return max(stages, key=lambda k: stages[k])
 
 
-def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo) -> Recommendation:
-    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives."""
-    rates = stage_rates(mix, model, slo.tpot_s)
+@dataclass(frozen=True, eq=False)
+class LengthWork:
+    """What a mix's lengths cost on one model, whatever the load: computed once per mix.
+
+    The band's load cases and the main recommendation share the same lengths; only the pool
+    (rate) differs between them.
+    """
+
+    rates: StageRates
+    bare: np.ndarray  # per request: prefill alone + KV transfer
+    moments: ServiceMoments
+    occupancy: OccupancyMoments
+    infeasible: float  # share of requests whose bare TTFT exceeds the objective
+    bare_q: float  # the bare-TTFT quantile left after QUEUE_MISS_SHARE of the miss budget
+
+    @classmethod
+    def of(cls, mix: WorkloadMix, model: ModelInputs, slo: Slo,
+           occupancy: OccupancyMoments | None = None) -> LengthWork:
+        """``occupancy``: reuse it when only cached tokens differ (it needs prompt, output)."""
+        alone, batched = model.prefill.alone_and_batched_s(mix.uncached_tokens,
+                                                           mix.cached_tokens)
+        bare = bare_ttft_s(mix, model, alone)
+        miss_budget = 1.0 - slo.attainment
+        # "higher": a real sample, so at most that share of requests lies above it
+        bare_q = float(np.quantile(bare, 1.0 - QUEUE_MISS_SHARE * miss_budget, method="higher"))
+        return cls(stage_rates(mix, model, slo.tpot_s, batched), bare,
+                   ServiceMoments.of(alone, batched), occupancy or OccupancyMoments.of(mix),
+                   float(np.mean(bare > slo.ttft_s)), bare_q)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Counts for one workload mix and load, and what limits them (no TTFT estimates)."""
+
+    rates: StageRates
+    rate_rps: float
+    prefill: int
+    decode: int
+    theoretical_ratio: float
+    prefill_limit: str  # "ttft-slo", "utilization" (PREFILL_MAX_UTILIZATION) or "transfer"
+    decode_limit: str  # "throughput", "kv-memory" (fluctuation headroom) or "transfer"
+    prefill_utilization: float
+    decode_utilization: float
+    transfer_utilization: float
+    binding: str
+    ttft_target_s: float
+    infeasible_ttft_fraction: float
+    transfer_required_bytes_per_s: float
+    notes: tuple[str, ...] = ()
+
+
+def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
+         work: LengthWork | None = None) -> Sizing:
+    """The instance counts for ``mix`` at ``mix.rate_rps`` (what the band and windows need)."""
+    return _size(mix, model, slo, work or LengthWork.of(mix, model, slo))[0]
+
+
+def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
+          ) -> tuple[Sizing, PrefillPool, np.ndarray]:
+    """The sizing, and the pool and slack sample it was sized with."""
+    rates = work.rates
     lam = mix.rate_rps
     notes: list[str] = []
-    bare = bare_ttft_s(mix, model)
+    bare = work.bare
     miss_budget = 1.0 - slo.attainment
-    infeasible = float(np.mean(bare > slo.ttft_s))
+    infeasible = work.infeasible
     target = slo.ttft_s
-    # "higher": a real sample, so at most that share of requests lies above it
-    bare_q = float(np.quantile(bare, 1.0 - QUEUE_MISS_SHARE * miss_budget, method="higher"))
+    bare_q = work.bare_q
     if bare_q > slo.ttft_s:
         target = bare_q
         notes.append(
@@ -144,9 +202,7 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo) -> Recommendation:
             f"and KV transfer alone (p{100 * (1 - QUEUE_MISS_SHARE * miss_budget):.0f} bare "
             f"TTFT {bare_q:.2f} s); no prefill count fixes that, so the pool is sized to keep "
             f"p{100 * slo.attainment:.0f} queueing within that level instead")
-    u = mix.uncached_tokens
-    batched = model.prefill.batched_s(u, mix.cached_tokens)
-    moments = ServiceMoments.of(model.prefill.alone_s(u, mix.cached_tokens), batched)
+    moments = work.moments
     if mix.load is not None and mix.arrival_ts is not None:
         pool = PrefillPool(lam, mix.arrival_cv2, moments, mix.load, mix.arrival_ts)
         sample = bare  # per request, in arrival order: the backlog depends on the window
@@ -154,14 +210,18 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo) -> Recommendation:
         pool = PrefillPool(lam, mix.arrival_cv2, moments)
         sample = _quantile_sample(bare, TTFT_QUANTILES)
     x_count = ceil_count(lam / rates.transfer_capacity_rps) if lam > 0 else 1
-    slo_count = pool.smallest(target - sample, miss_budget)
     util_count = ceil_count(lam * moments.batched_mean / PREFILL_MAX_UTILIZATION) \
         if lam > 0 else 1
+    # The TTFT count matters only where it exceeds the others; below them, only whether it is
+    # below them (for the limit's name). at_least = their max - 1 answers both, usually in
+    # one or two evaluations of the pool instead of a search from scratch.
+    slo_count = pool.smallest(target - sample, miss_budget,
+                              at_least=max(util_count, x_count) - 1)
     prefill = max(slo_count, util_count, x_count)
     prefill_limit = ("transfer" if x_count == prefill and x_count > max(slo_count, util_count)
                      else "utilization" if util_count > slo_count else "ttft-slo")
     d_count = ceil_count(lam / rates.decode_capacity_rps) if lam > 0 else 1
-    m_count = decode_count_for_memory(mix, model.decode, lam) if lam > 0 else 1
+    m_count = decode_count_for_memory(mix, model.decode, lam, work.occupancy) if lam > 0 else 1
     decode = max(d_count, m_count, x_count)
     decode_limit = ("transfer" if x_count >= decode and x_count > max(d_count, m_count) else
                     "kv-memory" if m_count > d_count else "throughput")
@@ -169,6 +229,27 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo) -> Recommendation:
         notes.append(f"even one sequence per decode step takes "
                      f"{model.decode.step_s(1, rates.decode_context_tokens):.3f} s, over the "
                      f"{slo.tpot_s:g} s TPOT objective: no decode count meets it")
+    up, ud, ux, per_node = utilizations(rates, lam, prefill, decode, model.link_bytes_per_s)
+    sizing = Sizing(
+        rates=rates, rate_rps=lam, prefill=prefill, decode=decode,
+        theoretical_ratio=rates.theoretical_ratio,
+        prefill_limit=prefill_limit, decode_limit=decode_limit,
+        prefill_utilization=up, decode_utilization=ud, transfer_utilization=ux,
+        binding=binding_stage(up, ud, ux), ttft_target_s=target,
+        infeasible_ttft_fraction=infeasible, transfer_required_bytes_per_s=per_node,
+        notes=tuple(notes))
+    return sizing, pool, sample
+
+
+def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
+              work: LengthWork | None = None) -> Recommendation:
+    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives."""
+    work = work or LengthWork.of(mix, model, slo)
+    s, pool, sample = _size(mix, model, slo, work)
+    lam = mix.rate_rps
+    moments = work.moments
+    notes = list(s.notes)
+    prefill = s.prefill
     overloaded = pool.overloaded_share(prefill)
     if overloaded > 0:
         notes.append(f"{overloaded:.1%} of requests arrive in {pool_window(mix)} windows whose "
@@ -178,18 +259,18 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo) -> Recommendation:
     attainment = float(1.0 - pool.miss_share(prefill, slo.ttft_s - sample))
     p90 = pool.ttft_quantile(prefill, sample, slo.attainment)
     mean_service = float(moments.at(np.array([lam * moments.batched_mean / prefill]))[0][0])
-    up, ud, ux, per_node = utilizations(rates, lam, prefill, decode, model.link_bytes_per_s)
     return Recommendation(
-        rates=rates, rate_rps=lam, prefill=prefill, decode=decode,
-        theoretical_ratio=rates.theoretical_ratio,
-        prefill_limit=prefill_limit, decode_limit=decode_limit,
-        prefill_utilization=up, decode_utilization=ud, transfer_utilization=ux,
-        binding=binding_stage(up, ud, ux),
-        ttft_target_s=target, ttft_p90_s=p90,
-        ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + float(bare.mean()),
+        rates=s.rates, rate_rps=lam, prefill=prefill, decode=s.decode,
+        theoretical_ratio=s.theoretical_ratio,
+        prefill_limit=s.prefill_limit, decode_limit=s.decode_limit,
+        prefill_utilization=s.prefill_utilization, decode_utilization=s.decode_utilization,
+        transfer_utilization=s.transfer_utilization,
+        binding=s.binding,
+        ttft_target_s=s.ttft_target_s, ttft_p90_s=p90,
+        ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + float(work.bare.mean()),
         md1_ttft_s=md1_ttft_s(mean_service, lam / prefill),
-        ttft_attainment=attainment, infeasible_ttft_fraction=infeasible,
-        transfer_required_bytes_per_s=per_node, notes=tuple(notes),
+        ttft_attainment=attainment, infeasible_ttft_fraction=s.infeasible_ttft_fraction,
+        transfer_required_bytes_per_s=s.transfer_required_bytes_per_s, notes=tuple(notes),
     )
 
 
@@ -226,28 +307,37 @@ def mean_based(mix: WorkloadMix, model: ModelInputs, slo: Slo,
 
 
 def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
-         hit_rate_known: bool = True) -> tuple[RatioBandEntry, ...]:
-    """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points."""
-    cases: list[tuple[str, WorkloadMix]] = []
+         hit_rate_known: bool = True, work: LengthWork | None = None
+         ) -> tuple[RatioBandEntry, ...]:
+    """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points.
+
+    ``work`` is ``LengthWork.of(mix, model, slo)`` when the caller has it (the load cases
+    share it).
+    """
+    same_lengths = work or LengthWork.of(mix, model, slo)
+    cases: list[tuple[str, WorkloadMix, LengthWork | None]] = []
     for f in BAND_LOAD_FACTORS:
         cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)",
-                      mix.with_rate(mix.rate_rps * f)))
+                      mix.with_rate(mix.rate_rps * f), same_lengths))
     p90_prompt = float(np.quantile(mix.prompt_tokens, 0.9))
     p90_output = float(np.quantile(mix.output_tokens, 0.9))
     cases.append((f"p90 lengths (prompt {p90_prompt:,.0f}, output {p90_output:,.0f})",
-                   mix.at_lengths(p90_prompt, p90_output, "p90 lengths")))
+                   mix.at_lengths(p90_prompt, p90_output, "p90 lengths"), None))
     h = mix.hit_rate
     if h + BAND_HIT_RATE_SHIFT < 1.0:
         cases.append((f"hit rate {h + BAND_HIT_RATE_SHIFT:.0%} (+{BAND_HIT_RATE_SHIFT * 100:.0f} "
                       f"pts{'' if hit_rate_known else ' from an unknown, assumed 0'})",
-                      mix.with_hit_rate_shift(BAND_HIT_RATE_SHIFT)))
+                      mix.with_hit_rate_shift(BAND_HIT_RATE_SHIFT), None))
     if h > 0:
         cases.append((f"hit rate {max(h - BAND_HIT_RATE_SHIFT, 0):.0%} "
                       f"(-{min(BAND_HIT_RATE_SHIFT, h) * 100:.0f} pts)",
-                      mix.with_hit_rate_shift(-BAND_HIT_RATE_SHIFT)))
+                      mix.with_hit_rate_shift(-BAND_HIT_RATE_SHIFT), None))
     out = []
-    for label, m in cases:
-        r = recommend(m, model, slo)
+    for label, m, w in cases:
+        if w is None and m.prompt_tokens is mix.prompt_tokens \
+                and m.output_tokens is mix.output_tokens:  # a hit-rate case: same lengths
+            w = LengthWork.of(m, model, slo, occupancy=same_lengths.occupancy)
+        r = size(m, model, slo, w)  # counts only: the band shows no TTFT estimates
         out.append(RatioBandEntry(label=label, prefill=r.prefill, decode=r.decode,
                                   theoretical_ratio=r.theoretical_ratio, binding=r.binding))
     return tuple(out)
@@ -257,4 +347,5 @@ def with_notes(rec: Recommendation, *notes: str) -> Recommendation:
     return replace(rec, notes=rec.notes + notes)
 
 
-__all__ = ["Recommendation", "Slo", "band", "mean_based", "recommend", "transfer_tokens"]
+__all__ = ["LengthWork", "Recommendation", "Sizing", "Slo", "band", "mean_based", "recommend",
+           "size", "transfer_tokens"]

@@ -17,7 +17,7 @@ import numpy as np
 from pdprobe.analysis.base import RatioWindow
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.rates import ModelInputs
-from pdprobe.analysis.capacity.recommend import Slo, binding_stage, recommend, utilizations
+from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utilizations
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ MIN_WINDOW_REQUESTS: Final = 20
 MIN_TAIL_FRACTION: Final = 0.5
 # Cap on the number of windows (a week at 5 minutes is 2016); wider windows beyond it.
 MAX_WINDOWS: Final = 2000
+# Instances × windows beyond which presence is found from the distinct pairs, not a full table.
+MAX_PRESENCE_CELLS: Final = 4_000_000
 
 
 def window_edges(start: float, end: float, window_s: float) -> np.ndarray:
@@ -49,21 +51,77 @@ def window_edges(start: float, end: float, window_s: float) -> np.ndarray:
     return edges
 
 
-def _active_instances(dataset: Dataset, role: str, lo: float, hi: float) -> int | None:
+def window_index(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Each time's window ``w`` with ``edges[w] <= t < edges[w + 1]``, or -1 outside all."""
+    t = np.asarray(times, dtype=np.float64)
+    idx = np.searchsorted(edges, t, side="right") - 1
+    idx[(idx >= len(edges) - 1) | ~np.isfinite(t)] = -1
+    return idx
+
+
+def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int | None]:
+    """Per window: instances of ``role`` that reported samples or served requests in it.
+
+    Metric samples count for instances known to have the role; request records name the
+    instance directly. All windows at once: each source's labels become integer codes and
+    (window, instance) pairs are marked in a presence table, never per-window scans.
+    """
+    n_win = len(edges) - 1
     names = {i.name for i in dataset.instances_of(role)}  # type: ignore[arg-type]
     if not names:
-        return None
-    seen: set[str] = set()
+        return [None] * n_win
+    sources: list[tuple[np.ndarray, object]] = []
     m = dataset.metrics
     if len(m):
-        inside = m[(m["ts"] >= lo) & (m["ts"] < hi)]
-        seen |= set(inside["instance"].dropna().astype(str).unique()) & names
+        inst = m["instance"].astype("string")
+        sources.append((m["ts"].to_numpy(dtype=np.float64, na_value=np.nan),
+                        inst.where(inst.isin(list(names)))))
     req = dataset.requests
     col = f"{role}_instance"
     if len(req) and dataset.has_request_column(col):
-        inside_r = req[(req["arrival_ts"] >= lo) & (req["arrival_ts"] < hi)]
-        seen |= set(inside_r[col].dropna().astype(str).unique())
-    return len(seen) if seen else None
+        sources.append((req["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan),
+                        req[col].astype("string")))
+    seen: dict[str, np.ndarray] = {}  # instance -> windows it was seen in
+    for times, labels in sources:
+        pairs = _window_label_pairs(window_index(times, edges), labels, n_win)
+        for label, present in pairs.items():  # loop over instances, not rows
+            seen[label] = seen[label] | present if label in seen else present
+    if not seen:
+        return [None] * n_win
+    counts = np.sum(list(seen.values()), axis=0)
+    return [int(c) if c else None for c in counts]
+
+
+def _window_label_pairs(win: np.ndarray, labels: object, n_win: int) -> dict[str, np.ndarray]:
+    """For each label: in which windows it occurs (``win`` -1 and missing labels skipped)."""
+    import pandas as pd
+
+    codes, uniq = pd.factorize(labels)  # type: ignore[call-overload]
+    ok = (win >= 0) & (codes >= 0)
+    k = len(uniq)
+    if k == 0 or not ok.any():
+        return {}
+    key = codes[ok].astype(np.int64) * n_win + win[ok]
+    if k * n_win <= MAX_PRESENCE_CELLS:
+        table = np.bincount(key, minlength=k * n_win).reshape(k, n_win) > 0
+    else:  # many labels over many windows: mark only the pairs that occur
+        table = np.zeros((k, n_win), dtype=bool)
+        pairs = np.unique(key)
+        table[pairs // n_win, pairs % n_win] = True
+    return {str(label): table[i] for i, label in enumerate(uniq)}
+
+
+def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
+    """Per window: requests completed ``ok`` in it, from the records (None without ``e2e_s``)."""
+    req = dataset.requests
+    if not (len(req) and dataset.has_request_column("e2e_s")):
+        return None
+    done = (req["arrival_ts"] + req["e2e_s"]).to_numpy(dtype=np.float64, na_value=np.nan)
+    w = window_index(done, edges)
+    if dataset.has_request_column("status"):
+        ok = (req["status"].fillna("ok") == "ok").to_numpy(dtype=bool)
+        w = w[ok]
+    return np.bincount(w[w >= 0], minlength=len(edges) - 1)
 
 
 def _served_rate(dataset: Dataset, lo: float, hi: float) -> float | None:
@@ -109,18 +167,27 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
             return metric_windows(dataset, mix, model, slo, window_s)
         return ()
     edges = window_edges(float(ts[0]), float(ts[-1]), window_s)
-    idx = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, len(edges) - 2)
+    n_win = len(edges) - 1
+    idx = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n_win - 1)
+    # arrivals are sorted, so each window's requests are one run: its bounds, not a mask
+    bounds = np.searchsorted(idx, np.arange(n_win + 1), side="left")
+    count = np.diff(bounds)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_prompt = np.bincount(idx, weights=mix.prompt_tokens, minlength=n_win) / count
+        mean_output = np.bincount(idx, weights=mix.output_tokens, minlength=n_win) / count
+    active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
+    active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
+    done = served_counts(dataset, edges) if dataset else None
     out = []
-    for w in range(len(edges) - 1):  # loop over windows, vectorised over their requests
+    for w in range(n_win):  # loop over windows, vectorised over their requests
         lo, hi = float(edges[w]), float(edges[w + 1])
-        mask = idx == w
-        n = int(mask.sum())
+        n = int(count[w])
         dur = hi - lo
-        mean_p = float(mix.prompt_tokens[mask].mean()) if n else math.nan
-        mean_o = float(mix.output_tokens[mask].mean()) if n else math.nan
-        dep_p = _active_instances(dataset, "prefill", lo, hi) if dataset else None
-        dep_d = _active_instances(dataset, "decode", lo, hi) if dataset else None
-        served = _served_rate(dataset, lo, hi) if dataset else None
+        mean_p = float(mean_prompt[w]) if n else math.nan
+        mean_o = float(mean_output[w]) if n else math.nan
+        dep_p, dep_d = active_p[w], active_d[w]
+        served = (done[w] / dur if done is not None
+                  else _served_rate(dataset, lo, hi) if dataset else None)
         base = RatioWindow(
             start_ts=lo, end_ts=hi,
             theoretical_ratio=Missing(f"only {n} requests in the window "
@@ -138,8 +205,9 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         if n < MIN_WINDOW_REQUESTS:
             out.append(base)
             continue
-        sub = mix.subset(mask, n / dur, f"window {w}", slo.ttft_s)
-        rec = recommend(sub, model, slo)
+        sub = mix.subset(np.arange(bounds[w], bounds[w + 1]), n / dur, f"window {w}",
+                         slo.ttft_s)
+        rec = size(sub, model, slo)
         binding = rec.binding
         if dep_p and dep_d:
             up, ud, ux, _ = utilizations(rec.rates, sub.rate_rps, dep_p, dep_d,
@@ -182,14 +250,15 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
     decode = [i.name for i in dataset.instances_of("decode")] or None
     edges = window_edges(float(metrics["ts"].min()), float(metrics["ts"].max()), window_s)
     base_p, base_o = float(mix.prompt_tokens.mean()), float(mix.output_tokens.mean())
+    active_p = active_instances(dataset, "prefill", edges)
+    active_d = active_instances(dataset, "decode", edges)
     out = []
     for w in range(len(edges) - 1):  # loop over windows
         lo, hi = float(edges[w]), float(edges[w + 1])
         dur = hi - lo
         n, mean_p = _histogram_mean(metrics, S.PROMPT_TOKENS, lo, hi, decode)
         _, mean_o = _histogram_mean(metrics, S.OUTPUT_TOKENS, lo, hi, decode)
-        dep_p = _active_instances(dataset, "prefill", lo, hi)
-        dep_d = _active_instances(dataset, "decode", lo, hi)
+        dep_p, dep_d = active_p[w], active_d[w]
         started = counter_increase_by_instance(metrics, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
         offered = float(started.sum()) / dur if len(started) else (n / dur if n > 0 else None)
         served = _served_rate(dataset, lo, hi)
@@ -215,7 +284,7 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
                       cached_tokens=mix.cached_tokens * (mean_p / base_p),
                       output_tokens=np.maximum(mix.output_tokens * (mean_o / base_o), 1.0),
                       rate_rps=rate, description=f"window {w}")
-        rec = recommend(sub, model, slo)
+        rec = size(sub, model, slo)
         binding = rec.binding
         if dep_p and dep_d:
             up, ud, ux, _ = utilizations(rec.rates, rate, dep_p, dep_d, model.link_bytes_per_s)

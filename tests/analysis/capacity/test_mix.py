@@ -119,3 +119,26 @@ def test_ideal_prefix_hits_by_hand() -> None:
     # a full-prompt hit still computes the last token
     assert ideal_prefix_hits(np.array([0, 1, 2]), np.array([7, 7]),
                              np.array([512.0, 512.0]))[1] == 511.0
+
+
+def test_unsorted_records_give_the_sorted_mix() -> None:
+    rng = np.random.default_rng(4)
+    n = 2000
+    frame = pd.DataFrame({"arrival_ts": rng.uniform(0, 200, n),
+                          "prompt_tokens": rng.integers(1, 5000, n),
+                          "output_tokens": rng.integers(1, 500, n)})
+    shuffled = mix_from_requests(frame, rate_rps=None, timescale_s=1.0, description="t")
+    ordered = mix_from_requests(frame.sort_values("arrival_ts"), rate_rps=None, timescale_s=1.0,
+                                description="t")
+    assert shuffled.arrival_ts is not None and ordered.arrival_ts is not None
+    assert np.all(np.diff(shuffled.arrival_ts) >= 0)
+    for a, b in ((shuffled.arrival_ts, ordered.arrival_ts),
+                 (shuffled.prompt_tokens, ordered.prompt_tokens),
+                 (shuffled.output_tokens, ordered.output_tokens)):
+        assert np.array_equal(a, b)
+    assert shuffled.arrival_cv2 == ordered.arrival_cv2
+    # the 5 s load windows carry each arrival's window for the pool (the tail joins the last)
+    load = ordered.load
+    assert load is not None and load.window_of is not None and load.width_s == 5.0
+    rel = ordered.arrival_ts - ordered.arrival_ts[0]
+    assert np.array_equal(load.window_of, np.minimum(rel // 5.0, len(load.share) - 1))

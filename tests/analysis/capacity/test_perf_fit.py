@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pdprobe.analysis.capacity import perf_fit
 from pdprobe.analysis.capacity.perf_fit import (
     MIN_FIT_POINTS,
     MIN_SCALE_POINTS,
@@ -13,7 +14,9 @@ from pdprobe.analysis.capacity.perf_fit import (
     decode_observations,
     fit_decode,
     fit_prefill,
+    fit_sample,
     nnls_relative,
+    nnls_triangular,
     prefill_observations,
 )
 from pdprobe.dataset import InstanceInfo
@@ -172,3 +175,117 @@ def test_decode_pool_split_without_instance_column() -> None:
     assert not isinstance(dec, str)
     assert "split evenly over 2" in dec[3]
     assert np.median(dec[0]) == pytest.approx(2.0)  # 4 overlapping, two instances
+
+
+def _pairwise_concurrency(start: np.ndarray, end: np.ndarray, ctx0: np.ndarray,
+                          growth: np.ndarray, group: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """The definition, request by request: overlaps and context integrals over every pair."""
+    rate = growth / (end - start)
+    batch, ctx = np.zeros(len(start)), np.zeros(len(start))
+    for j in range(len(start)):
+        same = group == group[j]
+        a = np.maximum(start, start[j])
+        b = np.minimum(end, end[j])
+        on = same & (b > a)
+        batch[j] = np.sum(b[on] - a[on])
+        ctx[j] = np.sum(ctx0[on] * (b[on] - a[on])
+                        + rate[on] * ((b[on] - start[on]) ** 2 - (a[on] - start[on]) ** 2) / 2)
+    span = end - start
+    return batch / span, ctx / span
+
+
+@pytest.mark.parametrize("block", [perf_fit.SWEEP_BLOCK_REQUESTS, 7])
+def test_decode_concurrency_matches_pairwise_overlaps(monkeypatch: pytest.MonkeyPatch,
+                                                      block: int) -> None:
+    rng = np.random.default_rng(11)
+    n = 400
+    start = 1.7e9 + np.round(rng.uniform(0, 300, n), 1)  # rounded: many tied event times
+    end = start + np.round(rng.uniform(0.5, 60, n), 1)
+    end[:20] = start[20:40]  # some requests end exactly when others start
+    ok = end > start
+    start, end = start[ok], end[ok]
+    ctx0 = rng.integers(10, 20_000, len(start)).astype(float)
+    growth = rng.integers(1, 2000, len(start)).astype(float)
+    group = rng.choice(np.array(["d2", "d0", "d10", "d1"], dtype=object), len(start))
+    monkeypatch.setattr(perf_fit, "SWEEP_BLOCK_REQUESTS", block)  # 7: many blocks
+    batch, ctx = decode_concurrency(start, end, ctx0, growth, group)
+    ref_b, ref_k = _pairwise_concurrency(start, end, ctx0, growth, group)
+    assert batch == pytest.approx(ref_b, rel=1e-9)
+    assert ctx == pytest.approx(ref_k, rel=1e-9)
+    # integer instance codes (any values) group the same way
+    codes = np.select([group == g for g in ("d2", "d0", "d10", "d1")], [70, -3, 5, 9])
+    batch_i, ctx_i = decode_concurrency(start, end, ctx0, growth, codes)
+    assert batch_i == pytest.approx(batch, rel=1e-12)
+    assert ctx_i == pytest.approx(ctx, rel=1e-12)
+
+
+def test_decode_concurrency_zero_length_and_empty() -> None:
+    batch, ctx = decode_concurrency(np.array([0.0, 0.0]), np.array([0.0, 4.0]),
+                                    np.array([10.0, 10.0]), np.array([0.0, 4.0]),
+                                    np.array(["x", "x"], dtype=object))
+    assert np.isnan(batch[0]) and np.isnan(ctx[0])  # no decode interval: no average
+    assert batch[1] == pytest.approx(1.0)
+    assert ctx[1] == pytest.approx(12.0)
+    empty = decode_concurrency(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0),
+                               np.zeros(0, dtype=object))
+    assert len(empty[0]) == 0 and len(empty[1]) == 0
+
+
+def test_nnls_triangular_matches_scipy() -> None:
+    from scipy.optimize import nnls
+
+    rng = np.random.default_rng(5)
+    for k in (1, 2, 3, 4):
+        for _ in range(25):
+            a = rng.normal(size=(40, k))
+            if k > 1 and rng.random() < 0.3:
+                a[:, -1] = a[:, 0]  # a collinear pair: the optimum is not unique in x
+            b = rng.normal(size=40)
+            q, r = np.linalg.qr(a)
+            ours = nnls_triangular(r, q.T @ b)
+            ref, _ = nnls(a, b)
+            assert np.all(ours >= 0)
+            cost = float(np.sum((a @ ours - b) ** 2))
+            assert cost == pytest.approx(float(np.sum((a @ ref - b) ** 2)), rel=1e-10)
+            if np.linalg.matrix_rank(a) == k:
+                assert ours == pytest.approx(ref, rel=1e-8, abs=1e-10)
+
+
+def test_fit_sample_is_stratified_and_seeded() -> None:
+    assert fit_sample(1000, 1000) is None
+    rows = fit_sample(1000, 100)
+    assert rows is not None and len(rows) == 100
+    assert np.all(rows // 10 == np.arange(100))  # one row from each block of ten
+    again = fit_sample(1000, 100)
+    assert again is not None and np.array_equal(rows, again)
+    uneven = fit_sample(1003, 100)
+    assert uneven is not None and uneven.max() < 1003 and np.all(np.diff(uneven) > 0)
+
+
+def test_nnls_relative_on_a_sample_matches_the_full_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(8)
+    n = 20_000
+    u = np.clip(rng.lognormal(7.5, 0.9, n), 50, 30_000)
+    x = np.column_stack([np.ceil(u / 8192), u, u * u])
+    y = (0.03 * x[:, 0] + 8e-5 * u + 7e-10 * u * u) * rng.lognormal(0, 0.05, n)
+    y[rng.random(n) < 0.03] *= 10  # stalls: the reweighting must still damp them
+    full = nnls_relative(x, y)
+    monkeypatch.setattr(perf_fit, "NNLS_MAX_POINTS", 1000)
+    sampled = nnls_relative(x, y)
+    assert sampled.coef == pytest.approx(full.coef, rel=0.03)
+    assert sampled.coef == pytest.approx([0.03, 8e-5, 7e-10], rel=0.1)
+    # quality is measured on every observation, not the sample
+    pred = x @ sampled.coef
+    r2 = 1 - np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2)
+    assert sampled.r2 == pytest.approx(r2)
+    assert sampled.median_rel_error == pytest.approx(np.median(np.abs(pred - y) / y))
+
+
+def test_alone_and_batched_in_one_go_are_exact() -> None:
+    m = PrefillModel(a_s=0.02, b_s_per_token=1e-4, c_s_per_token2=1e-9, max_batch_tokens=1000)
+    u = np.array([1.0, 999.0, 1000.0, 1001.0, 25_000.0])
+    c = np.array([0.0, 10.0, 0.0, 500.0, 7000.0])
+    alone, batched = m.alone_and_batched_s(u, c)
+    assert np.array_equal(alone, m.alone_s(u, c))
+    assert np.array_equal(batched, m.batched_s(u, c))

@@ -12,10 +12,16 @@ from pdprobe.analysis.capacity.perf_fit import (
     busy_segments,
     isolated_prefills,
 )
-from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
+from pdprobe.analysis.capacity.pool import (
+    NARROW_REQUESTS,
+    PrefillPool,
+    ServiceMoments,
+    exceed_probability,
+)
 from pdprobe.analysis.capacity.queueing import allen_cunneen
 from pdprobe.analysis.capacity.rates import (
     KV_OCCUPANCY_Z,
+    OccupancyMoments,
     decode_count_for_memory,
     decode_occupancy,
 )
@@ -118,3 +124,158 @@ def test_decode_occupancy_by_hand() -> None:
     # the step time grows with the batch: tau = a / (1 - (b kappa + c) r E[O])
     busy = DecodeModel(0.01, 0.0, 1e-3, 256, 10**9)
     assert decode_occupancy(m, busy, 5.0).step_s == pytest.approx(0.01 / (1 - 1e-3 * 5 * 100))
+
+
+def _busy_reference(req: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Isolated flags and busy segments the plain pandas way (groupby, shift, agg)."""
+    start = req["arrival_ts"] + req["queue_s"]
+    frame = pd.DataFrame({"inst": req["prefill_instance"], "start": start,
+                          "end": start + req["prefill_s"], "row": np.arange(len(req))})
+    frame = frame.dropna().sort_values(["inst", "start"], kind="stable")
+    reach = frame.groupby("inst")["end"].cummax()
+    before = reach.groupby(frame["inst"]).shift(1)
+    frame["period"] = np.cumsum(before.isna() | (frame["start"] > before))
+    sizes = frame.groupby("period")["row"].transform("size")
+    alone = np.zeros(len(req), dtype=bool)
+    alone[frame.loc[sizes == 1, "row"].to_numpy()] = True
+    u = np.maximum((req["prompt_tokens"] - req["cached_tokens"]).to_numpy(), 1.0)[frame["row"]]
+    frame["u"] = u
+    frame["attn"] = u * (u + 2 * req["cached_tokens"].to_numpy()[frame["row"]])
+    first = frame.groupby("period")["start"].transform("min")
+    frame["seg"] = ((frame["end"] - first) // 10.0).astype("int64")
+    seg = frame.groupby(["period", "seg"]).agg(u=("u", "sum"), attn=("attn", "sum"),
+                                               last=("end", "max"))
+    begin = seg.groupby(level="period")["last"].shift(1).fillna(
+        frame.groupby("period")["start"].min().reindex(seg.index.get_level_values(0)).set_axis(
+            seg.index))
+    duration = (seg["last"] - begin).to_numpy()
+    ok = duration > 0
+    return alone, (seg["u"].to_numpy()[ok], seg["attn"].to_numpy()[ok], duration[ok])
+
+
+def test_busy_periods_match_a_plain_groupby() -> None:
+    rng = np.random.default_rng(3)
+    n = 3000
+    arrival = np.round(rng.uniform(0, 400, n), 2)
+    prefill = np.round(rng.exponential(0.4, n), 2) + 0.01
+    queue = np.round(rng.exponential(0.2, n), 2)
+    queue[::7] = 0.0
+    inst = rng.choice(np.array(["p10", "p2", "p1", None], dtype=object), n, p=[.4, .3, .29, .01])
+    req = pd.DataFrame({"arrival_ts": arrival, "queue_s": queue, "prefill_s": prefill,
+                        "prefill_instance": inst,
+                        "prompt_tokens": rng.integers(10, 9000, n).astype(float),
+                        "cached_tokens": rng.integers(0, 9, n).astype(float)})
+    alone, (u, attn, busy) = _busy_reference(req)
+    assert 100 < alone.sum() < n  # both kinds occur
+    assert np.array_equal(isolated_prefills(req), alone)
+    seg = busy_segments(req)
+    assert seg is not None
+    assert seg[0] == pytest.approx(u, rel=1e-12)  # same segments, in the same order
+    assert seg[1] == pytest.approx(attn, rel=1e-12)
+    assert seg[2] == pytest.approx(busy, rel=1e-12)
+
+
+def test_exceed_probability_edge_cases() -> None:
+    s = np.array([-1.0, 0.0, 0.0, 2.0, 2.0, 5000.0, 1.0])
+    p = np.array([0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])
+    tail = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, np.inf])
+    out = exceed_probability(s, p, tail)
+    # negative slack always misses; no tail means no wait; beyond the cap the tail is nil
+    assert out.tolist() == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.5 * np.exp(-2.0), 0.0, 0.5])
+
+
+def _bursty_pool(n: int, seed: int = 0) -> tuple[PrefillPool, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ts = np.sort(np.concatenate([rng.uniform(0, 600, n - n // 5), rng.uniform(200, 260, n // 5)]))
+    cv2, _, load = arrival_profile(ts, 2.0)
+    alone = rng.gamma(2.0, 0.1, n)
+    pool = PrefillPool((n - 1) / (ts[-1] - ts[0]), cv2, ServiceMoments.of(alone, 0.8 * alone),
+                       load, ts)
+    return pool, alone + 0.02
+
+
+def _bisect_quantile(pool: PrefillPool, servers: int, bare: np.ndarray, q: float) -> float:
+    """The quantile by 200 plain bisections on the per-request miss probabilities."""
+    w = pool.waits(servers, len(bare))
+
+    def above(t: float) -> float:
+        return float(np.mean(w.exceed(t - bare)))
+
+    lo, hi = float(np.quantile(bare, q)), float(np.quantile(bare, q)) + 1.0
+    if above(lo) <= 1 - q:
+        return lo
+    while above(hi) > 1 - q:
+        hi = lo + 2 * (hi - lo)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if above(mid) > 1 - q else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("n", [300, 4 * NARROW_REQUESTS])
+def test_ttft_quantile_matches_plain_bisection(n: int) -> None:
+    pool, bare = _bursty_pool(n)
+    servers = pool.smallest(1.0 - bare, 0.1)
+    for c in (servers, servers + 1, servers + 3):
+        ours = pool.ttft_quantile(c, bare, 0.9)
+        assert ours == pytest.approx(_bisect_quantile(pool, c, bare, 0.9), rel=1e-10)
+        w = pool.waits(c, n)
+        assert np.mean(w.exceed(ours - bare)) <= 0.1 + 1e-12
+        assert np.mean(w.exceed(ours * (1 - 1e-6) - bare)) > 0.1
+
+
+def test_share_above_within_a_bracket_is_the_full_sum() -> None:
+    from pdprobe.analysis.capacity.pool import ShareAbove
+
+    pool, bare = _bursty_pool(5000, seed=1)
+    c = pool.smallest(1.0 - bare, 0.1)
+    w = pool.waits(c, len(bare))
+    share = ShareAbove(bare + w.fluid_s, w)
+    within = share.within(0.2, 0.6)
+    for t in np.linspace(0.2, 0.6, 17):
+        assert within(float(t)) == pytest.approx(share.at(float(t)), rel=1e-12, abs=1e-15)
+    assert share.count_within(0.2, 0.6) == int(np.sum((bare + w.fluid_s > 0.2)
+                                                      & (bare + w.fluid_s <= 0.6)))
+
+
+def test_smallest_at_least_is_the_max_of_both() -> None:
+    pool, bare = _bursty_pool(2000, seed=2)
+    slack = 1.0 - bare
+    best = pool.smallest(slack, 0.1)
+    assert pool.miss_share(best, slack) <= 0.1 < pool.miss_share(best - 1, slack)
+    for floor in (1, best - 2, best - 1, best, best + 1, 2 * best + 5):
+        assert pool.smallest(slack, 0.1, at_least=floor) == max(floor, best)
+
+
+def test_mean_wait_is_the_mean_over_requests() -> None:
+    pool, bare = _bursty_pool(3000, seed=4)
+    c = pool.smallest(1.0 - bare, 0.1)
+    w = pool.waits(c, len(bare))
+    per_request = w.fluid_s + (w.p_wait * w.tail_s)[w.window]
+    assert pool.mean_wait_s(c, len(bare)) == pytest.approx(float(per_request.mean()), rel=1e-12)
+    assert pool.mean_wait_s(c, len(bare)) > 0
+
+
+def test_pool_reuses_the_arrival_windows_of_the_load() -> None:
+    from dataclasses import replace
+
+    rng = np.random.default_rng(5)
+    ts = np.sort(rng.uniform(0, 900, 4000))
+    _, _, load = arrival_profile(ts, 2.0)
+    assert load is not None and load.window_of is not None
+    m = ServiceMoments.of(np.full(10, 0.2), np.full(10, 0.15))
+    binned = PrefillPool(4.0, 1.0, m, load, ts)
+    own = PrefillPool(4.0, 1.0, m, replace(load, window_of=None), ts)
+    assert own.window_of is not None and binned.window_of is not None
+    assert np.array_equal(binned.window_of, own.window_of)
+    slack = rng.uniform(0.0, 1.0, len(ts))
+    assert binned.miss_share(2, slack) == own.miss_share(2, slack)
+
+
+def test_occupancy_moments_can_be_computed_once() -> None:
+    m = mix([1000, 200, 5000], [100, 800, 20])
+    model = DecodeModel(0.01, 2e-8, 1e-4, 256, 50_000)
+    moments = OccupancyMoments.of(m)
+    for rate in (0.5, 2.0, 7.0):
+        assert decode_occupancy(m, model, rate, moments) == decode_occupancy(m, model, rate)
+    assert decode_count_for_memory(m, model, 9.0, moments) == decode_count_for_memory(m, model, 9.0)

@@ -8,13 +8,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pdprobe.analysis.capacity.estimate import build_model
+from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.queueing import allen_cunneen
 from pdprobe.analysis.capacity.recommend import (
     DEFAULT_SLO_TPOT_S,
     DEFAULT_SLO_TTFT_S,
+    LengthWork,
     Slo,
     band,
     recommend,
+    size,
 )
 from pdprobe.profiles import BUILTIN_PROFILES, load_profile
 
@@ -156,3 +159,44 @@ def test_properties_hold_with_arrival_times(rows: list[tuple[float, int, int]], 
     assert r_busy.prefill >= r0.prefill and r_busy.decode >= r0.decode
     assert r_long.prefill >= r0.prefill
     assert r_long.theoretical_ratio >= r0.theoretical_ratio * (1 - 1e-9)
+
+
+def _timed_mix(n: int = 3000, seed: int = 0) -> WorkloadMix:
+    import pandas as pd
+
+    from pdprobe.analysis.capacity.mix import mix_from_requests
+
+    rng = np.random.default_rng(seed)
+    ts = np.sort(np.concatenate([rng.uniform(0, 900, n - n // 4), rng.uniform(300, 360, n // 4)]))
+    prompt = np.clip(rng.lognormal(7.5, 1.0, n), 20, 30_000).round()
+    frame = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt,
+                          "output_tokens": np.clip(rng.lognormal(5, 0.8, n), 1, 2000).round(),
+                          "cached_tokens": (prompt * rng.uniform(0, 0.5, n)).round()})
+    return mix_from_requests(frame, rate_rps=None, timescale_s=2.0, description="t")
+
+
+def test_size_is_the_recommendation_without_estimates() -> None:
+    m = _timed_mix()
+    slo = Slo.of(1.0, 0.05)
+    inputs = _inputs()
+    rec = recommend(m, inputs, slo)
+    s = size(m, inputs, slo)
+    for field in ("prefill", "decode", "theoretical_ratio", "prefill_limit", "decode_limit",
+                  "prefill_utilization", "decode_utilization", "transfer_utilization",
+                  "binding", "ttft_target_s", "infeasible_ttft_fraction",
+                  "transfer_required_bytes_per_s"):
+        assert getattr(s, field) == getattr(rec, field), field
+    assert set(s.notes) <= set(rec.notes)
+    # the TTFT estimates belong to the recommendation only
+    assert rec.ttft_attainment >= 0.9 and rec.ttft_p90_s > 0
+
+
+def test_length_work_is_shared_across_loads() -> None:
+    m = _timed_mix(seed=1)
+    slo = Slo.of(2.0, 0.1)
+    inputs = _inputs()
+    work = LengthWork.of(m, inputs, slo)
+    assert band(m, inputs, slo, work=work) == band(m, inputs, slo)
+    busier = m.with_rate(2 * m.rate_rps)
+    assert size(busier, inputs, slo, work) == size(busier, inputs, slo)
+    assert recommend(busier, inputs, slo, work) == recommend(busier, inputs, slo)
