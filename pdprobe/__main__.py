@@ -1,3 +1,3 @@
-from pdprobe.cli.app import main
+from pdprobe.cli.app import entry
 
-main()
+entry()

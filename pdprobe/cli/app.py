@@ -7,6 +7,7 @@ and exit code 3 (UNKNOWN); so does any unexpected error (the traceback only with
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -56,34 +57,53 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app and map every failure to exit code 3 with one line."""
+def run(argv: list[str] | None = None) -> int:
+    """Run the app; every failure becomes exit code 3 with one line on stderr."""
     from pdprobe.errors import PdprobeError
 
     try:
         result = app(args=argv, standalone_mode=False, prog_name="pdprobe")
     except PdprobeError as exc:
         sys.stderr.write(f"pdprobe: error: {exc.one_line()}\n")
-        sys.exit(EXIT_UNKNOWN)
+        return EXIT_UNKNOWN
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return int(exc.exit_code)
     except typer.Abort:
         sys.stderr.write("pdprobe: aborted\n")
-        sys.exit(EXIT_UNKNOWN)
+        return EXIT_UNKNOWN
     except typer.TyperException as exc:  # bad arguments: UNKNOWN per the contract
         msg = exc.format_message().replace("\n", " ")
         sys.stderr.write(f"pdprobe: error: {msg} (see 'pdprobe --help')\n")
-        sys.exit(EXIT_UNKNOWN)
+        return EXIT_UNKNOWN
     except KeyboardInterrupt:
         sys.stderr.write("pdprobe: interrupted\n")
-        sys.exit(EXIT_UNKNOWN)
+        return EXIT_UNKNOWN
     except BrokenPipeError:
-        sys.exit(EXIT_UNKNOWN)
+        return EXIT_UNKNOWN
     except Exception as exc:
         if os.environ.get("PDPROBE_DEBUG"):
             raise
         where = type(exc).__name__
         sys.stderr.write(f"pdprobe: error: internal error ({where}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                          "rerun with PDPROBE_DEBUG=1 and report the traceback\n")
-        sys.exit(EXIT_UNKNOWN)
-    sys.exit(result if isinstance(result, int) else 0)
+        return EXIT_UNKNOWN
+    return result if isinstance(result, int) else 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run and exit normally (raises SystemExit; used by tests and embedding code)."""
+    sys.exit(run(argv))
+
+
+def entry() -> None:
+    """Console-script entry: run, flush, and leave without interpreter teardown.
+
+    pyarrow's C++ thread pools can still be winding down when Python finalises, which aborts
+    the process ("terminate called without an active exception") and would turn exit code 3
+    into a signal. Everything pdprobe writes is flushed or renamed into place before this.
+    """
+    code = run()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            stream.flush()
+    os._exit(code)
