@@ -223,6 +223,7 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         deployed = {"p": up, "d": ud, "x": ux}
         binding, basis = binding_stage(up, ud, ux), "deployed counts"
     rec_prefill, rec_decode = rec.prefill, rec.decode
+    rec_util = (rec.prefill_utilization, rec.decode_utilization, rec.transfer_utilization)
     current = current_window(windows)
     if current is not None:
         cur_p, cur_d = int(current.recommended_prefill), int(current.recommended_decode)  # type: ignore[arg-type]
@@ -232,7 +233,12 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
             rec_prefill, rec_decode = max(rec_prefill, cur_p), max(rec_decode, cur_d)
             notes.append(f"recommended {rec_prefill}P/{rec_decode}D sizes for the current mix "
                          f"(the last full window needs {cur_p}P/{cur_d}D); the whole-window "
-                         f"average mix alone would need {rec.prefill}P/{rec.decode}D")
+                         f"average mix alone would need {rec.prefill}P/{rec.decode}D, and the "
+                         f"TTFT estimates below are for {rec.prefill}P on that average mix")
+            # utilisations must describe the counts actually recommended
+            up, ud, ux, _ = utilizations(rec.rates, mix.rate_rps, rec_prefill, rec_decode,
+                                         model.link_bytes_per_s)
+            rec_util = (up, ud, ux)
     defaults = tuple(k for k, d in (("ttft", slo.ttft_default), ("tpot", slo.tpot_default)) if d)
     if defaults:
         notes.append("default objectives used: " + ", ".join(
@@ -277,9 +283,9 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         decode_context_tokens=rec.rates.decode_context_tokens,
         decode_step_s=rec.rates.decode_step_s,
         decode_limit=rec.decode_limit,
-        prefill_utilization=rec.prefill_utilization,
-        decode_utilization=rec.decode_utilization,
-        transfer_utilization=rec.transfer_utilization,
+        prefill_utilization=rec_util[0],
+        decode_utilization=rec_util[1],
+        transfer_utilization=rec_util[2],
         deployed_prefill_utilization=deployed["p"],
         deployed_decode_utilization=deployed["d"],
         deployed_transfer_utilization=deployed["x"],
