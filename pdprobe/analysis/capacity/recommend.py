@@ -107,9 +107,23 @@ def ceil_count(x: float) -> int:
 
 
 def _quantile_sample(values: np.ndarray, n: int) -> np.ndarray:
+    """``np.quantile(values, (i + 0.5) / n)`` for ``i < n`` (linear method), bit for bit.
+
+    One sort and the same interpolation numpy applies: ``np.quantile`` partitions around each
+    of the ``n`` points instead, tens of times slower for a thousand of them.
+    """
     if len(values) <= n:
         return values
-    return np.quantile(values, (np.arange(n) + 0.5) / n)
+    s = np.sort(np.asarray(values, dtype=np.float64))
+    virtual = (len(s) - 1) * ((np.arange(n) + 0.5) / n)
+    below = np.floor(virtual).astype(np.intp)
+    above = np.minimum(below + 1, len(s) - 1)
+    t = virtual - below
+    a, b = s[below], s[above]
+    diff = b - a
+    out = a + diff * t
+    np.subtract(b, diff * (1 - t), out=out, where=t >= 0.5)  # numpy's _lerp, exactly
+    return out
 
 
 def utilizations(rates: StageRates, rate_rps: float, prefill: int, decode: int,

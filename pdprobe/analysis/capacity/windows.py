@@ -8,7 +8,9 @@ started-requests counter), served load is completions (or the finished-requests 
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
@@ -124,7 +126,10 @@ def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     return np.bincount(w[w >= 0], minlength=len(edges) - 1)
 
 
-def _served_rate(dataset: Dataset, lo: float, hi: float) -> float | None:
+def _served_rate(dataset: Dataset, lo: float, hi: float,
+                 metrics: pd.DataFrame | None = None) -> float | None:
+    """Completions per second in [lo, hi); ``metrics``: the rows to read counters from (the
+    window's ``WindowRows``), else the whole table."""
     req = dataset.requests
     if len(req) and dataset.has_request_column("e2e_s"):
         done = req["arrival_ts"] + req["e2e_s"]
@@ -138,7 +143,8 @@ def _served_rate(dataset: Dataset, lo: float, hi: float) -> float | None:
     from pdprobe import signals as S
     from pdprobe.analysis.promql import counter_increase_by_instance
 
-    inc = counter_increase_by_instance(dataset.metrics, S.REQUESTS_FINISHED_TOTAL, lo, hi)
+    table = dataset.metrics if metrics is None else metrics
+    inc = counter_increase_by_instance(table, S.REQUESTS_FINISHED_TOTAL, lo, hi)
     decode = [i.name for i in dataset.instances_of("decode")]
     if decode:
         inc = inc[inc.index.isin(decode)]
@@ -178,6 +184,11 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
     active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
+    finished = None
+    if dataset is not None and done is None and not dataset.metrics.empty:
+        from pdprobe import signals as S
+
+        finished = WindowRows(dataset.metrics, (S.REQUESTS_FINISHED_TOTAL,), edges)
     out = []
     for w in range(n_win):  # loop over windows, vectorised over their requests
         lo, hi = float(edges[w]), float(edges[w + 1])
@@ -187,7 +198,8 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         mean_o = float(mean_output[w]) if n else math.nan
         dep_p, dep_d = active_p[w], active_d[w]
         served = (done[w] / dur if done is not None
-                  else _served_rate(dataset, lo, hi) if dataset else None)
+                  else _served_rate(dataset, lo, hi, finished.window(w) if finished else None)
+                  if dataset else None)
         base = RatioWindow(
             start_ts=lo, end_ts=hi,
             theoretical_ratio=Missing(f"only {n} requests in the window "
@@ -224,6 +236,45 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     return tuple(out)
 
 
+class WindowRows:
+    """Per window, the rows of a few metric signals that an increase over it reads.
+
+    The increase of a cumulative series over ``[lo, hi]`` reads its samples in the window and
+    its last sample at or before ``lo`` (``analysis/promql.py``'s window convention). Keeping
+    only those rows makes each window's call cost its own samples instead of the whole capture
+    up to it (windows × rows, minutes on a day-long scrape file), with the same result.
+    """
+
+    def __init__(self, metrics: pd.DataFrame, signals: Collection[str],
+                 edges: np.ndarray) -> None:
+        keep = (metrics["signal"].isin(list(signals)).to_numpy(dtype=bool)
+                & metrics["value"].notna().to_numpy(dtype=bool))
+        self.frame = metrics.loc[keep]
+        self.edges = edges
+        ts = self.frame["ts"].to_numpy(dtype=np.float64, na_value=np.nan)
+        self.by_ts = np.argsort(ts, kind="stable")
+        self.ts_sorted = ts[self.by_ts]
+        series = self.frame.groupby(["signal", "kind", "instance", "le"], dropna=False,
+                                    sort=False, observed=True).ngroup().to_numpy()
+        order = np.lexsort((ts, series))  # by series, then time (stable: ties keep row order)
+        bounds = np.flatnonzero(np.diff(series[order], prepend=-1, append=-1))
+        starts = edges[:-1]
+        # last[s, w]: the row of series s last sampled at or before window w's start, or -1
+        self.last = np.full((len(bounds) - 1, len(starts)), -1, dtype=np.int64)
+        for s, (a, b) in enumerate(itertools.pairwise(bounds)):  # loop over series
+            k = np.searchsorted(ts[order[a:b]], starts, side="right") - 1
+            self.last[s] = np.where(k >= 0, order[a:b][np.maximum(k, 0)], -1)
+
+    def window(self, w: int) -> pd.DataFrame:
+        """The rows window ``w`` reads, in their original order."""
+        lo, hi = self.edges[w], self.edges[w + 1]
+        a = np.searchsorted(self.ts_sorted, lo, side="left")
+        b = np.searchsorted(self.ts_sorted, hi, side="right")
+        before = self.last[:, w]
+        rows = np.union1d(self.by_ts[a:b], before[before >= 0])
+        return self.frame.iloc[rows]
+
+
 def _histogram_mean(metrics: pd.DataFrame, signal: str, lo: float, hi: float,
                     instances: list[str] | None) -> tuple[float, float]:
     """(count, mean) of a histogram's observations within [lo, hi]."""
@@ -252,16 +303,19 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
     base_p, base_o = float(mix.prompt_tokens.mean()), float(mix.output_tokens.mean())
     active_p = active_instances(dataset, "prefill", edges)
     active_d = active_instances(dataset, "decode", edges)
+    rows = WindowRows(metrics, (S.PROMPT_TOKENS, S.OUTPUT_TOKENS, S.REQUESTS_STARTED_TOTAL,
+                                S.REQUESTS_FINISHED_TOTAL), edges)
     out = []
     for w in range(len(edges) - 1):  # loop over windows
         lo, hi = float(edges[w]), float(edges[w + 1])
         dur = hi - lo
-        n, mean_p = _histogram_mean(metrics, S.PROMPT_TOKENS, lo, hi, decode)
-        _, mean_o = _histogram_mean(metrics, S.OUTPUT_TOKENS, lo, hi, decode)
+        part = rows.window(w)
+        n, mean_p = _histogram_mean(part, S.PROMPT_TOKENS, lo, hi, decode)
+        _, mean_o = _histogram_mean(part, S.OUTPUT_TOKENS, lo, hi, decode)
         dep_p, dep_d = active_p[w], active_d[w]
-        started = counter_increase_by_instance(metrics, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
+        started = counter_increase_by_instance(part, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
         offered = float(started.sum()) / dur if len(started) else (n / dur if n > 0 else None)
-        served = _served_rate(dataset, lo, hi)
+        served = _served_rate(dataset, lo, hi, part)
         count = int(n) if math.isfinite(n) else 0
         base = RatioWindow(
             start_ts=lo, end_ts=hi,

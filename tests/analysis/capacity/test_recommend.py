@@ -200,3 +200,15 @@ def test_length_work_is_shared_across_loads() -> None:
     busier = m.with_rate(2 * m.rate_rps)
     assert size(busier, inputs, slo, work) == size(busier, inputs, slo)
     assert recommend(busier, inputs, slo, work) == recommend(busier, inputs, slo)
+
+
+def test_quantile_sample_is_numpy_quantile_bit_for_bit() -> None:
+    from pdprobe.analysis.capacity.recommend import _quantile_sample
+
+    rng = np.random.default_rng(9)
+    for values in (rng.gamma(0.5, 2.0, 4000), np.round(rng.gamma(2.0, 1.0, 1501), 1),
+                   np.full(2000, 0.3)):
+        ref = np.quantile(values, (np.arange(1000) + 0.5) / 1000)
+        assert np.array_equal(_quantile_sample(values, 1000), ref)
+    small = np.array([3.0, 1.0, 2.0])
+    assert _quantile_sample(small, 1000) is small  # no more points than asked: kept as is
