@@ -92,6 +92,9 @@ def write_output(text: str, output: Path | None) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        from pdprobe.collectors.io import default_file_mode
+
+        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; a report is for sharing
         os.replace(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

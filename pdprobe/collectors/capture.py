@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
-from pdprobe.collectors.io import CAPTURE_METADATA_KEY
+from pdprobe.collectors.io import CAPTURE_METADATA_KEY, default_file_mode
 from pdprobe.dataset import (
     EVENT_COLUMNS,
     METRIC_COLUMNS,
@@ -144,6 +144,7 @@ def write_capture(partial: Partial, output: Path, collection: Mapping[str, Any] 
     os.close(fd)
     try:
         pq.write_table(body, tmp, compression="zstd")
+        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; a capture is a normal file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -39,6 +39,15 @@ _LOG_MARKERS: Final = (
 )
 
 
+def default_file_mode() -> int:
+    """The mode ``open()`` gives a new file (0666 less the umask); temp files are 0600."""
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def compression_of(head: bytes) -> str | None:
     if head.startswith(GZIP_MAGIC):
         return "gzip"

@@ -110,3 +110,14 @@ def test_json_contract_fields_on_sample_when_present(tmp_path: Path) -> None:
     for key in ("schema_version", "status", "window", "workload", "instances", "ratio", "findings"):
         assert key in report
     assert "bundled sample" in result.stderr
+
+
+def test_output_file_gets_the_normal_mode_not_0600(tmp_path: Path) -> None:
+    from pdprobe.cli.common import write_output
+    from pdprobe.collectors.io import default_file_mode
+
+    out = tmp_path / "report.md"
+    write_output("# report\n", out)
+    assert out.read_text() == "# report\n"
+    assert out.stat().st_mode & 0o777 == default_file_mode()
+    assert not list(tmp_path.glob(".report.md.*"))
