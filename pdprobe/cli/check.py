@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from pdprobe.cli.common import EXIT_OK, EXIT_UNKNOWN, OutputOpt, env, write_output
+from pdprobe.cli.common import (
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    DecodeMatchOpt,
+    OutputOpt,
+    PrefillMatchOpt,
+    env,
+    write_output,
+)
 from pdprobe.cli.live_options import (
     BasicAuthPasswordFileOpt,
     BasicAuthUserOpt,
@@ -23,6 +31,7 @@ from pdprobe.cli.live_options import (
     TimeoutOpt,
     UntilOpt,
     build_target,
+    require_target,
 )
 
 
@@ -33,12 +42,6 @@ class CheckFormat(StrEnum):
 
 CheckFormatOpt = Annotated[CheckFormat, typer.Option(
     "--format", "-f", envvar=env("format"), help="Output format: text or json.")]
-PrefillMatchOpt = Annotated[str | None, typer.Option(
-    "--prefill-match", envvar=env("prefill-match"),
-    help="Regular expression: instances whose name matches are prefill (overrides labels).")]
-DecodeMatchOpt = Annotated[str | None, typer.Option(
-    "--decode-match", envvar=env("decode-match"),
-    help="Regular expression: instances whose name matches are decode (overrides labels).")]
 
 
 def check_command(
@@ -62,14 +65,11 @@ def check_command(
 ) -> int:
     """Check that pdprobe can diagnose a live cluster, and what it will be able to judge."""
     from pdprobe.collectors.roles import RoleOptions
-    from pdprobe.errors import UsageError
     from pdprobe.services.check import check, render_text, to_json
 
-    target = build_target(prometheus, since, until, step, selector, metrics_map,
-                          bearer_token_file, basic_auth_user, basic_auth_password_file, header,
-                          ca_bundle, insecure, timeout)
-    if target is None:
-        raise UsageError("check needs --prometheus URL", hint="e.g. --prometheus http://prometheus:9090")
+    target = require_target("check", build_target(
+        prometheus, since, until, step, selector, metrics_map, bearer_token_file, basic_auth_user,
+        basic_auth_password_file, header, ca_bundle, insecure, timeout))
     result = check(target, roles=RoleOptions(prefill_match=prefill_match,
                                              decode_match=decode_match))
     text = to_json(result) if fmt == CheckFormat.json else render_text(result)

@@ -23,6 +23,7 @@ from pdprobe.cli.live_options import (
     TimeoutOpt,
     UntilOpt,
     build_target,
+    require_target,
 )
 
 CaptureOpt = Annotated[Path, typer.Option(
@@ -48,14 +49,11 @@ def collect_command(
 ) -> int:
     """Capture what diagnose needs from a live cluster into one file ('pdprobe diagnose FILE')."""
     from pdprobe.collectors.base import ReadContext
-    from pdprobe.errors import UsageError
     from pdprobe.services.collect import collect
 
-    target = build_target(prometheus, since, until, step, selector, metrics_map,
-                          bearer_token_file, basic_auth_user, basic_auth_password_file, header,
-                          ca_bundle, insecure, timeout)
-    if target is None:
-        raise UsageError("collect needs --prometheus URL", hint="e.g. --prometheus http://prometheus:9090")
+    target = require_target("collect", build_target(
+        prometheus, since, until, step, selector, metrics_map, bearer_token_file, basic_auth_user,
+        basic_auth_password_file, header, ca_bundle, insecure, timeout))
     progress = StderrProgress()
     try:
         result = collect(target, output, ReadContext(progress=progress))

@@ -58,6 +58,12 @@ SloTpotOpt = Annotated[float | None, typer.Option(
 FailOnOpt = Annotated[FailOn, typer.Option(
     "--fail-on", envvar=env("fail-on"),
     help="Lowest finding severity that makes the exit code non-zero.")]
+PrefillMatchOpt = Annotated[str | None, typer.Option(
+    "--prefill-match", envvar=env("prefill-match"),
+    help="Regular expression: instances whose name matches are prefill (overrides labels).")]
+DecodeMatchOpt = Annotated[str | None, typer.Option(
+    "--decode-match", envvar=env("decode-match"),
+    help="Regular expression: instances whose name matches are decode (overrides labels).")]
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar=env("verbose"), help="Add per-instance detail to the text view.")]
 QuietOpt = Annotated[bool, typer.Option(

@@ -9,11 +9,13 @@ from typing import Annotated
 import typer
 
 from pdprobe.cli.common import (
+    DecodeMatchOpt,
     FailOn,
     FailOnOpt,
     FormatOpt,
     OutputFormat,
     OutputOpt,
+    PrefillMatchOpt,
     QuietOpt,
     SloTpotOpt,
     SloTtftOpt,
@@ -42,12 +44,6 @@ from pdprobe.cli.live_options import (
     build_target,
 )
 
-PrefillMatchOpt = Annotated[str | None, typer.Option(
-    "--prefill-match", envvar=env("prefill-match"),
-    help="Regular expression: instances whose name matches are prefill (overrides labels).")]
-DecodeMatchOpt = Annotated[str | None, typer.Option(
-    "--decode-match", envvar=env("decode-match"),
-    help="Regular expression: instances whose name matches are decode (overrides labels).")]
 YearOpt = Annotated[int | None, typer.Option(
     "--year", envvar=env("year"), min=1970, max=2100,
     help="Year for vLLM log timestamps, which carry none (default: the file's mtime year).")]

@@ -155,3 +155,13 @@ def build_target(
         insecure=insecure,
         timeout_s=timeout,
     )
+
+
+def require_target(command: str, target: PrometheusTarget | None) -> PrometheusTarget:
+    """The target of a command that only works live (collect, check)."""
+    from pdprobe.errors import UsageError
+
+    if target is None:
+        raise UsageError(f"{command} needs --prometheus URL",
+                         hint="e.g. --prometheus http://prometheus:9090")
+    return target
