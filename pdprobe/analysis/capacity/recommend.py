@@ -75,31 +75,6 @@ class Slo:
                    ttft_default=not ttft_s, tpot_default=not tpot_s)
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """Counts and the estimates behind them for one workload mix and load."""
-
-    rates: StageRates
-    rate_rps: float
-    prefill: int
-    decode: int
-    theoretical_ratio: float
-    prefill_limit: str  # "ttft-slo", "utilization" (PREFILL_MAX_UTILIZATION) or "transfer"
-    decode_limit: str  # "throughput", "kv-memory" (fluctuation headroom) or "transfer"
-    prefill_utilization: float
-    decode_utilization: float
-    transfer_utilization: float
-    binding: str
-    ttft_target_s: float  # the TTFT level sized against (the SLO, or the bare p95 if above it)
-    ttft_p90_s: float  # estimated at the recommended prefill count
-    ttft_mean_s: float  # G/G/c mean wait + mean bare TTFT
-    md1_ttft_s: float  # DistServe's M/D/1 cross-check at the same per-instance load
-    ttft_attainment: float  # predicted share of requests within the TTFT objective
-    infeasible_ttft_fraction: float  # share whose bare TTFT already exceeds the objective
-    transfer_required_bytes_per_s: float  # per node, on the busier side
-    notes: tuple[str, ...] = ()
-
-
 def ceil_count(x: float) -> int:
     if not math.isfinite(x):
         raise ValueError("count is not finite")
@@ -190,6 +165,16 @@ class Sizing:
     infeasible_ttft_fraction: float
     transfer_required_bytes_per_s: float
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation(Sizing):
+    """A ``Sizing`` plus the TTFT estimates at its prefill count."""
+
+    ttft_p90_s: float  # estimated at the recommended prefill count
+    ttft_mean_s: float  # G/G/c mean wait + mean bare TTFT
+    md1_ttft_s: float  # DistServe's M/D/1 cross-check at the same per-instance load
+    ttft_attainment: float  # predicted share of requests within the TTFT objective
 
 
 def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
