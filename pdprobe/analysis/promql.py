@@ -15,7 +15,9 @@ snapshot of a freshly started server).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import weakref
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -243,50 +245,166 @@ def _keys(key: KeySpec) -> list[str]:
     return [key] if isinstance(key, str) else list(key)
 
 
+class FrozenMapping(Mapping[str, float]):
+    """A read-only mapping that deep-copies as itself.
+
+    pandas deep-copies ``DataFrame.attrs`` on every derived frame; per-instance dicts there made
+    each operation on a 512-instance histogram copy thousands of objects.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, float] | None = None) -> None:
+        self._data: dict[str, float] = dict(data or {})
+
+    def __getitem__(self, key: str) -> float:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({self._data!r})"
+
+    def __deepcopy__(self, memo: dict[int, object]) -> FrozenMapping:
+        return self
+
+
+# The rows of each signal, per metric table, split once: the analyses select by signal dozens
+# of times, and scanning (then taking from) 1.7M string rows each time was most of a 512-instance
+# live diagnosis. Keyed by id() and dropped when the table is garbage-collected. Tables are not
+# modified in place once built (Dataset is frozen), which is what makes caching sound.
+_SIGNAL_FRAMES: dict[int, tuple[weakref.ref[pd.DataFrame], dict[str, pd.DataFrame]]] = {}
+# Below this many rows a scan is as cheap as the split.
+_SIGNAL_SPLIT_MIN_ROWS: Final = 50_000
+
+
+def _signal_frame(table: pd.DataFrame, signal: str) -> pd.DataFrame | None:
+    """The rows of ``signal`` (in table order) from the cached split; None for small tables."""
+    if len(table) < _SIGNAL_SPLIT_MIN_ROWS:
+        return None
+    key = id(table)
+    hit = _SIGNAL_FRAMES.get(key)
+    if hit is None or hit[0]() is not table:
+        import pandas as pd
+
+        codes, uniques = pd.factorize(table["signal"], use_na_sentinel=True)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
+        frames = {str(u): table.take(order[bounds[i]:bounds[i + 1]])
+                  for i, u in enumerate(uniques)}
+        hit = (weakref.ref(table, lambda _ref: _SIGNAL_FRAMES.pop(key, None)), frames)
+        _SIGNAL_FRAMES[key] = hit
+    frame = hit[1].get(signal)
+    return frame if frame is not None else table.iloc[0:0]
+
+
 def _select(table: pd.DataFrame, signal: str, kinds: Collection[str],
             instances: Collection[str] | None, key_cols: list[str]) -> pd.DataFrame:
-    mask = (table["signal"] == signal) & table["kind"].isin(list(kinds))
+    part = _signal_frame(table, signal)
+    if part is not None:
+        table = part
+        mask = table["kind"].isin(list(kinds))
+    else:
+        mask = (table["signal"] == signal) & table["kind"].isin(list(kinds))
     if instances is not None:
         mask &= table[key_cols[0]].isin(list(instances))
-    out = table.loc[mask.fillna(False).to_numpy(dtype=bool)]
-    return out[out["value"].notna()]
+    mask &= table["value"].notna()
+    return table.loc[mask.fillna(False).to_numpy(dtype=bool)]
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """Rows of a frame sorted by group key, then time: ``order`` into the frame, group bounds."""
+
+    order: np.ndarray
+    starts: np.ndarray  # first sorted position of each group
+    ends: np.ndarray  # one past its last
+    ts: np.ndarray  # sorted
+    values: np.ndarray  # sorted
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    def key_frame(self, frame: pd.DataFrame, cols: list[str], positions: np.ndarray
+                  ) -> pd.DataFrame:
+        """The key columns at sorted ``positions``, dtypes kept."""
+        rows = self.order[positions]
+        return frame[cols].take(rows).reset_index(drop=True)
+
+
+def _group_sorted(frame: pd.DataFrame, cols: list[str], *, dropna: bool) -> _Groups:
+    """Stable sort by the key columns (each ascending, missing last) then ``ts``."""
+    import pandas as pd
+
+    codes = []
+    keep = np.ones(len(frame), dtype=bool)
+    for col in cols:
+        c, uniques = pd.factorize(frame[col], sort=True, use_na_sentinel=True)
+        missing = c < 0
+        if dropna:
+            keep &= ~missing
+        codes.append(np.where(missing, len(uniques), c))
+    ts = frame["ts"].to_numpy(dtype=np.float64)
+    # lexsort's last key is the primary one: the first key column.
+    order = np.lexsort((ts, *reversed(codes)))
+    if not keep.all():
+        order = order[keep[order]]
+    n = len(order)
+    change = np.zeros(n, dtype=bool)
+    if n:
+        change[0] = True
+        for c in codes:
+            cs = c[order]
+            change[1:] |= cs[1:] != cs[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n).astype(starts.dtype)
+    return _Groups(order=order, starts=starts, ends=ends, ts=ts[order],
+                   values=frame["value"].to_numpy(dtype=np.float64)[order])
 
 
 def _window_increase(frame: pd.DataFrame, group_cols: list[str], start_ts: float | None,
                      end_ts: float | None, from_zero: bool) -> pd.DataFrame:
-    """Per group: increase over the window (see the module docstring); NaN when unknown."""
+    """Per group: increase over the window (see the module docstring); NaN when unknown.
+
+    ``frame`` holds no missing values (``_select`` drops them). Groups come out sorted by key.
+    """
     import pandas as pd
 
     if end_ts is not None:
-        frame = frame[frame["ts"] <= end_ts]
+        frame = frame[frame["ts"].to_numpy(dtype=np.float64) <= end_ts]
     if frame.empty:
         return pd.DataFrame(columns=[*group_cols, "increase"])
-    frame = frame.sort_values([*group_cols, "ts"], kind="stable")
-    grouped = frame.groupby(group_cols, sort=True, dropna=False)
-    last = grouped["value"].last()
-    last_ts = grouped["ts"].last()
+    g = _group_sorted(frame, group_cols, dropna=False)
+    last_pos = g.ends - 1
+    last, last_ts = g.values[last_pos], g.ts[last_pos]
+    size = g.sizes
     if start_ts is None:
-        base = grouped["value"].first()
-        n_used = grouped["value"].size()
-        in_window = n_used > 0
+        base = g.values[g.starts]
+        n_used = size
+        in_window = size > 0
     else:
-        before = frame[frame["ts"] <= start_ts].groupby(group_cols, sort=True, dropna=False)
-        inside = frame[frame["ts"] >= start_ts].groupby(group_cols, sort=True, dropna=False)
-        base_before = before["value"].last().reindex(last.index)
-        base_inside = inside["value"].first().reindex(last.index)
-        base = base_before.fillna(base_inside)
-        n_inside = inside["value"].size().reindex(last.index).fillna(0)
-        n_used = n_inside + base_before.notna().astype(int)
+        # Per group, samples at or before the start and strictly before it (time-sorted).
+        n_at_or_before = np.add.reduceat((g.ts <= start_ts).astype(np.int64), g.starts)
+        n_before = np.add.reduceat((g.ts < start_ts).astype(np.int64), g.starts)
+        n_inside = size - n_before
+        has_before = n_at_or_before > 0
+        base_before = g.values[np.maximum(g.starts + n_at_or_before - 1, 0)]
+        base_inside = g.values[np.minimum(g.starts + n_before, g.ends - 1)]
+        base = np.where(has_before, base_before, np.where(n_inside > 0, base_inside, np.nan))
+        n_used = n_inside + has_before.astype(np.int64)
         # A series whose last sample precedes the window has ended: its increase is unknown.
         in_window = (last_ts >= start_ts) & (n_inside > 0)
     inc = last - base
-    if from_zero:
-        single = n_used < 2
-        inc = inc.where(~single, last)
-    else:
-        inc = inc.where(n_used >= 2)
-    inc = inc.where(in_window)
-    return inc.rename("increase").reset_index()
+    inc = np.where(n_used < 2, last, inc) if from_zero else np.where(n_used >= 2, inc, np.nan)
+    inc = np.where(in_window, inc, np.nan)
+    out = g.key_frame(frame, group_cols, g.starts)
+    out["increase"] = inc
+    return out
 
 
 def counter_increase_by_instance(metrics: pd.DataFrame, signal: str,
@@ -346,7 +464,7 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
             out = res.groupby("le", sort=True)["count"].sum().reset_index()
         out = out.reset_index(drop=True)
     kept = None if not skipped else set(skipped)
-    attrs: dict[str, object] = {"skipped_instances": skipped}
+    attrs: dict[str, object] = {"skipped_instances": skipped}  # a short list
     for kind in ("sum", "count"):
         part = frame[frame["kind"] == kind]
         inc = _window_increase(part[["instance", "ts", "value"]], ["instance"], start_ts, end_ts,
@@ -355,11 +473,117 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
             inc = inc[~inc["instance"].isin(kept)]
         per = {str(k): float(v) for k, v in zip(inc.get("instance", []), inc.get("increase", []),
                                                 strict=False)}
-        attrs[f"{kind}_by_instance"] = per
+        attrs[f"{kind}_by_instance"] = FrozenMapping(per)
         known = [v for v in per.values() if not np.isnan(v)]
         attrs[kind] = float(np.sum(known)) if known else float("nan")
     out.attrs.update(attrs)
     return out
+
+
+def _increases_by_window(frame: pd.DataFrame, group_cols: list[str], edges: np.ndarray,
+                         from_zero: bool) -> tuple[_Groups, np.ndarray, np.ndarray]:
+    """``_window_increase`` over every window ``[edges[w], edges[w + 1]]`` at once.
+
+    Returns the groups and two ``[group, window]`` arrays: the increase (NaN when unknown) and
+    whether the group has any sample at or before the window's end (``_window_increase``
+    leaves the others out altogether).
+    """
+    g = _group_sorted(frame, group_cols, dropna=False)
+    e = np.asarray(edges, dtype=np.float64)
+    n_groups, n_win = len(g.starts), len(e) - 1
+    if n_groups == 0 or n_win < 1:
+        empty = np.zeros((n_groups, max(n_win, 0)))
+        return g, empty * np.nan, empty.astype(bool)
+    # Count samples at/before and before each edge, for all groups at once, by searching a key
+    # that orders by group, then by time since the group's first sample. Edges are clipped to
+    # just outside each group's span, which leaves the counts unchanged.
+    origin = g.ts[g.starts]
+    span = g.ts[g.ends - 1] - origin
+    width = float(span.max()) + 2.0
+    sample_group = np.repeat(np.arange(n_groups), g.sizes)
+    sample_key = sample_group * width + (g.ts - origin[sample_group])
+    offset = np.clip(e[None, :] - origin[:, None], -0.5, span[:, None] + 0.5)
+    edge_key = np.arange(n_groups)[:, None] * width + offset
+    starts = g.starts[:, None]
+    at_or_before = np.searchsorted(sample_key, edge_key, side="right") - starts
+    before = np.searchsorted(sample_key, edge_key, side="left") - starts
+    n_le_lo, n_lt_lo, n_le_hi = at_or_before[:, :-1], before[:, :-1], at_or_before[:, 1:]
+    present = n_le_hi > 0
+    last_pos = np.maximum(starts + n_le_hi - 1, 0)
+    last, last_ts = g.values[last_pos], g.ts[last_pos]
+    n_inside = n_le_hi - n_lt_lo
+    has_before = n_le_lo > 0
+    base_before = g.values[np.maximum(starts + n_le_lo - 1, 0)]
+    base_inside = g.values[np.minimum(starts + n_lt_lo, g.ends[:, None] - 1)]
+    base = np.where(has_before, base_before, np.where(n_inside > 0, base_inside, np.nan))
+    n_used = n_inside + has_before
+    inc = last - base
+    inc = np.where(n_used < 2, last, inc) if from_zero else np.where(n_used >= 2, inc, np.nan)
+    inc = np.where((last_ts >= e[None, :-1]) & (n_inside > 0) & present, inc, np.nan)
+    return g, inc, present
+
+
+def counter_increase_by_window(metrics: pd.DataFrame, signal: str, edges: np.ndarray, *,
+                               key: KeySpec = "instance", kind: str = "counter",
+                               from_zero: bool = False) -> pd.DataFrame:
+    """``counter_increase_by_instance`` for every window ``[edges[w], edges[w + 1]]``.
+
+    Rows: the key (as ``counter_increase_by_instance``'s index); columns: window numbers.
+    NaN where the increase is unknown or the series has no sample up to the window's end.
+    """
+    import pandas as pd
+
+    cols = _keys(key)
+    frame = _select(metrics, signal, (kind,), None, cols)
+    n_win = max(len(edges) - 1, 0)
+    if frame.empty:
+        return pd.DataFrame(np.zeros((0, n_win)), columns=range(n_win))
+    g, inc, _present = _increases_by_window(frame[[*cols, "ts", "value"]], cols, edges,
+                                            from_zero)
+    keys = g.key_frame(frame, cols, g.starts)
+    index = (pd.Index(keys[cols[0]], name=cols[0]) if len(cols) == 1
+             else pd.MultiIndex.from_frame(keys))
+    return pd.DataFrame(inc, index=index, columns=range(n_win))
+
+
+def histogram_totals_by_window(metrics: pd.DataFrame, signal: str, edges: np.ndarray,
+                               instances: Collection[str] | None = None
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``histogram_window``'s totals for every window ``[edges[w], edges[w + 1]]`` at once.
+
+    Per window: the observation count and sum (``attrs["count"]``/``attrs["sum"]``, over the
+    instances not skipped) and whether any bucket increase is left (``len(...) > 0``).
+    """
+    import pandas as pd
+
+    n_win = max(len(edges) - 1, 0)
+    frame = _select(metrics, signal, ("bucket", "sum", "count"), instances, ["instance"])
+    frame = frame[["instance", "ts", "kind", "le", "value"]]
+    inst_codes, names = pd.factorize(frame["instance"], use_na_sentinel=False)
+    frame = frame.assign(_inst=inst_codes)
+    # Instances skipped per window: some bucket of theirs is present with an unknown increase.
+    skipped = np.zeros((len(names), n_win), dtype=bool)
+    has_buckets = np.zeros(n_win, dtype=bool)
+    buckets = frame[frame["kind"] == "bucket"]
+    if len(buckets):
+        g, inc, present = _increases_by_window(buckets, ["_inst", "le"], edges, False)
+        owner = buckets["_inst"].to_numpy()[g.order[g.starts]]
+        bad = present & np.isnan(inc)
+        np.logical_or.at(skipped, owner, bad)
+        kept_bucket = present & ~skipped[owner]
+        has_buckets = kept_bucket.any(axis=0)
+    totals = []
+    for kind in ("count", "sum"):
+        part = frame[frame["kind"] == kind]
+        if part.empty:
+            totals.append(np.full(n_win, np.nan))
+            continue
+        g, inc, present = _increases_by_window(part, ["_inst"], edges, False)
+        owner = part["_inst"].to_numpy()[g.order[g.starts]]
+        known = present & ~skipped[owner] & ~np.isnan(inc)
+        total = np.where(known, inc, 0.0).sum(axis=0)
+        totals.append(np.where(known.any(axis=0), total, np.nan))
+    return totals[0], totals[1], has_buckets
 
 
 def histogram_quantiles_matrix(q: float, le: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -403,12 +627,34 @@ def histogram_quantiles_by_instance(hist: pd.DataFrame, q: float) -> pd.Series:
 
     if hist.empty:
         return pd.Series([], dtype="float64", name=f"q{q}")
-    table = (hist.pivot_table(index="instance", columns="le", values="count", aggfunc="sum",
-                              observed=True)
-             .sort_index(axis=1).ffill(axis=1).fillna(0.0))
-    values = histogram_quantiles_matrix(q, table.columns.to_numpy(dtype="float64"),
-                                        table.to_numpy(dtype="float64"))
-    return pd.Series(values, index=table.index.astype(str), dtype="float64", name=f"q{q}")
+    instances, bounds, table = _bucket_matrix(hist)
+    values = histogram_quantiles_matrix(q, bounds, table)
+    return pd.Series(values, index=pd.Index(instances, name="instance"), dtype="float64",
+                     name=f"q{q}")
+
+
+def _bucket_matrix(hist: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Instances (sorted), bucket bounds (ascending) and the ``[instance, bound]`` counts.
+
+    Counts of repeated (instance, bound) rows add up; a bound an instance lacks takes the
+    count at its next lower bound, 0 below its first.
+    """
+    import pandas as pd
+
+    inst_codes, instances = pd.factorize(hist["instance"].astype(str), sort=True)
+    le_codes, bounds = pd.factorize(hist["le"].to_numpy(dtype=np.float64), sort=True)
+    counts = hist["count"].to_numpy(dtype=np.float64)
+    ok = (inst_codes >= 0) & (le_codes >= 0) & ~np.isnan(counts)
+    table = np.zeros((len(instances), len(bounds)))
+    present = np.zeros(table.shape, dtype=bool)
+    np.add.at(table, (inst_codes[ok], le_codes[ok]), counts[ok])
+    present[inst_codes[ok], le_codes[ok]] = True
+    # Forward-fill along the bounds: each cell takes the last present column at or before it.
+    cols = np.where(present, np.arange(len(bounds)), -1)
+    last = np.maximum.accumulate(cols, axis=1)
+    rows = np.arange(len(instances))[:, None]
+    filled = np.where(last >= 0, table[rows, np.maximum(last, 0)], 0.0)
+    return np.asarray(instances, dtype=object), np.asarray(bounds, dtype=np.float64), filled
 
 
 def _bins(ts: np.ndarray, step_s: float) -> np.ndarray:
@@ -421,7 +667,8 @@ def rate_series(metrics: pd.DataFrame, signal: str, step_s: float, *,
 
     The cumulative value is interpolated linearly between samples at each bin edge; a bin's
     rate is the difference across it over ``step_s``. Bins not covered by samples at both edges
-    are left out. Columns ``ts`` (bin start), the key column(s), ``rate``.
+    are left out. Columns ``ts`` (bin start), the key column(s), ``rate``; sorted by key, then
+    time.
     """
     import pandas as pd
 
@@ -429,33 +676,63 @@ def rate_series(metrics: pd.DataFrame, signal: str, step_s: float, *,
         raise ValueError("step_s must be positive")
     cols = _keys(key)
     frame = _select(metrics, signal, (kind,), None, cols)
-    if frame.empty:
-        out = {"ts": pd.Series(dtype="float64")}
-        out.update({c: pd.Series(dtype=metrics[c].dtype) for c in cols})
-        out["rate"] = pd.Series(dtype="float64")
-        return pd.DataFrame(out)
-    frame = frame.sort_values([*cols, "ts"], kind="stable")
-    parts = []
-    for group_key, g in frame.groupby(cols, sort=True):
-        t = g["ts"].to_numpy(dtype=np.float64)
-        v = g["value"].to_numpy(dtype=np.float64)
-        if len(t) < 2:
-            continue
-        first_edge = np.ceil(t[0] / step_s) * step_s
-        edges = np.arange(first_edge, t[-1] + step_s * 1e-9, step_s)
-        if len(edges) < 2:
-            continue
-        cum = np.interp(edges, t, v)
-        keys = group_key if isinstance(group_key, tuple) else (group_key,)
-        data: dict[str, object] = {"ts": edges[:-1], "rate": np.diff(cum) / step_s}
-        data.update({str(col): val for col, val in zip(cols, keys, strict=True)})
-        parts.append(pd.DataFrame(data))
-    if not parts:
-        return rate_series(metrics.iloc[0:0], signal, step_s, key=key, kind=kind)
-    out_frame = pd.concat(parts, ignore_index=True)
-    for c in cols:
-        out_frame[c] = out_frame[c].astype(metrics[c].dtype)
-    return out_frame[["ts", *cols, "rate"]]
+    g = _group_sorted(frame, cols, dropna=True) if len(frame) else None
+    if g is None or not len(g.starts):
+        return _empty_rates(metrics, cols)
+    t = g.ts
+    first_t, last_t = t[g.starts], t[g.ends - 1]
+    # The edges np.arange(ceil(t0 / step) * step, t_last + step * 1e-9, step) of each series.
+    first_edge = np.ceil(first_t / step_s) * step_s
+    n_edges = np.maximum(np.ceil((last_t + step_s * 1e-9 - first_edge) / step_s), 0)
+    n_edges = np.where(g.sizes >= 2, n_edges, 0).astype(np.int64)
+    if n_edges.max(initial=0) < 2:
+        return _empty_rates(metrics, cols)
+    group_of_edge = np.repeat(np.arange(len(g.starts)), n_edges)
+    offsets = np.cumsum(n_edges) - n_edges
+    k = np.arange(len(group_of_edge)) - offsets[group_of_edge]
+    # np.arange's own arithmetic (start + k * ((start + step) - start)), for identical edges.
+    delta = (first_edge + step_s) - first_edge
+    edges = first_edge[group_of_edge] + k * delta[group_of_edge]
+    cum = _interp_grouped(g, group_of_edge, edges)
+    same = group_of_edge[1:] == group_of_edge[:-1]
+    rates = (cum[1:] - cum[:-1])[same] / step_s
+    lefts = np.flatnonzero(same)
+    keys = g.key_frame(frame, cols, g.starts[group_of_edge[lefts]])
+    out = pd.DataFrame({"ts": edges[lefts]})
+    for col in cols:
+        out[col] = keys[col].array
+    out["rate"] = rates
+    return out
+
+
+def _empty_rates(metrics: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    out = {"ts": pd.Series(dtype="float64")}
+    out.update({c: pd.Series(dtype=metrics[c].dtype) for c in cols})
+    out["rate"] = pd.Series(dtype="float64")
+    return pd.DataFrame(out)
+
+
+def _interp_grouped(g: _Groups, group_of_point: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``np.interp(x, t, v)`` of each point against its own group's samples (x within range)."""
+    t, v = g.ts, g.values
+    # Search all groups at once on a composite key: group number, then time since the group's
+    # first sample (differences of nearby doubles are exact, so ties stay ties).
+    origin = t[g.starts]
+    width = float(np.max(t[g.ends - 1] - origin)) + 1.0
+    sample_group = np.repeat(np.arange(len(g.starts)), g.sizes)
+    sample_key = sample_group * width + (t - origin[sample_group])
+    point_key = group_of_point * width + (x - origin[group_of_point])
+    j = np.searchsorted(sample_key, point_key, side="right") - 1
+    j = np.clip(j, g.starts[group_of_point], g.ends[group_of_point] - 1)
+    at_end = j == g.ends[group_of_point] - 1
+    nxt = np.where(at_end, j, j + 1)
+    exact = at_end | (t[j] == x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = (v[nxt] - v[j]) / (t[nxt] - t[j])
+        inside = slope * (x - t[j]) + v[j]
+    return np.where(exact, v[j], inside)
 
 
 def gauge_series(metrics: pd.DataFrame, signal: str, step_s: float, agg: str = "mean", *,

@@ -8,9 +8,7 @@ started-requests counter), served load is completions (or the finished-requests 
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
@@ -23,7 +21,6 @@ from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utiliz
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from pdprobe.dataset import Dataset
 
@@ -126,42 +123,32 @@ def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     return np.bincount(w[w >= 0], minlength=len(edges) - 1)
 
 
-def _served_rate(dataset: Dataset, lo: float, hi: float,
-                 metrics: pd.DataFrame | None = None) -> float | None:
-    """Completions per second in [lo, hi); ``metrics``: the rows to read counters from (the
-    window's ``WindowRows``), else the whole table."""
-    req = dataset.requests
-    if len(req) and dataset.has_request_column("e2e_s"):
-        done = req["arrival_ts"] + req["e2e_s"]
-        ok = done.notna()
-        if dataset.has_request_column("status"):
-            ok &= req["status"].fillna("ok") == "ok"
-        n = int(((done >= lo) & (done < hi) & ok).sum())
-        return n / (hi - lo)
+def counter_served_rates(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
+    """Per window: completions per second from the decode instances' finished-requests
+    counters (NaN where no increase is known); None without metrics."""
     if dataset.metrics.empty:
         return None
     from pdprobe import signals as S
-    from pdprobe.analysis.promql import counter_increase_by_instance
+    from pdprobe.analysis.promql import counter_increase_by_window
 
-    table = dataset.metrics if metrics is None else metrics
-    inc = counter_increase_by_instance(table, S.REQUESTS_FINISHED_TOTAL, lo, hi)
+    inc = counter_increase_by_window(dataset.metrics, S.REQUESTS_FINISHED_TOTAL, edges)
     decode = [i.name for i in dataset.instances_of("decode")]
     if decode:
         inc = inc[inc.index.isin(decode)]
-    total = float(inc.dropna().sum()) if len(inc.dropna()) else math.nan
-    return total / (hi - lo) if math.isfinite(total) else None
+    return _known_sum(inc.to_numpy(dtype=np.float64)) / np.diff(edges)
 
 
-def _offered_rate(dataset: Dataset, lo: float, hi: float, arrivals: int | None) -> float | None:
-    if arrivals is not None:
-        return arrivals / (hi - lo)
-    if dataset.metrics.empty:
+def _known_sum(values: np.ndarray) -> np.ndarray:
+    """Column sums over the known (non-NaN) cells; NaN for a column with none."""
+    known = ~np.isnan(values)
+    total = np.where(known, values, 0.0).sum(axis=0)
+    return np.where(known.any(axis=0), total, np.nan)
+
+
+def _rate_or_none(rates: np.ndarray | None, w: int) -> float | None:
+    if rates is None or not math.isfinite(rates[w]):
         return None
-    from pdprobe import signals as S
-    from pdprobe.analysis.promql import counter_increase_by_instance
-
-    inc = counter_increase_by_instance(dataset.metrics, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
-    return float(inc.sum()) / (hi - lo) if len(inc) else None
+    return float(rates[w])
 
 
 def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -184,11 +171,7 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
     active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
-    finished = None
-    if dataset is not None and done is None and not dataset.metrics.empty:
-        from pdprobe import signals as S
-
-        finished = WindowRows(dataset.metrics, (S.REQUESTS_FINISHED_TOTAL,), edges)
+    counted = counter_served_rates(dataset, edges) if dataset and done is None else None
     out = []
     for w in range(n_win):  # loop over windows, vectorised over their requests
         lo, hi = float(edges[w]), float(edges[w + 1])
@@ -197,9 +180,7 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         mean_p = float(mean_prompt[w]) if n else math.nan
         mean_o = float(mean_output[w]) if n else math.nan
         dep_p, dep_d = active_p[w], active_d[w]
-        served = (done[w] / dur if done is not None
-                  else _served_rate(dataset, lo, hi, finished.window(w) if finished else None)
-                  if dataset else None)
+        served = done[w] / dur if done is not None else _rate_or_none(counted, w)
         base = RatioWindow(
             start_ts=lo, end_ts=hi,
             theoretical_ratio=Missing(f"only {n} requests in the window "
@@ -236,56 +217,6 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     return tuple(out)
 
 
-class WindowRows:
-    """Per window, the rows of a few metric signals that an increase over it reads.
-
-    The increase of a cumulative series over ``[lo, hi]`` reads its samples in the window and
-    its last sample at or before ``lo`` (``analysis/promql.py``'s window convention). Keeping
-    only those rows makes each window's call cost its own samples instead of the whole capture
-    up to it (windows × rows, minutes on a day-long scrape file), with the same result.
-    """
-
-    def __init__(self, metrics: pd.DataFrame, signals: Collection[str],
-                 edges: np.ndarray) -> None:
-        keep = (metrics["signal"].isin(list(signals)).to_numpy(dtype=bool)
-                & metrics["value"].notna().to_numpy(dtype=bool))
-        self.frame = metrics.loc[keep]
-        self.edges = edges
-        ts = self.frame["ts"].to_numpy(dtype=np.float64, na_value=np.nan)
-        self.by_ts = np.argsort(ts, kind="stable")
-        self.ts_sorted = ts[self.by_ts]
-        series = self.frame.groupby(["signal", "kind", "instance", "le"], dropna=False,
-                                    sort=False, observed=True).ngroup().to_numpy()
-        order = np.lexsort((ts, series))  # by series, then time (stable: ties keep row order)
-        bounds = np.flatnonzero(np.diff(series[order], prepend=-1, append=-1))
-        starts = edges[:-1]
-        # last[s, w]: the row of series s last sampled at or before window w's start, or -1
-        self.last = np.full((len(bounds) - 1, len(starts)), -1, dtype=np.int64)
-        for s, (a, b) in enumerate(itertools.pairwise(bounds)):  # loop over series
-            k = np.searchsorted(ts[order[a:b]], starts, side="right") - 1
-            self.last[s] = np.where(k >= 0, order[a:b][np.maximum(k, 0)], -1)
-
-    def window(self, w: int) -> pd.DataFrame:
-        """The rows window ``w`` reads, in their original order."""
-        lo, hi = self.edges[w], self.edges[w + 1]
-        a = np.searchsorted(self.ts_sorted, lo, side="left")
-        b = np.searchsorted(self.ts_sorted, hi, side="right")
-        before = self.last[:, w]
-        rows = np.union1d(self.by_ts[a:b], before[before >= 0])
-        return self.frame.iloc[rows]
-
-
-def _histogram_mean(metrics: pd.DataFrame, signal: str, lo: float, hi: float,
-                    instances: list[str] | None) -> tuple[float, float]:
-    """(count, mean) of a histogram's observations within [lo, hi]."""
-    from pdprobe.analysis.promql import histogram_window
-
-    hist = histogram_window(metrics, signal, lo, hi, instances=instances)
-    count = float(hist.attrs.get("count", math.nan)) if len(hist) else math.nan
-    total = float(hist.attrs.get("sum", math.nan)) if len(hist) else math.nan
-    return count, (total / count if count > 0 else math.nan)
-
-
 def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: Slo,
                    window_s: float) -> tuple[RatioWindow, ...]:
     """Windows from engine metrics alone: counts and mean lengths from the length histograms.
@@ -295,7 +226,7 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
     window's request rate; arrivals within it are taken as Poisson.
     """
     from pdprobe import signals as S
-    from pdprobe.analysis.promql import counter_increase_by_instance
+    from pdprobe.analysis.promql import counter_increase_by_window, histogram_totals_by_window
 
     metrics = dataset.metrics
     decode = [i.name for i in dataset.instances_of("decode")] or None
@@ -303,19 +234,27 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
     base_p, base_o = float(mix.prompt_tokens.mean()), float(mix.output_tokens.mean())
     active_p = active_instances(dataset, "prefill", edges)
     active_d = active_instances(dataset, "decode", edges)
-    rows = WindowRows(metrics, (S.PROMPT_TOKENS, S.OUTPUT_TOKENS, S.REQUESTS_STARTED_TOTAL,
-                                S.REQUESTS_FINISHED_TOTAL), edges)
+    # Every window's counts and mean lengths at once, from the length histograms.
+    counts, prompt_sums, has_p = histogram_totals_by_window(metrics, S.PROMPT_TOKENS, edges,
+                                                            decode)
+    out_counts, output_sums, has_o = histogram_totals_by_window(metrics, S.OUTPUT_TOKENS,
+                                                                edges, decode)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_prompt = np.where(has_p & (counts > 0), prompt_sums / counts, np.nan)
+        mean_output = np.where(has_o & (out_counts > 0), output_sums / out_counts, np.nan)
+    counts = np.where(has_p, counts, np.nan)
+    started = _known_sum(counter_increase_by_window(metrics, S.REQUESTS_STARTED_TOTAL, edges)
+                         .to_numpy(dtype=np.float64))
+    served_rates = counter_served_rates(dataset, edges)
     out = []
-    for w in range(len(edges) - 1):  # loop over windows
+    for w in range(len(edges) - 1):  # loop over windows: each is sized on its own mix
         lo, hi = float(edges[w]), float(edges[w + 1])
         dur = hi - lo
-        part = rows.window(w)
-        n, mean_p = _histogram_mean(part, S.PROMPT_TOKENS, lo, hi, decode)
-        _, mean_o = _histogram_mean(part, S.OUTPUT_TOKENS, lo, hi, decode)
+        n, mean_p, mean_o = float(counts[w]), float(mean_prompt[w]), float(mean_output[w])
         dep_p, dep_d = active_p[w], active_d[w]
-        started = counter_increase_by_instance(part, S.REQUESTS_STARTED_TOTAL, lo, hi).dropna()
-        offered = float(started.sum()) / dur if len(started) else (n / dur if n > 0 else None)
-        served = _served_rate(dataset, lo, hi, part)
+        offered = (float(started[w]) / dur if math.isfinite(started[w])
+                   else (n / dur if n > 0 else None))
+        served = _rate_or_none(served_rates, w)
         count = int(n) if math.isfinite(n) else 0
         base = RatioWindow(
             start_ts=lo, end_ts=hi,
