@@ -1338,7 +1338,8 @@ def _collect(session: _Session) -> LiveResult:
             f"Prometheus at {client.shown_url} has no vLLM, SGLang or Dynamo metrics{where} "
             f"between {_iso(window.start_ts)} and {_iso(window.end_ts)}",
             hint="check --selector, --since/--until, or map custom names with --metrics-map")
-    batches = pp.plan_batches(families, window, mmap.instance_label if mmap else None)
+    batches = pp.plan_batches(pp.analysed(families), window,
+                              mmap.instance_label if mmap else None)
     engine_batches = [b for b in batches if b.scope == "instance"]
     net_batches = [b for b in batches if b.scope == "network"]
     role_queries = pp.plan_role_queries(families, window, session.selector, mmap)
@@ -1374,27 +1375,34 @@ def _collect(session: _Session) -> LiveResult:
             return client.raw_samples(selector, window.start_ts, window.end_ts)
         return run_batch(replace(batch, step_s=window.step_s), selector)
 
+    def run_grouped(batch: pp.Batch, promql: str) -> _Groups | None:
+        # Grouped in the worker, so that it overlaps the queries still running.
+        sset = run_batch(batch, promql)
+        return batch_groups(batch, sset, node_label=node_label) if sset is not None else None
+
     runner = _Runner(client, session.target.max_concurrency, ctx)
     try:
+        # The role queries are quick and tell the hosts the network queries need: run them
+        # first, then every data query at once, the costliest first so none trails alone.
         role_futs = [(rq, runner.submit(partial(client.query, rq.promql, window.end_ts)))
                      for rq in role_queries]
-        data_futs = {b.id: runner.submit(partial(run_batch, b, b.promql(session.selector)))
-                     for b in engine_batches}
         runner.wait([f for _, f in role_futs], "the role queries")
         facts = role_facts([(rq, f.result()) for rq, f in role_futs], mmap, source)
         net_matcher = session.network_selector
         if net_batches and not net_matcher and facts.hosts:
             net_matcher = pp.network_host_matcher(facts.hosts)
-        net_futs = {b.id: runner.submit(partial(run_batch, b, b.promql(net_matcher)))
-                    for b in net_batches if net_matcher}
-        runner.wait([*data_futs.values(), *net_futs.values()], "the data queries")
-        results = {bid: f.result() for bid, f in (*data_futs.items(), *net_futs.items())}
+        planned = [(b, b.promql(session.selector)) for b in engine_batches]
+        planned += [(b, b.promql(net_matcher)) for b in net_batches if net_matcher]
+        planned.sort(key=lambda bq: pp.batch_cost(bq[0], window), reverse=True)
+        futs = {b.id: runner.submit(partial(run_grouped, b, q)) for b, q in planned}
+        net_asked = bool(net_batches and net_matcher)
+        runner.wait(list(futs.values()), "the data queries")
         ctx.report("assembling the dataset", 0.9)
         groups: dict[str, _Groups] = {}
         restarted: dict[str, set[str]] = {}  # instance label -> instances
         for b in batches:
-            sset = results.get(b.id)
-            g = batch_groups(b, sset, node_label=node_label) if sset is not None else None
+            fut = futs.get(b.id)
+            g = fut.result() if fut is not None else None
             if g is None:
                 continue
             groups[b.id] = g
@@ -1443,7 +1451,7 @@ def _collect(session: _Session) -> LiveResult:
     miss_w, miss_n = pp.missing_warnings(found)
     warnings.extend(miss_w)
     notes.extend(miss_n)
-    if net_batches and not net_futs:
+    if net_batches and not net_asked:
         warnings.append("node_infiniband_*/netdev series exist but the engine instances' hosts "
                         "are unknown: network findings will be inconclusive (set [scope] "
                         "network_selector in --metrics-map)")
@@ -1574,7 +1582,8 @@ def probe(target: PrometheusTarget, ctx: ReadContext | None = None,
     try:
         info, window, families, how = session.prepare()
         mmap = session.mmap
-        batches = pp.plan_batches(families, window, mmap.instance_label if mmap else None)
+        batches = pp.plan_batches(pp.analysed(families), window,
+                              mmap.instance_label if mmap else None)
         role_queries = pp.plan_role_queries(families, window, session.selector, mmap)
         runner = _Runner(session.client, target.max_concurrency, ctx)
         try:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from pdprobe import signals as S
@@ -415,6 +415,16 @@ def _engine_matchers(engine: str) -> str:
     return ""
 
 
+def analysed(families: Sequence[Family]) -> list[Family]:
+    """The families worth querying: without the specs of ``signals.UNANALYSED_SIGNALS``."""
+    out = []
+    for fam in families:
+        specs = tuple(s for s in fam.specs if s.signal not in S.UNANALYSED_SIGNALS)
+        if specs:
+            out.append(fam if len(specs) == len(fam.specs) else replace(fam, specs=specs))
+    return out
+
+
 def plan_batches(families: Sequence[Family], window: Window,
                  instance_label: str | None = None) -> list[Batch]:
     """Group families into aggregated range queries (see the module docstring).
@@ -464,6 +474,21 @@ def plan_batches(families: Sequence[Family], window: Window,
                 step_s=window.coarse_step_s if coarse else window.step_s,
                 extra_matchers=extra, label_filter=flt))
     return out
+
+
+# Rough series per family and scrape target, for ordering queries by cost: a histogram has a
+# series per bucket (vLLM's have 10-40), a host a few InfiniBand devices and ports.
+SERIES_PER_HISTOGRAM: Final = 14.0
+SERIES_PER_HOST: Final = 4.0
+
+
+def batch_cost(batch: Batch, window: Window) -> float:
+    """A relative guess of a batch's query cost (series x points returned), used to start the
+    costliest queries first so that no large one is left running alone at the end."""
+    per_family = SERIES_PER_HISTOGRAM if batch.kind == "histogram" else 1.0
+    if batch.scope == "network":
+        per_family *= SERIES_PER_HOST
+    return len(batch.families) * per_family * (window.span_s / batch.step_s + 1.0)
 
 
 # --------------------------------------------------------------------------------------------

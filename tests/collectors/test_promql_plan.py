@@ -172,3 +172,25 @@ def test_version_hints() -> None:
     assert pp.version_hints(old) == {"vllm": "vLLM < 0.9.2 names"}
     sg = pp.families_from_names(["sglang:num_prefill_infight_queue_reqs"], index)
     assert pp.version_hints(sg) == {"sglang": "SGLang 0.4.x names"}
+
+
+def test_analysed_drops_only_what_no_analysis_reads() -> None:
+    names = ["vllm:e2e_request_latency_seconds_bucket", "vllm:request_decode_time_seconds_bucket",
+             "vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_running"]
+    fams = pp.families_from_names(names, pp.SpecIndex.build())
+    kept = pp.analysed(fams)
+    assert {f.exposed for f in kept} == {"vllm:time_to_first_token_seconds",
+                                         "vllm:num_requests_running"}
+    assert all(s.signal not in S.UNANALYSED_SIGNALS for f in kept for s in f.specs)
+
+
+def test_costliest_batches_are_ordered_first() -> None:
+    fams = pp.families_from_names([*VLLM_033, "node_infiniband_port_data_received_bytes_total"],
+                                  pp.SpecIndex.build())
+    w = pp.choose_window(3600.0, 10_000.0)
+    batches = sorted(pp.plan_batches(fams, w), key=lambda b: pp.batch_cost(b, w), reverse=True)
+    # The per-port network counters on the fine grid outweigh a coarse per-instance counter batch.
+    first_net = next(i for i, b in enumerate(batches) if b.scope == "network")
+    coarse_counters = next(i for i, b in enumerate(batches)
+                           if b.kind == "counter" and b.scope == "instance")
+    assert first_net < coarse_counters

@@ -21,7 +21,10 @@ pytestmark = pytest.mark.live
 
 def _increases(ds: Dataset, table: str = "metrics", key: str = "instance") -> pd.Series:
     frame = getattr(ds, table)
-    frame = frame[frame["kind"].isin([S.COUNTER, S.HCOUNT, S.HSUM])].sort_values("ts", kind="stable")
+    # The live collector leaves out what no analysis reads (signals.UNANALYSED_SIGNALS).
+    frame = frame[frame["kind"].isin([S.COUNTER, S.HCOUNT, S.HSUM])
+                  & ~frame["signal"].isin(list(S.UNANALYSED_SIGNALS))].sort_values(
+                      "ts", kind="stable")
     grouped = frame.groupby([key, "signal", "kind"])["value"]
     return grouped.last() - grouped.first()
 
@@ -37,7 +40,7 @@ def _assert_same_dataset(live: Dataset, offline: Dataset) -> None:
     na, nb = _increases(live, "network", "node"), _increases(offline, "network", "node")
     assert len(na) == len(nb) > 0
     np.testing.assert_allclose(na.sort_index().to_numpy(), nb.sort_index().to_numpy(), rtol=1e-9)
-    for signal in (S.TTFT_S, S.ITL_S, S.TPOT_S, S.E2E_S, S.KV_TRANSFER_S, S.PROMPT_TOKENS):
+    for signal in (S.TTFT_S, S.ITL_S, S.TPOT_S, S.KV_TRANSFER_S, S.PROMPT_TOKENS):
         for q in (0.5, 0.9, 0.99):
             ql = histogram_quantiles_by_instance(
                 histogram_window(live.metrics, signal, by_instance=True), q)
@@ -51,6 +54,9 @@ def test_live_dataset_equals_the_offline_reading(live_cluster: LiveCluster,
                                                   offline_dataset: Dataset) -> None:
     live = collect_live(live_cluster.target(), ReadContext(), RoleOptions())
     _assert_same_dataset(live, offline_dataset)
+    # What no analysis reads is in the files but not asked of Prometheus.
+    assert set(offline_dataset.metrics["signal"]) & S.UNANALYSED_SIGNALS
+    assert not set(live.metrics["signal"]) & S.UNANALYSED_SIGNALS
     # Gauges: identical wherever both have a sample (the step equals the scrape interval).
     gl = live.metrics[live.metrics["kind"] == S.GAUGE]
     go = offline_dataset.metrics[offline_dataset.metrics["kind"] == S.GAUGE]
@@ -84,7 +90,7 @@ def test_restarts_are_re_read_sample_by_sample(live_cluster: LiveCluster) -> Non
 def test_query_count_is_bounded_by_families_not_instances(live_cluster: LiveCluster) -> None:
     result = collect_partial(live_cluster.target())
     ranges = [q for q in result.meta.queries if q.endpoint == "/api/v1/query_range"]
-    batches = pp.plan_batches(list(result.meta.found.families), result.meta.window)
+    batches = pp.plan_batches(pp.analysed(result.meta.found.families), result.meta.window)
     assert len(ranges) == len(batches)
     assert all(q.status == "ok" for q in result.meta.queries)
     # Server-side aggregation: one series per instance and name (and label kept), no raw ones.
