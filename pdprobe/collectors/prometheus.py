@@ -1055,6 +1055,20 @@ def select_and_flatten(groups: Sequence[_Groups]) -> tuple[pd.DataFrame, pd.Data
     return metrics, network, keys
 
 
+def _time_order(ts: np.ndarray, grids: Sequence[np.ndarray]) -> np.ndarray:
+    """Stable time order of ``ts``, whose values all come from the query grids ``grids``.
+
+    The grids hold a few hundred distinct times: sorting their 16-bit ranks is a radix sort,
+    several times faster than sorting a million floats. Raw re-reads (other times) fall back.
+    """
+    grid = np.unique(np.concatenate([np.asarray(g, dtype=np.float64) for g in grids]))
+    if len(grid) <= np.iinfo(np.uint16).max:
+        rank = np.searchsorted(grid, ts)
+        if np.array_equal(grid[np.minimum(rank, len(grid) - 1)], ts):
+            return np.argsort(rank.astype(np.uint16), kind="stable")
+    return np.argsort(ts, kind="stable")
+
+
 def _flatten(groups: Sequence[_Groups], kept: pd.DataFrame,
              columns: Mapping[str, str]) -> pd.DataFrame:
     """The present cells of the kept groups as rows of ``columns`` (time order)."""
@@ -1100,7 +1114,7 @@ def _flatten(groups: Sequence[_Groups], kept: pd.DataFrame,
     ts = np.concatenate(ts_parts)
     values = np.concatenate(val_parts)
     rows = np.concatenate(row_parts)
-    order = np.argsort(ts, kind="stable")
+    order = _time_order(ts, [g.ts for g in groups])
     ts, values, rows = ts[order], values[order], rows[order]
     source = {"instance": "ident"}
     out: dict[str, object] = {}

@@ -7,7 +7,6 @@ JSON path, so a script can tell "not measured" from zero.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from datetime import UTC, datetime
 from enum import Enum
@@ -35,14 +34,18 @@ class _Serializer:
             return None
         if isinstance(obj, Enum):
             return obj.value
-        if isinstance(obj, float):
-            return obj if math.isfinite(obj) else None
+        if isinstance(obj, float):  # numpy.float64 too: emitted as a plain float
+            return float(obj) if math.isfinite(obj) else None
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {f.name: self.value(getattr(obj, f.name), f"{path}.{f.name}")
                     for f in dataclasses.fields(obj)}
         if isinstance(obj, dict):
             return {str(k): self.value(v, f"{path}.{k}") for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
+            if all(type(v) is float or type(v) is int for v in obj):
+                # Series values (hundreds of thousands in a large cluster's report): no path
+                # per element is needed, as none of them can be a Missing.
+                return [v if type(v) is int or math.isfinite(v) else None for v in obj]
             return [self.value(v, f"{path}[{i}]") for i, v in enumerate(obj)]
         if hasattr(obj, "item"):  # numpy scalar
             return self.value(obj.item(), path)
@@ -146,4 +149,8 @@ def to_json_dict(report: Report) -> dict[str, Any]:
 
 
 def render(report: Report, options: RenderOptions) -> str:
-    return json.dumps(to_json_dict(report), indent=2, allow_nan=False) + "\n"
+    # orjson: indented output of a 10 MB report (a 512-instance cluster) in a few hundredths of
+    # a second; the standard library's encoder falls back to pure Python when indenting.
+    import orjson
+
+    return orjson.dumps(to_json_dict(report), option=orjson.OPT_INDENT_2).decode() + "\n"
