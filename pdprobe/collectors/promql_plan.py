@@ -396,7 +396,15 @@ class Batch:
         return "|".join(re2_escape(n) for n in self.series_names())
 
     def promql(self, selector: str) -> str:
-        """The aggregated query: one series per instance (and label kept) per name."""
+        """The aggregated query: one series per instance (and label kept) per name.
+
+        Node counters are asked for as they are: a host's series are already one per device
+        and port, so ``sum by`` would return as many series while costing the server six times
+        the evaluation, and summing before the wrap correction of 32-bit hardware counters
+        would hide wraps. ``batch_groups`` adds up any duplicates (a host scraped twice).
+        """
+        if self.scope == "network":
+            return self._matchers(selector)
         op = _PROMQL_OP[self.aggregate]
         labels = ", ".join(("__name__", self.instance_label, *self.by_labels))
         return f"{op} by ({labels}) ({self._matchers(selector)})"
