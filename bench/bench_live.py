@@ -146,21 +146,36 @@ def run(url: str, prom_pid: int, meta: dict[str, object], runs: int) -> dict[str
               f"{load:.1f} |", flush=True)
     cmd = [sys.executable, "-m", "pdprobe", "diagnose", "--prometheus", url, "--since",
            f"{duration:.0f}s", "--until", f"{end:.0f}", "--timeout", "120", "--format", "json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    load = os.getloadavg()[0]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    took = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    status = json.loads(proc.stdout)["status"] if proc.stdout.strip() else proc.stderr.strip()
     print()
-    print(f"`pdprobe diagnose --prometheus` end to end: exit {proc.returncode}, status {status}, "
-          f"{took:.1f} s wall, {cpu:.1f} s CPU (load average {load:.1f})")
-    return {"cluster": meta, "collect": rows,
-            "diagnose": {"wall_s": round(took, 1), "cpu_s": round(cpu, 1),
-                         "exit": proc.returncode, "load": round(load, 1)}}
+    print("| `diagnose --prometheus` run | exit | status | wall (s) | pdprobe CPU (s) | "
+          "Prometheus CPU (s) | peak RSS (MB) | load avg |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    e2e = []
+    for i in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load = os.getloadavg()[0]
+        pcpu0, t0 = proc_cpu_s(prom_pid), time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        took = time.monotonic() - t0
+        pcpu = proc_cpu_s(prom_pid) - pcpu0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: monotone across runs.
+        rss_mb = after.ru_maxrss / 1024
+        status = (json.loads(proc.stdout)["status"] if proc.stdout.strip()
+                  else proc.stderr.strip()[:80])
+        e2e.append({"run": i + 1, "exit": proc.returncode, "status": status,
+                    "wall_s": round(took, 2), "cpu_s": round(cpu, 2),
+                    "prometheus_cpu_s": round(pcpu, 2), "peak_rss_mb": round(rss_mb),
+                    "load": round(load, 1)})
+        print(f"| {i + 1} | {proc.returncode} | {status} | {took:.2f} | {cpu:.2f} | {pcpu:.2f} | "
+              f"{rss_mb:.0f} | {load:.1f} |", flush=True)
+    walls = sorted(r["wall_s"] for r in e2e)
+    print()
+    print(f"`pdprobe diagnose --prometheus` end to end: median {walls[len(walls) // 2]:.2f} s, "
+          f"best {walls[0]:.2f} s, worst {walls[-1]:.2f} s over {runs} runs")
+    return {"cluster": meta, "collect": rows, "diagnose": e2e}
 
 
 if __name__ == "__main__":

@@ -209,8 +209,13 @@ class PrometheusAuthError(SourceError):
 # Parsing
 # --------------------------------------------------------------------------------------------
 
-_MATRIX_SERIES: Final = re.compile(
-    rb'\{"metric":(\{[^{}]*\}),"values":\[((?:\[[^\[\]]*\])(?:,\[[^\[\]]*\])*)?\]\}')
+# The start of each series of a matrix result, up to its first sample: the label object (no
+# braces inside; other labels make the fast path give up) and nothing else. The boundary form
+# (the previous series' closing brace first) begins with a literal, which the regex engine
+# finds with a fast scan.
+_SERIES_LABELS: Final = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[')
+_SERIES_HEADER: Final = re.compile(rb'\{"metric":\{[^{}]*\},"values":\[')
+_SERIES_BOUNDARY: Final = re.compile(rb'\},\{"metric":\{[^{}]*\},"values":\[')
 
 
 def parse_envelope(body: bytes, what: str) -> dict[str, Any]:
@@ -266,34 +271,30 @@ def parse_matrix(body: bytes, start_ts: float, step_s: float, what: str) -> tupl
 
 def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
                  what: str) -> tuple[SeriesSet, dict[str, Any]] | None:
+    """The result array as one CSV text: a ``nan,nan`` line where each series starts, then
+    its ``[ts,"value"]`` pairs one per line. None whenever the text is not exactly that shape
+    (native histograms, braces in label values, anything unexpected): the caller then parses
+    the body with ``json``."""
     import io
 
     import pandas as pd
 
-    metrics: list[bytes] = []
-    chunks: list[bytes] = []
-    counts: list[int] = []
-    at = pos
-    n = len(body)
-    if at < n and body[at:at + 1] == b"]":
-        end = at
-    else:
-        while True:
-            m = _MATRIX_SERIES.match(body, at)
-            if m is None:
-                return None
-            metrics.append(m.group(1))
-            chunk = m.group(2) or b""
-            chunks.append(chunk)
-            counts.append(chunk.count(b"],[") + 1 if chunk else 0)
-            at = m.end()
-            if body[at:at + 1] == b",":
-                at += 1
-                continue
-            if body[at:at + 1] == b"]":
-                end = at
-                break
+    end = pos if body[pos:pos + 1] == b"]" else body.find(b"]]}]", pos) + 3
+    if end < pos:
+        return None
+    span = body[pos:end]
+    if b'"histograms"' in span:
+        return None
+    metrics = _SERIES_LABELS.findall(span)
+    text, n_series = b"", 0
+    if span:
+        first = _SERIES_HEADER.match(span)
+        if first is None:
             return None
+        text, n_more = _SERIES_BOUNDARY.subn(b"\nnan,nan\n", span[first.end():])
+        text, n_series = b"nan,nan\n" + text, n_more + 1
+    if n_series != len(metrics):
+        return None
     try:
         env = json.loads(body[:pos] + body[end:])
         labels = json.loads(b"[" + b",".join(metrics) + b"]")
@@ -302,18 +303,25 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
     if not isinstance(env, dict):
         return None
     _check_success(env, what)
-    total = sum(counts)
-    if total:
-        csv = b"\n".join(c for c in chunks if c).replace(b"],[", b"\n")
-        csv = csv.replace(b"[", b"").replace(b"]", b"").replace(b'"', b"")
-        frame = pd.read_csv(io.BytesIO(csv), header=None, names=["t", "v"],
-                            dtype={"t": np.float64, "v": np.float64}, engine="c",
-                            na_filter=True, keep_default_na=True)
-        if len(frame) != total:
+    if n_series:
+        text = text.replace(b"],[", b"\n").translate(None, b'[]"}')
+        try:
+            frame = pd.read_csv(io.BytesIO(text), header=None, names=["t", "v"],
+                                dtype={"t": np.float64, "v": np.float64}, engine="c",
+                                na_filter=True, keep_default_na=True)
+        except (ValueError, pd.errors.ParserError):
             return None
-        ts = frame["t"].to_numpy(dtype=np.float64)
-        vals = frame["v"].to_numpy(dtype=np.float64)
+        t = frame["t"].to_numpy(dtype=np.float64)
+        starts = np.flatnonzero(np.isnan(t))
+        if len(starts) != n_series or (len(t) and starts[0] != 0):
+            return None
+        keep = np.ones(len(t), dtype=bool)
+        keep[starts] = False
+        counts = np.diff(np.append(starts, len(t))) - 1
+        ts = t[keep]
+        vals = frame["v"].to_numpy(dtype=np.float64)[keep]
     else:
+        counts = np.zeros(0, dtype=np.int64)
         ts = vals = np.empty(0)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     lab = [{str(k): str(v) for k, v in d.items()} for d in labels]
