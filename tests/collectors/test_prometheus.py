@@ -421,6 +421,29 @@ def test_parser_falls_back_when_label_values_hold_braces() -> None:
     assert sset.values.tolist() == [2.0]
 
 
+@pytest.mark.parametrize("result", [
+    [],
+    [{"metric": {"a": "1"}, "values": []}, {"metric": {"a": "2"}, "values": [[1, "5"]]}],
+    [{"metric": {"a": "1"}, "values": [[1, "5"]]}, {"metric": {}, "values": []}],
+    [{"metric": {"a": "1"}, "values": [[1, "5"]], "histograms": [[2, {"count": "1"}]]}],
+    [{"metric": {"a": "]]}]"}, "values": [[1.5, "1e3"], [2.5, "-Inf"]]},
+     {"metric": {"b": "x"}, "values": [[3, "NaN"]]}],
+])
+def test_fast_parser_and_json_agree_on_odd_answers(result: list[dict[str, object]]) -> None:
+    """Empty series, label values that look like structure, native histograms: whatever path
+    is taken, the series are those ``json`` reads."""
+    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result},
+                       "warnings": ["a ]]}] warning"]}, separators=(",", ":")).encode()
+    sset, env = parse_matrix(body, 0.0, 1.0, "test")
+    assert env["warnings"] == ["a ]]}] warning"]
+    assert sset.labels == [r["metric"] for r in result]
+    pairs = [(float(t), float(v)) for r in result for t, v in r["values"]]  # type: ignore[attr-defined]
+    assert sset.ts.tolist() == [t for t, _ in pairs]
+    np.testing.assert_array_equal(sset.values, [v for _, v in pairs])
+    counts = [len(r["values"]) for r in result]  # type: ignore[arg-type]
+    assert sset.offsets.tolist() == np.concatenate(([0], np.cumsum(counts))).tolist()
+
+
 # --------------------------------------------------------------------------------------------
 # Assembly
 # --------------------------------------------------------------------------------------------
