@@ -882,6 +882,95 @@ def _group_ids(*columns: Sequence[Any] | np.ndarray) -> np.ndarray:
     return np.unique(code, return_inverse=True)[1].reshape(-1)
 
 
+@dataclass(frozen=True)
+class _Members:
+    """The (series, spec) pairs of one answer, one array element per pair."""
+
+    specs: list[tuple[pp.Family, MetricSpec]]  # indexed by ``spec``
+    series: np.ndarray  # row in the answer
+    spec: np.ndarray
+    kind: np.ndarray  # _KIND_CODE
+    le: np.ndarray  # scaled bucket bound, NaN for other kinds
+    ident: np.ndarray  # instance (engine scope) or ""
+    node: np.ndarray
+    device: np.ndarray
+    port: np.ndarray
+
+
+def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
+             by_name: Mapping[str, tuple[pp.Family, str]], node_label: str | None
+             ) -> _Members | None:
+    """The (series, spec) pairs of a batch's answer, series-major, as arrays.
+
+    A series counts when its name belongs to the batch, it names an instance and, for a
+    bucket, its ``le`` is a number; it feeds every spec of its family that has the batch's
+    label filter (the server applied that filter). Label lookups run per series in list
+    comprehensions, everything else per distinct name or instance.
+    """
+    import pandas as pd
+
+    network = batch.scope == "network"
+    inst_label = batch.instance_label
+    names = np.array([lab.get("__name__", "") for lab in labels], dtype=object)
+    insts = np.array([lab.get(inst_label, "") for lab in labels], dtype=object)
+    name_code, uniq_names = pd.factorize(names)
+    # Per distinct name: its kind and the ids of the specs it feeds (ids in first-seen order).
+    specs: list[tuple[pp.Family, MetricSpec]] = []
+    spec_ids: dict[tuple[str, int], int] = {}
+    name_kind = np.full(len(uniq_names), -1, dtype=np.int64)
+    name_specs: list[list[int]] = [[] for _ in range(len(uniq_names))]
+    first_seen = np.full(len(uniq_names), len(labels), dtype=np.int64)
+    np.minimum.at(first_seen, name_code, np.arange(len(labels)))
+    for u in np.argsort(first_seen, kind="stable"):  # loop over names, in series order
+        found = by_name.get(str(uniq_names[u]))
+        if found is None:
+            continue
+        fam, kind = found
+        name_kind[u] = _KIND_CODE[kind]
+        ids = []
+        for j, spec in enumerate(fam.specs):
+            if spec.label_filter != batch.label_filter:
+                continue
+            sid = spec_ids.get((fam.exposed, j))
+            if sid is None:
+                sid = spec_ids[(fam.exposed, j)] = len(specs)
+                specs.append((fam, spec))
+            ids.append(sid)
+        name_specs[u] = ids
+    kinds = name_kind[name_code]
+    ok = (kinds >= 0) & (insts != "")
+    le = np.full(len(labels), np.nan)
+    bucket = ok & (kinds == _KIND_CODE[S.BUCKET])
+    if bucket.any():
+        raw_le = [labels[int(i)].get("le", "nan") for i in np.flatnonzero(bucket)]
+        le[bucket] = pd.to_numeric(pd.Series(raw_le, dtype=object), errors="coerce").to_numpy(
+            dtype=np.float64)
+        ok &= ~(bucket & np.isnan(le))
+    n_specs = np.asarray([len(ids) for ids in name_specs], dtype=np.int64)
+    per_series = np.where(ok, n_specs[name_code], 0)
+    if not per_series.any():
+        return None
+    series = np.repeat(np.arange(len(labels)), per_series)
+    offsets = np.concatenate(([0], np.cumsum(n_specs)))
+    flat_specs = np.asarray([sid for ids in name_specs for sid in ids], dtype=np.int64)
+    within = np.arange(len(series)) - np.repeat(np.cumsum(per_series) - per_series, per_series)
+    spec_of = flat_specs[offsets[name_code[series]] + within]
+    kind_of = kinds[series]
+    scale = np.asarray([sp.scale for _, sp in specs], dtype=np.float64)
+    m_le = np.where(kind_of == _KIND_CODE[S.BUCKET], le[series] * scale[spec_of], np.nan)
+    blank = np.full(len(series), "", dtype=object)
+    rows = series.tolist()
+    if network:
+        inst_code, uniq_insts = pd.factorize(insts[series])
+        hosts = np.array([node_of(str(i)) or str(i) for i in uniq_insts], dtype=object)
+        return _Members(specs, series, spec_of, kind_of, m_le, blank, hosts[inst_code],
+                        np.array([labels[i].get("device", "") for i in rows], dtype=object),
+                        np.array([labels[i].get("port", "") for i in rows], dtype=object))
+    node = (np.array([labels[i].get(node_label, "") for i in rows], dtype=object)
+            if node_label else blank)
+    return _Members(specs, series, spec_of, kind_of, m_le, insts[series], node, blank, blank)
+
+
 def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = None,
                  raw: bool = False) -> _Groups | None:
     """Turn one batch's series into per-(instance, signal, kind, le) group rows.
@@ -903,60 +992,11 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
             kind = fam.row_kind(name)
             if kind is not None:
                 by_name[name] = (fam, kind)
-    specs: list[tuple[pp.Family, MetricSpec]] = []
-    spec_ids: dict[tuple[str, int], int] = {}
-
-    # Members: (series, spec) pairs whose labels pass the spec's filter.
-    m_series: list[int] = []
-    m_spec: list[int] = []
-    m_kind: list[int] = []
-    m_le: list[float] = []
-    m_ident: list[str] = []
-    m_node: list[str] = []
-    m_device: list[str] = []
-    m_port: list[str] = []
-    network = batch.scope == "network"
-    inst_label = batch.instance_label
-    for i, lab in enumerate(sset.labels):
-        found = by_name.get(lab.get("__name__", ""))
-        if found is None:
-            continue
-        fam, kind = found
-        inst = lab.get(inst_label, "")
-        if not inst:
-            continue
-        le = math.nan
-        if kind == S.BUCKET:
-            try:
-                le = float(lab.get("le", "nan"))
-            except ValueError:
-                continue
-            if math.isnan(le):
-                continue
-        # The batch's label filter was applied by the server (its matchers).
-        for j, spec in enumerate(fam.specs):
-            if spec.label_filter != batch.label_filter:
-                continue
-            sid = spec_ids.get((fam.exposed, j))
-            if sid is None:
-                sid = spec_ids[(fam.exposed, j)] = len(specs)
-                specs.append((fam, spec))
-            m_series.append(i)
-            m_spec.append(sid)
-            m_kind.append(_KIND_CODE[kind])
-            m_le.append(le * spec.scale if kind == S.BUCKET else math.nan)
-            if network:
-                m_ident.append("")
-                m_node.append(node_of(inst) or inst)
-                m_device.append(lab.get("device", ""))
-                m_port.append(lab.get("port", ""))
-            else:
-                m_ident.append(inst)
-                m_node.append(lab.get(node_label, "") if node_label else "")
-                m_device.append("")
-                m_port.append("")
-    if not m_series:
+    members = _members(batch, sset.labels, by_name, node_label)
+    if members is None:
         return None
+    specs, m_le, m_node, m_device, m_port = (members.specs, members.le, members.node,
+                                             members.device, members.port)
 
     col, grid_ts = _grid(sset)
     n_series, n_cols = len(sset.labels), len(grid_ts)
@@ -965,20 +1005,17 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
     mat[sample_series, col] = sset.values
     present = ~np.isnan(mat)
 
-    series = np.asarray(m_series, dtype=np.int64)
-    spec_of = np.asarray(m_spec, dtype=np.int64)
-    kind_of = np.asarray(m_kind, dtype=np.int64)
-    ident = np.asarray(m_ident, dtype=object)
+    series, spec_of, kind_of, ident = members.series, members.spec, members.kind, members.ident
     reset_idents: set[str] = set()
     if batch.cumulative:
         # Correct each series once (a series feeding two specs has one bit width).
         bits = np.zeros(n_series)
-        np.maximum.at(bits, series, np.asarray([specs[s][1].counter_bits or 0 for s in m_spec],
-                                               dtype=np.float64))
+        spec_bits = np.asarray([sp.counter_bits or 0 for _, sp in specs], dtype=np.float64)
+        np.maximum.at(bits, series, spec_bits[spec_of])
         drops = np.zeros(n_series, dtype=bool)
         if n_cols > 1:
             drops = np.asarray((np.diff(_ffill_rows(mat), axis=1) < 0).any(axis=1), dtype=bool)
-        if drops.any() and not network:
+        if drops.any() and batch.scope != "network":
             reset_idents = set(ident[drops[series]].tolist())
         corrected = correct_counters_grouped(
             np.repeat(np.arange(n_series), n_cols), mat.reshape(-1),
@@ -986,8 +1023,7 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
         work = _ffill_rows(corrected.reshape(n_series, n_cols))
     else:
         work = mat
-    gid = _group_ids(ident, m_node, m_device, m_port, spec_of, kind_of,
-                     np.asarray(m_le, dtype=np.float64))
+    gid = _group_ids(ident, m_node, m_device, m_port, spec_of, kind_of, m_le)
     order = np.argsort(gid, kind="stable")
     gid_sorted = gid[order]
     starts = np.flatnonzero(np.concatenate(([True], gid_sorted[1:] != gid_sorted[:-1])))
@@ -1012,11 +1048,9 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
                         for (_, sp), k in zip(rep_specs, kinds, strict=True)])
     vals = vals * scale[:, None]
     keys = pd.DataFrame({
-        "ident": ident[rep], "node": np.asarray(m_node, dtype=object)[rep],
-        "device": np.asarray(m_device, dtype=object)[rep],
-        "port": np.asarray(m_port, dtype=object)[rep],
+        "ident": ident[rep], "node": m_node[rep], "device": m_device[rep], "port": m_port[rep],
         "signal": [sp.signal for _, sp in rep_specs], "kind": kinds,
-        "le": np.asarray(m_le, dtype=np.float64)[rep], "agg": aggs,
+        "le": m_le[rep], "agg": aggs,
         "family": [f.exposed for f, _ in rep_specs], "engine": [f.engine for f, _ in rep_specs],
         "chain": [f.chain for f, _ in rep_specs], "rank": [f.rank for f, _ in rep_specs],
         "frontend": [f.exposed.startswith("dynamo_frontend_") and not f.spec.instance_label
