@@ -16,6 +16,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import InstanceSummary, Quantiles, TimeSeries
 from pdprobe.analysis.stats import grouped_quantiles, series_step
+from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
 from pdprobe.values import Missing
 
@@ -112,17 +113,21 @@ def _from_metrics(dataset: Dataset, fields: dict[str, dict[str, Any]], start: fl
     metrics = dataset.metrics
     if metrics.empty:
         return
-    gauges = metrics[metrics["kind"] == S.GAUGE]
+
+    def gauge(signal: str) -> pd.DataFrame:
+        rows = signal_rows(metrics, signal)
+        return rows[(rows["kind"] == S.GAUGE).to_numpy(dtype=bool, na_value=False)]
+
     for field, signal in GAUGE_FIELDS.items():
-        sub = gauges[gauges["signal"] == signal]
+        sub = gauge(signal)
         if sub.empty:
             continue
         for name, q in grouped_quantiles(sub, "instance", "value").items():
             _set(fields, name, field, q)
-    for name, series in _binned_by(gauges[gauges["signal"] == S.REQUESTS_WAITING], "instance",
+    for name, series in _binned_by(gauge(S.REQUESTS_WAITING), "instance",
                                    "ts", "value", start, end, step, "requests").items():
         _set(fields, name, "queue_series", series)
-    for name, series in _binned_by(gauges[gauges["signal"] == S.KV_USAGE_RATIO], "instance",
+    for name, series in _binned_by(gauge(S.KV_USAGE_RATIO), "instance",
                                    "ts", "value", start, end, step, "ratio").items():
         _set(fields, name, "kv_usage_series", series)
 
@@ -134,7 +139,7 @@ def _from_metrics(dataset: Dataset, fields: dict[str, dict[str, Any]], start: fl
     for name in hits.index.intersection(queries.index):
         if queries[name] > 0:
             _set(fields, str(name), "prefix_hit_ratio", float(hits[name] / queries[name]))
-    hit_gauge = gauges[gauges["signal"] == S.PREFIX_HIT_RATIO]
+    hit_gauge = gauge(S.PREFIX_HIT_RATIO)
     if not hit_gauge.empty:
         for inst, value in hit_gauge.groupby("instance", observed=True)["value"].mean().items():
             _set(fields, str(inst), "prefix_hit_ratio", float(value))
@@ -152,7 +157,7 @@ def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]
     from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_window
 
     for field, signal in HISTOGRAM_FIELDS.items():
-        if not (metrics["signal"] == signal).any():
+        if not has_signal(metrics, signal):
             continue
         hist = histogram_window(metrics, signal, start, end, by_instance=True)
         if hist.empty:
@@ -161,16 +166,18 @@ def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]
         quantiles = {q: histogram_quantiles_by_instance(hist, q) for q in (0.5, 0.9, 0.99)}
         sums = hist.attrs.get("sum_by_instance", {})
         counts_by = hist.attrs.get("count_by_instance", {})
-        for name, total in totals.items():  # one entry per instance
+        names = [str(name) for name in totals.index]
+        # Plain Python values per quantile, aligned on the instances: no per-instance lookups.
+        p50s, p90s, p99s = (quantiles[q].reindex(names).tolist() for q in (0.5, 0.9, 0.99))
+        for key, total, p50, p90, p99 in zip(names, totals.tolist(), p50s, p90s, p99s,
+                                             strict=True):  # one entry per instance
             if not total > 0:
                 continue
-            key = str(name)
             n_obs = counts_by.get(key, float("nan"))
             # the mean comes from _sum/_count, which are exact where the buckets are not
             mean = sums.get(key, float("nan")) / n_obs if n_obs and n_obs > 0 else float("nan")
             q = Quantiles(count=round(float(total)), mean=float(mean),
-                          p50=float(quantiles[0.5][key]), p90=float(quantiles[0.9][key]),
-                          p99=float(quantiles[0.99][key]), estimated=True)
+                          p50=float(p50), p90=float(p90), p99=float(p99), estimated=True)
             _set(fields, key, field, q)
 
 
@@ -185,8 +192,8 @@ def _binned_by(frame: pd.DataFrame, key: str, ts_col: str, value_col: str, start
     grouped = sub.assign(_bin=bins).groupby([key, "_bin"], observed=True)[value_col].mean()
     table = grouped.unstack("_bin").reindex(columns=range(n_bins))
     edges = tuple(float(start + step * i) for i in range(n_bins))
+    rows = table.to_numpy(dtype=np.float64).tolist()  # plain floats, row by row
     return {
-        str(name): TimeSeries(ts=edges, values=tuple(float(v) for v in row.to_numpy()),
-                              unit=unit, step_s=float(step))
-        for name, row in table.iterrows()
+        str(name): TimeSeries(ts=edges, values=tuple(row), unit=unit, step_s=float(step))
+        for name, row in zip(table.index, rows, strict=True)
     }

@@ -15,7 +15,6 @@ snapshot of a freshly started server).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -273,43 +272,12 @@ class FrozenMapping(Mapping[str, float]):
         return self
 
 
-# The rows of each signal, per metric table, split once: the analyses select by signal dozens
-# of times, and scanning (then taking from) 1.7M string rows each time was most of a 512-instance
-# live diagnosis. Keyed by id() and dropped when the table is garbage-collected. Tables are not
-# modified in place once built (Dataset is frozen), which is what makes caching sound.
-_SIGNAL_FRAMES: dict[int, tuple[weakref.ref[pd.DataFrame], dict[str, pd.DataFrame]]] = {}
-# Below this many rows a scan is as cheap as the split.
-_SIGNAL_SPLIT_MIN_ROWS: Final = 50_000
-
-
-def _signal_frame(table: pd.DataFrame, signal: str) -> pd.DataFrame | None:
-    """The rows of ``signal`` (in table order) from the cached split; None for small tables."""
-    if len(table) < _SIGNAL_SPLIT_MIN_ROWS:
-        return None
-    key = id(table)
-    hit = _SIGNAL_FRAMES.get(key)
-    if hit is None or hit[0]() is not table:
-        import pandas as pd
-
-        codes, uniques = pd.factorize(table["signal"], use_na_sentinel=True)
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
-        frames = {str(u): table.take(order[bounds[i]:bounds[i + 1]])
-                  for i, u in enumerate(uniques)}
-        hit = (weakref.ref(table, lambda _ref: _SIGNAL_FRAMES.pop(key, None)), frames)
-        _SIGNAL_FRAMES[key] = hit
-    frame = hit[1].get(signal)
-    return frame if frame is not None else table.iloc[0:0]
-
-
 def _select(table: pd.DataFrame, signal: str, kinds: Collection[str],
             instances: Collection[str] | None, key_cols: list[str]) -> pd.DataFrame:
-    part = _signal_frame(table, signal)
-    if part is not None:
-        table = part
-        mask = table["kind"].isin(list(kinds))
-    else:
-        mask = (table["signal"] == signal) & table["kind"].isin(list(kinds))
+    from pdprobe.analysis.tables import signal_rows
+
+    table = signal_rows(table, signal)
+    mask = table["kind"].isin(list(kinds))
     if instances is not None:
         mask &= table[key_cols[0]].isin(list(instances))
     mask &= table["value"].notna()

@@ -7,7 +7,7 @@ bandwidth rates from node_exporter's InfiniBand/RoCE counters.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -15,7 +15,11 @@ from pdprobe import signals as S
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.analysis.instances import window_of
 from pdprobe.analysis.stats import series_step
+from pdprobe.analysis.tables import has_signal
 from pdprobe.dataset import Dataset
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KV_TRANSFER_LATENCY: Final = "kv_transfer_latency_s"
 RDMA_RETRANSMITS: Final = "rdma_retransmits_per_s"
@@ -40,7 +44,13 @@ def transfer_path_series(dataset: Dataset) -> tuple[LabeledSeries, ...]:
 
 
 def _series(values: np.ndarray, edges: tuple[float, ...], unit: str, step: float) -> TimeSeries:
-    return TimeSeries(ts=edges, values=tuple(float(v) for v in values), unit=unit, step_s=step)
+    return TimeSeries(ts=edges, values=tuple(np.asarray(values, dtype=np.float64).tolist()),
+                      unit=unit, step_s=step)
+
+
+def _rows(table: pd.DataFrame) -> zip[tuple[object, np.ndarray]]:
+    """(index label, row values) of a float table, without building a Series per row."""
+    return zip(table.index, table.to_numpy(dtype=np.float64), strict=True)
 
 
 def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: int,
@@ -55,8 +65,8 @@ def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: 
     table = (sub.groupby(["decode_instance", "_bin"], observed=True)["kv_transfer_s"].quantile(0.9)
              .unstack("_bin").reindex(columns=range(n_bins)))
     return [LabeledSeries(KV_TRANSFER_LATENCY, "s", (("instance", str(name)), ("stat", "p90")),
-                          _series(row.to_numpy(dtype="float64"), edges, "s", step))
-            for name, row in table.iterrows()]
+                          _series(row, edges, "s", step))
+            for name, row in _rows(table)]
 
 
 def _latency_from_histograms(dataset: Dataset, start: float, step: float, n_bins: int,
@@ -64,7 +74,7 @@ def _latency_from_histograms(dataset: Dataset, start: float, step: float, n_bins
     from pdprobe.analysis.promql import rate_series
 
     metrics = dataset.metrics
-    if metrics.empty or not (metrics["signal"] == S.KV_TRANSFER_S).any():
+    if metrics.empty or not has_signal(metrics, S.KV_TRANSFER_S):
         return []
     sums = rate_series(metrics, S.KV_TRANSFER_S, step, kind=S.HSUM)
     counts = rate_series(metrics, S.KV_TRANSFER_S, step, kind=S.HCOUNT)
@@ -77,8 +87,8 @@ def _latency_from_histograms(dataset: Dataset, start: float, step: float, n_bins
     table = (merged.groupby(["instance", "_bin"], observed=True)["mean"].mean()
              .unstack("_bin").reindex(columns=range(n_bins)))
     return [LabeledSeries(KV_TRANSFER_LATENCY, "s", (("instance", str(name)), ("stat", "mean")),
-                          _series(row.to_numpy(dtype="float64"), edges, "s", step))
-            for name, row in table.iterrows()]
+                          _series(row, edges, "s", step))
+            for name, row in _rows(table)]
 
 
 def _network_rates(dataset: Dataset, start: float, step: float, n_bins: int,
@@ -93,7 +103,7 @@ def _network_rates(dataset: Dataset, start: float, step: float, n_bins: int,
                                 (RDMA_CONGESTION, (S.RDMA_CNP_HANDLED_TOTAL,), "1/s"),
                                 (RDMA_TX_BANDWIDTH, (S.RDMA_TX_BYTES_TOTAL,), "bytes/s")):
         parts = [rate_series(network, sig, step, key="node") for sig in signals
-                 if (network["signal"] == sig).any()]
+                 if has_signal(network, sig)]
         parts = [p for p in parts if not p.empty]
         if not parts:
             continue
@@ -106,6 +116,6 @@ def _network_rates(dataset: Dataset, start: float, step: float, n_bins: int,
         table = (rates.groupby(["node", "_bin"], observed=True)["rate"].sum()
                  .unstack("_bin").reindex(columns=range(n_bins)))
         out.extend(LabeledSeries(name, unit, (("node", str(node)),),
-                                 _series(row.to_numpy(dtype="float64"), edges, unit, step))
-                   for node, row in table.iterrows())
+                                 _series(row, edges, unit, step))
+                   for node, row in _rows(table))
     return out

@@ -36,13 +36,13 @@ def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Q
     grouped = sub.groupby(key, observed=True)[column]
     qs = grouped.quantile(np.array([0.5, 0.9, 0.99])).unstack()
     agg = grouped.agg(["count", "mean", "max"])
-    out = {}
-    for name, row in agg.iterrows():  # one row per instance, not per request
-        q = qs.loc[name]  # type: ignore[call-overload]
-        out[str(name)] = Quantiles(count=int(row["count"]), mean=float(row["mean"]),
-                                   p50=float(q[0.5]), p90=float(q[0.9]), p99=float(q[0.99]),
-                                   max=float(row["max"]))
-    return out
+    qs = qs.reindex(agg.index)
+    # Plain Python values column by column: per-row Series access cost more than the groupby.
+    columns = zip(agg.index, agg["count"].tolist(), agg["mean"].tolist(), agg["max"].tolist(),
+                  qs[0.5].tolist(), qs[0.9].tolist(), qs[0.99].tolist(), strict=True)
+    return {str(name): Quantiles(count=int(count), mean=float(mean), p50=float(p50),
+                                 p90=float(p90), p99=float(p99), max=float(top))
+            for name, count, mean, top, p50, p90, p99 in columns}
 
 
 def series_step(start_ts: float, end_ts: float) -> float:

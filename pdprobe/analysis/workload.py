@@ -15,6 +15,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import LengthDistribution, Quantiles, TimeSeries, WorkloadSummary
+from pdprobe.analysis.tables import signal_rows
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -295,8 +296,8 @@ def _instances_for(dataset: Dataset, signal: str, kinds: Sequence[str],
     frontend (one record per request) wins, then the role that owns the quantity: prompt lengths
     from prefill, output lengths and completions from decode.
     """
-    m = dataset.metrics
-    rows = m[(m["signal"] == signal) & m["kind"].isin(list(kinds))]
+    rows = signal_rows(dataset.metrics, signal)
+    rows = rows[rows["kind"].isin(list(kinds)).to_numpy(dtype=bool, na_value=False)]
     have = sorted({str(v) for v in rows["instance"].dropna().unique()})
     if not have:
         return [], ""
@@ -317,8 +318,10 @@ def _from_metrics(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | No
     output_inst, output_how = _instances_for(dataset, S.OUTPUT_TOKENS, hist_kinds, "decode")
     if not prompt_inst and not output_inst:
         return None
-    sel = metrics[metrics["signal"].isin([S.PROMPT_TOKENS, S.OUTPUT_TOKENS])]
-    start, end = float(sel["ts"].min()), float(sel["ts"].max())
+    import pandas as pd
+
+    sel = pd.concat([signal_rows(metrics, s)["ts"] for s in (S.PROMPT_TOKENS, S.OUTPUT_TOKENS)])
+    start, end = float(sel.min()), float(sel.max())
     span = end - start
 
     dists: dict[str, Maybe[LengthDistribution]] = {}

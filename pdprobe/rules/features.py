@@ -359,7 +359,9 @@ def _instance_names(ds: Dataset) -> set[str]:
         if col in ds.request_columns and len(req):
             names.update(str(v) for v in req[col].dropna().unique())
     if len(ds.metrics):
-        names.update(str(v) for v in ds.metrics["instance"].dropna().unique())
+        from pdprobe.analysis.tables import column_codes
+
+        names.update(str(v) for v in column_codes(ds.metrics, "instance")[1])
     names.discard("")
     return names
 
@@ -453,33 +455,60 @@ def _reindex_bins(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
 
 def _gauge_features(ds: Dataset, window: Window, cols: _Cols,
                     bins: dict[str, pd.DataFrame]) -> None:
+    import pandas as pd
+
+    from pdprobe.analysis.tables import signal_rows
+
     m = ds.metrics
     if m.empty:
         return
-    by_signal = {v: k for k, v in GAUGES.items()}
-    gauges = m[(m["kind"] == S.GAUGE) & m["signal"].isin(list(by_signal))
-               & (m["ts"] >= window.start_ts) & (m["ts"] <= window.end_ts)]
-    gauges = gauges[gauges["value"].notna() & gauges["instance"].notna()]
-    if gauges.empty:
+    # Each gauge's rows from the per-signal split, short names in sorted order (the order the
+    # columns come out in); groups are integer codes, not (name, instance) strings.
+    names: list[str] = []
+    parts: list[pd.DataFrame] = []
+    for name in sorted(GAUGES):
+        rows = signal_rows(m, GAUGES[name])
+        ts = rows["ts"].to_numpy(dtype=np.float64)
+        keep = ((rows["kind"] == S.GAUGE).to_numpy(dtype=bool, na_value=False)
+                & (ts >= window.start_ts) & (ts <= window.end_ts)
+                & rows["value"].notna().to_numpy() & rows["instance"].notna().to_numpy())
+        if keep.any():
+            names.append(name)
+            parts.append(rows[keep])
+    if not parts:
         return
-    gauges = gauges.assign(name=gauges["signal"].map(by_signal),
-                           instance=gauges["instance"].astype(str),
-                           _bin=window.bin_of(gauges["ts"].to_numpy()))
-    grouped = gauges.groupby(["name", "instance"], sort=True)["value"]
+    name_code = np.repeat(np.arange(len(names)), [len(p) for p in parts])
+    inst_code, inst_names = pd.factorize(pd.concat([p["instance"] for p in parts]), sort=True)
+    labels = np.asarray([str(n) for n in inst_names], dtype=object)
+    n_inst = len(labels)
+    value = pd.Series(np.concatenate([p["value"].to_numpy(dtype=np.float64) for p in parts]))
+    ts = np.concatenate([p["ts"].to_numpy(dtype=np.float64) for p in parts])
+    grouped = value.groupby(name_code * n_inst + inst_code, sort=True)
     stats = grouped.agg(["mean", "count", "max"])
     stats["p90"] = grouped.quantile(0.9)
-    for name in stats.index.get_level_values("name").unique():
-        part = stats.xs(name, level="name")
+    key = stats.index.to_numpy()
+    for code in np.unique(key // n_inst):
+        part = stats[key // n_inst == code]
+        part.index = pd.Index(labels[key[key // n_inst == code] % n_inst])
         for col in ("mean", "p90", "max", "count"):
-            cols.put(f"g_{name}_{col}", part[col])
-    kv = gauges[gauges["name"] == "kv_usage"]
-    if not kv.empty:
-        cols.put("g_kv_usage_full_frac", (kv["value"] >= KV_NEAR_FULL).groupby(
-            kv["instance"]).mean())
-    per_bin = gauges.groupby(["name", "_bin", "instance"], sort=True)["value"].mean()
-    for name in per_bin.index.get_level_values("name").unique():
-        bins[f"g_{name}"] = _reindex_bins(per_bin.xs(name, level="name").unstack("instance"),
-                                          window)
+            cols.put(f"g_{names[code]}_{col}", part[col])
+    if "kv_usage" in names:
+        kv = name_code == names.index("kv_usage")
+        full = pd.Series(value.to_numpy()[kv] >= KV_NEAR_FULL).groupby(inst_code[kv]).mean()
+        full.index = pd.Index(labels[full.index.to_numpy()])
+        cols.put("g_kv_usage_full_frac", full)
+    n_bins = window.n_bins
+    cell = (name_code * n_bins + window.bin_of(ts)) * n_inst + inst_code
+    per_bin = value.groupby(cell, sort=True).mean()
+    cell = per_bin.index.to_numpy()
+    means = per_bin.to_numpy()
+    for code in np.unique(cell // (n_bins * n_inst)):
+        mine = cell // (n_bins * n_inst) == code
+        index = pd.MultiIndex.from_arrays([(cell[mine] // n_inst) % n_bins,
+                                           labels[cell[mine] % n_inst]], names=["_bin", "instance"])
+        # unstack as before, so the frame's memory layout (and row sums over it) are unchanged
+        bins[f"g_{names[code]}"] = _reindex_bins(
+            pd.Series(means[mine], index=index).unstack("instance"), window)
 
 
 def _counter_features(ds: Dataset, window: Window, cols: _Cols) -> None:
@@ -502,20 +531,21 @@ def _counter_features(ds: Dataset, window: Window, cols: _Cols) -> None:
 
 
 def _histogram_features(ds: Dataset, window: Window, cols: _Cols) -> None:
+    import pandas as pd
+
     from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_window
+    from pdprobe.analysis.tables import signal_rows
 
     m = ds.metrics
     if m.empty:
         return
-    kinds = m["kind"].isin([S.BUCKET, S.HCOUNT])
-    present = set(m.loc[kinds, "signal"].dropna().unique())
     req = ds.requests
     covered = {c for c in ds.request_columns if c in req.columns and bool(req[c].notna().any())}
     for name, signal in HISTOGRAMS.items():
-        if signal not in present:
-            continue
         if HISTOGRAM_COVERED_BY[name] <= covered:
             continue  # request records give the exact figure; the histogram adds nothing
+        if not signal_rows(m, signal)["kind"].isin([S.BUCKET, S.HCOUNT]).any():
+            continue
         hist = histogram_window(m, signal, window.start_ts, window.end_ts, by_instance=True,
                                 from_zero=True)
         attrs = dict(hist.attrs)
@@ -526,9 +556,9 @@ def _histogram_features(ds: Dataset, window: Window, cols: _Cols) -> None:
         for part in ("sum", "count"):
             per = attrs.get(f"{part}_by_instance", {})
             if per:
-                import pandas as pd
-
-                cols.put(f"h_{name}_{part}", pd.Series(per, dtype="float64"))
+                cols.put(f"h_{name}_{part}", pd.Series(
+                    np.fromiter(per.values(), dtype=np.float64, count=len(per)),
+                    index=pd.Index(list(per), dtype=object)))
 
 
 def _choose(cols: _Cols, out: str, options: list[tuple[str, str]]) -> None:
@@ -700,11 +730,14 @@ def _cluster_series(ds: Dataset, window: Window, table: pd.DataFrame,
 def _counter_rate_bins(ds: Dataset, window: Window, signal: str,
                        instances: tuple[str, ...]) -> np.ndarray | None:
     """Per-bin rate of a counter summed over ``instances`` (NaN where nothing was sampled)."""
+    from pdprobe.analysis.tables import signal_rows
+
     m = ds.metrics
     if m.empty or not instances:
         return None
-    sub = m[(m["signal"] == signal) & (m["kind"] == S.COUNTER)
-            & m["instance"].isin(list(instances))]
+    rows = signal_rows(m, signal)
+    sub = rows[((rows["kind"] == S.COUNTER) & rows["instance"].isin(list(instances))).to_numpy(
+        dtype=bool, na_value=False)]
     if sub.empty:
         return None
     per = _binned_increase(sub, ["instance"], window)
@@ -725,12 +758,14 @@ def _alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     """
     import pandas as pd
 
+    from pdprobe.analysis.tables import column_codes
+
     names = list(index.astype(str))
     pos = {n: i for i, n in enumerate(names)}
     alive = np.zeros((window.n_bins, len(names)))
 
-    def located(inst: pd.Series, ts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-        codes, uniques = pd.factorize(inst, use_na_sentinel=True)
+    def located(codes: np.ndarray, uniques: pd.Index, ts: pd.Series
+                ) -> tuple[np.ndarray, np.ndarray]:
         lookup = np.array([pos.get(str(u), -1) for u in uniques] + [-1], dtype=np.int64)
         where = lookup[codes]  # code -1 (missing) maps to the trailing -1
         t = ts.to_numpy(dtype="float64")
@@ -739,12 +774,13 @@ def _alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
 
     m = ds.metrics
     if len(m):
-        where, b = located(m["instance"], m["ts"])
+        where, b = located(*column_codes(m, "instance"), m["ts"])
         alive[b, where] = 1.0
     req = ds.requests
     for col in ROLE_COLUMN.values():
         if col in ds.request_columns and len(req):
-            where, b = located(req[col], req["arrival_ts"])
+            where, b = located(*pd.factorize(req[col], use_na_sentinel=True),
+                               req["arrival_ts"])
             if not where.size:
                 continue
             first = np.full(len(names), window.n_bins, dtype=np.int64)
@@ -821,21 +857,41 @@ def _binned_increase(frame: pd.DataFrame, key: list[str], window: Window) -> pd.
     goes to the bin of its later sample (a drop counts as a restart from 0)."""
     import pandas as pd
 
-    f = frame.sort_values([*key, "ts"], kind="stable")
-    grp = f.groupby(key, sort=False).ngroup().to_numpy()
-    v = f["value"].to_numpy(dtype="float64")
-    t = f["ts"].to_numpy(dtype="float64")
-    if len(v) < 2:
+    if len(frame) < 2:
         return pd.Series([], dtype="float64")
-    same = grp[1:] == grp[:-1]
+    # Series told apart by integer codes that sort as their labels do; rows with a missing
+    # label belong to no series.
+    codes, labels = [], []
+    labelled = np.ones(len(frame), dtype=bool)
+    for col in key:
+        c, u = pd.factorize(frame[col], sort=True, use_na_sentinel=True)
+        labelled &= c >= 0
+        codes.append(c)
+        labels.append(u)
+    ts = frame["ts"].to_numpy(dtype=np.float64)
+    # Stable, like sorting by key then time: samples of a series in time order.
+    order = np.lexsort((ts, *reversed(codes)))
+    order = order[labelled[order]]
+    sorted_codes = [c[order] for c in codes]
+    t = ts[order]
+    v = frame["value"].to_numpy(dtype=np.float64)[order]
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for c in sorted_codes:
+        same &= c[1:] == c[:-1]
     d = np.diff(v)
     d = np.where(d < 0, v[1:], d)
     inside = (t[1:] >= window.start_ts) & (t[1:] <= window.end_ts)
     keep = same & inside & np.isfinite(d)
-    parts = {c: f[c].to_numpy()[1:][keep] for c in key}
-    parts["_bin"] = window.bin_of(t[1:][keep])
-    parts["inc"] = d[keep]
-    return pd.DataFrame(parts).groupby([*key, "_bin"], sort=True)["inc"].sum()
+    series = np.cumsum(~same)[keep]  # series number of each step's later sample
+    cell = series * window.n_bins + window.bin_of(t[1:][keep])
+    # pandas' grouped sum (compensated, in time order within a cell) on integer cells
+    inc = pd.Series(d[keep]).groupby(cell, sort=True).sum()
+    cells, first = np.unique(cell, return_index=True)  # sorted, as the groupby's
+    rows = np.flatnonzero(keep)[first] + 1  # a sample of each cell, for its key labels
+    index = pd.MultiIndex.from_arrays(
+        [*(u.take(c[rows]) for c, u in zip(sorted_codes, labels, strict=True)),
+         cells % window.n_bins], names=[*key, "_bin"])
+    return pd.Series(inc.to_numpy(), index=index, name="inc")
 
 
 def _node_features(ds: Dataset, window: Window) -> tuple[pd.DataFrame, frozenset[str],
@@ -843,34 +899,67 @@ def _node_features(ds: Dataset, window: Window) -> tuple[pd.DataFrame, frozenset
     import pandas as pd
 
     from pdprobe.analysis.promql import counter_increase_by_instance
+    from pdprobe.analysis.tables import signal_rows
 
-    net = ds.network
+    raw = ds.network
     empty = pd.DataFrame(index=pd.Index([], name="node", dtype="object"))
-    if net.empty:
+    if raw.empty:
         return empty, frozenset(), frozenset()
     # Host names from the few distinct node labels, not per row (500k rows on a big cluster).
-    codes, labels = pd.factorize(net["node"].astype(str), use_na_sentinel=False)
-    hosts = np.asarray([_host(v) for v in labels], dtype=object)
-    net = net.assign(node=hosts[codes]).fillna({"device": "", "port": ""})
-    present = set(net["signal"].dropna().unique())
+    _codes, labels = pd.factorize(raw["node"].astype(str), use_na_sentinel=False)
+    present = set(raw["signal"].dropna().unique())
     rdma = frozenset(s for s in present if s.startswith("rdma_") or s in (
         S.LINK_RATE_BYTES_PER_S, S.PORT_STATE))
     tcp = frozenset(s for s in present if s in (S.NODE_TCP_TX_BYTES_TOTAL,
                                                 S.NODE_TCP_RX_BYTES_TOTAL))
     key = ["node", "device", "port"]
-    index = pd.Index(sorted(net["node"].unique()), name="node", dtype="object")
+    index = pd.Index(sorted({_host(v) for v in labels}), name="node", dtype="object")
+
+    def rows_of(signal: str, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
+        """One signal's rows of one kind (from the per-signal split), nodes as host names;
+        and each row's node as its position in ``index``."""
+        rows = signal_rows(raw, signal)
+        rows = rows[(rows["kind"] == kind).to_numpy(dtype=bool, na_value=False)]
+        codes, names = pd.factorize(rows["node"].astype(str), use_na_sentinel=False)
+        host_names = [_host(v) for v in names]
+        hosts = pd.Series(host_names, dtype=raw["node"].dtype).array
+        filled = {c: rows[c].fillna("") for c in ("device", "port") if rows[c].hasnans}
+        return (rows.assign(node=hosts.take(codes), **filled),
+                index.get_indexer(pd.Index(host_names, dtype=object))[codes])
+
+    counters: dict[str, tuple[pd.DataFrame, int]] = {}
+
+    def counter_series(signal: str) -> tuple[pd.DataFrame, int]:
+        """A counter's samples keyed by one ``_series`` number that orders as (node, device,
+        port) do, and the numbers per node (node = number // it). One integer key groups far
+        faster than three string columns; one-category signal/kind columns select instantly.
+        """
+        if signal not in counters:
+            rows, node = rows_of(signal, S.COUNTER)
+            device_code, devices = pd.factorize(rows["device"], sort=True)
+            port_code, ports = pd.factorize(rows["port"], sort=True)
+            per_node = len(devices) * len(ports)
+            one = np.zeros(len(rows), dtype=np.int64)
+            counters[signal] = (pd.DataFrame({
+                "signal": pd.Categorical.from_codes(one, dtype=pd.CategoricalDtype([signal])),
+                "kind": pd.Categorical.from_codes(one, dtype=pd.CategoricalDtype([S.COUNTER])),
+                "ts": rows["ts"].to_numpy(dtype=np.float64),
+                "value": rows["value"].to_numpy(dtype=np.float64),
+                "_series": node * per_node + device_code * len(ports) + port_code,
+            }), per_node)
+        return counters[signal]
+
     cols: dict[str, Any] = {}
-    counters = net[net["kind"] == S.COUNTER]
-    # One grouped pass for every counter: the signal becomes part of the series key.
-    inc_all = counter_increase_by_instance(
-        counters.assign(name=counters["signal"], signal="*"), "*", window.start_ts,
-        window.end_ts, key=["name", *key], from_zero=True)
-    by_node = inc_all.groupby(level=["name", "node"]).sum(min_count=1) if len(inc_all) else None
 
     def per_node(signal: str) -> pd.Series:
-        if by_node is None or signal not in by_node.index.get_level_values("name"):
-            return pd.Series(np.nan, index=index)
-        return by_node.xs(signal, level="name").reindex(index)
+        if signal in present:
+            frame, series_per_node = counter_series(signal)
+            inc = counter_increase_by_instance(frame, signal, window.start_ts, window.end_ts,
+                                               key="_series", from_zero=True)
+            if len(inc):
+                node = index[inc.index.to_numpy() // series_per_node]
+                return inc.groupby(node).sum(min_count=1).reindex(index)
+        return pd.Series(np.nan, index=index)
 
     for name, signal in (("rdma_tx_bytes", S.RDMA_TX_BYTES_TOTAL),
                          ("rdma_rx_bytes", S.RDMA_RX_BYTES_TOTAL),
@@ -899,39 +988,45 @@ def _node_features(ds: Dataset, window: Window) -> tuple[pd.DataFrame, frozenset
     cols["tcp_bytes"] = pd.concat([cols["tcp_tx_bytes"], cols["tcp_rx_bytes"]], axis=1).sum(
         axis=1, min_count=1)
     # Link capacity: sum over a node's ports of their rate, only ports that are ACTIVE.
-    gauges = net[net["kind"] == S.GAUGE]
+    if S.PORT_STATE in present:
+        state = rows_of(S.PORT_STATE, S.GAUGE)[0].groupby(key)["value"].last()
     if S.LINK_RATE_BYTES_PER_S in present:
-        rate_g = gauges[gauges["signal"] == S.LINK_RATE_BYTES_PER_S]
-        per_port = rate_g.groupby(key)["value"].max()
+        per_port = rows_of(S.LINK_RATE_BYTES_PER_S, S.GAUGE)[0].groupby(key)["value"].max()
         if S.PORT_STATE in present:
-            st = gauges[gauges["signal"] == S.PORT_STATE]
-            active = st.groupby(key)["value"].last().reindex(per_port.index)
+            active = state.reindex(per_port.index)
             per_port = per_port.where(active.isna() | (active == PORT_ACTIVE), 0.0)
         cols["link_bytes_per_s"] = per_port.groupby(level="node").sum().reindex(index)
     if S.PORT_STATE in present:
-        last = gauges[gauges["signal"] == S.PORT_STATE].groupby(key)["value"].last()
-        cols["ports"] = last.groupby(level="node").size().reindex(index).astype("float64")
-        cols["ports_active"] = (last == PORT_ACTIVE).groupby(level="node").sum().reindex(
+        cols["ports"] = state.groupby(level="node").size().reindex(index).astype("float64")
+        cols["ports_active"] = (state == PORT_ACTIVE).groupby(level="node").sum().reindex(
             index).astype("float64")
     # Peak direction rates (p90 over bins) for link utilisation; bins with retransmissions.
-    wanted = [S.RDMA_TX_BYTES_TOTAL, S.RDMA_RX_BYTES_TOTAL, *S.RETRANSMIT_SIGNALS]
-    sub = counters[counters["signal"].isin(wanted)]
-    if len(sub):
-        binned = _binned_increase(sub, ["signal", "node", "device", "port"], window)
-        per_node_bin = binned.groupby(level=["signal", "node", "_bin"]).sum()
-        names_ = per_node_bin.index.get_level_values("signal")
-        for name, signal in (("rdma_tx_p90_bytes_per_s", S.RDMA_TX_BYTES_TOTAL),
-                             ("rdma_rx_p90_bytes_per_s", S.RDMA_RX_BYTES_TOTAL)):
-            if signal in names_:
-                rate = per_node_bin.xs(signal, level="signal") / window.step_s
-                cols[name] = rate.groupby(level="node").quantile(0.9).reindex(index)
-        retrans_bins = per_node_bin[names_.isin(list(S.RETRANSMIT_SIGNALS))]
-        if len(retrans_bins):
-            node_bin = retrans_bins.groupby(level=["node", "_bin"]).sum()
-            cols["retransmit_bins"] = (node_bin > 0).groupby(level="node").sum().reindex(
-                index).astype("float64")
-            cols["measured_bins"] = node_bin.groupby(level="node").size().reindex(
-                index).astype("float64")
+    # Per signal, then summed over a node's ports per bin.
+    per_node_bin = {}
+    for signal in sorted({S.RDMA_TX_BYTES_TOTAL, S.RDMA_RX_BYTES_TOTAL, *S.RETRANSMIT_SIGNALS}
+                         & present):
+        frame, series_per_node = counter_series(signal)
+        if len(frame):
+            binned = _binned_increase(frame, ["_series"], window)
+            if len(binned):
+                cell = pd.MultiIndex.from_arrays(
+                    [index[binned.index.get_level_values("_series") // series_per_node],
+                     binned.index.get_level_values("_bin")], names=["node", "_bin"])
+                per_node_bin[signal] = binned.set_axis(cell).groupby(
+                    level=["node", "_bin"]).sum()
+    for name, signal in (("rdma_tx_p90_bytes_per_s", S.RDMA_TX_BYTES_TOTAL),
+                         ("rdma_rx_p90_bytes_per_s", S.RDMA_RX_BYTES_TOTAL)):
+        if signal in per_node_bin:
+            rate = per_node_bin[signal] / window.step_s
+            cols[name] = rate.groupby(level="node").quantile(0.9).reindex(index)
+    # in signal order, as the sum over signals was before
+    retrans_bins = [b for s, b in per_node_bin.items() if s in S.RETRANSMIT_SIGNALS]
+    if retrans_bins:
+        node_bin = pd.concat(retrans_bins).groupby(level=["node", "_bin"]).sum()
+        cols["retransmit_bins"] = (node_bin > 0).groupby(level="node").sum().reindex(
+            index).astype("float64")
+        cols["measured_bins"] = node_bin.groupby(level="node").size().reindex(
+            index).astype("float64")
     nodes = pd.DataFrame({k: (v.reindex(index) if isinstance(v, pd.Series) else v)
                           for k, v in cols.items()}, index=index)
     return nodes, rdma, tcp
@@ -958,6 +1053,7 @@ def _event_counts(ds: Dataset) -> pd.DataFrame:
 def _transfer(ds: Dataset, window: Window, table: pd.DataFrame,
               cluster: pd.DataFrame) -> Transfer:
     from pdprobe.analysis.promql import histogram_quantile, histogram_window
+    from pdprobe.analysis.tables import has_signal
     from pdprobe.rules.stats import spearman
 
     req = ds.requests
@@ -981,7 +1077,7 @@ def _transfer(ds: Dataset, window: Window, table: pd.DataFrame,
                 out.update(achieved_bytes_per_s=float(both["kv_bytes"].sum()
                                                       / both["kv_transfer_s"].sum()),
                            achieved_source="kv_bytes / kv_transfer_s in request records")
-    elif not ds.metrics.empty and (ds.metrics["signal"] == S.KV_TRANSFER_S).any():
+    elif not ds.metrics.empty and has_signal(ds.metrics, S.KV_TRANSFER_S):
         hist = histogram_window(ds.metrics, S.KV_TRANSFER_S, window.start_ts, window.end_ts,
                                 from_zero=True)
         if not hist.empty and hist["count"].sum() > 0:

@@ -122,16 +122,22 @@ def link_capacity(dataset: Dataset | None, profile: Profile) -> LinkCapacity:
     fallback = LinkCapacity(profile.link_bytes_per_s, f"profile {profile.name}")
     if dataset is None or dataset.network.empty:
         return fallback
+    import pandas as pd
+
     from pdprobe import signals as S
     from pdprobe.analysis.promql import rate_series
+    from pdprobe.analysis.tables import signal_rows
 
     net = dataset.network
-    rates = net[(net["signal"] == S.LINK_RATE_BYTES_PER_S) & net["value"].notna()]
+    rates = signal_rows(net, S.LINK_RATE_BYTES_PER_S)
+    rates = rates[rates["value"].notna()]
     per_node: dict[str, float] = {}
     how = ""
     if len(rates):
-        last = rates.sort_values("ts").groupby(["node", "device", "port"], dropna=False).last()
-        state = net[net["signal"] == S.PORT_STATE].sort_values("ts")
+        # (only the value column: a grouped last() of the label columns cost more than this)
+        last = rates.sort_values("ts").groupby(["node", "device", "port"], dropna=False)[
+            ["value"]].last()
+        state = signal_rows(net, S.PORT_STATE).sort_values("ts")
         if len(state):
             st = state.groupby(["node", "device", "port"], dropna=False)["value"].last()
             active = st.reindex(last.index)
@@ -146,9 +152,18 @@ def link_capacity(dataset: Dataset | None, profile: Profile) -> LinkCapacity:
     peaks: dict[str, float] = {}
     for frame in (tx, rx):
         if len(frame):
-            per_bin = frame.groupby(["ts", "node"])["rate"].sum()
-            for node, peak in per_bin.groupby(level="node").max().items():
-                peaks[str(node)] = max(peaks.get(str(node), 0.0), float(peak))
+            # Summed over a node's ports per bin, then the highest bin: grouped on integer
+            # codes (sorted as the labels) instead of (ts, node) strings.
+            ts_code, _ = pd.factorize(frame["ts"], sort=True)
+            node_code, nodes = pd.factorize(frame["node"], sort=True)
+            ok = (ts_code >= 0) & (node_code >= 0)  # (groupby leaves missing labels out)
+            per_bin = frame["rate"][ok].groupby((ts_code * len(nodes) + node_code)[ok],
+                                                sort=True).sum()
+            cell = per_bin.index.to_numpy()
+            top = per_bin.groupby(cell % len(nodes), sort=True).max()
+            for code, peak in zip(top.index.tolist(), top.tolist(), strict=True):
+                node = str(nodes[code])
+                peaks[node] = max(peaks.get(node, 0.0), float(peak))
     raised = [node for node, peak in peaks.items() if peak > per_node.get(node, 0.0)]
     for node in raised:
         per_node[node] = peaks[node]

@@ -21,6 +21,7 @@ from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utiliz
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
+    import pandas as pd
 
     from pdprobe.dataset import Dataset
 
@@ -65,24 +66,33 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
     instance directly. All windows at once: each source's labels become integer codes and
     (window, instance) pairs are marked in a presence table, never per-window scans.
     """
+    import pandas as pd
+
+    from pdprobe.analysis.tables import column_codes
+
     n_win = len(edges) - 1
     names = {i.name for i in dataset.instances_of(role)}  # type: ignore[arg-type]
     if not names:
         return [None] * n_win
-    sources: list[tuple[np.ndarray, object]] = []
+    sources: list[tuple[np.ndarray, np.ndarray, pd.Index]] = []
     m = dataset.metrics
     if len(m):
-        inst = m["instance"].astype("string")
+        # The metric rows' instance codes (shared by every analysis); codes of instances
+        # without the role become -1 (decided per distinct name, not per row).
+        codes, labels = column_codes(m, "instance")
+        member = np.fromiter((str(u) in names for u in labels), dtype=bool, count=len(labels))
+        renumber = np.append(np.where(member, np.cumsum(member) - 1, -1), -1)
         sources.append((m["ts"].to_numpy(dtype=np.float64, na_value=np.nan),
-                        inst.where(inst.isin(list(names)))))
+                        renumber[codes], labels[member]))
     req = dataset.requests
     col = f"{role}_instance"
     if len(req) and dataset.has_request_column(col):
+        codes, labels = pd.factorize(req[col].astype("string"))
         sources.append((req["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan),
-                        req[col].astype("string")))
+                        codes, labels))
     seen: dict[str, np.ndarray] = {}  # instance -> windows it was seen in
-    for times, labels in sources:
-        pairs = _window_label_pairs(window_index(times, edges), labels, n_win)
+    for times, codes, labels in sources:
+        pairs = _window_label_pairs(window_index(times, edges), codes, labels, n_win)
         for label, present in pairs.items():  # loop over instances, not rows
             seen[label] = seen[label] | present if label in seen else present
     if not seen:
@@ -91,11 +101,12 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
     return [int(c) if c else None for c in counts]
 
 
-def _window_label_pairs(win: np.ndarray, labels: object, n_win: int) -> dict[str, np.ndarray]:
-    """For each label: in which windows it occurs (``win`` -1 and missing labels skipped)."""
-    import pandas as pd
+def _window_label_pairs(win: np.ndarray, codes: np.ndarray, uniq: pd.Index,
+                        n_win: int) -> dict[str, np.ndarray]:
+    """For each label: in which windows it occurs (``win`` -1 and missing labels skipped).
 
-    codes, uniq = pd.factorize(labels)  # type: ignore[call-overload]
+    ``codes``/``uniq`` are the factorized labels (code -1: missing).
+    """
     ok = (win >= 0) & (codes >= 0)
     k = len(uniq)
     if k == 0 or not ok.any():
