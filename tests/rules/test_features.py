@@ -102,3 +102,14 @@ def test_counter_reset_inside_a_bin_counts_from_zero() -> None:
     f = compute_features(make_context(make_dataset(network=frames)))
     # 19 steps before the restart, then 19 steps after it starting from 0.
     assert f.nodes.loc["n1", "retransmit_bins"] >= 37
+
+
+def test_a_single_sample_of_rdma_counters_gives_no_rates_and_no_error() -> None:
+    """One scrape of a node's counters: nothing can be binned, the node is still listed."""
+    frames = [net("n1", S.RDMA_TX_BYTES_TOTAL, np.array([1000.0]), np.array([5e9])),
+              net("n1", S.PORT_STATE, np.array([1000.0]), np.array([4.0]), kind=S.GAUGE)]
+    f = compute_features(make_context(make_dataset(network=frames)))
+    assert list(f.nodes.index) == ["n1"]
+    peak = f.nodes.get("rdma_tx_p90_bytes_per_s")
+    assert peak is None or peak.isna().all()
+    assert f.has_network
