@@ -25,6 +25,9 @@ class ReadContext:
     year: int | None = None  # for vLLM log timestamps, which carry no year
     instance: str | None = None  # instance name for logs that do not name one
     progress: ProgressFn | None = None
+    # Work for the calling thread while a live collector waits on the network (run once, on
+    # that thread, after the queries are sent): the diagnose service loads the analysis modules.
+    while_waiting: Callable[[], None] | None = None
 
     def report(self, what: str, fraction: float) -> None:
         if self.progress is not None:

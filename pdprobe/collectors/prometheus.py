@@ -1452,6 +1452,8 @@ def _collect(session: _Session) -> LiveResult:
         planned.sort(key=lambda bq: pp.batch_cost(bq[0], window), reverse=True)
         futs = {b.id: runner.submit(partial(run_grouped, b, q)) for b, q in planned}
         net_asked = bool(net_batches and net_matcher)
+        if ctx.while_waiting is not None:
+            ctx.while_waiting()
         runner.wait(list(futs.values()), "the data queries")
         ctx.report("assembling the dataset", 0.9)
         groups: dict[str, _Groups] = {}

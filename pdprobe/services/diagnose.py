@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import Final
 
 from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
@@ -16,6 +18,13 @@ from pdprobe.report.model import SCHEMA_VERSION, Report, RoleCounts, status_for
 from pdprobe.values import Missing
 
 DEFAULT_WINDOW_S = 300.0
+# What the analysis imports: about a second of CPU, most of it scipy.stats. A live collection
+# loads them while its queries run (the main thread only waits then), instead of after.
+ANALYSIS_MODULES: Final = (
+    "scipy.stats", "pdprobe.analysis.workload", "pdprobe.analysis.instances",
+    "pdprobe.analysis.slo", "pdprobe.analysis.series", "pdprobe.analysis.capacity",
+    "pdprobe.rules.engine", "pdprobe.rules.catalog", "pdprobe.rules.features",
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,8 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     if request.prometheus is not None:
         from pdprobe.collectors.prometheus import collect_live, display_url
 
-        dataset = collect_live(request.prometheus, request.read, request.roles)
+        read = replace(request.read, while_waiting=load_analysis_modules)
+        dataset = collect_live(request.prometheus, read, request.roles)
         return dataset, f"Prometheus {display_url(request.prometheus.url)}"
     from pdprobe.collectors.files import read_paths
 
@@ -52,6 +62,15 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     if len(paths) == 1:
         return dataset, str(paths[0])
     return dataset, f"{len(paths)} inputs"
+
+
+def load_analysis_modules() -> None:
+    """Import ``ANALYSIS_MODULES`` now; a failure is left for the real import to report."""
+    for name in ANALYSIS_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # reported where the module is really imported
+            continue
 
 
 def diagnose(request: DiagnoseRequest) -> Report:

@@ -146,3 +146,17 @@ def test_missing_families_are_reported(live_cluster: LiveCluster) -> None:
     assert "vllm: vLLM 0.33-era names" in notes
     # NIXL histograms and node_infiniband hw_counters exist here: nothing to warn about them.
     assert not any("node_infiniband" in w for w in result.partial.warnings)
+
+
+def test_work_for_the_waiting_thread_runs_once_while_queries_are_in_flight(
+        live_cluster: LiveCluster) -> None:
+    import threading
+
+    calls: list[str] = []
+
+    def work() -> None:
+        # The data queries are in flight on the pool's threads meanwhile.
+        calls.append(threading.current_thread().name)
+
+    collect_live(live_cluster.target(), ReadContext(while_waiting=work), RoleOptions())
+    assert calls == [threading.current_thread().name]
