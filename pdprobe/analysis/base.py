@@ -60,7 +60,7 @@ class WorkloadSummary:
     requests: int
     window_start_ts: float
     window_end_ts: float
-    arrival_rate_rps: float
+    arrival_rate_rps: Maybe[float]  # Missing when the arrivals span no time
     prompt_tokens: Maybe[LengthDistribution]
     output_tokens: Maybe[LengthDistribution]
     offered_rate_rps: Maybe[float] = Missing("no offered-load counter")

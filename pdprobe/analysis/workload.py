@@ -96,7 +96,8 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
         return Missing("no request record has an arrival time")
     start, end = float(arrival[0]), float(arrival[-1])
     span = end - start
-    rate = count / span if span > 0 else float("nan")
+    rate: Maybe[float] = (count / span if span > 0 else
+                          Missing("all requests arrived at one instant: no rate"))
 
     cached: Maybe[float] = Missing("no cached_tokens column in request records")
     if dataset.has_request_column("cached_tokens"):
@@ -341,7 +342,9 @@ def _from_metrics(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | No
     lead = S.PROMPT_TOKENS if S.PROMPT_TOKENS in counts else S.OUTPUT_TOKENS
     n_requests = counts.get(lead, float("nan"))
     requests = round(n_requests) if math.isfinite(n_requests) else 0
-    rate = n_requests / span if span > 0 and math.isfinite(n_requests) else float("nan")
+    rate: Maybe[float] = (n_requests / span if span > 0 and math.isfinite(n_requests) else
+                          Missing("the length histograms span no time" if span <= 0 else
+                                  "the length histograms count no requests"))
 
     def counter_rate(signal: str, prefer: Role) -> tuple[Maybe[float], float]:
         inst, _ = _instances_for(dataset, signal, ("counter",), prefer)

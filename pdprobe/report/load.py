@@ -170,8 +170,9 @@ class _Loader:
         if not isinstance(wl, dict):
             raise _Bad("workload", f"expected an object, got {_kind(wl)}")
         requests = self.build(int, self._get(wl, "requests", "workload"), "workload.requests")
-        rate = self.build(float, wl.get("arrival_rate_rps"), "workload.arrival_rate_rps")
         hints = _hints(WorkloadSummary)
+        rate = self.build(hints["arrival_rate_rps"], wl.get("arrival_rate_rps"),
+                          "workload.arrival_rate_rps")
         extra = {}
         for name in ("offered_rate_rps", "completed_rate_rps", "cached_fraction", "arrival_cv2",
                      "prompt_output_corr"):

@@ -164,8 +164,9 @@ def _workload(ex: _Exposition, report: Report) -> None:
     ex.family("pdprobe_workload_requests", "Requests in the window.", [({}, wl.requests)])
     ex.family("pdprobe_workload_failed_requests", "Requests that ended in error, timeout or "
               "abort.", [({}, wl.failed_requests)])
-    ex.family("pdprobe_workload_arrival_rate_requests_per_second", "Mean arrival rate.",
-              [({}, wl.arrival_rate_rps)])
+    if not isinstance(wl.arrival_rate_rps, Missing):
+        ex.family("pdprobe_workload_arrival_rate_requests_per_second", "Mean arrival rate.",
+                  [({}, wl.arrival_rate_rps)])
     for name, dist in (("prompt", wl.prompt_tokens), ("output", wl.output_tokens)):
         if isinstance(dist, Missing):
             continue

@@ -716,10 +716,12 @@ def workload_rows(report: Report) -> list[KeyValue]:
     requests = fmt_num(wl.requests)
     if wl.failed_requests:
         requests += f" ({fmt_num(wl.failed_requests)} failed)"
-    rate = f"{fmt_num(wl.arrival_rate_rps)} req/s" if math.isfinite(wl.arrival_rate_rps) else NA
+    arrival = wl.arrival_rate_rps
+    rate = (Cell(NA, arrival.reason) if isinstance(arrival, Missing)
+            else Cell(f"{fmt_num(arrival)} req/s") if math.isfinite(arrival) else Cell(NA))
     rows = [
         KeyValue("requests", Cell(requests + f" from {wl.source}")),
-        KeyValue("arrival rate", Cell(rate)),
+        KeyValue("arrival rate", rate),
     ]
     cv2 = wl.arrival_cv2
     if isinstance(cv2, Missing) or not math.isfinite(cv2):

@@ -1154,8 +1154,10 @@ def _arrival_rate(ctx: RuleContext, ds: Dataset, window: Window,
                   table: pd.DataFrame) -> float | None:
     from pdprobe.analysis.base import WorkloadSummary
 
-    if isinstance(ctx.workload, WorkloadSummary) and ctx.workload.arrival_rate_rps > 0:
-        return float(ctx.workload.arrival_rate_rps)
+    if isinstance(ctx.workload, WorkloadSummary):
+        arrival = ctx.workload.arrival_rate_rps
+        if not isinstance(arrival, Missing) and arrival > 0:
+            return float(arrival)
     if len(ds.requests) >= 2 and window.span_s > 0:
         return float(len(ds.requests) / window.span_s)
     finished = table.loc[table["role"] == "decode", "c_finished"] if "c_finished" in \

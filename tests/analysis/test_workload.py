@@ -163,7 +163,8 @@ def test_single_instant_has_no_rate() -> None:
                         "output_tokens": [1, 2]})
     summary = _summary(_dataset(req))
     assert summary.requests == 2
-    assert np.isnan(summary.arrival_rate_rps)
+    assert isinstance(summary.arrival_rate_rps, Missing)
+    assert "one instant" in summary.arrival_rate_rps.reason
     assert isinstance(summary.offered_rate_rps, Missing)
     assert summary.arrival_series is None
 

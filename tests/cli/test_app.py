@@ -121,3 +121,14 @@ def test_output_file_gets_the_normal_mode_not_0600(tmp_path: Path) -> None:
     assert out.read_text() == "# report\n"
     assert out.stat().st_mode & 0o777 == default_file_mode()
     assert not list(tmp_path.glob(".report.md.*"))
+
+
+def test_requests_at_one_instant_give_a_missing_rate_with_its_reason(tmp_path: Path) -> None:
+    rows = [{"arrival_ts": 1.7e9, "prompt_tokens": p, "output_tokens": 20} for p in (100, 300)]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run("diagnose", str(path), "--format", "json")
+    assert result.returncode in (0, 1, 2), result.stderr
+    report = json.loads(result.stdout)
+    assert report["workload"]["arrival_rate_rps"] is None
+    assert "one instant" in report["missing"]["workload.arrival_rate_rps"]

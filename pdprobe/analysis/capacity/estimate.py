@@ -331,13 +331,16 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
     rate: float | None = None
     if isinstance(workload, WorkloadSummary):
         offered = workload.offered_rate_rps
-        if not isinstance(offered, Missing) and offered > workload.arrival_rate_rps * 1.05:
+        arrival = workload.arrival_rate_rps
+        if (not isinstance(offered, Missing) and not isinstance(arrival, Missing)
+                and offered > arrival * 1.05):
             rate = float(offered)
             notes.append(f"sized for the offered load {offered:.3g} req/s (requests started), "
-                         f"above the {workload.arrival_rate_rps:.3g} req/s seen in records")
+                         f"above the {arrival:.3g} req/s seen in records")
         served = workload.completed_rate_rps
-        demand = rate if rate is not None else workload.arrival_rate_rps
-        if not isinstance(served, Missing) and served < demand * SERVED_SHORTFALL:
+        demand = rate if rate is not None else arrival
+        if (not isinstance(served, Missing) and not isinstance(demand, Missing)
+                and served < demand * SERVED_SHORTFALL):
             notes.append(f"only {served:.3g} of {demand:.3g} req/s offered were served: "
                          "completions understate demand (back-pressure), so the estimate uses "
                          "the offered load")
