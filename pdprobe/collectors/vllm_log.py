@@ -52,6 +52,11 @@ ENGINE: Final = "vllm"
 # throughput / mean prompt length: under 2 % for prompts of 50+ tokens. Colocated serving
 # generates far more than that share.
 PREFILL_GEN_SHARE_MAX: Final = 0.02
+# A decode instance of a P/D pair computes no prompt: its KV arrives through the connector, so
+# its prompt throughput stays near 0 while it generates (the reference's decode lines read
+# "Avg prompt throughput: 0.0 tokens/s"). Colocated serving computes every prompt itself, and
+# prompts are longer than outputs, so its prompt throughput is a large share of generation.
+DECODE_PROMPT_SHARE_MAX: Final = 0.02
 
 _V = r"[^ ,%]+"  # a value: anything up to the next separator, validated as a number afterwards
 _STATS: Final = (
@@ -365,6 +370,11 @@ def _stats_hints(stats: pd.DataFrame) -> list[tuple[Role, str, int]]:
             hints.append(("prefill", f"vLLM generation throughput is {gen / prompt:.2%} of prompt "
                                      f"throughput (a prefill instance emits one token per "
                                      f"request)", ROLE_FROM_EVIDENCE))
+        elif gen > 0 and prompt <= DECODE_PROMPT_SHARE_MAX * gen:
+            hints.append(("decode", f"vLLM prompt throughput is {prompt / gen:.2%} of generation "
+                                    f"throughput over {len(active)} active stats lines (a decode "
+                                    f"instance receives prompts' KV instead of computing it)",
+                          ROLE_FROM_EVIDENCE))
     return hints
 
 

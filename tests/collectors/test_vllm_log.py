@@ -319,3 +319,33 @@ def test_preemptions_missing_until_the_field_is_seen():
     assert values.tolist() == [2, 2, 5, 5]
     partial = read_engine_log(LOGS / "vllm_0.8.0_early_v1.log", ReadContext(year=2025))
     assert S.PREEMPTIONS_TOTAL not in set(partial.metrics["signal"])
+
+
+def _stats_log(tmp_path, prompt_tps: float, gen_tps: float, lines: int):  # type: ignore[no-untyped-def]
+    text = "".join(
+        f"(APIServer pid=7) INFO 07-01 12:00:{10 * (i + 1):02d} [loggers.py:259] Engine 000: "
+        f"Avg prompt throughput: {prompt_tps:.1f} tokens/s, Avg generation throughput: "
+        f"{gen_tps:.1f} tokens/s, Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.0%, "
+        f"Prefix cache hit rate: 0.0%, External prefix cache hit rate: 100.0%\n"
+        for i in range(lines))
+    path = tmp_path / "10.0.2.11_8000.log"
+    path.write_text(text)
+    return read_engine_log(path, ReadContext(year=2025))
+
+
+def test_generation_without_prompt_work_means_decode(tmp_path):  # type: ignore[no-untyped-def]
+    """A decode instance that never prints 'KV fetch' is still told apart by its throughput."""
+    evidence = [h for h in _stats_log(tmp_path, 0.0, 350.0, 5).role_hints
+                if h.strength == ROLE_FROM_EVIDENCE]
+    assert [h.role for h in evidence] == ["decode"]
+    assert "prompt throughput is 0.00% of generation" in evidence[0].how
+
+
+@pytest.mark.parametrize(("prompt_tps", "gen_tps", "lines"), [
+    (2400.0, 350.0, 5),  # colocated: prompts computed here
+    (0.0, 350.0, 4),  # too few active lines to judge
+])
+def test_no_decode_evidence_when_prompts_are_computed_or_the_log_is_short(
+        tmp_path, prompt_tps: float, gen_tps: float, lines: int) -> None:  # type: ignore[no-untyped-def]
+    partial = _stats_log(tmp_path, prompt_tps, gen_tps, lines)
+    assert not [h for h in partial.role_hints if h.role == "decode"]
