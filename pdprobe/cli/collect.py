@@ -8,55 +8,27 @@ from typing import Annotated
 import typer
 
 from pdprobe.cli.common import StderrProgress, env, info
-from pdprobe.cli.live_options import (
-    BasicAuthPasswordFileOpt,
-    BasicAuthUserOpt,
-    BearerTokenFileOpt,
-    CaBundleOpt,
-    HeaderOpt,
-    InsecureOpt,
-    MetricsMapOpt,
-    PrometheusOpt,
-    SelectorOpt,
-    SinceOpt,
-    StepOpt,
-    TimeoutOpt,
-    UntilOpt,
-    build_target,
-    require_target,
-)
+from pdprobe.cli.live_options import live_options, require_target
+from pdprobe.collectors.prometheus_target import PrometheusTarget
 
 CaptureOpt = Annotated[Path, typer.Option(
     "--output", "-o", envvar=env("output"),
     help="Capture file to write (Parquet), or a folder to put a timestamped one in.")]
 
 
+@live_options
 def collect_command(
     output: CaptureOpt,
-    prometheus: PrometheusOpt = None,
-    since: SinceOpt = "30m",
-    until: UntilOpt = None,
-    step: StepOpt = None,
-    selector: SelectorOpt = "",
-    metrics_map: MetricsMapOpt = None,
-    bearer_token_file: BearerTokenFileOpt = None,
-    basic_auth_user: BasicAuthUserOpt = None,
-    basic_auth_password_file: BasicAuthPasswordFileOpt = None,
-    header: HeaderOpt = None,
-    ca_bundle: CaBundleOpt = None,
-    insecure: InsecureOpt = False,
-    timeout: TimeoutOpt = 30.0,
+    target: PrometheusTarget | None = None,
 ) -> int:
     """Capture what diagnose needs from a live cluster into one file ('pdprobe diagnose FILE')."""
     from pdprobe.collectors.base import ReadContext
     from pdprobe.services.collect import collect
 
-    target = require_target("collect", build_target(
-        prometheus, since, until, step, selector, metrics_map, bearer_token_file, basic_auth_user,
-        basic_auth_password_file, header, ca_bundle, insecure, timeout))
+    live = require_target("collect", target)
     progress = StderrProgress()
     try:
-        result = collect(target, output, ReadContext(progress=progress))
+        result = collect(live, output, ReadContext(progress=progress))
     finally:
         progress.close()
     for warning in result.warnings:

@@ -27,22 +27,8 @@ from pdprobe.cli.common import (
     render_options,
     write_output,
 )
-from pdprobe.cli.live_options import (
-    BasicAuthPasswordFileOpt,
-    BasicAuthUserOpt,
-    BearerTokenFileOpt,
-    CaBundleOpt,
-    HeaderOpt,
-    InsecureOpt,
-    MetricsMapOpt,
-    PrometheusOpt,
-    SelectorOpt,
-    SinceOpt,
-    StepOpt,
-    TimeoutOpt,
-    UntilOpt,
-    build_target,
-)
+from pdprobe.cli.live_options import live_options
+from pdprobe.collectors.prometheus_target import PrometheusTarget
 
 YearOpt = Annotated[int | None, typer.Option(
     "--year", envvar=env("year"), min=1970, max=2100,
@@ -62,6 +48,7 @@ WindowOpt = Annotated[float, typer.Option(
     help="Window in seconds for the capacity estimate over time.")]
 
 
+@live_options
 def diagnose_command(
     paths: Annotated[list[Path] | None, typer.Argument(
         help="Captured files or folders (request records, OpenMetrics dumps, engine logs, "
@@ -80,19 +67,7 @@ def diagnose_command(
     window: WindowOpt = 300.0,
     verbose: VerboseOpt = False,
     quiet: QuietOpt = False,
-    prometheus: PrometheusOpt = None,
-    since: SinceOpt = "30m",
-    until: UntilOpt = None,
-    step: StepOpt = None,
-    selector: SelectorOpt = "",
-    metrics_map: MetricsMapOpt = None,
-    bearer_token_file: BearerTokenFileOpt = None,
-    basic_auth_user: BasicAuthUserOpt = None,
-    basic_auth_password_file: BasicAuthPasswordFileOpt = None,
-    header: HeaderOpt = None,
-    ca_bundle: CaBundleOpt = None,
-    insecure: InsecureOpt = False,
-    timeout: TimeoutOpt = 30.0,
+    target: PrometheusTarget | None = None,
 ) -> int:
     """Diagnose a disaggregated cluster from captured files, a live Prometheus, or the sample."""
     from pdprobe.collectors.base import ReadContext
@@ -101,9 +76,6 @@ def diagnose_command(
     from pdprobe.report.base import renderer_for
     from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
-    target = build_target(prometheus, since, until, step, selector, metrics_map,
-                          bearer_token_file, basic_auth_user, basic_auth_password_file, header,
-                          ca_bundle, insecure, timeout)
     if target is not None and paths:
         raise UsageError("give either files or --prometheus, not both",
                          hint="run two diagnoses, or `pdprobe collect` first and pass the file")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -49,6 +52,59 @@ InsecureOpt = Annotated[bool, typer.Option(
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", envvar=env("timeout"), min=1.0,
     help="Give up on Prometheus after this many seconds in total.")]
+
+
+# The live options, in the order --help lists them, with their defaults. build_target takes
+# them by these names.
+LIVE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("prometheus", PrometheusOpt, None),
+    ("since", SinceOpt, "30m"),
+    ("until", UntilOpt, None),
+    ("step", StepOpt, None),
+    ("selector", SelectorOpt, ""),
+    ("metrics_map", MetricsMapOpt, None),
+    ("bearer_token_file", BearerTokenFileOpt, None),
+    ("basic_auth_user", BasicAuthUserOpt, None),
+    ("basic_auth_password_file", BasicAuthPasswordFileOpt, None),
+    ("header", HeaderOpt, None),
+    ("ca_bundle", CaBundleOpt, None),
+    ("insecure", InsecureOpt, False),
+    ("timeout", TimeoutOpt, 30.0),
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def live_options(command: F) -> F:
+    """Give a command the live options; it receives them as one ``target`` parameter.
+
+    ``target`` is the ``PrometheusTarget`` they describe, or None without ``--prometheus``.
+    Typer reads a command's options from its signature and has no option groups, so the
+    wrapper's signature replaces ``target`` with the options of ``LIVE_OPTIONS``, appended
+    after the command's own.
+    """
+    import typing
+
+    # Typer reads the signature as it is; this package's annotations are strings (postponed
+    # evaluation), so the wrapper's signature carries them resolved.
+    resolved = typing.get_type_hints(command, include_extras=True)
+    signature = inspect.signature(command)
+    own = [p.replace(annotation=resolved.get(name, p.annotation))
+           for name, p in signature.parameters.items() if name != "target"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=annotation)
+             for name, annotation, default in LIVE_OPTIONS]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        live = {name: kwargs.pop(name, default) for name, _, default in LIVE_OPTIONS}
+        return command(*args, target=build_target(**live), **kwargs)
+
+    params = [*own, *added]
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params, return_annotation=resolved.get("return", signature.empty))
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper  # type: ignore[return-value]
 
 
 def parse_duration(text: str, option: str) -> float:
