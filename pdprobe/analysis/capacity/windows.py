@@ -192,40 +192,52 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         mean_o = float(mean_output[w]) if n else math.nan
         dep_p, dep_d = active_p[w], active_d[w]
         served = done[w] / dur if done is not None else _rate_or_none(counted, w)
-        base = RatioWindow(
-            start_ts=lo, end_ts=hi,
-            theoretical_ratio=Missing(f"only {n} requests in the window "
-                                      f"({MIN_WINDOW_REQUESTS} needed)"),
-            recommended_prefill=Missing("too few requests in the window"),
-            recommended_decode=Missing("too few requests in the window"),
-            deployed_prefill=dep_p if dep_p is not None else Missing("no prefill instance seen"),
-            deployed_decode=dep_d if dep_d is not None else Missing("no decode instance seen"),
-            arrival_rate_rps=n / dur, mean_prompt_tokens=mean_p, mean_output_tokens=mean_o,
-            requests=n,
-            offered_rate_rps=n / dur,
-            served_rate_rps=served if served is not None else Missing("no completion times "
-                                                                     "or finished counter"),
-        )
+        base = _unsized(lo, hi, n, mean_p, mean_o, dep_p, dep_d, offered=n / dur,
+                        served=served if served is not None else Missing(
+                            "no completion times or finished counter"))
         if n < MIN_WINDOW_REQUESTS:
             out.append(base)
             continue
         sub = mix.subset(np.arange(bounds[w], bounds[w + 1]), n / dur, f"window {w}",
                          slo.ttft_s)
-        rec = size(sub, model, slo)
-        binding = rec.binding
-        if dep_p and dep_d:
-            up, ud, ux, _ = utilizations(rec.rates, sub.rate_rps, dep_p, dep_d,
-                                         model.link_bytes_per_s)
-            binding = binding_stage(up, ud, ux)
-        out.append(replace(
-            base,
-            theoretical_ratio=rec.theoretical_ratio,
-            recommended_prefill=rec.prefill, recommended_decode=rec.decode,
-            producer_tokens_per_s=sub.rate_rps * rec.rates.mean_uncached_tokens,
-            consumer_tokens_per_s=sub.rate_rps * rec.rates.mean_output_tokens,
-            binding=binding,
-        ))
+        out.append(_sized(base, sub, model, slo))
     return tuple(out)
+
+
+def _unsized(lo: float, hi: float, requests: int, mean_p: float, mean_o: float,
+             dep_p: int | None, dep_d: int | None, *, offered: float | Missing,
+             served: float | Missing) -> RatioWindow:
+    """A window with what was observed in it, before (or without) sizing."""
+    return RatioWindow(
+        start_ts=lo, end_ts=hi,
+        theoretical_ratio=Missing(f"only {requests} requests in the window "
+                                  f"({MIN_WINDOW_REQUESTS} needed)"),
+        recommended_prefill=Missing("too few requests in the window"),
+        recommended_decode=Missing("too few requests in the window"),
+        deployed_prefill=dep_p if dep_p is not None else Missing("no prefill instance seen"),
+        deployed_decode=dep_d if dep_d is not None else Missing("no decode instance seen"),
+        arrival_rate_rps=requests / (hi - lo), mean_prompt_tokens=mean_p,
+        mean_output_tokens=mean_o, requests=requests, offered_rate_rps=offered,
+        served_rate_rps=served,
+    )
+
+
+def _sized(base: RatioWindow, sub: WorkloadMix, model: ModelInputs, slo: Slo) -> RatioWindow:
+    """``base`` with the sizing of its own mix ``sub``; the binding stage is judged at the
+    counts deployed in the window when both are known."""
+    rec = size(sub, model, slo)
+    binding = rec.binding
+    dep_p, dep_d = base.deployed_prefill, base.deployed_decode
+    if dep_p and dep_d and not isinstance(dep_p, Missing) and not isinstance(dep_d, Missing):
+        up, ud, ux, _ = utilizations(rec.rates, sub.rate_rps, dep_p, dep_d,
+                                     model.link_bytes_per_s)
+        binding = binding_stage(up, ud, ux)
+    return replace(
+        base, theoretical_ratio=rec.theoretical_ratio, recommended_prefill=rec.prefill,
+        recommended_decode=rec.decode, binding=binding,
+        producer_tokens_per_s=sub.rate_rps * rec.rates.mean_uncached_tokens,
+        consumer_tokens_per_s=sub.rate_rps * rec.rates.mean_output_tokens,
+    )
 
 
 def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -267,19 +279,9 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
                    else (n / dur if n > 0 else None))
         served = _rate_or_none(served_rates, w)
         count = int(n) if math.isfinite(n) else 0
-        base = RatioWindow(
-            start_ts=lo, end_ts=hi,
-            theoretical_ratio=Missing(f"only {count} requests in the window "
-                                      f"({MIN_WINDOW_REQUESTS} needed)"),
-            recommended_prefill=Missing("too few requests in the window"),
-            recommended_decode=Missing("too few requests in the window"),
-            deployed_prefill=dep_p if dep_p is not None else Missing("no prefill instance seen"),
-            deployed_decode=dep_d if dep_d is not None else Missing("no decode instance seen"),
-            arrival_rate_rps=count / dur, mean_prompt_tokens=mean_p, mean_output_tokens=mean_o,
-            requests=count,
-            offered_rate_rps=offered if offered is not None else Missing("no request counter"),
-            served_rate_rps=served if served is not None else Missing("no finished counter"),
-        )
+        base = _unsized(lo, hi, count, mean_p, mean_o, dep_p, dep_d,
+                        offered=offered if offered is not None else Missing("no request counter"),
+                        served=served if served is not None else Missing("no finished counter"))
         if count < MIN_WINDOW_REQUESTS or not (mean_p > 0 and mean_o > 0):
             out.append(base)
             continue
@@ -288,15 +290,5 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
                       cached_tokens=mix.cached_tokens * (mean_p / base_p),
                       output_tokens=np.maximum(mix.output_tokens * (mean_o / base_o), 1.0),
                       rate_rps=rate, description=f"window {w}")
-        rec = size(sub, model, slo)
-        binding = rec.binding
-        if dep_p and dep_d:
-            up, ud, ux, _ = utilizations(rec.rates, rate, dep_p, dep_d, model.link_bytes_per_s)
-            binding = binding_stage(up, ud, ux)
-        out.append(replace(
-            base, theoretical_ratio=rec.theoretical_ratio, recommended_prefill=rec.prefill,
-            recommended_decode=rec.decode, binding=binding,
-            producer_tokens_per_s=rate * rec.rates.mean_uncached_tokens,
-            consumer_tokens_per_s=rate * rec.rates.mean_output_tokens,
-        ))
+        out.append(_sized(base, sub, model, slo))
     return tuple(out)
