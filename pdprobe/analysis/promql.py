@@ -448,20 +448,19 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
     return out
 
 
-def _increases_by_window(frame: pd.DataFrame, group_cols: list[str], edges: np.ndarray,
-                         from_zero: bool) -> tuple[_Groups, np.ndarray, np.ndarray]:
-    """``_window_increase`` over every window ``[edges[w], edges[w + 1]]`` at once.
+def _increases_by_window(g: _Groups, edges: np.ndarray,
+                         from_zero: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``_window_increase`` of the groups ``g`` over every window ``[edges[w], edges[w + 1]]``.
 
-    Returns the groups and two ``[group, window]`` arrays: the increase (NaN when unknown) and
-    whether the group has any sample at or before the window's end (``_window_increase``
-    leaves the others out altogether).
+    Returns two ``[group, window]`` arrays: the increase (NaN when unknown) and whether the
+    group has any sample at or before the window's end (``_window_increase`` leaves the others
+    out altogether). Callers pass blocks of windows (``_window_blocks``) to bound the memory.
     """
-    g = _group_sorted(frame, group_cols, dropna=False)
     e = np.asarray(edges, dtype=np.float64)
     n_groups, n_win = len(g.starts), len(e) - 1
     if n_groups == 0 or n_win < 1:
         empty = np.zeros((n_groups, max(n_win, 0)))
-        return g, empty * np.nan, empty.astype(bool)
+        return empty * np.nan, empty.astype(bool)
     # Count samples at/before and before each edge, for all groups at once, by searching a key
     # that orders by group, then by time since the group's first sample. Edges are clipped to
     # just outside each group's span, which leaves the counts unchanged.
@@ -488,7 +487,19 @@ def _increases_by_window(frame: pd.DataFrame, group_cols: list[str], edges: np.n
     inc = last - base
     inc = np.where(n_used < 2, last, inc) if from_zero else np.where(n_used >= 2, inc, np.nan)
     inc = np.where((last_ts >= e[None, :-1]) & (n_inside > 0) & present, inc, np.nan)
-    return g, inc, present
+    return inc, present
+
+
+# Cells of a [group, window] block of increases: a week of 5-minute windows over 12k bucket
+# series would otherwise be ~25M cells per array.
+MAX_BLOCK_CELLS: Final = 2_000_000
+
+
+def _window_blocks(n_groups: int, edges: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive ``(first, last + 1)`` window ranges of at most ``MAX_BLOCK_CELLS`` cells."""
+    n_win = max(len(edges) - 1, 0)
+    step = max(1, MAX_BLOCK_CELLS // max(n_groups, 1))
+    return [(w, min(w + step, n_win)) for w in range(0, n_win, step)]
 
 
 def counter_increase_by_window(metrics: pd.DataFrame, signal: str, edges: np.ndarray, *,
@@ -506,8 +517,10 @@ def counter_increase_by_window(metrics: pd.DataFrame, signal: str, edges: np.nda
     n_win = max(len(edges) - 1, 0)
     if frame.empty:
         return pd.DataFrame(np.zeros((0, n_win)), columns=range(n_win))
-    g, inc, _present = _increases_by_window(frame[[*cols, "ts", "value"]], cols, edges,
-                                            from_zero)
+    g = _group_sorted(frame, cols, dropna=False)
+    inc = np.concatenate([_increases_by_window(g, edges[a:b + 1], from_zero)[0]
+                          for a, b in _window_blocks(len(g.starts), edges)] or
+                         [np.zeros((len(g.starts), 0))], axis=1)
     keys = g.key_frame(frame, cols, g.starts)
     index = (pd.Index(keys[cols[0]], name=cols[0]) if len(cols) == 1
              else pd.MultiIndex.from_frame(keys))
@@ -534,23 +547,25 @@ def histogram_totals_by_window(metrics: pd.DataFrame, signal: str, edges: np.nda
     has_buckets = np.zeros(n_win, dtype=bool)
     buckets = frame[frame["kind"] == "bucket"]
     if len(buckets):
-        g, inc, present = _increases_by_window(buckets, ["_inst", "le"], edges, False)
+        g = _group_sorted(buckets, ["_inst", "le"], dropna=False)
         owner = buckets["_inst"].to_numpy()[g.order[g.starts]]
-        bad = present & np.isnan(inc)
-        np.logical_or.at(skipped, owner, bad)
-        kept_bucket = present & ~skipped[owner]
-        has_buckets = kept_bucket.any(axis=0)
+        for a, b in _window_blocks(len(g.starts), edges):
+            inc, present = _increases_by_window(g, edges[a:b + 1], False)
+            np.logical_or.at(skipped[:, a:b], owner, present & np.isnan(inc))
+            has_buckets[a:b] = (present & ~skipped[owner, a:b]).any(axis=0)
     totals = []
     for kind in ("count", "sum"):
         part = frame[frame["kind"] == kind]
-        if part.empty:
-            totals.append(np.full(n_win, np.nan))
-            continue
-        g, inc, present = _increases_by_window(part, ["_inst"], edges, False)
-        owner = part["_inst"].to_numpy()[g.order[g.starts]]
-        known = present & ~skipped[owner] & ~np.isnan(inc)
-        total = np.where(known, inc, 0.0).sum(axis=0)
-        totals.append(np.where(known.any(axis=0), total, np.nan))
+        total = np.full(n_win, np.nan)
+        if len(part):
+            g = _group_sorted(part, ["_inst"], dropna=False)
+            owner = part["_inst"].to_numpy()[g.order[g.starts]]
+            for a, b in _window_blocks(len(g.starts), edges):
+                inc, present = _increases_by_window(g, edges[a:b + 1], False)
+                known = present & ~skipped[owner, a:b] & ~np.isnan(inc)
+                total[a:b] = np.where(known.any(axis=0),
+                                      np.where(known, inc, 0.0).sum(axis=0), np.nan)
+        totals.append(total)
     return totals[0], totals[1], has_buckets
 
 

@@ -15,10 +15,12 @@ from pdprobe.analysis.promql import (
     correct_counter,
     correct_counters_grouped,
     counter_increase_by_instance,
+    counter_increase_by_window,
     fraction_below,
     gauge_series,
     histogram_quantile,
     histogram_quantiles_by_instance,
+    histogram_totals_by_window,
     histogram_window,
     increase,
     rate,
@@ -339,3 +341,53 @@ def test_vectorised_quantiles_match_the_scalar_function() -> None:
     by_instance = histogram_quantiles_by_instance(hist, 0.9)
     np.testing.assert_allclose(by_instance.reindex([f"i{j}" for j in range(200)]).to_numpy(),
                                [histogram_quantile(0.9, le, row) for row in counts], equal_nan=True)
+
+
+def _ragged_metrics() -> pd.DataFrame:
+    """Three instances with restarts, gaps, a late starter and a bucket with a hole."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for k, inst in enumerate(("a:1", "b:1", "c:1")):
+        ts = np.arange(0.0, 600.0, 15.0) + 3.0 * k
+        if inst == "c:1":
+            ts = ts[ts > 200]  # starts late
+        count = np.cumsum(rng.integers(0, 9, len(ts))).astype(float)
+        if inst == "b:1":
+            count[20:] -= count[19]  # restart: counts again from about 0
+        for i, t in enumerate(ts):
+            if inst == "a:1" and 10 <= i < 14:
+                continue  # a gap
+            rows.append((t, inst, "gen", "counter", np.nan, 5 * count[i]))
+            for le, share in ((0.5, 0.4), (2.0, 0.9), (INF, 1.0)):
+                if inst == "c:1" and le == 2.0 and i == 5:
+                    continue  # one bucket sample missing
+                rows.append((t, inst, "ttft_s", "bucket", le, np.floor(share * count[i])))
+            rows.append((t, inst, "ttft_s", "count", np.nan, count[i]))
+            rows.append((t, inst, "ttft_s", "sum", np.nan, 0.7 * count[i]))
+    frame = pd.DataFrame(rows, columns=["ts", "instance", "signal", "kind", "le", "value"])
+    return conform(frame, METRIC_COLUMNS)
+
+
+@pytest.mark.parametrize("block_cells", [2_000_000, 1])
+@pytest.mark.parametrize("instances", [None, ["a:1", "c:1"]])
+def test_window_helpers_equal_one_call_per_window(block_cells: int, instances: list[str] | None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """All windows at once (in blocks of any size) give what a call per window gives."""
+    import pdprobe.analysis.promql as promql
+
+    monkeypatch.setattr(promql, "MAX_BLOCK_CELLS", block_cells)
+    m = _ragged_metrics()
+    edges = np.array([-50.0, 0.0, 100.0, 190.0, 300.0, 301.0, 450.0, 620.0, 700.0])
+    counts, sums, has = histogram_totals_by_window(m, "ttft_s", edges, instances)
+    inc = counter_increase_by_window(m, "gen", edges)
+    for w in range(len(edges) - 1):
+        lo, hi = edges[w], edges[w + 1]
+        h = histogram_window(m, "ttft_s", lo, hi, instances=instances)
+        assert has[w] == (len(h) > 0)
+        np.testing.assert_allclose(counts[w], h.attrs["count"], rtol=1e-12)
+        np.testing.assert_allclose(sums[w], h.attrs["sum"], rtol=1e-12)
+        one = counter_increase_by_instance(m, "gen", lo, hi)
+        np.testing.assert_allclose(inc[w].reindex(one.index).to_numpy(), one.to_numpy(),
+                                   rtol=1e-12)
+        assert inc[w].drop(one.index).isna().all()
+    assert np.isfinite(counts).any() and not np.isfinite(counts).all()
