@@ -294,6 +294,26 @@ def _spread(values: np.ndarray) -> float:
     return float(hi / lo) if lo > 0 else math.inf
 
 
+def _role_fit(fit: FitResult | None, pred: np.ndarray, t: np.ndarray, scale: float,
+              notes: list[str]) -> RoleFit:
+    """The outcome of one role's fitting: the curve ``fit`` when it was kept, else the profile
+    scaled by ``scale``, judged by its predictions ``pred`` of the observed times ``t``."""
+    if fit is not None:
+        return RoleFit("fit", len(t), fit.r2, fit.median_rel_error, scale, tuple(notes))
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 0.0
+    return RoleFit("scaled profile", len(t), r2, float(np.median(np.abs(pred - t) / t)), scale,
+                   tuple(notes))
+
+
+def _differs(ratio: float) -> str | None:
+    """``"2.3× slower"``/``"faster"`` when observed/profile is beyond
+    ``PROFILE_CONTRADICTION_FACTOR`` either way, else None."""
+    if 1.0 / PROFILE_CONTRADICTION_FACTOR < ratio < PROFILE_CONTRADICTION_FACTOR:
+        return None
+    return f"{ratio:.1f}× slower" if ratio > 1 else f"{1.0 / ratio:.1f}× faster"
+
+
 def fit_prefill(uncached: np.ndarray, prefill_s: np.ndarray, profile: Profile,
                 what: str = "per-request prefill_s",
                 cached: np.ndarray | None = None) -> tuple[PrefillModel, RoleFit]:
@@ -342,21 +362,14 @@ def fit_prefill(uncached: np.ndarray, prefill_s: np.ndarray, profile: Profile,
         model = replace(base, a_s=base.a_s * scale, b_s_per_token=base.b_s_per_token * scale,
                         c_s_per_token2=base.c_s_per_token2 * scale,
                         source=f"profile {profile.name} × {scale:.2f} from {n} requests' {what}")
-        pred = model.alone_s(u, cp)
-        ss_tot = float(np.sum((t - t.mean()) ** 2))
-        r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 0.0
-        role = RoleFit("scaled profile", n, r2, float(np.median(np.abs(pred - t) / t)), scale,
-                       tuple(notes))
-    else:
-        assert fit is not None
-        role = RoleFit("fit", n, fit.r2, fit.median_rel_error, scale, tuple(notes))
+        fit = None  # rejected or never tried: the scaled profile is judged instead
+    role = _role_fit(fit, model.alone_s(u, cp), t, scale, notes)
     typical = float(np.median(u))
     ratio = float(model.alone_s(np.array([typical]))[0] / base.alone_s(np.array([typical]))[0])
-    if ratio >= PROFILE_CONTRADICTION_FACTOR or ratio <= 1.0 / PROFILE_CONTRADICTION_FACTOR:
-        word = "slower" if ratio > 1 else "faster"
-        factor = ratio if ratio > 1 else 1.0 / ratio
+    differs = _differs(ratio)
+    if differs:
         role = replace(role, notes=(*role.notes,
-                       f"prefill: observed prefill is {factor:.1f}× {word} than profile "
+                       f"prefill: observed prefill is {differs} than profile "
                        f"{profile.name} at the median prompt ({typical:,.0f} uncached tokens): "
                        "the profile does not describe this deployment; the observed model is used"))
     return model, role
@@ -412,21 +425,13 @@ def fit_decode(batch: np.ndarray, ctx_tokens: np.ndarray, tpot_s: np.ndarray, pr
                         c_s_per_seq=base.c_s_per_seq * scale,
                         source=f"profile {profile.name} × {scale:.2f} from {n} observations "
                                f"of {what}")
-        pred = model.step_s(bt, k)
-        ss_tot = float(np.sum((t - t.mean()) ** 2))
-        r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 0.0
-        role = RoleFit("scaled profile", n, r2, float(np.median(np.abs(pred - t) / t)), scale,
-                       tuple(notes))
-    else:
-        assert fit is not None
-        role = RoleFit("fit", n, fit.r2, fit.median_rel_error, scale, tuple(notes))
+        fit = None  # rejected or never tried: the scaled profile is judged instead
+    role = _role_fit(fit, model.step_s(bt, k), t, scale, notes)
     b_med, k_med = float(np.median(bt)), float(np.median(k))
-    ratio = float(model.step_s(b_med, k_med) / base.step_s(b_med, k_med))
-    if ratio >= PROFILE_CONTRADICTION_FACTOR or ratio <= 1.0 / PROFILE_CONTRADICTION_FACTOR:
-        word = "slower" if ratio > 1 else "faster"
-        factor = ratio if ratio > 1 else 1.0 / ratio
+    differs = _differs(float(model.step_s(b_med, k_med) / base.step_s(b_med, k_med)))
+    if differs:
         role = replace(role, notes=(*role.notes,
-                       f"decode: observed decode steps are {factor:.1f}× {word} than profile "
+                       f"decode: observed decode steps are {differs} than profile "
                        f"{profile.name} at the median batch ({b_med:.0f} sequences): the profile "
                        "does not describe this deployment; the observed model is used"))
     return model, role
