@@ -285,7 +285,7 @@ def _select(table: pd.DataFrame, signal: str, kinds: Collection[str],
 
 
 @dataclass(frozen=True)
-class _Groups:
+class SortedGroups:
     """Rows of a frame sorted by group key, then time: ``order`` into the frame, group bounds."""
 
     order: np.ndarray
@@ -305,7 +305,7 @@ class _Groups:
         return frame[cols].take(rows).reset_index(drop=True)
 
 
-def _group_sorted(frame: pd.DataFrame, cols: list[str], *, dropna: bool) -> _Groups:
+def group_sorted(frame: pd.DataFrame, cols: list[str], *, dropna: bool) -> SortedGroups:
     """Stable sort by the key columns (each ascending, missing last) then ``ts``."""
     import pandas as pd
 
@@ -331,7 +331,7 @@ def _group_sorted(frame: pd.DataFrame, cols: list[str], *, dropna: bool) -> _Gro
             change[1:] |= cs[1:] != cs[:-1]
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n).astype(starts.dtype)
-    return _Groups(order=order, starts=starts, ends=ends, ts=ts[order],
+    return SortedGroups(order=order, starts=starts, ends=ends, ts=ts[order],
                    values=frame["value"].to_numpy(dtype=np.float64)[order])
 
 
@@ -347,7 +347,7 @@ def _window_increase(frame: pd.DataFrame, group_cols: list[str], start_ts: float
         frame = frame[frame["ts"].to_numpy(dtype=np.float64) <= end_ts]
     if frame.empty:
         return pd.DataFrame(columns=[*group_cols, "increase"])
-    g = _group_sorted(frame, group_cols, dropna=False)
+    g = group_sorted(frame, group_cols, dropna=False)
     last_pos = g.ends - 1
     last, last_ts = g.values[last_pos], g.ts[last_pos]
     size = g.sizes
@@ -448,7 +448,7 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
     return out
 
 
-def _increases_by_window(g: _Groups, edges: np.ndarray,
+def _increases_by_window(g: SortedGroups, edges: np.ndarray,
                          from_zero: bool) -> tuple[np.ndarray, np.ndarray]:
     """``_window_increase`` of the groups ``g`` over every window ``[edges[w], edges[w + 1]]``.
 
@@ -517,7 +517,7 @@ def counter_increase_by_window(metrics: pd.DataFrame, signal: str, edges: np.nda
     n_win = max(len(edges) - 1, 0)
     if frame.empty:
         return pd.DataFrame(np.zeros((0, n_win)), columns=range(n_win))
-    g = _group_sorted(frame, cols, dropna=False)
+    g = group_sorted(frame, cols, dropna=False)
     inc = np.concatenate([_increases_by_window(g, edges[a:b + 1], from_zero)[0]
                           for a, b in _window_blocks(len(g.starts), edges)] or
                          [np.zeros((len(g.starts), 0))], axis=1)
@@ -547,7 +547,7 @@ def histogram_totals_by_window(metrics: pd.DataFrame, signal: str, edges: np.nda
     has_buckets = np.zeros(n_win, dtype=bool)
     buckets = frame[frame["kind"] == "bucket"]
     if len(buckets):
-        g = _group_sorted(buckets, ["_inst", "le"], dropna=False)
+        g = group_sorted(buckets, ["_inst", "le"], dropna=False)
         owner = buckets["_inst"].to_numpy()[g.order[g.starts]]
         for a, b in _window_blocks(len(g.starts), edges):
             inc, present = _increases_by_window(g, edges[a:b + 1], False)
@@ -558,7 +558,7 @@ def histogram_totals_by_window(metrics: pd.DataFrame, signal: str, edges: np.nda
         part = frame[frame["kind"] == kind]
         total = np.full(n_win, np.nan)
         if len(part):
-            g = _group_sorted(part, ["_inst"], dropna=False)
+            g = group_sorted(part, ["_inst"], dropna=False)
             owner = part["_inst"].to_numpy()[g.order[g.starts]]
             for a, b in _window_blocks(len(g.starts), edges):
                 inc, present = _increases_by_window(g, edges[a:b + 1], False)
@@ -659,7 +659,7 @@ def rate_series(metrics: pd.DataFrame, signal: str, step_s: float, *,
         raise ValueError("step_s must be positive")
     cols = _keys(key)
     frame = _select(metrics, signal, (kind,), None, cols)
-    g = _group_sorted(frame, cols, dropna=True) if len(frame) else None
+    g = group_sorted(frame, cols, dropna=True) if len(frame) else None
     if g is None or not len(g.starts):
         return _empty_rates(metrics, cols)
     t = g.ts
@@ -697,7 +697,7 @@ def _empty_rates(metrics: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _interp_grouped(g: _Groups, group_of_point: np.ndarray, x: np.ndarray) -> np.ndarray:
+def _interp_grouped(g: SortedGroups, group_of_point: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``np.interp(x, t, v)`` of each point against its own group's samples (x within range)."""
     t, v = g.ts, g.values
     # Search all groups at once on a composite key: group number, then time since the group's

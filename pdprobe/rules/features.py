@@ -857,27 +857,16 @@ def _binned_increase(frame: pd.DataFrame, key: list[str], window: Window) -> pd.
     goes to the bin of its later sample (a drop counts as a restart from 0)."""
     import pandas as pd
 
+    from pdprobe.analysis.promql import group_sorted
+
     if len(frame) < 2:
         return pd.Series([], dtype="float64")
-    # Series told apart by integer codes that sort as their labels do; rows with a missing
-    # label belong to no series.
-    codes, labels = [], []
-    labelled = np.ones(len(frame), dtype=bool)
-    for col in key:
-        c, u = pd.factorize(frame[col], sort=True, use_na_sentinel=True)
-        labelled &= c >= 0
-        codes.append(c)
-        labels.append(u)
-    ts = frame["ts"].to_numpy(dtype=np.float64)
-    # Stable, like sorting by key then time: samples of a series in time order.
-    order = np.lexsort((ts, *reversed(codes)))
-    order = order[labelled[order]]
-    sorted_codes = [c[order] for c in codes]
-    t = ts[order]
-    v = frame["value"].to_numpy(dtype=np.float64)[order]
-    same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for c in sorted_codes:
-        same &= c[1:] == c[:-1]
+    # Samples of a series in time order, series in key order; rows with a missing label
+    # belong to no series.
+    g = group_sorted(frame, key, dropna=True)
+    t, v = g.ts, g.values
+    same = np.ones(max(len(t) - 1, 0), dtype=bool)
+    same[g.starts[1:] - 1] = False  # a step across two series is no step
     d = np.diff(v)
     d = np.where(d < 0, v[1:], d)
     inside = (t[1:] >= window.start_ts) & (t[1:] <= window.end_ts)
@@ -888,9 +877,9 @@ def _binned_increase(frame: pd.DataFrame, key: list[str], window: Window) -> pd.
     inc = pd.Series(d[keep]).groupby(cell, sort=True).sum()
     cells, first = np.unique(cell, return_index=True)  # sorted, as the groupby's
     rows = np.flatnonzero(keep)[first] + 1  # a sample of each cell, for its key labels
+    labels = g.key_frame(frame, key, rows)
     index = pd.MultiIndex.from_arrays(
-        [*(u.take(c[rows]) for c, u in zip(sorted_codes, labels, strict=True)),
-         cells % window.n_bins], names=[*key, "_bin"])
+        [*(labels[c] for c in key), cells % window.n_bins], names=[*key, "_bin"])
     return pd.Series(inc.to_numpy(), index=index, name="inc")
 
 
