@@ -116,6 +116,50 @@ ROLE_FROM_EVIDENCE: Final = 10
 
 
 @dataclass(frozen=True)
+class InstanceKey:
+    """One name a source uses for an engine instance, with every fact that source has about it.
+
+    ``name`` is the value the source's rows carry (the metrics/events ``instance`` column, the
+    ``prefill_instance``/``decode_instance`` request columns). ``facts`` are what else names the
+    same engine process in that source, as ``(kind, value)`` pairs, kinds from ``FACT_KINDS``:
+    a scrape's ``instance="10.0.0.5:8000"`` with ``pod="vllm-decode-0"`` is one key with facts
+    ``address``, ``pod``, ``namespace``, ``node``, ``job``. The identity step
+    (``collectors/identity.py``) unifies keys of all sources into one instance per engine process;
+    a reader that reports no key for a name gets one made from the name alone.
+    """
+
+    name: str
+    facts: tuple[tuple[str, str], ...] = ()
+    origin: str = ""  # how the source got the name: "label instance", "file name", "kubectl prefix"
+
+    def fact(self, kind: str) -> str | None:
+        """The first value of fact ``kind``, or None."""
+        for k, v in self.facts:
+            if k == kind:
+                return v
+        return None
+
+
+# Fact kinds an InstanceKey may carry. Identity facts name one engine process (address, pod
+# with its namespace, a router's backend URL, a container of a compose project, a journald
+# unit on a host); context facts (node, job, namespace alone) do not, and are never matched on.
+FACT_KINDS: Final = (
+    "address",  # host:port as Prometheus' instance label prints it ([v6]:port for IPv6)
+    "host",  # a host name or IP without a port
+    "port",
+    "pod",
+    "namespace",
+    "pod_ip",
+    "container",
+    "service",  # docker compose service/container name
+    "unit",  # systemd unit (journalctl)
+    "node",  # Kubernetes node / machine the instance runs on: context, never an identity
+    "job",  # Prometheus job: context
+    "url",  # a router's backend label as written (server="http://10.0.0.5:8000")
+)
+
+
+@dataclass(frozen=True)
 class InstanceInfo:
     """An engine instance (a vLLM/SGLang server, a Dynamo worker) and how its role was decided."""
 
@@ -152,6 +196,24 @@ class Partial:
     nodes: Mapping[str, str] = field(default_factory=dict)  # instance -> node
     engines: Mapping[str, str] = field(default_factory=dict)  # instance -> engine
     warnings: tuple[str, ...] = ()
+    keys: tuple[InstanceKey, ...] = ()  # names with their facts; optional (see InstanceKey)
+
+
+@dataclass(frozen=True)
+class Alias:
+    """One name of a unified instance in one source, and how it was matched to the others."""
+
+    source: str  # file or query
+    name: str
+    how: str  # "same name", "same host:port", "pod label in metrics.om", "--alias", ...
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A unified instance: its canonical name and every name the sources gave it."""
+
+    name: str
+    aliases: tuple[Alias, ...]
 
 
 @dataclass(frozen=True)
@@ -167,6 +229,7 @@ class Dataset:
     request_columns: frozenset[str]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. "running on the bundled sample"
+    identities: tuple[Identity, ...] = ()  # how each instance's names across sources were unified
 
     def has_request_column(self, name: str) -> bool:
         return name in self.request_columns
