@@ -24,6 +24,11 @@ class ReadContext:
 
     year: int | None = None  # for vLLM log timestamps, which carry no year
     instance: str | None = None  # instance name for logs that do not name one
+    # (start, end) Unix seconds covered by the other inputs of the same capture (request records,
+    # metrics, logs with dated lines): a log whose lines carry no year takes the year that puts
+    # it inside this span before falling back to the file's modification time.
+    reference_span_s: tuple[float, float] | None = None
+    reference_source: str = ""  # which inputs the span came from, for the note
     progress: ProgressFn | None = None
     # Work for the calling thread while a live collector waits on the network (run once, on
     # that thread, after the queries are sent): the diagnose service loads the analysis modules.
