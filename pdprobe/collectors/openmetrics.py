@@ -26,8 +26,10 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.promql import correct_counters_grouped
 from pdprobe.collectors import metric_catalog as mc
+from pdprobe.collectors import metric_names as mn
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import read_all_bytes
+from pdprobe.collectors.names import name_from_file
 from pdprobe.collectors.roles import node_of, role_from_label_value, role_from_name
 from pdprobe.dataset import (
     METRIC_COLUMNS,
@@ -168,6 +170,7 @@ def read_openmetrics(path: Path, ctx: ReadContext) -> Partial:
     used, series = expanded
     metrics, network = _combine(used, series)
     hints, engines, nodes = _instance_facts(series, metrics, path, out)
+    keys = mn.instance_keys(series[series["scope"] == "instance"])
     ctx.report(f"read {path.name}", 1.0)
     metrics_df = conform(metrics, METRIC_COLUMNS) if len(metrics) else None
     network_df = conform(network, NETWORK_COLUMNS) if len(network) else None
@@ -176,7 +179,7 @@ def read_openmetrics(path: Path, ctx: ReadContext) -> Partial:
                         skipped=out.skipped, notes=tuple(dict.fromkeys(out.notes)))
     return Partial(source=source, metrics=metrics_df, network=network_df,
                    role_hints=tuple(hints), nodes=nodes, engines=engines,
-                   warnings=tuple(dict.fromkeys(out.warnings)))
+                   warnings=tuple(dict.fromkeys(out.warnings)), keys=keys)
 
 
 def _partial(path: Path, fmt: str, rows: int, out: _Notes) -> Partial:
@@ -527,7 +530,7 @@ def _resolve_name(name: str, types: dict[str, str]) -> tuple[list[tuple[mc.Metri
 
 def _needed_labels() -> tuple[str, ...]:
     labels: dict[str, None] = dict.fromkeys(
-        ("le", "device", "port", TP_RANK_LABEL, PRIORITY_LABEL, *mc.INSTANCE_LABELS,
+        ("le", "device", "port", TP_RANK_LABEL, PRIORITY_LABEL, *mn.labels_read(),
          *mc.ROLE_LABELS, *NODE_LABELS, "hostname"))
     for spec in mc.ALL_SPECS:
         for lab, _ in spec.label_filter:
@@ -640,33 +643,39 @@ def _series_table(keys: list[str], types: dict[str, str], path: Path, ctx: ReadC
     keep &= ~bad_le
     frame["le"] = np.where(is_bucket, le * frame["scale"].to_numpy(), np.nan)
 
-    # Instance: the spec's label, else the first instance-like label, else ctx/file stem.
-    fallback = ctx.instance or path.stem.split(".")[0]
-    inst = absent.copy()
-    il = frame["instance_label"]
-    for label in sorted(set(il) - {""}):
-        inst = inst.where(il != label, lab(label))
-    for label in mc.INSTANCE_LABELS:
-        inst = inst.fillna(lab(label))
-    missing = inst.isna().to_numpy()
-    if (missing & keep & (frame["scope"].to_numpy() == "instance")).any():
+    # Instance: spec label, router backend, instance-like label, --instance or the file name
+    # (metric_names says how and why).
+    fallback, fallback_how = ((ctx.instance, "--instance") if ctx.instance
+                              else name_from_file(path))
+    named, naming_notes = mn.name_instances(
+        frame, lab, fallback, fallback_how if ctx.instance else f"{fallback_how} {path.name}")
+    for name_col in named.columns:
+        frame[name_col] = named[name_col].to_numpy()
+    by_fallback = frame["name_kind"].to_numpy() == mn.BY_FALLBACK
+    if (by_fallback & keep & (frame["scope"].to_numpy() == "instance")).any():
+        said = "--instance" if ctx.instance else (
+            "the file name" if fallback_how == "file name" else fallback_how)
         out.notes.append(f"series without an instance/pod/job label were assigned to instance "
-                         f"{fallback!r} ({'--instance' if ctx.instance else 'the file name'})")
-    frame["instance"] = inst.fillna(fallback).to_numpy()
+                         f"{fallback!r} ({said})")
+    out.notes.extend(naming_notes)
 
-    # Node of a network series: host part of `instance`, else a node label, else the instance.
+    # Node of a network series: host part of `instance`, else a node label, else the host part
+    # of the instance name (a per-target file 10.0.0.5_9100.prom is node 10.0.0.5).
     host = lab("instance").map(lambda v: node_of(v) if v else None)
     node_label = absent.copy()
     for label in NODE_LABELS:
         node_label = node_label.fillna(lab(label))
     frame["node_label"] = node_label.to_numpy()
     frame["node"] = host.fillna(node_label).fillna(lab("hostname")).fillna(
-        frame["instance"]).to_numpy()
+        frame["instance"].map(node_of)).to_numpy()
     frame["device"] = lab("device").fillna("").to_numpy()
     frame["port"] = lab("port").fillna("").to_numpy()
     for label in (*mc.ROLE_LABELS, "job", "pod", "instance"):
         frame[f"l_{label}"] = lab(label).to_numpy()
     frame = frame[keep].reset_index(drop=True)
+    router_drop, router_notes = mn.router_rows_to_drop(frame)
+    out.notes.extend(router_notes)
+    frame = frame[~router_drop].reset_index(drop=True)
     return _SeriesMap(_drop_superseded(frame, out), names, unknown_sids)
 
 
@@ -978,11 +987,15 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
         out.notes.append('SGLang engine_type="unified" names no role (<=0.5.3 printed it even in '
                          "PD mode); roles come from names or behaviour")
 
-    # Name patterns in pod, instance, job (most specific first), for instances named by them.
+    # Name patterns in pod, instance, job (most specific first), for instances named by them;
+    # in the backend URL for a router's backends (the router's pod/instance/job are its own).
     named = inst_rows[inst_rows["instance_label"] == ""]
     for inst, grp in named.groupby("instance", sort=True):
-        for label in ("pod", "instance", "job"):
-            values = grp[f"l_{label}"].dropna().unique().tolist()
+        direct = grp[grp["name_kind"] != mn.BY_BACKEND]
+        by_backend = direct.empty
+        grp = grp if by_backend else direct
+        for label in ("backend_url",) if by_backend else ("pod", "instance", "job"):
+            values = grp[label if by_backend else f"l_{label}"].dropna().unique().tolist()
             roles = {r for r in (role_from_name(str(v)) for v in values) if r}
             if len(roles) == 1:
                 role = roles.pop()
@@ -1004,10 +1017,17 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
         if cur is None or rank.get(str(eng), 99) < rank.get(cur, 99):
             engines[str(inst)] = str(eng)
     nodes: dict[str, str] = {}
-    for inst, node_label, inst_label in inst_rows[["instance", "node_label", "l_instance"]] \
+    for inst, node_label, inst_label, kind, addr_host in inst_rows[
+            ["instance", "node_label", "l_instance", "name_kind", "addr_host"]] \
             .drop_duplicates().itertuples(index=False):
+        if kind == mn.BY_BACKEND:
+            if addr_host:  # the backend's host; the node labels are the router's
+                nodes[str(inst)] = str(addr_host)
+            continue
         if node_label:
             nodes[str(inst)] = str(node_label)
+        elif kind == mn.BY_FALLBACK and addr_host:
+            nodes[str(inst)] = str(addr_host)  # per-target file 10.0.0.5_8000.prom
         elif inst_label and str(inst) != str(inst_label):
             continue  # named by worker_id/pod: its node is not the scraping target's
         elif inst_label:
