@@ -129,6 +129,13 @@ def simulate_command(
     force: Annotated[bool, typer.Option(
         "--force", envvar=env("force"), help="Replace the output folder if it is not empty.")
     ] = False,
+    delivery: Annotated[str | None, typer.Option(
+        "--delivery", envvar=env("delivery"),
+        help="How the capture names instances and lays out files: a preset (k8s, compose, "
+             "bare-metal, files-per-pod, loki, stern, kubectl-timestamps, fluent-bit, vector) "
+             "and/or KEY=VALUE,... with keys platform, requests, metrics, logs, host_aliases "
+             "(see docs/simulator.md). Default: host:port everywhere, one log per instance.")
+    ] = None,
 ) -> int:
     """Simulate a P/D-disaggregated cluster and write a capture 'pdprobe diagnose' can read."""
     from pdprobe.services.simulate import SimulateRequest, prepare, run
@@ -142,6 +149,14 @@ def simulate_command(
         compress=gzip_files, start=start, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
         preemption=False if no_preemption else None, force=force,
     ))
+    if delivery:
+        from dataclasses import replace
+
+        from pdprobe.sim.config import validate
+        from pdprobe.sim.delivery import parse_delivery
+
+        config = replace(config, delivery=parse_delivery(delivery, config.delivery))
+        validate(config)
     workload = f"trace {config.trace}" if config.trace else "a synthetic mix"
     info(f"simulating {config.prefill}P/{config.decode}D {config.profile.name} on {workload} "
          f"for {config.duration_s:g} s ...")

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from pdprobe.errors import UsageError
 from pdprobe.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, ModelShape, Profile, load_profile
+from pdprobe.sim.delivery import Delivery, delivery_from_mapping, to_toml_lines, validate_delivery
 
 ENGINES: Final = ("vllm", "sglang")
 NAMING_STYLES: Final = ("role-label", "name", "engine-type", "pod", "dynamo")
@@ -275,6 +276,7 @@ class SimConfig:
     compress: bool = False  # gzip the request, metric and log files
     faults: tuple[Fault, ...] = ()
     label: str = ""  # free text (scenario builders name the cause here)
+    delivery: Delivery = field(default_factory=Delivery)  # names and file layouts (delivery.py)
 
     # --- derived views ---
     def faults_of(self, kind: str) -> tuple[Fault, ...]:
@@ -303,7 +305,7 @@ class SimConfig:
                  "# Re-run with: pdprobe simulate --scenario scenario.toml -o DIR", ""]
         top: dict[str, Any] = {}
         for f in fields(self):
-            if f.name in ("profile", "prompt", "output", "faults"):
+            if f.name in ("profile", "prompt", "output", "faults", "delivery"):
                 continue
             value = getattr(self, f.name)
             if value is not None:
@@ -319,6 +321,8 @@ class SimConfig:
         for fault in self.faults:
             lines += ["", "[[faults]]", f"kind = {_toml_value(fault.kind)}"]
             lines += [f"{k} = {_toml_value(v)}" for k, v in fault.params]
+        if not self.delivery.is_default:  # absent by default: older scenario files stay valid
+            lines += to_toml_lines(self.delivery)
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -361,6 +365,8 @@ def config_from_mapping(data: Mapping[str, Any], where: str) -> SimConfig:
         text = kind + (":" + ",".join(f"{k}={v}" for k, v in raw.items()) if raw else "")
         faults.append(parse_fault(text))
     values["faults"] = tuple(faults)
+    if "delivery" in data:
+        values["delivery"] = delivery_from_mapping(data.pop("delivery"), where)
     allowed = {f.name for f in fields(SimConfig)}
     unknown = set(data) - allowed
     if unknown:
@@ -411,6 +417,7 @@ def validate(config: SimConfig) -> None:
         if getattr(c, name) not in choices:
             raise UsageError(f"unknown {name.replace('_', '-')} {getattr(c, name)!r}",
                              hint=f"use one of {', '.join(choices)}")
+    validate_delivery(c.delivery)
     validate_length_dist(c.prompt, "--prompt")
     validate_length_dist(c.output, "--output")
     if not 0 <= c.prefix_hit_rate < 1:

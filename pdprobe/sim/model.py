@@ -204,15 +204,26 @@ def run_to_dir(config: SimConfig, out_dir: Path, *, overwrite: bool = True) -> S
 
 
 def write_capture(result: SimResult, out_dir: Path) -> SimSummary:
-    """Write ``result``'s three input kinds and ``scenario.toml``; rename into place at the end."""
+    """Write ``result``'s three input kinds and ``scenario.toml``; rename into place at the end.
+
+    ``result.config.delivery`` decides the names and file layouts (``pdprobe.sim.delivery``);
+    a non-default delivery also writes ``truth.toml``.
+    """
+    from dataclasses import replace
+
+    from pdprobe.sim.delivery import TRUTH_FILE, delivered_layout, instance_names, truth_toml
     from pdprobe.sim.writers.common import set_mtime
+    from pdprobe.sim.writers.merged_log import write_logs
     from pdprobe.sim.writers.node import write_node_metrics
-    from pdprobe.sim.writers.openmetrics import write_engine_metrics
+    from pdprobe.sim.writers.openmetrics import write_engine_metrics, write_per_target_metrics
     from pdprobe.sim.writers.requests import write_requests
-    from pdprobe.sim.writers.sglang_log import write_sglang_logs
-    from pdprobe.sim.writers.vllm_log import write_vllm_logs
+    from pdprobe.sim.writers.sglang_log import sglang_log_streams
+    from pdprobe.sim.writers.vllm_log import vllm_log_streams
 
     cfg = result.config
+    delivery = cfg.delivery
+    names = instance_names(cfg, result.layout)
+    shown = replace(result, layout=delivered_layout(cfg, result.layout, names))
     parent = out_dir.resolve().parent
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=parent))
     umask = os.umask(0)
@@ -220,19 +231,25 @@ def write_capture(result: SimResult, out_dir: Path) -> SimSummary:
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a capture is an ordinary folder
     try:
         files: list[Path] = [
-            write_requests(result, tmp, cfg.requests_format, cfg.compress),
-            write_engine_metrics(result, tmp, cfg.compress),
-            write_node_metrics(result, tmp, cfg.compress),
+            write_requests(result, tmp, cfg.requests_format, cfg.compress,
+                           names=[n.requests for n in names]),
         ]
-        if cfg.engine == "sglang":
-            files += write_sglang_logs(result, tmp, cfg.compress)
+        if delivery.metrics == "per-target":
+            files += write_per_target_metrics(shown, tmp, cfg.compress)
         else:
-            files += write_vllm_logs(result, tmp, cfg.compress)
+            files.append(write_engine_metrics(shown, tmp, cfg.compress))
+        files.append(write_node_metrics(result, tmp, cfg.compress))
+        streams = sglang_log_streams(shown) if cfg.engine == "sglang" else vllm_log_streams(shown)
+        files += write_logs(streams, tmp, cfg.compress, names, delivery, cfg.seed)
         scenario = tmp / "scenario.toml"
         header = f"# workload: {result.workload_source}\n" + "".join(
             f"# note: {n}\n" for n in result.notes)
         scenario.write_text(header + cfg.to_toml(), encoding="utf-8")
         files.append(scenario)
+        if not delivery.is_default:
+            truth = tmp / TRUTH_FILE
+            truth.write_text(truth_toml(cfg, result.layout, names), encoding="utf-8")
+            files.append(truth)
         end_ts = cfg.start_ts + (float(result.tick_s[-1]) if result.tick_s.size else 0.0)
         set_mtime(files, end_ts)
         if out_dir.exists():

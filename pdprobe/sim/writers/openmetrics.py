@@ -55,7 +55,8 @@ class Scrapes:
     labels: list[str]  # label text (without braces) per instance
 
 
-def scrapes(result: SimResult, interval_s: float) -> Scrapes:
+def scrapes(result: SimResult, interval_s: float, drop: tuple[str, ...] = ()) -> Scrapes:
+    """The scraped snapshots; ``drop`` names labels left out (those Prometheus adds itself)."""
     cfg = result.config
     idx = np.flatnonzero(np.isclose(np.mod(result.tick_s, interval_s), 0.0))
     t_s = result.tick_s[idx]
@@ -64,7 +65,8 @@ def scrapes(result: SimResult, interval_s: float) -> Scrapes:
     ts = cfg.start_ts + t_s[None, :] + offsets[:, None]
     alive = result.alive[idx].T.copy()
     X = np.transpose(result.inst[idx], (1, 0, 2))
-    labels = [label_text(engine_labels(result, s))[1:-1] for s in specs]
+    labels = [label_text([(k, v) for k, v in engine_labels(result, s) if k not in drop])[1:-1]
+              for s in specs]
     return Scrapes(idx, t_s, ts, alive, X, np.array([s.role for s in specs]), labels)
 
 
@@ -80,6 +82,35 @@ def write_engine_metrics(result: SimResult, out_dir: Path, compress: bool) -> Pa
             fh.write(part)
         fh.write("# EOF\n")
     return out_name(path, compress)
+
+
+def write_per_target_metrics(result: SimResult, out_dir: Path, compress: bool) -> list[Path]:
+    """``metrics/<host>_<port>.prom``: each engine target's scrapes, concatenated.
+
+    What a scrape of the engine's ``/metrics`` endpoint holds: no ``instance`` or ``job`` label
+    (Prometheus attaches those from the target at scrape time), sample timestamps kept so the
+    concatenated scrapes stay a time series. Each file is one instance's share of the dump.
+    """
+    from dataclasses import replace
+
+    from pdprobe.sim.config import SCRAPE_INTERVAL_S
+
+    sc = scrapes(result, SCRAPE_INTERVAL_S, drop=("instance", "job"))
+    metrics_dir = out_dir / "metrics"
+    metrics_dir.mkdir(exist_ok=True)
+    paths = []
+    for spec in result.layout.instances:
+        only = np.zeros_like(sc.alive)
+        only[spec.index] = sc.alive[spec.index]  # the families write only unmasked cells
+        one = replace(sc, alive=only)
+        parts = _sglang(result, one) if result.config.engine == "sglang" else _vllm(result, one)
+        path = metrics_dir / f"{spec.file_stem}.prom"
+        with open_out(path, compress) as fh:
+            for part in parts:
+                fh.write(part)
+            fh.write("# EOF\n")
+        paths.append(out_name(path, compress))
+    return paths
 
 
 # --- building blocks ------------------------------------------------------------------------

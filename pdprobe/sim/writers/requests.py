@@ -10,6 +10,7 @@ was generated, so token totals match the engines' counters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,14 +24,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def request_frame(result: SimResult) -> pd.DataFrame:
-    """The canonical request table of a run (columns and dtypes of ``REQUEST_COLUMNS``)."""
+def request_frame(result: SimResult, names: Sequence[str] | None = None) -> pd.DataFrame:
+    """The canonical request table of a run (columns and dtypes of ``REQUEST_COLUMNS``).
+
+    ``names`` are the instance names the records use, by instance index (default ``host:port``).
+    """
     import pandas as pd
 
     r = result.requests
     cfg = result.config
     n = r["arrival_s"].size
-    names = np.array([s.name for s in result.layout.instances] + [""], dtype=object)
+    if names is None:
+        names = [s.name for s in result.layout.instances]
+    shown = np.array([*names, ""], dtype=object)
     ok = r["status"] == 0
     out = r["output"].astype(np.float64)
     tpot = np.where(out > 1, (r["t_finish"] - r["t_first"]) / np.maximum(out - 1, 1), np.nan)
@@ -45,8 +51,8 @@ def request_frame(result: SimResult) -> pd.DataFrame:
         "output_tokens": np.where(ok, r["output"], r["generated"]),
         "request_id": ("req-" + ids).to_numpy(),
         "cached_tokens": r["cached_p"].astype(np.float64),
-        "prefill_instance": names[r["p_inst"]],
-        "decode_instance": names[r["d_inst"]],
+        "prefill_instance": shown[r["p_inst"]],
+        "decode_instance": shown[r["d_inst"]],
         "queue_s": r["t_pstart"] - r["arrival_s"],
         "prefill_s": r["t_pend"] - r["t_pstart"],
         "kv_transfer_s": r["t_kv"] - r["t_pend"],
@@ -60,8 +66,10 @@ def request_frame(result: SimResult) -> pd.DataFrame:
     return frame[list(REQUEST_COLUMNS)]
 
 
-def write_requests(result: SimResult, out_dir: Path, fmt: str, compress: bool) -> Path:
-    frame = request_frame(result)
+def write_requests(result: SimResult, out_dir: Path, fmt: str, compress: bool,
+                   names: Sequence[str] | None = None) -> Path:
+    """``requests.jsonl`` (``.gz``) or ``requests.parquet``; ``names`` as in ``request_frame``."""
+    frame = request_frame(result, names)
     if fmt == "parquet":
         path = out_dir / "requests.parquet"
         frame.to_parquet(path, index=False, compression="zstd" if compress else "snappy")

@@ -8,6 +8,7 @@ WARNING and decode-side ERROR lines; the Mooncake transfer engine's glog lines a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from pdprobe.sim.engine import PASS_COLUMNS, F, SimResult
 from pdprobe.sim.writers import logfmt as L
+from pdprobe.sim.writers.merged_log import Stream
 from pdprobe.sim.writers.mooncake_lines import mooncake_lines
 
 if TYPE_CHECKING:
@@ -25,11 +27,17 @@ PC = {name: i for i, name in enumerate(PASS_COLUMNS)}
 
 
 def write_sglang_logs(result: SimResult, out_dir: Path, compress: bool) -> list[Path]:
-    cfg = result.config
+    """``logs/<host>_<port>.log`` for every instance."""
     log_dir = out_dir / "logs"
     log_dir.mkdir(exist_ok=True)
+    return [L.write_lines(log_dir / f"{spec.file_stem}.log", compress, times, lines)
+            for spec, times, lines in sglang_log_streams(result)]
+
+
+def sglang_log_streams(result: SimResult) -> Iterator[Stream]:
+    """Per instance, its scheduler, failure and Mooncake lines with their Unix times."""
+    cfg = result.config
     rank = " TP0" if cfg.profile.gpus_per_instance > 1 else ""
-    paths = []
     rng = np.random.default_rng([cfg.seed, 51])
     tids = rng.integers(1000, 60000, len(result.layout.instances))
     for spec in result.layout.instances:
@@ -47,8 +55,7 @@ def write_sglang_logs(result: SimResult, out_dir: Path, compress: bool) -> list[
         mt, ml = mooncake_lines(result, spec.index, int(tids[spec.index]))
         times.append(mt)
         lines.append(ml)
-        paths.append(L.write_lines(log_dir / f"{spec.file_stem}.log", compress, times, lines))
-    return paths
+        yield spec, times, lines
 
 
 def _head(unix_ts: npt.NDArray[np.float64], rank: str) -> list[pa.Array | str]:

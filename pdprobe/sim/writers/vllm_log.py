@@ -12,6 +12,7 @@ ratio over the last ``HIT_RATE_WINDOW_S`` seconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -20,6 +21,7 @@ import numpy as np
 from pdprobe.sim.config import LOG_INTERVAL_S
 from pdprobe.sim.engine import F, SimResult
 from pdprobe.sim.writers import logfmt as L
+from pdprobe.sim.writers.merged_log import Stream
 from pdprobe.sim.writers.mooncake_lines import mooncake_lines
 
 if TYPE_CHECKING:
@@ -34,15 +36,20 @@ MIB: Final = float(2**20)
 
 def write_vllm_logs(result: SimResult, out_dir: Path, compress: bool) -> list[Path]:
     """``logs/<host>_<port>.log`` for every instance."""
-    cfg = result.config
     log_dir = out_dir / "logs"
     log_dir.mkdir(exist_ok=True)
+    return [L.write_lines(log_dir / f"{spec.file_stem}.log", compress, times, lines)
+            for spec, times, lines in vllm_log_streams(result)]
+
+
+def vllm_log_streams(result: SimResult) -> Iterator[Stream]:
+    """Per instance, its log lines (stats, KV transfer, Mooncake) with their Unix times."""
+    cfg = result.config
     idx = np.flatnonzero(np.isclose(np.mod(result.tick_s, LOG_INTERVAL_S), 0.0))
     t_s = result.tick_s[idx]
     rng = np.random.default_rng([cfg.seed, 31])
     pids = rng.integers(200, 60000, len(result.layout.instances))
     window = max(1, round(HIT_RATE_WINDOW_S / LOG_INTERVAL_S))
-    paths = []
     for spec in result.layout.instances:
         i = spec.index
         pid = int(pids[i])
@@ -59,8 +66,7 @@ def write_vllm_logs(result: SimResult, out_dir: Path, compress: bool) -> list[Pa
         mt, ml = mooncake_lines(result, i, pid + 7)
         times.append(mt)
         lines.append(ml)
-        paths.append(L.write_lines(log_dir / f"{spec.file_stem}.log", compress, times, lines))
-    return paths
+        yield spec, times, lines
 
 
 def _prefix(unix_ts: npt.NDArray[np.float64], pid: int, level: str, where: str,
