@@ -36,6 +36,14 @@ YearOpt = Annotated[int | None, typer.Option(
 InstanceOpt = Annotated[str | None, typer.Option(
     "--instance", envvar=env("instance"),
     help="Instance name for engine logs that do not name one (default: from the file name).")]
+AliasOpt = Annotated[list[str] | None, typer.Option(
+    "--alias", envvar=env("alias"),
+    help="NAME=INSTANCE: another source's name for an instance (repeatable), e.g. "
+         "--alias h100-node-3=10.0.0.5:8000, when pdprobe cannot match names itself.")]
+AliasesFileOpt = Annotated[Path | None, typer.Option(
+    "--aliases", envvar=env("aliases"),
+    help='TOML file of name matches: [aliases] "name" = "instance" lines, or '
+         '[instances."INSTANCE"] names = [...]; see docs/inputs/identity.md.')]
 ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", envvar=env("profile"),
     help="Model x GPU profile (built-in name or TOML file) for the capacity model's fallback; "
@@ -62,6 +70,8 @@ def diagnose_command(
     decode_match: DecodeMatchOpt = None,
     year: YearOpt = None,
     instance: InstanceOpt = None,
+    alias: AliasOpt = None,
+    aliases: AliasesFileOpt = None,
     profile: ProfileOpt = None,
     verify: VerifyOpt = False,
     window: WindowOpt = 300.0,
@@ -71,6 +81,7 @@ def diagnose_command(
 ) -> int:
     """Diagnose a disaggregated cluster from captured files, a live Prometheus, or the sample."""
     from pdprobe.collectors.base import ReadContext
+    from pdprobe.collectors.identity import parse_aliases
     from pdprobe.collectors.roles import RoleOptions
     from pdprobe.errors import UsageError
     from pdprobe.report.base import renderer_for
@@ -82,6 +93,7 @@ def diagnose_command(
     if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
         # say so before a possibly long diagnosis, not after it
         raise UsageError(f"{output}: folder {output.parent} does not exist", hint="create it first")
+    alias_map = parse_aliases(alias or (), aliases)
     if not paths and target is None:
         info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
     progress = StderrProgress()
@@ -92,6 +104,7 @@ def diagnose_command(
             prometheus=target,
             read=ReadContext(year=year, instance=instance, progress=progress),
             roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match),
+            aliases=alias_map,
             slo_ttft_s=slo_ttft,
             slo_tpot_s=slo_tpot,
             profile=profile,

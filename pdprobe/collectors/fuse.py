@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Final
 
+from pdprobe.collectors.identity import AliasMap, SourceKeys, keys_from_names, resolve
 from pdprobe.collectors.roles import RoleOptions, resolve_roles
 from pdprobe.dataset import (
     EVENT_COLUMNS,
@@ -12,7 +15,9 @@ from pdprobe.dataset import (
     NETWORK_COLUMNS,
     REQUEST_COLUMNS,
     Dataset,
+    Identity,
     Partial,
+    RoleHint,
     concat_frames,
 )
 
@@ -23,14 +28,22 @@ if TYPE_CHECKING:
 CLOCK_GAP_WARNING_S = 6 * 3600.0
 
 
-def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None) -> Dataset:
-    """One dataset from many inputs: concatenated, sorted by time, with roles resolved."""
+def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
+         aliases: AliasMap | None = None) -> Dataset:
+    """One dataset from many inputs: instance names unified across sources (the identity step),
+    the same quantity of one instance taken from one source, concatenated, sorted by time, with
+    roles resolved."""
     roles = roles or RoleOptions()
+    resolution = resolve([_source_keys(p) for p in partials], aliases)
+    partials = [_renamed(p, r) if r else p for p, r in zip(partials, resolution.renames,
+                                                            strict=True)]
+    partials, precedence_notes = _one_source_per_quantity(partials)
     requests = concat_frames((p.requests for p in partials), REQUEST_COLUMNS)
     metrics = concat_frames((p.metrics for p in partials), METRIC_COLUMNS)
     network = concat_frames((p.network for p in partials), NETWORK_COLUMNS)
     events = concat_frames((p.events for p in partials), EVENT_COLUMNS)
     warnings: list[str] = [w for p in partials for w in p.warnings]
+    warnings.extend(resolution.warnings)
 
     requests = _sorted_by(requests, "arrival_ts")
     metrics = _sorted_by(metrics, "ts")
@@ -48,9 +61,10 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None) -> Datas
     if len(events):
         names.update(events["instance"].dropna().unique().tolist())
     names.discard("")
-    nodes = {k: v for p in partials for k, v in p.nodes.items()}
-    engines = {k: v for p in partials for k, v in p.engines.items()}
+    nodes = _merged_facts(partials, "nodes")
+    engines = _merged_facts(partials, "engines")
     hints = [h for p in partials for h in p.role_hints]
+    hints.extend(_alias_name_hints(resolution.identities, hints))
     instances, role_warnings = resolve_roles(names, hints, roles, nodes, engines)
     warnings.extend(role_warnings)
 
@@ -64,7 +78,147 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None) -> Datas
         sources=tuple(p.source for p in partials),
         request_columns=request_columns,
         warnings=tuple(dict.fromkeys(warnings)),
+        notes=tuple(precedence_notes),
+        identities=tuple(i for i in resolution.identities if i.name in names),
     )
+
+
+def _source_keys(p: Partial) -> SourceKeys:
+    """The partial's own keys plus a bare key for every other name its rows or facts use."""
+    reported = {k.name for k in p.keys}
+    rest = _names_in(p) - reported
+    return SourceKeys(p.source.path, p.source.kind, p.keys + keys_from_names(rest))
+
+
+def _names_in(p: Partial) -> set[str]:
+    names: set[str] = set()
+    if p.metrics is not None and len(p.metrics):
+        names.update(p.metrics["instance"].dropna().unique().tolist())
+    if p.events is not None and len(p.events):
+        names.update(p.events["instance"].dropna().unique().tolist())
+    if p.requests is not None and len(p.requests):
+        for col in ("prefill_instance", "decode_instance"):
+            if col in p.requests.columns:
+                names.update(p.requests[col].dropna().unique().tolist())
+    names.update(h.instance for h in p.role_hints)
+    names.update(p.nodes)
+    names.update(p.engines)
+    names.discard("")
+    return {str(n) for n in names}
+
+
+def _renamed(p: Partial, rename: Mapping[str, str]) -> Partial:
+    """The partial with its instance names replaced by the unified ones (vectorised: only the
+    distinct values are mapped)."""
+    def column(frame: pd.DataFrame | None, *cols: str) -> pd.DataFrame | None:
+        if frame is None or not len(frame):
+            return frame
+        out = {}
+        for col in cols:
+            if col in frame.columns:
+                uniques = frame[col].dropna().unique()
+                mapping = {u: rename[u] for u in uniques if u in rename}
+                if mapping:
+                    out[col] = frame[col].replace(mapping)
+        return frame.assign(**out) if out else frame
+
+    return replace(
+        p,
+        requests=column(p.requests, "prefill_instance", "decode_instance"),
+        metrics=column(p.metrics, "instance"),
+        events=column(p.events, "instance"),
+        role_hints=tuple(replace(h, instance=rename.get(h.instance, h.instance))
+                         for h in p.role_hints),
+        nodes={rename.get(k, k): v for k, v in p.nodes.items()},
+        engines={rename.get(k, k): v for k, v in p.engines.items()},
+        keys=tuple(replace(k, name=rename.get(k.name, k.name)) for k in p.keys),
+    )
+
+
+def _merged_facts(partials: Sequence[Partial], attr: str) -> dict[str, str]:
+    """instance -> node/engine over all partials; a metrics source's fact wins over a log's."""
+    out: dict[str, str] = {}
+    for p in sorted(partials, key=lambda q: -_PRECEDENCE.get(q.source.kind, 0)):
+        for k, v in getattr(p, attr).items():
+            out.setdefault(k, v)
+    return out
+
+
+def _alias_name_hints(identities: Sequence[Identity], hints: Sequence[RoleHint]) -> list[RoleHint]:
+    """Name-pattern role hints from every alias of a unified instance (``decode-1`` in a compose
+    log names the role of ``10.0.0.7:8000``), where the source did not give one already."""
+    from pdprobe.collectors.roles import name_hints
+
+    have = {(h.instance, h.how) for h in hints}
+    out: list[RoleHint] = []
+    for ident in identities:
+        for alias in ident.aliases:
+            if alias.name == ident.name:
+                continue
+            for h in name_hints([alias.name], f"{alias.source}: name", alias.source):
+                hint = replace(h, instance=ident.name)
+                if (hint.instance, hint.how) not in have:
+                    have.add((hint.instance, hint.how))
+                    out.append(hint)
+    return out
+
+
+# Which source kind's numbers are used when two measure the same quantity of one instance:
+# scraped metrics are the engine's own cumulative counters; log-derived series restart at the
+# start of the log and are sampled less often, so they would break increases if mixed in.
+_PRECEDENCE: Final = {"prometheus": 3, "capture": 3, "metrics": 2, "engine-log": 1, "requests": 0}
+
+
+def _one_source_per_quantity(partials: Sequence[Partial]) -> tuple[list[Partial], list[str]]:
+    """Drop an instance's signal from every source but the best when several carry it.
+
+    Counters from two sources (a metrics dump and a log, or two dumps of one target) cannot be
+    mixed: each is cumulative from its own start. The best source is the higher kind in
+    ``_PRECEDENCE``, then the one with more rows of that quantity.
+    """
+    owners: dict[tuple[str, str], tuple[int, int, int]] = {}  # (instance, signal) -> rank, rows, i
+    counts: list[dict[tuple[str, str], int]] = []
+    for i, p in enumerate(partials):
+        if p.metrics is None or not len(p.metrics):
+            counts.append({})
+            continue
+        size = p.metrics.groupby(["instance", "signal"], sort=False, observed=True).size()
+        c = {(str(pair[0]), str(pair[1])): int(n)  # type: ignore[index]
+             for pair, n in size.items()}
+        counts.append(c)
+        rank = _PRECEDENCE.get(p.source.kind, 0)
+        for pair, n in c.items():
+            best = owners.get(pair)
+            if best is None or (rank, n) > best[:2]:
+                owners[pair] = (rank, n, i)
+    out: list[Partial] = []
+    dropped: dict[tuple[str, str], set[str]] = {}
+    for i, p in enumerate(partials):
+        lose = [pair for pair in counts[i] if owners[pair][2] != i]
+        if not lose:
+            out.append(p)
+            continue
+        assert p.metrics is not None
+        key = p.metrics["instance"].astype(str) + "\x00" + p.metrics["signal"].astype(str)
+        drop = key.isin([f"{a}\x00{b}" for a, b in lose])
+        out.append(replace(p, metrics=p.metrics[~drop.to_numpy()].reset_index(drop=True)))
+        for inst, sig in lose:
+            winner = partials[owners[(inst, sig)][2]].source.path
+            dropped.setdefault((p.source.path, winner), set()).add(sig)
+    by_winner: dict[str, tuple[list[str], set[str]]] = {}
+    for (lose_src, win_src), sigs in dropped.items():
+        losers, all_sigs = by_winner.setdefault(win_src, ([], set()))
+        losers.append(PurePath(lose_src).name)
+        all_sigs.update(sigs)
+    notes = []
+    for win_src, (losers, sigs) in by_winner.items():
+        shown = ", ".join(sorted(sigs)[:4]) + (", ..." if len(sigs) > 4 else "")
+        files = ", ".join(losers[:3]) + (f" and {len(losers) - 3} more" if len(losers) > 3 else "")
+        notes.append(f"{len(sigs)} quantit{'y' if len(sigs) == 1 else 'ies'} ({shown}) of "
+                     f"{len(losers)} input(s) ({files}) also measured by "
+                     f"{PurePath(win_src).name}: taken from {PurePath(win_src).name} only, so "
+                     f"nothing is counted twice")
+    return out, notes
 
 
 def _sorted_by(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -88,6 +242,11 @@ def _clock_warnings(partials: Sequence[Partial]) -> list[str]:
                 out.append(f"{path1} and {path2} are {gap / 3600:.1f} h apart in time: different "
                            f"clocks or a wrong --year? Analyses that join them may be empty")
     return out
+
+
+def time_span(p: Partial) -> tuple[float | None, float | None]:
+    """The first and last time (Unix seconds) any row of ``p`` carries, or (None, None)."""
+    return _time_span(p)
 
 
 def _time_span(p: Partial) -> tuple[float | None, float | None]:

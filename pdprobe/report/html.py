@@ -249,6 +249,10 @@ def _inputs(view: ReportView) -> str:
     if view.source_notes:
         out.append("<ul class=\"notes\">" + "".join(f"<li>{h(n)}</li>" for n in view.source_notes)
                    + "</ul>")
+    if view.identity is not None:
+        out.append("<details id=\"identity\"><summary>Instance identity: how the inputs' names "
+                   "were matched</summary>" + _table(view.identity, "table-identity")
+                   + "</details>")
     out.append("</section>")
     return "".join(out)
 

@@ -135,6 +135,7 @@ def to_json_dict(report: Report) -> dict[str, Any]:
         "per_instance": ser.value(report.instances, "per_instance"),
         "capacity": capacity_detail,
         "series": ser.value(report.series, "series"),
+        "identity": ser.value(report.identity, "identity"),
         "input": {
             "description": report.input_description,
             "sources": ser.value(report.sources, "input.sources"),

@@ -93,6 +93,10 @@ def render(report: Report, options: RenderOptions) -> str:
         out += ["No input was usable.", ""]
     if view.source_notes:
         out += [f"- {esc(n)}" for n in view.source_notes] + [""]
+    if view.identity is not None and options.verbose:
+        out.append("### Instance identity")
+        out.append("")
+        out += _table(view.identity)
     if view.warnings:
         out.append("## Warnings")
         out.append("")

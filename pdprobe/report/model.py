@@ -12,12 +12,24 @@ from pdprobe.analysis.base import (
     SloAttainment,
     WorkloadSummary,
 )
-from pdprobe.dataset import SourceInfo
+from pdprobe.dataset import Alias, SourceInfo
 from pdprobe.rules.base import Finding, Inconclusive, Severity
 from pdprobe.values import Maybe, Missing
 
 Status = Literal["ok", "warning", "critical", "unknown"]
 SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class IdentityEntry:
+    """One instance of the identity table: its name, role, and every name the inputs gave it."""
+
+    name: str
+    role: str
+    role_source: str  # how the role was decided
+    aliases: tuple[Alias, ...] = ()  # (source, name, how matched), the canonical name included
+    node: str | None = None
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,7 @@ class Report:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     series: tuple[LabeledSeries, ...] = ()  # transfer-path series for charts
+    identity: tuple[IdentityEntry, ...] = ()  # how names across the inputs became instances
 
     @property
     def root_causes(self) -> tuple[Finding, ...]:

@@ -266,6 +266,9 @@ def _sections(view: ReportView, options: RenderOptions) -> list[RenderableType]:
         out.append(Text("no input was usable", style="dim"))
     for note in view.source_notes:
         out.append(Text("note: " + note, style="dim"))
+    if verbose and view.identity is not None:
+        out.append(_heading("IDENTITY"))
+        out.append(_table(view.identity, verbose))
 
     if view.warnings:
         out.append(_heading("WARNINGS"))

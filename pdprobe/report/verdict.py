@@ -9,6 +9,7 @@ A cell that could not be computed keeps the ``Missing`` reason, shown where the 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -1032,7 +1033,51 @@ def sources_table(report: Report) -> Table:
 
 
 def source_notes(report: Report) -> list[str]:
-    return [f"{s.path}: {n}" for s in report.sources for n in s.notes]
+    """Per-input notes, one line per kind of note: the same note about six logs is printed
+    once, with the count and the first few files (the words that differ are the file's)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for s in report.sources:
+        for n in s.notes:
+            groups.setdefault(_NOTE_SHAPE.sub("…", n), []).append((s.path, n))
+    out = []
+    for items in groups.values():
+        path, first = items[0]
+        if len(items) == 1:
+            out.append(f"{path}: {first}")
+            continue
+        files = list(dict.fromkeys(p for p, _ in items))
+        shown = ", ".join(_short_path(p) for p in files[:MAX_NOTE_FILES])
+        more = f" and {len(files) - MAX_NOTE_FILES} more" if len(files) > MAX_NOTE_FILES else ""
+        out.append(f"{len(files)} inputs ({shown}{more}): {first}"
+                   + (" (likewise for the others)" if len({n for _, n in items}) > 1 else ""))
+    return out
+
+
+# What differs between two notes of the same kind: quoted names and numbers.
+_NOTE_SHAPE: Final = re.compile(r"'[^']*'|\"[^\"]*\"|\d+(?:[.,:]\d+)*")
+# Files named in a grouped note; the rest are counted.
+MAX_NOTE_FILES: Final = 3
+
+
+def _short_path(path: str) -> str:
+    """The file name, with its folder when that is all that tells two inputs apart."""
+    from pathlib import PurePath
+
+    return PurePath(path).name
+
+
+def identity_table(report: Report) -> Table | None:
+    """Per instance: role, how decided, and the other names the inputs gave it (``-v``, HTML)."""
+    if not report.identity:
+        return None
+    rows = []
+    for entry in report.identity:
+        names = "; ".join(f"{a.name} in {_short_path(a.source)} ({a.how})"
+                          for a in entry.aliases if a.name != entry.name)
+        names = names or "same name in every input"
+        rows.append((Cell(entry.name), Cell(entry.role), Cell(entry.role_source), Cell(names)))
+    return Table(title="identity", columns=("instance", "role", "role from", "other names"),
+                 rows=tuple(rows), numeric=(False, False, False, False))
 
 
 def inconclusive_lines(report: Report) -> list[str]:
@@ -1063,6 +1108,7 @@ class ReportView:
     slo: tuple[KeyValue, ...]
     sources: Table
     source_notes: tuple[str, ...]
+    identity: Table | None
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
     flagged: dict[str, str] = field(default_factory=dict)
@@ -1111,6 +1157,7 @@ def build_view(report: Report) -> ReportView:
         slo=tuple(slo_rows(report)),
         sources=sources_table(report),
         source_notes=tuple(source_notes(report)),
+        identity=identity_table(report),
         warnings=report.warnings,
         notes=report.notes,
         flagged=flagged_instances(report),

@@ -11,10 +11,11 @@ from typing import Final
 
 from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.identity import AliasMap
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.dataset import Dataset
-from pdprobe.report.model import SCHEMA_VERSION, Report, RoleCounts, status_for
+from pdprobe.report.model import SCHEMA_VERSION, IdentityEntry, Report, RoleCounts, status_for
 from pdprobe.values import Missing
 
 DEFAULT_WINDOW_S = 300.0
@@ -33,6 +34,7 @@ class DiagnoseRequest:
     prometheus: PrometheusTarget | None = None
     read: ReadContext = field(default_factory=ReadContext)
     roles: RoleOptions = field(default_factory=RoleOptions)
+    aliases: AliasMap = field(default_factory=AliasMap)  # user-stated instance name matches
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     profile: str | None = None  # model x GPU profile name or TOML path; None = infer/default
@@ -51,12 +53,12 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
         from pdprobe.collectors.prometheus import collect_live, display_url
 
         read = replace(request.read, while_waiting=load_analysis_modules)
-        dataset = collect_live(request.prometheus, read, request.roles)
+        dataset = collect_live(request.prometheus, read, request.roles, request.aliases)
         return dataset, f"Prometheus {display_url(request.prometheus.url)}"
     from pdprobe.collectors.files import read_paths
 
     paths = request.paths or (bundled_sample(),)
-    dataset = read_paths(paths, request.read, request.roles)
+    dataset = read_paths(paths, request.read, request.roles, request.aliases)
     if not request.paths:
         return dataset, "bundled sample scenario (pdprobe/sample_logs)"
     if len(paths) == 1:
@@ -127,7 +129,17 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         warnings=dataset.warnings,
         notes=dataset.notes,
         series=transfer_path_series(dataset),
+        identity=identity_table(dataset),
     )
+
+
+def identity_table(dataset: Dataset) -> tuple[IdentityEntry, ...]:
+    """Per instance: role and how decided, and every name the inputs gave it."""
+    aliases = {i.name: i.aliases for i in dataset.identities}
+    return tuple(IdentityEntry(name=info.name, role=info.role, role_source=info.role_source,
+                               aliases=aliases.get(info.name, ()), node=info.node,
+                               engine=info.engine)
+                 for info in dataset.instances)
 
 
 def _window(dataset: Dataset, workload: object) -> tuple[float | None, float | None]:

@@ -1,0 +1,167 @@
+"""Fusion with the identity step: names unified, each quantity from one source, files read once."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pdprobe.collectors.files import expand_paths, read_paths
+from pdprobe.collectors.fuse import fuse
+from pdprobe.collectors.identity import parse_aliases
+from pdprobe.dataset import (
+    ROLE_FROM_LABEL,
+    ROLE_FROM_NAME,
+    InstanceKey,
+    Partial,
+    RoleHint,
+    SourceInfo,
+)
+
+
+def _metrics(instance: str, signal: str, values: list[float], kind: str = "counter",
+             t0: float = 1000.0) -> pd.DataFrame:
+    return pd.DataFrame({"ts": [t0 + 10 * i for i in range(len(values))], "instance": instance,
+                         "signal": signal, "kind": kind, "value": values})
+
+
+def _part(path: str, kind: str, *, requests: pd.DataFrame | None = None,
+          metrics: pd.DataFrame | None = None, hints=(), keys=()) -> Partial:
+    return Partial(source=SourceInfo(path=path, kind=kind, format="x", rows=0),
+                   requests=requests, metrics=metrics, role_hints=tuple(hints), keys=tuple(keys),
+                   request_columns=frozenset(requests.columns) if requests is not None
+                   else frozenset())
+
+
+def _requests(prefill: list[str], decode: list[str]) -> pd.DataFrame:
+    n = len(prefill)
+    return pd.DataFrame({"arrival_ts": [1000.0 + i for i in range(n)],
+                         "prompt_tokens": [100] * n, "output_tokens": [10] * n,
+                         "prefill_instance": prefill, "decode_instance": decode})
+
+
+def test_gateway_host_names_and_scrape_addresses_are_one_cluster() -> None:
+    # 2P:1D named by host in the records and host:port in the metrics: 2P:1D, not 4P:2D.
+    req = _requests(["h100-node-1", "h100-node-2"], ["h100-node-3", "h100-node-3"])
+    met = pd.concat([_metrics(f"h100-node-{i}:8000", "prompt_tokens_total", [0.0, 50.0])
+                     for i in (1, 2, 3)])
+    hints = [RoleHint("h100-node-1:8000", "prefill", "label role", ROLE_FROM_LABEL),
+             RoleHint("h100-node-2:8000", "prefill", "label role", ROLE_FROM_LABEL),
+             RoleHint("h100-node-3:8000", "decode", "label role", ROLE_FROM_LABEL)]
+    ds = fuse([_part("requests.jsonl", "requests", requests=req),
+               _part("metrics.om", "metrics", metrics=met, hints=hints)])
+    assert [i.name for i in ds.instances_of("prefill")] == ["h100-node-1:8000", "h100-node-2:8000"]
+    assert [i.name for i in ds.instances_of("decode")] == ["h100-node-3:8000"]
+    assert ds.requests["prefill_instance"].tolist() == ["h100-node-1:8000", "h100-node-2:8000"]
+    assert ds.requests["decode_instance"].tolist() == ["h100-node-3:8000"] * 2
+    ident = {i.name: i for i in ds.identities}
+    assert {a.name for a in ident["h100-node-3:8000"].aliases} == {"h100-node-3",
+                                                                   "h100-node-3:8000"}
+
+
+def test_alias_name_patterns_give_the_role() -> None:
+    # A compose log names the service decode-1; the metrics only know 10.0.0.7:8000.
+    met = _metrics("10.0.0.7:8000", "prompt_tokens_total", [0.0, 5.0])
+    logs = _metrics("decode-1", "generation_tokens_total_log", [0.0, 5.0])
+    aliases = parse_aliases(["decode-1=10.0.0.7:8000"], None)
+    ds = fuse([_part("m.om", "metrics", metrics=met),
+               _part("cluster.log", "engine-log", metrics=logs,
+                     keys=[InstanceKey("decode-1", (("service", "decode-1"),), "compose prefix")])],
+              aliases=aliases)
+    (info,) = ds.instances
+    assert info.name == "10.0.0.7:8000"
+    assert info.role == "decode"
+    assert "decode-1" in info.role_source
+
+
+def test_one_quantity_of_one_instance_comes_from_one_source() -> None:
+    # The engine's own counter starts at 5000 (since engine start); the log's restarts at 0.
+    # Mixing them would make the increase over the window nonsense.
+    met = _metrics("10.0.0.5:8000", "prompt_tokens_total", [5000.0, 5100.0, 5200.0])
+    log = _metrics("10.0.0.5:8000", "prompt_tokens_total", [0.0, 100.0])
+    ds = fuse([_part("logs/10.0.0.5_8000.log", "engine-log", metrics=log),
+               _part("metrics.om", "metrics", metrics=met)])
+    assert ds.metrics["value"].tolist() == [5000.0, 5100.0, 5200.0]
+    assert any("taken from metrics.om" in n for n in ds.notes)
+
+
+def test_two_dumps_of_one_target_keep_the_fuller_one() -> None:
+    a = _metrics("10.0.0.5:8000", "prompt_tokens_total", [1.0, 2.0, 3.0])
+    b = _metrics("10.0.0.5:8000", "prompt_tokens_total", [1.0, 2.0])
+    ds = fuse([_part("b.om", "metrics", metrics=b), _part("a.om", "metrics", metrics=a)])
+    assert ds.metrics["value"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_conflicting_roles_of_one_unified_instance_name_both_sources() -> None:
+    from pdprobe.errors import InputError
+
+    hints_a = [RoleHint("h100-node-3", "prefill", "prefill_instance column", ROLE_FROM_LABEL,
+                        "requests.jsonl")]
+    hints_b = [RoleHint("h100-node-3:8000", "decode", "label role='decode'", ROLE_FROM_LABEL,
+                        "metrics.om")]
+    with pytest.raises(InputError, match=r"requests\.jsonl.*metrics\.om|metrics\.om.*requests"):
+        fuse([_part("requests.jsonl", "requests", requests=_requests(["h100-node-3"], ["x"]),
+                    hints=hints_a),
+              _part("metrics.om", "metrics",
+                    metrics=_metrics("h100-node-3:8000", "prompt_tokens_total", [1.0]),
+                    hints=hints_b)])
+
+
+def test_weaker_alias_name_pattern_does_not_override_a_label() -> None:
+    met = _metrics("10.0.0.7:8000", "prompt_tokens_total", [0.0, 5.0])
+    hints = [RoleHint("10.0.0.7:8000", "prefill", "label role='prefill'", ROLE_FROM_LABEL)]
+    logs = _metrics("vllm-decode-abcde-fghij", "generation_tokens_total_log", [0.0, 1.0])
+    keys = [InstanceKey("vllm-decode-abcde-fghij", (("pod", "vllm-decode-abcde-fghij"),))]
+    ds = fuse([_part("m.om", "metrics", metrics=met, hints=hints,
+                     keys=[InstanceKey("10.0.0.7:8000", (("pod", "vllm-decode-abcde-fghij"),))]),
+               _part("x.log", "engine-log", metrics=logs, keys=keys)])
+    (info,) = ds.instances
+    assert info.role == "prefill"
+    assert ROLE_FROM_NAME < ROLE_FROM_LABEL
+    assert any("overrides" in w for w in ds.warnings)
+
+
+@pytest.fixture
+def sample_dir() -> Path:
+    from pdprobe.services.diagnose import bundled_sample
+
+    return bundled_sample()
+
+
+def test_the_same_file_twice_is_read_once(tmp_path: Path, sample_dir: Path) -> None:
+    req = sample_dir / "requests.jsonl.gz"
+    folder = tmp_path / "cap"
+    folder.mkdir()
+    shutil.copy(req, folder / "requests.jsonl.gz")
+    (folder / "link.jsonl.gz").symlink_to(folder / "requests.jsonl.gz")
+    files = expand_paths([folder, folder / "requests.jsonl.gz", folder / "requests.jsonl.gz"])
+    assert len(files) == 1
+    assert files[0][1] is True  # named directly once: counts as named
+    once = read_paths([folder / "requests.jsonl.gz"])
+    twice = read_paths([folder, folder / "requests.jsonl.gz"])
+    assert len(twice.requests) == len(once.requests)
+    assert len(twice.sources) == 1
+
+
+def test_a_copied_capture_keeps_its_log_year(tmp_path: Path, sample_dir: Path) -> None:
+    """``cp -r`` of a capture today: vLLM lines carry no year and the copy's mtime is now, but
+    the request records say when the capture is from."""
+    import os
+    import time
+
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    shutil.copy(sample_dir / "requests.jsonl.gz", folder / "requests.jsonl.gz")
+    log = sample_dir / "logs" / "10.0.2.10_8000.log.gz"
+    # Decompressed: no gzip header time survives, only the file system's (a fresh copy).
+    (folder / "decode.log").write_bytes(gzip.decompress(log.read_bytes()))
+    now = time.time() + 400 * 86400  # a copy made over a year after the capture
+    os.utime(folder / "decode.log", (now, now))
+    ds = read_paths([folder])
+    req_lo = float(ds.requests["arrival_ts"].min())
+    logged = ds.metrics["ts"]
+    assert len(logged)
+    assert abs(float(logged.min()) - req_lo) < 3600.0
