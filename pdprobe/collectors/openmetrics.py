@@ -1020,18 +1020,21 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
     for inst, node_label, inst_label, kind, addr_host in inst_rows[
             ["instance", "node_label", "l_instance", "name_kind", "addr_host"]] \
             .drop_duplicates().itertuples(index=False):
+        node_label = node_label if isinstance(node_label, str) else None  # NaN when absent
+        addr_host = addr_host if isinstance(addr_host, str) else None
+        inst_label = inst_label if isinstance(inst_label, str) else None
         if kind == mn.BY_BACKEND:
             if addr_host:  # the backend's host; the node labels are the router's
-                nodes[str(inst)] = str(addr_host)
+                nodes[str(inst)] = addr_host
             continue
         if node_label:
-            nodes[str(inst)] = str(node_label)
+            nodes[str(inst)] = node_label
         elif kind == mn.BY_FALLBACK and addr_host:
-            nodes[str(inst)] = str(addr_host)  # per-target file 10.0.0.5_8000.prom
-        elif inst_label and str(inst) != str(inst_label):
+            nodes[str(inst)] = addr_host  # per-target file 10.0.0.5_8000.prom
+        elif inst_label and str(inst) != inst_label:
             continue  # named by worker_id/pod: its node is not the scraping target's
         elif inst_label:
-            host = node_of(str(inst_label))
+            host = node_of(inst_label)
             if host:
                 nodes[str(inst)] = host
     return hints, engines, nodes
