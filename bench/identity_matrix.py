@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rules_accuracy import CAUSES, HEALTHY, MIXES, OUT, ROOT, Case, Outcome, _order, _rate  # noqa: E402
+from rules_accuracy import CAUSES, HEALTHY, MIXES, OUT, ROOT, Case, Outcome, _order, _rate
 
 CONTROL = ("default",)
 TUNING = ("k8s", "compose", "files-per-pod", "kubectl-timestamps")
