@@ -30,6 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from pdprobe import safe_text
 from pdprobe import signals as S
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
@@ -51,10 +52,11 @@ from pdprobe.dataset import (
     conform,
 )
 from pdprobe.errors import InsufficientDataError, SourceError, UsageError
+from pdprobe.redact import Redactor, scrub
+from pdprobe.redact import redact as redact  # re-exported for callers of this module
 
 if TYPE_CHECKING:
     import pandas as pd
-    import requests
 
 T = TypeVar("T")
 
@@ -107,38 +109,24 @@ _SCALED_ROWS: Final = frozenset({S.GAUGE, S.COUNTER, S.HSUM})
 
 def display_url(url: str) -> str:
     """The URL without userinfo, query or fragment (safe to print)."""
-    parts = urlsplit(url)
+    from pdprobe.collectors.prometheus_target import split_userinfo
+
+    parts = urlsplit(split_userinfo(url).url)
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port:
+        host = f"{host}:{port}"
+    return safe_text.clean(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
 def secrets_of(target: PrometheusTarget) -> tuple[str, ...]:
-    """The target's credentials plus any userinfo written into the URL."""
-    out = list(target.secrets())
-    parts = urlsplit(target.url)
-    out.extend(s for s in (parts.password, parts.username) if s)
-    return tuple(out)
-
-
-# Secrets shorter than this (a tenant id "a7") are replaced only as whole words, so redaction
-# does not shred every message that happens to contain those letters.
-_WORD_REDACT_BELOW: Final = 4
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret (longest first) replaced by ``***``."""
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        if not secret:
-            continue
-        if len(secret) >= _WORD_REDACT_BELOW:
-            text = text.replace(secret, "***")
-        else:
-            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
-    return text
+    """The target's credentials, any userinfo written into the URL included."""
+    return target.secrets()
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,11 +206,22 @@ _SERIES_HEADER: Final = re.compile(rb'\{"metric":\{[^{}]*\},"values":\[')
 _SERIES_BOUNDARY: Final = re.compile(rb'\},\{"metric":\{[^{}]*\},"values":\[')
 
 
-def parse_envelope(body: bytes, what: str) -> dict[str, Any]:
+# Characters of a non-JSON answer quoted in the error (after redaction).
+_HEAD_SHOWN: Final = 60
+
+
+def parse_envelope(body: bytes, what: str,
+                   redactor: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """The API's JSON envelope (``status``, ``data``, ...); ``SourceError`` when it is not.
+
+    A quoted piece of a non-JSON answer is redacted (``redactor``, else the registered secrets)
+    before it is cut, so a cut cannot split a secret into an unrecognised piece.
+    """
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        head = body[:60].decode("utf-8", "replace").replace("\n", " ")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        head = body[:4096].decode("utf-8", "replace")
+        head = safe_text.clean((redactor or scrub)(head))[:_HEAD_SHOWN]
         raise SourceError(f"Prometheus answered {what} with something that is not JSON "
                           f"({exc.__class__.__name__} near {head!r})",
                           hint="check that --prometheus is the API base URL (no /api/v1, no "
@@ -233,22 +232,31 @@ def parse_envelope(body: bytes, what: str) -> dict[str, Any]:
     return data
 
 
-def parse_matrix(body: bytes, start_ts: float, step_s: float, what: str) -> tuple[SeriesSet, dict[str, Any]]:
+def _malformed(what: str, detail: str) -> SourceError:
+    return SourceError(f"Prometheus answered {what} with a malformed result ({detail})",
+                       hint="check that --prometheus is a Prometheus-compatible API, and any "
+                            "proxy in front of it")
+
+
+def parse_matrix(body: bytes, start_ts: float, step_s: float, what: str,
+                 redactor: Callable[[str], str] | None = None) -> tuple[SeriesSet, dict[str, Any]]:
     """A ``query_range`` answer: fast path over the raw bytes, ``json`` when it does not fit.
 
     The fast path finds each ``{"metric":{...},"values":[...]}`` with a regular expression,
     checks that the pieces tile the result array exactly (else falls back), parses the label
     objects with ``json`` and all the ``[ts,"value"]`` pairs at once as CSV (pandas' C parser).
+    Anything malformed (``"data": 5``, ragged or non-numeric pairs) is a ``SourceError``.
     """
     anchor = body.find(b'"result":[')
     if anchor >= 0:
         parsed = _fast_matrix(body, anchor + len(b'"result":['), start_ts, step_s, what)
         if parsed is not None:
             return parsed
-    env = parse_envelope(body, what)
+    env = parse_envelope(body, what, redactor)
     _check_success(env, what)
-    data = env.get("data") or {}
-    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+    data = env.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" \
+            or not isinstance(data.get("result"), list):
         raise SourceError(f"Prometheus answered {what} without a matrix result",
                           hint="check that --prometheus is a Prometheus-compatible API")
     labels: list[dict[str, str]] = []
@@ -256,13 +264,19 @@ def parse_matrix(body: bytes, start_ts: float, step_s: float, what: str) -> tupl
     val_parts: list[np.ndarray] = []
     counts: list[int] = []
     for item in data["result"]:
+        if not isinstance(item, dict) or not isinstance(item.get("metric") or {}, dict) \
+                or not isinstance(item.get("values") or [], list):
+            raise _malformed(what, "a series is not {metric, values}")
         pairs = item.get("values") or []
         labels.append({str(k): str(v) for k, v in (item.get("metric") or {}).items()})
         counts.append(len(pairs))
         if pairs:
-            arr = np.array(pairs, dtype=object)
-            ts_parts.append(arr[:, 0].astype(np.float64))
-            val_parts.append(arr[:, 1].astype(np.float64))
+            try:
+                arr = np.array(pairs, dtype=object)
+                ts_parts.append(arr[:, 0].astype(np.float64))
+                val_parts.append(arr[:, 1].astype(np.float64))
+            except (ValueError, TypeError, IndexError, OverflowError):
+                raise _malformed(what, "sample pairs that are not [time, \"number\"]") from None
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     ts = np.concatenate(ts_parts) if ts_parts else np.empty(0)
     vals = np.concatenate(val_parts) if val_parts else np.empty(0)
@@ -298,7 +312,7 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
     try:
         env = json.loads(body[:pos] + body[end:])
         labels = json.loads(b"[" + b",".join(metrics) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(env, dict):
         return None
@@ -371,21 +385,23 @@ def merge_series(parts: Sequence[SeriesSet]) -> SeriesSet:
 class PromClient:
     """The Prometheus HTTP API under one deadline, with retries and redacted errors.
 
-    Built on ``prometheus_api_client.PrometheusConnect`` for the session (auth, headers, TLS);
-    requests are issued on its session so that retries honour ``Retry-After`` and the deadline,
-    and responses can be parsed without building a Python object per sample.
+    Requests go through ``prometheus_http``: a watchdog ends each one at the deadline (connect,
+    headers and body alike), bodies are read in chunks and decompressed under a cap, and ``-H``
+    headers are not sent to another origin on a redirect. Retries honour ``Retry-After`` and the
+    deadline; responses are parsed without building a Python object per sample.
     """
 
     def __init__(self, target: PrometheusTarget, deadline: float) -> None:
-        from prometheus_api_client import PrometheusConnect
-        from requests.adapters import HTTPAdapter
-        from urllib3.util.retry import Retry
+        from pdprobe.collectors import prometheus_http as ph
+        from pdprobe.collectors.prometheus_target import split_userinfo
 
         self.target = target
-        self.url = target.url.rstrip("/")
+        userinfo = split_userinfo(target.url.strip())
+        self.url = userinfo.url.rstrip("/")
         self.shown_url = display_url(self.url)
         self.deadline = deadline
         self.secrets = secrets_of(target)
+        self._redactor = Redactor(self.secrets, target.basic_credentials())
         self.records: list[QueryRecord] = []
         self.warnings: list[str] = []
         self.infos: list[str] = []
@@ -394,24 +410,20 @@ class PromClient:
             from pathlib import Path
 
             if not Path(target.ca_bundle).is_file():
-                raise UsageError(f"--ca-bundle {target.ca_bundle}: no such file",
+                raise UsageError(f"--ca-bundle {safe_text.clean(target.ca_bundle)}: no such file",
                                  hint="give the PEM file of the CA that signed the server")
         headers = {k: v for k, v in target.headers}
         if target.bearer_token and not any(k.lower() == "authorization" for k in headers):
             headers["Authorization"] = f"Bearer {target.bearer_token}"
-        auth = None
-        if target.basic_auth_user:
-            auth = (target.basic_auth_user, target.basic_auth_password or "")
-        no_retry = Retry(total=0, connect=0, read=0, redirect=3, status=0, raise_on_status=False)
-        self._prom = PrometheusConnect(url=self.url, headers=headers or None,
-                                       disable_ssl=target.insecure, retry=no_retry, auth=auth)
-        session: requests.Session = self._prom._session
+        user, password = target.basic_auth_user, target.basic_auth_password
+        if not user and userinfo.user:
+            user, password = userinfo.user, userinfo.password
+        # Bytes: requests would encode str as Latin-1; RFC 7617 allows UTF-8 credentials.
+        self._auth = (user.encode("utf-8"), (password or "").encode("utf-8")) if user else None
         pool = max(10, target.max_concurrency + 2)
-        session.mount(self.url, HTTPAdapter(max_retries=no_retry, pool_connections=pool,
-                                            pool_maxsize=pool))
-        self._session = session
+        self._session = ph.make_session([k for k, _ in target.headers],
+                                        follow=target.headers_follow_redirects, pool_size=pool)
         self._headers = headers
-        self._auth = auth
         self._verify: bool | str = False if target.insecure else (target.ca_bundle or True)
         if target.insecure:
             import urllib3
@@ -419,7 +431,7 @@ class PromClient:
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
     def close(self) -> None:
-        self._prom.close()
+        self._session.close()
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -427,7 +439,8 @@ class PromClient:
         return self.deadline - time.monotonic()
 
     def _clean(self, text: str) -> str:
-        return redact(text, self.secrets).replace("\n", " ").strip()
+        """Server or library text made safe to show: redacted, one line, no escapes."""
+        return safe_text.clean(self._redactor(text)).strip()
 
     def _timeout_error(self, what: str) -> SourceError:
         return PrometheusUnreachable(
@@ -435,11 +448,36 @@ class PromClient:
             f"{self.target.timeout_s:g} s budget",
             hint="raise --timeout, shorten --since, or narrow --selector")
 
+    def _exchange(self, url: str, params: list[tuple[str, str]], use_post: bool,
+                  remaining: float) -> tuple[int, Mapping[str, str], bytes]:
+        """One request (redirects followed): status, headers and the capped body."""
+        from pdprobe.collectors import prometheus_http as ph
+
+        kwargs: dict[str, Any] = {
+            "headers": self._headers, "auth": self._auth, "verify": self._verify, "stream": True,
+            "timeout": (min(CONNECT_TIMEOUT_S, remaining), remaining)}
+        if use_post:
+            resp = self._session.post(url, data=params, **kwargs)
+        else:
+            resp = self._session.get(url, params=params, **kwargs)
+        try:
+            ok = resp.status_code == 200
+            body = ph.read_body(resp, ph.MAX_BODY_BYTES if ok else ph.ERROR_BODY_BYTES,
+                                truncate=not ok)
+        finally:
+            resp.close()
+        return resp.status_code, resp.headers, body
+
     def _send(self, path: str, params: list[tuple[str, str]], what: str,
               allow_post: bool = True) -> tuple[bytes, int]:
         """The body of a 200 answer and the attempts it took; raises ``_HttpError`` on API
         errors that are not retryable and ``SourceError`` on everything fatal."""
+        from http.client import HTTPException
+
         import requests
+        import urllib3
+
+        from pdprobe.collectors import prometheus_http as ph
 
         url = f"{self.url}{path}"
         prepared = requests.Request("GET", url, params=params).prepare()
@@ -450,33 +488,35 @@ class PromClient:
             remaining = self.remaining()
             if remaining <= 0:
                 raise self._timeout_error(what)
+            dog = ph.Watchdog(self.deadline)
             try:
-                if use_post:
-                    resp = self._session.post(url, data=params, headers=self._headers,
-                                              auth=self._auth, verify=self._verify,
-                                              timeout=(min(CONNECT_TIMEOUT_S, remaining), remaining))
-                else:
-                    resp = self._session.get(url, params=params, headers=self._headers,
-                                             auth=self._auth, verify=self._verify,
-                                             timeout=(min(CONNECT_TIMEOUT_S, remaining), remaining))
+                with dog:
+                    status, headers, body = self._exchange(url, params, use_post, remaining)
+            except ph.BodyTooLarge as exc:
+                raise SourceError(f"Prometheus at {self.shown_url} answered {what} with {exc} "
+                                  f"of data, refused as a decompression bomb or runaway answer",
+                                  hint="narrow --selector or shorten --since (docs/safety.md)") from None
+            except ph.BodyUndecodable as exc:
+                raise SourceError(f"Prometheus at {self.shown_url} answered {what} with "
+                                  f"{self._clean(str(exc))[:200]}",
+                                  hint="check any proxy in front of Prometheus") from None
             except requests.exceptions.SSLError as exc:
+                if dog.fired:
+                    raise self._timeout_error(what) from None
                 raise PrometheusUnreachable(
                     f"TLS connection to {self.shown_url} failed ({self._short_reason(exc)})",
                     hint="pass --ca-bundle FILE with the server's CA, or --insecure to skip "
                          "verification") from None
-            except requests.exceptions.ReadTimeout:
-                if self.remaining() <= 0:
+            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                    requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
+                    HTTPException, OSError) as exc:
+                if dog.fired or self.remaining() <= 0.05:
                     raise self._timeout_error(what) from None
-                if attempt >= MAX_ATTEMPTS:
-                    raise self._timeout_error(what) from None
-                continue
-            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
                 reason = self._short_reason(exc)
-                if self.remaining() <= 0.05 and reason == "timed out":
-                    # urllib3 reports a read timeout as a connection error when it may not retry.
-                    raise self._timeout_error(what) from None
                 wait = self._backoff(attempt, None)
                 if attempt >= MAX_ATTEMPTS or wait >= self.remaining():
+                    if reason == "timed out":
+                        raise self._timeout_error(what) from None
                     raise PrometheusUnreachable(
                         f"cannot reach Prometheus at {self.shown_url} ({reason})",
                         hint="check --prometheus, the network path and that the server is "
@@ -487,17 +527,16 @@ class PromClient:
                 raise SourceError(f"request to Prometheus at {self.shown_url} failed "
                                   f"({self._short_reason(exc)})",
                                   hint="check --prometheus and the options") from None
-            status = resp.status_code
             if status == 200:
-                return resp.content, attempt
+                return body, attempt
             if status in (401, 403):
                 raise PrometheusAuthError(
                     f"Prometheus at {self.shown_url} refused the credentials (HTTP {status})",
                     hint="check --bearer-token-file/PDPROBE_BEARER_TOKEN, --basic-auth-user and "
                          "its password, or the X-Scope-OrgID header for Mimir")
-            error_type, message = self._api_error(resp)
+            error_type, message = self._api_error(status, body)
             if status in RETRYABLE_STATUS:
-                retry_after = _retry_after(resp.headers.get("Retry-After"))
+                retry_after = _retry_after(headers.get("Retry-After"))
                 wait = self._backoff(attempt, retry_after)
                 if error_type == "timeout" or (status == 503 and "timed out" in message.lower()):
                     raise _HttpError(status, "timeout", message)
@@ -506,21 +545,24 @@ class PromClient:
                              else f" after {attempt} attempts")
                     raise SourceError(
                         f"Prometheus at {self.shown_url} answered {what} with HTTP {status}"
-                        f"{extra} ({self._clean(message)[:200]})",
+                        f"{extra} ({message[:200]})",
                         hint="try again later or raise --timeout")
                 time.sleep(wait)
                 continue
             if status == 404 and not message:
                 raise _HttpError(404, "not_found", f"{path} not found (HTTP 404)")
-            raise _HttpError(status, error_type, self._clean(message) or f"HTTP {status}")
+            raise _HttpError(status, error_type, message or f"HTTP {status}")
 
-    def _api_error(self, resp: requests.Response) -> tuple[str, str]:
+    def _api_error(self, status: int, body: bytes) -> tuple[str, str]:
+        """The error type and the (cleaned) message of an error answer."""
         try:
-            data = resp.json()
-        except ValueError:
-            return "", resp.text[:300] if resp.status_code != 404 else ""
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            text = body[:4096].decode("utf-8", "replace")
+            return "", self._clean(text)[:300] if status != 404 else ""
         if isinstance(data, dict):
-            return str(data.get("errorType", "")), str(data.get("error", ""))
+            return (self._clean(str(data.get("errorType", "")))[:60],
+                    self._clean(str(data.get("error", "")))[:1000])
         return "", ""
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -544,7 +586,8 @@ class PromClient:
                                ("connection reset", "connection reset")):
             if needle in low:
                 return reason
-        return self._clean(f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}")[:200]
+        lines = self._redactor(text).splitlines()
+        return self._clean(f"{type(exc).__name__}: {lines[0] if lines else ''}")[:200]
 
     def _record(self, rec: QueryRecord) -> None:
         with self._lock:
@@ -559,10 +602,11 @@ class PromClient:
             if env.get("isPartial") is True:  # VictoriaMetrics: a storage node did not answer
                 self.warnings.append("Prometheus warned: partial response (isPartial): some "
                                      "storage nodes did not answer, data may be missing")
-            for w in env.get("warnings") or ():
-                self.warnings.append(f"Prometheus warned: {self._clean(str(w))}")
-            for i in env.get("infos") or ():
-                self.infos.append(f"Prometheus: {self._clean(str(i))}")
+            warnings, infos = env.get("warnings"), env.get("infos")
+            for w in warnings if isinstance(warnings, list) else ():
+                self.warnings.append(f"Prometheus warned: {self._clean(str(w))[:500]}")
+            for i in infos if isinstance(infos, list) else ():
+                self.infos.append(f"Prometheus: {self._clean(str(i))[:500]}")
 
     # -- API -------------------------------------------------------------------------------
 
@@ -575,7 +619,7 @@ class PromClient:
             self._record(QueryRecord(path, what, time.monotonic() - t0, MAX_ATTEMPTS,
                                      status=f"HTTP {exc.status}"))
             raise
-        env = parse_envelope(body, what)
+        env = parse_envelope(body, what, self._redactor)
         _check_success(env, what)
         self._collect_notes(env)
         self._record(QueryRecord(path, what, time.monotonic() - t0, attempts))
@@ -588,15 +632,19 @@ class PromClient:
             params.append(("time", _fmt_ts(at_ts)))
         t0 = time.monotonic()
         body, attempts = self._send("/api/v1/query", params, f"query {promql!r}")
-        env = parse_envelope(body, "an instant query")
+        env = parse_envelope(body, "an instant query", self._redactor)
         _check_success(env, f"query {promql!r}")
         self._collect_notes(env)
-        data = env.get("data") or {}
-        result = data.get("result")
-        if data.get("resultType") == "scalar" and isinstance(result, list):
+        data = env.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if isinstance(data, dict) and data.get("resultType") == "scalar" \
+                and isinstance(result, list):
             out = [{"metric": {}, "value": result}]
         elif isinstance(result, list):
             out = result
+            if not all(isinstance(i, dict) and isinstance(i.get("metric") or {}, dict)
+                       for i in out):
+                raise _malformed("an instant query", "a series is not {metric, value}")
         else:
             raise SourceError("Prometheus answered an instant query without a result",
                               hint="check that --prometheus is a Prometheus-compatible API")
@@ -640,7 +688,7 @@ class PromClient:
                                      start_ts=start_ts, end_ts=end_ts, step_s=step_s,
                                      status=f"HTTP {exc.status} {exc.error_type}".strip()))
             raise
-        sset, env = parse_matrix(body, start_ts, step_s, what)
+        sset, env = parse_matrix(body, start_ts, step_s, what, self._redactor)
         self._collect_notes(env)
         self._record(QueryRecord("/api/v1/query_range", promql, time.monotonic() - t0, attempts,
                                  series=len(sset.labels), points=sset.points, start_ts=start_ts,
@@ -660,7 +708,7 @@ class PromClient:
             params = [("query", promql), ("time", _fmt_ts(edge))]
             t0 = time.monotonic()
             body, attempts = self._send("/api/v1/query", params, "a raw-sample query")
-            sset, env = parse_matrix(body, lo, 0.0, "a raw-sample query")
+            sset, env = parse_matrix(body, lo, 0.0, "a raw-sample query", self._redactor)
             self._collect_notes(env)
             self._record(QueryRecord("/api/v1/query", promql, time.monotonic() - t0, attempts,
                                      series=len(sset.labels), points=sset.points, start_ts=lo,
@@ -699,17 +747,20 @@ def _fmt_step(step_s: float) -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
-    """``Retry-After`` as seconds (delta-seconds or an HTTP date)."""
+    """``Retry-After`` as seconds (delta-seconds or an HTTP date); None when unreadable
+    (negative, not finite, garbage)."""
     if not value:
         return None
     v = value.strip()
     try:
-        return max(0.0, float(v))
+        seconds = float(v)
     except ValueError:
         pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
     try:
         when = parsedate_to_datetime(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
@@ -778,19 +829,23 @@ def server_info(client: PromClient) -> ServerInfo:
         result = client.query("time()")
     except _HttpError as exc:
         raise SourceError(f"no Prometheus query API at {client.shown_url} (HTTP {exc.status} for "
-                          f"/api/v1/query: {exc.message[:120]})",
+                          f"/api/v1/query: {client._clean(exc.message)[:120]})",
                           hint="--prometheus is the base URL, e.g. http://prometheus:9090 or "
                                "https://mimir/prometheus, without /api/v1") from None
     t1 = time.time()
     try:
         now = float(result[0]["value"][0])
-    except (IndexError, KeyError, TypeError, ValueError):
+        if not (math.isfinite(now) and 0 < now < 253402300799.0):  # 1970 .. year 9999
+            raise ValueError(now)
+    except (IndexError, KeyError, TypeError, ValueError, OverflowError):
         raise SourceError(f"Prometheus at {client.shown_url} answered time() oddly",
                           hint="check that --prometheus is a Prometheus-compatible API") from None
     version = None
     try:
         env = client.api_json("/api/v1/status/buildinfo", [], "build info", allow_post=False)
-        version = str((env.get("data") or {}).get("version") or "") or None
+        data = env.get("data")
+        version = (safe_text.clean(str(data.get("version") or ""))[:60] or None
+                   if isinstance(data, dict) else None)
     except (_HttpError, SourceError):
         pass  # Thanos, Mimir and VictoriaMetrics do not all offer it
     return ServerInfo(now_ts=now, clock_skew_s=now - (t0 + t1) / 2, version=version)
@@ -817,7 +872,7 @@ def discover_names(client: PromClient, window: pp.Window, engine_match: str,
                                       window.end_ts, step)
         except (_HttpError, _TooLarge) as exc:
             raise SourceError(f"Prometheus at {client.shown_url} refused the discovery of metric "
-                              f"names ({exc})",
+                              f"names ({client._clean(str(exc))[:200]})",
                               hint="narrow --selector, or check the permissions of the "
                                    "credentials") from None
         out.update(lab.get("__name__", "") for lab in sset.labels)

@@ -170,3 +170,22 @@ def test_parse_delivery_presets_keys_and_refusals() -> None:
                 "nope", "colour=red"):
         with pytest.raises(UsageError):
             parse_delivery(bad)
+
+
+def test_cli_delivery_option_writes_and_refuses(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from pdprobe.cli.app import main
+
+    def run(*args: str) -> int:
+        with pytest.raises(SystemExit) as exc:
+            main(["simulate", "--prefill", "1", "--decode", "1", "--rate", "2", "--duration",
+                  "30", *args])
+        return int(exc.value.code or 0)
+
+    assert run("-o", str(tmp_path / "ok"), "--delivery", "compose,logs=per-pod") == 0
+    assert sorted(p.name for p in (tmp_path / "ok" / "logs").iterdir()) == ["decode-1.log",
+                                                                           "prefill-1.log"]
+    assert 'logs = "per-pod"' in (tmp_path / "ok" / "scenario.toml").read_text()
+    assert run("-o", str(tmp_path / "bad"), "--delivery", "logs=stern") == 3
+    assert "needs platform k8s" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
