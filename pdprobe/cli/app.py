@@ -2,7 +2,9 @@
 
 This module is the only place that exits. Every ``PdprobeError`` becomes one line on stderr
 and exit code 3 (UNKNOWN); so does any unexpected error (the traceback only with
-``PDPROBE_DEBUG=1``). Heavy libraries are imported inside commands so ``--help`` stays fast.
+``PDPROBE_DEBUG=1``). Every line passes the redaction layer (``pdprobe.redact``) and
+``safe_text.clean``. SIGINT/SIGTERM/SIGHUP unwind the run like an exception, so temp files are
+removed, and end it with one line and exit code 128 + the signal number. Heavy libraries are imported inside commands so ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -10,13 +12,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Final
 
 import typer
 
 from pdprobe import __version__
-from pdprobe.cli.common import EXIT_UNKNOWN
+from pdprobe.cli.common import EXIT_UNKNOWN, mark_stdout_closed, remove_pending_temps
+from pdprobe.redact import scrub
+from pdprobe.safe_text import clean
+
+# A run ended by signal N exits 128 + N (130 for Ctrl-C, 143 for SIGTERM), as shells report.
+EXIT_SIGNAL_BASE: Final = 128
 
 app = typer.Typer(
     name="pdprobe",
@@ -57,35 +67,125 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
 
+class Signalled(BaseException):
+    """SIGTERM, SIGINT or SIGHUP arrived: unwinds like Ctrl-C so every ``finally`` runs (temp
+    files go), but is not a ``KeyboardInterrupt`` (typer turns those into a silent exit 130)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+# The signals that end a run cleanly, and the word each gets on stderr. Exit code 128 + signal
+# number, as shells report a process killed by it.
+_SIGNALS: Final = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"),
+                   (signal.SIGHUP, "hung up"))
+
+
+def _raise_signalled(signum: int, _frame: object) -> None:
+    raise Signalled(signum)
+
+
+@contextlib.contextmanager
+def _signals_as_exceptions() -> Iterator[None]:
+    """Turn the ending signals into ``Signalled`` for the run (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for signum, _ in _SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            previous[signum] = signal.signal(signum, _raise_signalled)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+
+
+def _guard_std_fds() -> None:
+    """Occupy closed fds 0-2 with /dev/null so no file pdprobe opens becomes its "stdout".
+
+    A process started with ``>&-`` would otherwise get fd 1 for the first file it opens (an
+    input, a temp file) and print the report into it. Reports for stdout then fail cleanly.
+    """
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 1 in closed or sys.stdout is None:
+        mark_stdout_closed()
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
+    if 2 in closed or sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+
+
+def say(line: str) -> None:
+    """One line on stderr, redacted and without escape sequences; never raises."""
+    text = clean(scrub(line))
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(f"pdprobe: {text}\n")
+        sys.stderr.flush()
+
+
 def run(argv: list[str] | None = None) -> int:
-    """Run the app; every failure becomes exit code 3 with one line on stderr."""
+    """Run the app; every failure becomes one line on stderr and exit code 3 (a signal:
+    128 + its number, with one line)."""
+    _guard_std_fds()
+    try:
+        with _signals_as_exceptions():
+            try:
+                return _run(argv)
+            finally:
+                remove_pending_temps()
+    except Signalled as exc:
+        remove_pending_temps()
+        say({int(n): w for n, w in _SIGNALS}.get(exc.signum, "stopped by a signal"))
+        return EXIT_SIGNAL_BASE + exc.signum
+
+
+def _run(argv: list[str] | None) -> int:
     from pdprobe.errors import PdprobeError
 
     try:
         result = app(args=argv, standalone_mode=False, prog_name="pdprobe")
     except PdprobeError as exc:
-        sys.stderr.write(f"pdprobe: error: {exc.one_line()}\n")
+        say(f"error: {exc.one_line()}")
         return EXIT_UNKNOWN
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
-        sys.stderr.write("pdprobe: aborted\n")
+        say("aborted")
         return EXIT_UNKNOWN
     except typer.TyperException as exc:  # bad arguments: UNKNOWN per the contract
-        msg = exc.format_message().replace("\n", " ")
-        sys.stderr.write(f"pdprobe: error: {msg} (see 'pdprobe --help')\n")
+        say(f"error: {exc.format_message()} (see 'pdprobe --help')")
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
-        sys.stderr.write("pdprobe: interrupted\n")
-        return EXIT_UNKNOWN
+        say("interrupted")
+        return EXIT_SIGNAL_BASE + signal.SIGINT
     except BrokenPipeError:
+        # The reader of stdout left (| head): nothing more to say there; later flushes go nowhere.
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+        return EXIT_UNKNOWN
+    except RecursionError:
+        say("error: input nested too deeply to read; rerun with PDPROBE_DEBUG=1 and report it")
         return EXIT_UNKNOWN
     except Exception as exc:
         if os.environ.get("PDPROBE_DEBUG"):
             raise
-        where = type(exc).__name__
-        sys.stderr.write(f"pdprobe: error: internal error ({where}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                         "rerun with PDPROBE_DEBUG=1 and report the traceback\n")
+        text = str(exc)
+        first = text.splitlines()[0] if text.strip() else ""
+        say(f"error: internal error ({type(exc).__name__}: {first[:300]}); "
+            "rerun with PDPROBE_DEBUG=1 and report the traceback")
         return EXIT_UNKNOWN
     return result if isinstance(result, int) else 0
 
@@ -104,6 +204,6 @@ def entry() -> None:
     """
     code = run()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError, AttributeError):
             stream.flush()
     os._exit(code)

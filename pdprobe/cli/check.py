@@ -13,7 +13,9 @@ from pdprobe.cli.common import (
     DecodeMatchOpt,
     OutputOpt,
     PrefillMatchOpt,
+    check_output,
     env,
+    is_stdout,
     write_output,
 )
 from pdprobe.cli.live_options import live_options, require_target
@@ -41,10 +43,12 @@ def check_command(
     from pdprobe.collectors.roles import RoleOptions
     from pdprobe.services.check import check, render_text, to_json
 
-    result = check(require_target("check", target), roles=RoleOptions(prefill_match=prefill_match,
-                                             decode_match=decode_match))
+    live = require_target("check", target)
+    if not is_stdout(output):
+        check_output(output, live.files)  # before querying: a refused -o fails fast
+    result = check(live, roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match))
     text = to_json(result) if fmt == CheckFormat.json else render_text(result)
-    write_output(text, output)
+    write_output(text, output, inputs=live.files)
     return EXIT_OK if result.usable else EXIT_UNKNOWN
 
 

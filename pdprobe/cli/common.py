@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
+import stat
 import sys
-import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
+
+from pdprobe.redact import scrub
+from pdprobe.safe_text import clean
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -48,7 +55,8 @@ FormatOpt = Annotated[OutputFormat, typer.Option(
          "(node_exporter textfile format).")]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", envvar=env("output"),
-    help="Write the report to this file (atomically) instead of stdout.")]
+    help="Write the report to this file (atomically; never onto an input, a link or a device) "
+         "instead of stdout ('-' is stdout).")]
 SloTtftOpt = Annotated[float | None, typer.Option(
     "--slo-ttft", envvar=env("slo-ttft"), min=0.0,
     help="TTFT objective in seconds (for SLO attainment and the capacity model).")]
@@ -81,30 +89,170 @@ def exit_code_for(report: Report, fail_on: FailOn) -> int:
     return EXIT_OK
 
 
-def write_output(text: str, output: Path | None) -> None:
-    """Write to stdout, or atomically to ``output`` (temp file renamed; nothing half-written)."""
-    if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
+def is_stdout(output: Path | None) -> bool:
+    """No ``-o``, or ``-o -``: the report goes to stdout."""
+    return output is None or str(output) == "-"
+
+
+# Temp files being written, removed by ``remove_pending_temps`` when a run ends any way at all
+# (a signal can interrupt the writer's own cleanup; ``cli/app.py`` calls it last).
+_pending_temps: set[str] = set()
+_stdout_closed = False
+# Temp names keep this much of the output's name, so a 255-byte name still leaves room.
+_TEMP_NAME_KEEP: Final = 100
+_SPECIAL_KINDS: Final = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def mark_stdout_closed() -> None:
+    """The process started without a stdout (``>&-``): reports for stdout fail cleanly."""
+    global _stdout_closed
+    _stdout_closed = True
+
+
+@contextlib.contextmanager
+def track_temp(path: str | Path) -> Iterator[None]:
+    """Remove ``path`` when the block is left (if it still exists), signals included."""
+    name = str(path)
+    _pending_temps.add(name)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        _pending_temps.discard(name)
+
+
+def remove_pending_temps() -> None:
+    """Delete temp files whose writer was interrupted before its own cleanup ran."""
+    for name in list(_pending_temps):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        _pending_temps.discard(name)
+
+
+def check_output(output: Path, inputs: Sequence[str | Path] = (), option: str = "--output") -> None:
+    """Refuse an output path that is not a regular file to replace, or is an input of the run.
+
+    Symbolic links, FIFOs, devices (``/dev/null``, ``/dev/full``), sockets and folders are
+    refused: renaming a file onto them would replace them. An input is matched by inode, also
+    when it is a file inside an input folder or reached through another name.
+    """
     from pdprobe.errors import UsageError
 
+    shown = f"{option} {clean(str(output))}"
+    try:
+        st = os.lstat(output)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot inspect it ({exc.strerror})",
+                         hint="check the path and permissions") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise UsageError(f"{shown} is a symbolic link, which pdprobe does not replace",
+                             hint="name the file it points to, or another file")
+        if stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{shown} is a folder", hint="name a file inside it")
+        for test, kind in _SPECIAL_KINDS:
+            if test(st.st_mode):
+                raise UsageError(f"{shown} is {kind}, not a regular file",
+                                 hint="write to a regular file, or leave out -o for stdout")
+        if _is_input((st.st_dev, st.st_ino), inputs):
+            raise UsageError(f"{shown} is one of this run's inputs; writing it would destroy it",
+                             hint="write the output to another file")
     directory = output.parent if str(output.parent) else Path(".")
     if not directory.is_dir():
-        raise UsageError(f"{output}: folder {directory} does not exist", hint="create it first")
-    if output.is_dir():
-        raise UsageError(f"--output {output} is a folder", hint="name a file inside it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        from pdprobe.collectors.io import default_file_mode
+        raise UsageError(f"{shown}: folder {clean(str(directory))} does not exist",
+                         hint="create it first")
 
-        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; a report is for sharing
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+def _is_input(key: tuple[int, int], inputs: Sequence[str | Path]) -> bool:
+    for item in inputs:
+        if str(item) == "-":
+            continue
+        try:
+            st = os.stat(item)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == key:
+            return True
+        if stat.S_ISDIR(st.st_mode):
+            for root, _dirs, files in os.walk(item):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        inner = os.stat(os.path.join(root, name))
+                        if (inner.st_dev, inner.st_ino) == key:
+                            return True
+    return False
+
+
+def write_output(text: str, output: Path | None, inputs: Sequence[str | Path] = ()) -> None:
+    """Write a report to stdout (no ``-o`` or ``-o -``) or atomically to ``output``.
+
+    The text passes the redaction layer first. A file is written to a temp file in the same
+    folder and renamed into place, so a reader never sees half a report and a failure leaves
+    the old file; the temp file is removed on any exit. ``inputs`` are the run's input paths
+    (files or folders): ``output`` may not be one of them (``check_output``).
+    """
+    from pdprobe.errors import PdprobeError
+
+    text = scrub(text)
+    if is_stdout(output):
+        _write_stdout(text)
+        return
+    assert output is not None
+    check_output(output, inputs)
+    data = text.encode("utf-8", "backslashreplace")
+    directory = output.parent if str(output.parent) else Path(".")
+    tmp = directory / f".{output.name[:_TEMP_NAME_KEEP]}.{secrets.token_hex(6)}.tmp"
+    shown = clean(str(output))
+    with track_temp(tmp):
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            from pdprobe.collectors.io import default_file_mode
+
+            os.chmod(tmp, default_file_mode())  # 0600 above; a report is for sharing
+            check_output(output, inputs)  # still a regular file (or absent) before the rename
+            os.replace(tmp, output)
+        except OSError as exc:
+            raise PdprobeError(f"cannot write {shown} ({_os_reason(exc, directory)})",
+                               hint="choose another folder with -o, or free space") from None
+
+
+def _os_reason(exc: OSError, directory: Path) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"folder {clean(str(directory))} is not writable: {exc.strerror}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    return exc.strerror or type(exc).__name__
+
+
+def _write_stdout(text: str) -> None:
+    from pdprobe.errors import PdprobeError
+
+    if _stdout_closed or sys.stdout is None:
+        raise PdprobeError("cannot write the report: stdout is closed",
+                           hint="pass -o FILE, or run pdprobe with a stdout")
+    try:
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:
+            encoding = sys.stdout.encoding or "utf-8"
+            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader left (| head): cli/app.py ends quietly
+    except OSError as exc:
+        raise PdprobeError(f"cannot write the report to stdout ({exc.strerror})",
+                           hint="pass -o FILE, or check what stdout is connected to") from None
 
 
 MAX_WIDTH: Final = 100  # the text view is laid out for 100 columns; narrower terminals fold
@@ -116,9 +264,9 @@ def render_options(output: Path | None, *, verbose: bool = False, quiet: bool = 
 
     from pdprobe.report.base import RenderOptions
 
-    to_terminal = output is None and sys.stdout.isatty()
+    to_terminal = is_stdout(output) and sys.stdout.isatty()
     width = min(MAX_WIDTH, shutil.get_terminal_size().columns) if to_terminal else MAX_WIDTH
-    return RenderOptions(width=width, color=use_color() and output is None, verbose=verbose,
+    return RenderOptions(width=width, color=use_color() and is_stdout(output), verbose=verbose,
                          quiet=quiet)
 
 
@@ -156,5 +304,8 @@ class StderrProgress:
 
 
 def info(message: str) -> None:
-    """A log line on stderr (never on stdout, which carries the report)."""
-    sys.stderr.write(f"pdprobe: {message}\n")
+    """A log line on stderr (never on stdout, which carries the report): redacted, and one
+    line without escape sequences whatever names or server text it quotes."""
+    line = clean(scrub(message))
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(f"pdprobe: {line}\n")

@@ -17,6 +17,7 @@ from pdprobe.cli.common import (
     VerboseOpt,
     exit_code_for,
     info,
+    is_stdout,
     render_options,
     write_output,
 )
@@ -43,8 +44,8 @@ def render_command(
     report = load_report(report_file)
     render = renderer_for(fmt.value)
     text = render(report, render_options(output, verbose=verbose, quiet=quiet))
-    write_output(text, output)
-    if output is not None:
+    write_output(text, output, inputs=[report_file])
+    if not is_stdout(output):
         info(f"wrote {fmt.value} report to {output}")
     return exit_code_for(report, fail_on)
 
