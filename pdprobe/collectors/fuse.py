@@ -214,8 +214,9 @@ def _one_source_per_quantity(partials: Sequence[Partial]) -> tuple[list[Partial]
     for win_src, (losers, sigs) in by_winner.items():
         shown = ", ".join(sorted(sigs)[:4]) + (", ..." if len(sigs) > 4 else "")
         files = ", ".join(losers[:3]) + (f" and {len(losers) - 3} more" if len(losers) > 3 else "")
+        whose = files if len(losers) == 1 else f"{len(losers)} inputs ({files})"
         notes.append(f"{len(sigs)} quantit{'y' if len(sigs) == 1 else 'ies'} ({shown}) of "
-                     f"{len(losers)} input(s) ({files}) also measured by "
+                     f"{whose} also measured by "
                      f"{PurePath(win_src).name}: taken from {PurePath(win_src).name} only, so "
                      f"nothing is counted twice")
     return out, notes

@@ -352,8 +352,8 @@ def _result(sources: Sequence[SourceKeys], keys: Sequence[_Key], uf: _UnionFind,
         name = chosen.key.name
         taken[name] = root
         canonical[root] = name
-        aliases = tuple(Alias(sources[m.source].source, m.key.name,
-                              _describe(m, m is chosen)) for m in members)
+        aliases = tuple(Alias(sources[m.source].source, m.key.name, _describe(m, chosen))
+                        for m in members)
         identities.append(Identity(name, aliases))
     renames: list[dict[str, str]] = [{} for _ in sources]
     for k in keys:
@@ -376,11 +376,23 @@ def _canonical(members: Sequence[_Key], sources: Sequence[SourceKeys]) -> _Key:
     return min(members, key=rank)
 
 
-def _describe(k: _Key, chosen: bool) -> str:
-    origin = f" ({k.key.origin})" if k.key.origin else ""
-    if chosen:
+def _describe(k: _Key, chosen: _Key) -> str:
+    """How ``k`` matches the canonical key: the most telling fact they share, else the rule
+    that joined it (a chain such as name -> pod -> address says the last link)."""
+    origin = f"; named by {k.key.origin}" if k.key.origin else ""
+    if k is chosen:
         return f"canonical name{origin}"
-    return f"{'same name' if k.how == 'only name' else k.how}{origin}"
+    if k.how.startswith(("--alias", "/")) or ".toml" in k.how:
+        how = k.how
+    elif k.key.name == chosen.key.name:
+        how = "same name"
+    elif k.facts.get("address") and k.facts.get("address") == chosen.facts.get("address"):
+        how = "same host:port"
+    elif k.facts.get("pod") and k.facts.get("pod") == chosen.facts.get("pod"):
+        how = "same pod"
+    else:
+        how = "same name" if k.how == "only name" else k.how
+    return f"{how}{origin}"
 
 
 def keys_from_names(names: Iterable[str], origin: str = "") -> tuple[InstanceKey, ...]:

@@ -268,7 +268,9 @@ def _sections(view: ReportView, options: RenderOptions) -> list[RenderableType]:
         out.append(Text("note: " + note, style="dim"))
     if verbose and view.identity is not None:
         out.append(_heading("IDENTITY"))
-        out.append(_table(view.identity, verbose))
+        for inst, role, how, names in view.identity.rows:
+            out.append(Text(f"{inst.text}  {role.text} ({how.text})"))
+            out.append(Text(f"    {names.text}", style="dim"))
 
     if view.warnings:
         out.append(_heading("WARNINGS"))

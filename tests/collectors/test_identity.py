@@ -60,7 +60,7 @@ def test_pod_label_links_a_kubectl_stream_to_the_scrape_address() -> None:
     assert canonical_of(r, 2, "10.0.0.5") == "10.0.0.5:8000"
     (ident,) = r.identities
     how = {a.name: a.how for a in ident.aliases}
-    assert how["vllm-decode-6d8f9-x2k4q"] == "same pod (kubectl prefix)"
+    assert how["vllm-decode-6d8f9-x2k4q"] == "same pod; named by kubectl prefix"
 
 
 def test_pod_in_two_namespaces_is_ambiguous() -> None:
