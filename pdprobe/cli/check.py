@@ -44,7 +44,7 @@ def check_command(
     from pdprobe.services.check import check, render_text, to_json
 
     live = require_target("check", target)
-    if not is_stdout(output):
+    if output is not None and not is_stdout(output):
         check_output(output, live.files)  # before querying: a refused -o fails fast
     result = check(live, roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match))
     text = to_json(result) if fmt == CheckFormat.json else render_text(result)

@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
-from pdprobe.cli.common import StderrProgress, env, info
+from pdprobe.cli.common import StderrProgress, check_output, env, info
 from pdprobe.cli.live_options import live_options, require_target
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 
 CaptureOpt = Annotated[Path, typer.Option(
     "--output", "-o", envvar=env("output"),
-    help="Capture file to write (Parquet), or a folder to put a timestamped one in.")]
+    help="Capture file to write (Parquet), or a folder to put a timestamped one in; never a "
+         "link, device or one of the run's input files.")]
 
 
 @live_options
@@ -23,12 +24,15 @@ def collect_command(
 ) -> int:
     """Capture what diagnose needs from a live cluster into one file ('pdprobe diagnose FILE')."""
     from pdprobe.collectors.base import ReadContext
+    from pdprobe.collectors.capture import capture_path
     from pdprobe.services.collect import collect
 
     live = require_target("collect", target)
+    path = capture_path(output)
+    check_output(path, live.files)  # before querying: never onto an input, link or device
     progress = StderrProgress()
     try:
-        result = collect(live, output, ReadContext(progress=progress))
+        result = collect(live, path, ReadContext(progress=progress))
     finally:
         progress.close()
     for warning in result.warnings:

@@ -19,6 +19,8 @@ from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.errors import PdprobeError
+from pdprobe.redact import Redactor
+from pdprobe.safe_text import clean
 
 # How a role was decided, without the value: "label tier='ctx'" counts as "label tier".
 _ROLE_HOW: Final = re.compile(r"(label [\w-]+|name pattern in \w+|metrics map selector|--\w+-match|"
@@ -130,24 +132,29 @@ def check(target: PrometheusTarget, ctx: ReadContext | None = None,
         probe,
     )
 
+    redactor = Redactor(target.secrets(), target.basic_credentials())
+
+    def tidy(text: str) -> str:  # server text: no secret in any spelling, no escapes
+        return clean(redactor(text))
+
     url = display_url(target.url)
     try:
         p = probe(target, ctx, roles)
     except PrometheusUnreachable as exc:
         return CheckResult(url=url, usable=False, reachable=False, authenticated=False,
-                           problem=exc.one_line())
+                           problem=tidy(exc.one_line()))
     except PrometheusAuthError as exc:
         return CheckResult(url=url, usable=False, reachable=True, authenticated=False,
-                           problem=exc.one_line())
+                           problem=tidy(exc.one_line()))
     except PdprobeError as exc:
         return CheckResult(url=url, usable=False, reachable=True, authenticated=True,
-                           problem=exc.one_line())
+                           problem=tidy(exc.one_line()))
     meta = p.meta
     found = meta.found
     by_role: dict[str, list[str]] = {}
     sources: dict[str, int] = {}
     for inst in p.instances:
-        by_role.setdefault(inst.role, []).append(inst.name)
+        by_role.setdefault(inst.role, []).append(tidy(inst.name))
         m = _ROLE_HOW.match(inst.role_source)
         how = m.group(1) if m else inst.role_source
         sources[how] = sources.get(how, 0) + 1
@@ -158,21 +165,23 @@ def check(target: PrometheusTarget, ctx: ReadContext | None = None,
     problem = None
     if not found.engines:
         where = f" matching {{{meta.selector}}}" if meta.selector else ""
-        problem = (f"no vLLM, SGLang or Dynamo metrics{where} in the window: check --selector, "
+        problem = tidy(f"no vLLM, SGLang or Dynamo metrics{where} in the window: check --selector, "
                    f"--since/--until or --metrics-map")
     elif not p.instances:
         problem = "metric families exist but no instance could be named: check --metrics-map"
     w = meta.window
     return CheckResult(
         url=url, usable=problem is None, reachable=True, authenticated=True, problem=problem,
-        server_version=meta.server_version, clock_skew_s=round(meta.clock_skew_s, 3),
+        server_version=tidy(meta.server_version) if meta.server_version else None,
+        clock_skew_s=round(meta.clock_skew_s, 3),
         window={"start": _iso(w.start_ts), "end": _iso(w.end_ts), "step_s": w.step_s,
                 "coarse_step_s": w.coarse_step_s},
         discovery=meta.discovery, engines=engines,
         roles={k: sorted(v) for k, v in sorted(by_role.items())}, role_sources=sources,
         capabilities=caps, planned_queries=len(p.batches) + len(engines),
         issued_queries=len(meta.queries), elapsed_s=round(meta.elapsed_s, 3),
-        warnings=tuple(dict.fromkeys((*p.warnings, *p.role_warnings))), notes=p.notes,
+        warnings=tuple(dict.fromkeys(tidy(w) for w in (*p.warnings, *p.role_warnings))),
+        notes=tuple(tidy(n) for n in p.notes),
     )
 
 

@@ -49,12 +49,16 @@ def collect(target: PrometheusTarget, output: Path, ctx: ReadContext | None = No
     """Query ``target`` and write a capture file at ``output`` (a file, or a folder for it)."""
     from pdprobe.collectors.capture import capture_path, write_capture
     from pdprobe.collectors.fuse import fuse
-    from pdprobe.collectors.prometheus import collect_partial, secrets_of
+    from pdprobe.collectors.prometheus import collect_partial
+    from pdprobe.redact import WORD_REDACT_BELOW, Redactor
 
     path = capture_path(output)  # fail on a missing folder before querying anything
     result = collect_partial(target, ctx)
+    # write_capture refuses a document holding any of these: every spelling of every secret
+    # (short ones, like a tenant "a7", would match innocent text and are left to redaction).
+    forms = Redactor(target.secrets(), target.basic_credentials()).forms
     info = write_capture(result.partial, path, collection_metadata(result.meta),
-                         secrets=secrets_of(target))
+                         secrets=sorted(f for f in forms if len(f) >= WORD_REDACT_BELOW))
     dataset = fuse([result.partial])
     roles = Counter(i.role for i in dataset.instances)
     return CollectResult(path=info.path, rows=info.rows, bytes=info.bytes, instances={str(k): v for k, v in roles.items()},
