@@ -363,10 +363,12 @@ BACKEND_LABELS: Final = (
                  "with worker_addr=\"<worker url>\" added)",
                  "lightseekorg/smg model_gateway/src/core/worker_manager.rs (get_engine_metrics),"
                  " model_gateway/src/core/metrics_aggregator.rs"),
-    BackendLabel("worker_url", "SGLang model gateway router series (sgl_router_worker_*)",
-                 "lightseekorg/smg docs (sgl_router_worker_requests_total{worker_url})"),
-    BackendLabel("worker", "SGLang router (sgl-router <= 0.2: sgl_router_worker_load{worker})",
-                 "sgl-project/sglang sgl-router/src/metrics.rs"),
+    BackendLabel("worker", "SGLang router (sgl_router_worker_load{worker}, ...) and SGLang "
+                 "model gateway (smg_worker_requests_active{worker}, ...)",
+                 "sgl-project/sglang sgl-router/src/metrics.rs; lightseekorg/smg "
+                 "docs/reference/metrics.md"),
+    BackendLabel("worker_url", "SGLang router forks (sgl_router_worker_requests_total"
+                 "{worker_url})", ""),
     BackendLabel("endpoint", "generic proxies (prometheus-operator's endpoint= is a port name "
                  "and is not an address, so it never matches)", ""),
     BackendLabel("backend", "generic proxies", ""),
