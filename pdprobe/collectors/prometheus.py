@@ -492,6 +492,8 @@ class PromClient:
             try:
                 with dog:
                     status, headers, body = self._exchange(url, params, use_post, remaining)
+                if dog.fired:  # a cut-off answer can look complete (headers ended by EOF)
+                    raise self._timeout_error(what)
             except ph.BodyTooLarge as exc:
                 raise SourceError(f"Prometheus at {self.shown_url} answered {what} with {exc} "
                                   f"of data, refused as a decompression bomb or runaway answer",
