@@ -154,6 +154,7 @@ FACT_KINDS: Final = (
     "service",  # docker compose service/container name
     "unit",  # systemd unit (journalctl)
     "node",  # Kubernetes node / machine the instance runs on: context, never an identity
+    "hostname",  # the machine's host name from a `hostname` label (node_exporter style): context
     "job",  # Prometheus job: context
     "url",  # a router's backend label as written (server="http://10.0.0.5:8000")
 )

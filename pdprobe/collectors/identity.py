@@ -19,6 +19,7 @@ Context facts (``node``, ``job``) never merge anything: many engines share a nod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,10 @@ SOURCE_RANK: Final = {"prometheus": 0, "capture": 0, "metrics": 1, "engine-log":
 # Facts that identify one engine process; a group holding two different values of one of these
 # would be two engines merged, so such a union is refused.
 IDENTITY_FACTS: Final = ("address", "pod", "pod_key")
+# The port of a templated systemd unit (vllm@8001.service, vllm-decode@8001).
+_UNIT_PORT: Final = re.compile(r"@(\d{2,5})(?:\.service)?$")
+# Inputs listed by name in one warning; the rest are counted.
+MAX_LISTED_SOURCES: Final = 3
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ def resolve(sources: Sequence[SourceKeys], aliases: AliasMap | None = None) -> R
     warnings = _join_pods(keys, uf)
     warnings += _join_hosts(keys, uf)
     warnings += uf.refused
+    warnings += _unmatched_sources(sources, keys, uf)
     return _result(sources, keys, uf, warnings)
 
 
@@ -176,8 +182,9 @@ def _flatten(sources: Sequence[SourceKeys]) -> list[_Key]:
             for kind, value in key.facts:
                 if value:
                     facts[kind] = value
-            if "address" not in facts and "host" in facts and "port" in facts:
-                facts["address"] = make_address(facts["host"], facts["port"])
+            unit_port = _UNIT_PORT.search(facts.get("unit", ""))
+            if unit_port and "port" not in facts:  # vllm@8001.service: a templated unit
+                facts["port"] = str(int(unit_port.group(1)))
             if "address" in facts:
                 parsed = split_address(facts["address"])
                 if parsed is not None and parsed[1] is not None:
@@ -199,6 +206,7 @@ class _UnionFind:
             {f: {k.facts[f]} for f in IDENTITY_FACTS if f in k.facts} for k in keys]
         self.refused: list[str] = []
         self.keys = keys
+        self.ambiguous: set[int] = set()  # sources with a name reported as ambiguous
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -291,6 +299,7 @@ def _join_pods(keys: Sequence[_Key], uf: _UnionFind) -> list[str]:
             continue
         spaces = namespaces.get(pod, {})
         if len(spaces) > 1:
+            uf.ambiguous.add(k.source)
             warnings.append(f"pod {pod!r} exists in namespaces {', '.join(sorted(spaces))}; "
                             f"{k.key.name!r} could be either: kept apart — pass "
                             f"--alias {k.key.name}=NAMESPACE/POD or an --aliases file")
@@ -305,38 +314,68 @@ def _join_pods(keys: Sequence[_Key], uf: _UnionFind) -> list[str]:
 
 
 def _join_hosts(keys: Sequence[_Key], uf: _UnionFind) -> list[str]:
-    """A port-less name joins the single instance on its host (or on a host whose DNS name
-    starts with it); with several instances on that host it is ambiguous."""
-    ports: dict[str, dict[str, int]] = {}  # host -> address -> a key index
+    """A name without an address joins the one instance on its machine: the machine is a host of
+    an address, or a ``node``/``hostname`` the metrics give an address (the gateway's
+    ``h100-node-3`` for ``instance="10.0.0.5:8000", node="h100-node-3"``), or a host whose DNS
+    name starts with it. With a port (a journald unit ``vllm@8001``) the port picks one of
+    several; without, several instances on the machine are ambiguous and reported."""
+    machines: dict[str, dict[str, int]] = {}  # host or node -> address -> a key index
     for k in keys:
-        if "address" in k.facts and "host" in k.facts:
-            ports.setdefault(k.facts["host"], {}).setdefault(k.facts["address"], k.index)
+        if "address" in k.facts:
+            for fact in ("host", "node", "hostname"):
+                if k.facts.get(fact):
+                    machines.setdefault(k.facts[fact], {}).setdefault(k.facts["address"], k.index)
     short: dict[str, set[str]] = {}  # first DNS label -> full host names
-    for full in ports:
+    for full in machines:
         if not is_ip(full) and "." in full:
             short.setdefault(full.split(".", 1)[0], set()).add(full)
     warnings: list[str] = []
     for k in keys:
         host = k.facts.get("host")
-        if not host or "address" in k.facts or uf.values[uf.find(k.index)].get("address"):
-            continue  # has a port, or already joined to an engine with one
-        hosts = [host] if host in ports else sorted(short.get(host, ()))
+        if not host or uf.values[uf.find(k.index)].get("address"):
+            continue  # has an address, or already joined to an engine with one
+        hosts = [host] if host in machines else sorted(short.get(host, ()))
         if len(hosts) > 1:
+            uf.ambiguous.add(k.source)
             warnings.append(f"{k.key.name!r} could be any of the hosts {', '.join(hosts)}; kept "
                             f"apart — pass --alias {k.key.name}=HOST:PORT")
             continue
         if not hosts:
             continue
-        addresses = sorted(ports[hosts[0]])
+        found = machines[hosts[0]]
+        port = k.facts.get("port")
+        addresses = sorted(a for a in found if port is None or a.rsplit(":", 1)[-1] == port)
+        where = "host" if hosts[0] == host else f"short host name of {hosts[0]},"
         if len(addresses) == 1:
-            how = ("same host with one port" if hosts[0] == host
-                   else f"short host name of {hosts[0]} (one port)")
-            uf.union(ports[hosts[0]][addresses[0]], k.index, how)
-        else:
+            how = f"same {where} and port" if port else f"same {where} with one instance"
+            uf.union(found[addresses[0]], k.index, how)
+        elif addresses:
+            uf.ambiguous.add(k.source)
             warnings.append(f"{k.key.name!r} names host {hosts[0]}, which runs "
                             f"{len(addresses)} instances ({', '.join(addresses[:4])}); kept "
                             f"apart — pass --alias {k.key.name}=HOST:PORT or an --aliases file")
     return warnings
+
+
+def _unmatched_sources(sources: Sequence[SourceKeys], keys: Sequence[_Key],
+                       uf: _UnionFind) -> list[str]:
+    """Inputs none of whose names matched any other input's: the same engines under names no
+    rule links (pods in the records, IP addresses in the metrics), or unrelated inputs."""
+    named = {k.source for k in keys}
+    if len(named) < 2 or uf.ambiguous:  # an ambiguity warning already asks for aliases
+        return []
+    sources_of: dict[int, set[int]] = {}
+    for k in keys:
+        sources_of.setdefault(uf.find(k.index), set()).add(k.source)
+    alone = sorted(s for s in named
+                   if all(sources_of[uf.find(k.index)] == {s} for k in keys if k.source == s))
+    if not alone:
+        return []
+    shown = ", ".join(sources[s].source for s in alone[:MAX_LISTED_SOURCES])
+    more = f" and {len(alone) - MAX_LISTED_SOURCES} more" if len(alone) > MAX_LISTED_SOURCES else ""
+    return [f"no instance name of {shown}{more} matches a name in the other inputs: they may name "
+            f"the same engines differently (pods vs addresses?), which would count each engine "
+            f"twice — pass --alias NAME=INSTANCE or --aliases FILE (docs/inputs/identity.md)"]
 
 
 def _result(sources: Sequence[SourceKeys], keys: Sequence[_Key], uf: _UnionFind,

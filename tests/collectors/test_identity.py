@@ -31,7 +31,7 @@ def test_same_host_with_one_port_joins_a_port_less_gateway_name() -> None:
     assert canonical_of(r, 0, "h100-node-4") == "h100-node-4:8000"
     assert len(r.identities) == 2
     how = {a.name: a.how for i in r.identities for a in i.aliases}
-    assert how["h100-node-3"] == "same host with one port"
+    assert how["h100-node-3"] == "same host with one instance"
     assert how["h100-node-3:8000"] == "canonical name"
     assert not r.warnings
 
@@ -185,3 +185,32 @@ def test_canonical_name_prefers_the_metrics_address() -> None:
     (ident,) = r.identities
     assert ident.name == "decode-1:8000"
     assert {a.source for a in ident.aliases if a.how.startswith("canonical")} == {"m.om"}
+
+
+def test_gateway_machine_name_joins_through_the_node_label() -> None:
+    # Bare metal: the gateway knows machines, Prometheus scrapes IPs and labels the node.
+    r = resolve([src("requests.jsonl", "requests", K("h100-node-0"), K("h100-node-1")),
+                 src("metrics.om", "metrics", K("10.0.1.10:8000", node="h100-node-0"),
+                     K("10.0.2.10:8000", node="h100-node-1"), K("10.0.2.10:8001", node="h100-node-1"))])
+    assert canonical_of(r, 0, "h100-node-0") == "10.0.1.10:8000"
+    assert canonical_of(r, 0, "h100-node-1") == "h100-node-1"  # two engines on that machine
+    assert any("h100-node-1" in w and "2 instances" in w for w in r.warnings)
+
+
+def test_templated_systemd_unit_gives_the_port() -> None:
+    r = resolve([src("metrics.om", "metrics", K("10.0.2.10:8000", node="h100-node-1"),
+                     K("10.0.2.10:8001", node="h100-node-1")),
+                 src("journal.log", "engine-log",
+                     K("h100-node-1/vllm-decode@8001.service", "journalctl", host="h100-node-1",
+                       unit="vllm-decode@8001.service"))])
+    assert canonical_of(r, 1, "h100-node-1/vllm-decode@8001.service") == "10.0.2.10:8001"
+
+
+def test_inputs_whose_names_match_nothing_are_reported() -> None:
+    # Pods in the records, bare addresses in per-target scrapes: no rule links them.
+    r = resolve([src("requests.jsonl", "requests", K("vllm-decode-6d8f9-x2k4q"),
+                     K("vllm-prefill-6d8f9-abcde")),
+                 src("metrics/", "metrics", K("10.0.0.5:8000"), K("10.0.0.6:8000"))])
+    assert len(r.identities) == 4
+    (warning,) = r.warnings
+    assert "requests.jsonl, metrics/" in warning and "--alias" in warning
