@@ -110,9 +110,13 @@ def read_paths(
         )
     dataset = fuse(partials, roles, aliases)
     if dataset.is_empty and dataset.events.empty:
+        # Nothing is printed before this error: say here what was skipped, in one line.
+        skipped = [*skipped_files, *dataset.warnings]
+        why = (f"; {len(skipped)} problem(s), first: {skipped[0]}" if skipped
+               else "; every input was read but none has a request, sample or stats line")
         raise InsufficientDataError(
-            "the inputs hold no usable rows, samples or stats lines",
-            hint="see the warnings above for what was skipped",
+            f"the inputs hold no usable rows, samples or stats lines{why}",
+            hint="check that the files are request records, metric dumps or engine logs",
         )
     if skipped_files:
         from dataclasses import replace
