@@ -270,3 +270,68 @@ def test_echoed_credentials_never_reach_a_message(serve) -> None:
         for form in spellings(secret, user=USER if secret == PASSWORD else None):
             assert form not in text, form
     assert srv.seen[0].headers["authorization"] == f"Basic {basic}"  # basic wins over bearer
+
+
+# --------------------------------------------------------------------------------------------
+# Every output channel of the CLI, grepped for every spelling of every secret
+# --------------------------------------------------------------------------------------------
+
+
+def _cluster(echo: str) -> Handler:
+    """A one-instance vLLM cluster whose every answer warns with the echoed credentials."""
+
+    def handle(conn: socket.socket, req: Request) -> None:
+        path = req.path.split("?")[0]
+        if path.endswith("/query") and b"time" in req.body + req.path.encode():
+            data: object = SCALAR["data"]
+        elif "/label/" in path:
+            data = ["vllm:num_requests_running"]
+        elif path.endswith("/query"):
+            data = {"resultType": "vector", "result": [
+                {"metric": {"instance": "i1:8000", "role": "decode"}, "value": [1796047200, "1"]}]}
+        elif path.endswith("/query_range"):
+            data = {"resultType": "matrix", "result": [
+                {"metric": {"__name__": "vllm:num_requests_running", "instance": "i1:8000"},
+                 "values": [[1796047200 - 60 * k, "1"] for k in range(30, -1, -1)]}]}
+        else:
+            reply(conn, 404, b"")
+            return
+        reply(conn, 200, ok(data, warnings=[echo]))
+
+    return handle
+
+
+def test_no_secret_in_any_output_channel(serve, tmp_path, capsys) -> None:
+    from pdprobe.cli.app import run
+    from pdprobe.redact import clear
+
+    basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    echo = f"seen {TOKEN} {API_KEY} {PASSWORD} Basic {basic} {TOKEN!r} {json.dumps(TOKEN)}"
+    srv = serve(_cluster(echo))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    url = srv.url.replace("http://", f"http://{USER}:{PASSWORD}@")
+    live = ["--prometheus", url, "--bearer-token-file", str(token_file), "-H",
+            f"X-Api-Key: {API_KEY}", "--timeout", "5", "--until", "1796047200", "--since", "30m"]
+    channels: list[str] = []
+    try:
+        for args in (["check", "-f", "json", "-o", str(tmp_path / "check.json")],
+                     ["check"], ["collect", "-o", str(tmp_path / "cap.parquet")]):
+            run([*args, *live])
+            out = capsys.readouterr()
+            channels += [out.out, out.err]
+    finally:
+        clear()
+    channels.append((tmp_path / "check.json").read_text())
+    capture = tmp_path / "cap.parquet"
+    assert capture.exists(), channels
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(capture)
+    channels.append(str(table.schema.metadata) + str(table.to_pylist()))
+    channels.append(capture.read_bytes().decode("latin-1"))
+    text = "\n".join(channels)
+    assert "seen" in text  # the echoing warnings did reach the output, redacted
+    for secret, user in ((TOKEN, None), (API_KEY, None), (PASSWORD, USER)):
+        for form in spellings(secret, user=user):
+            assert form not in text, form
