@@ -1,11 +1,14 @@
 """Read engine logs (vLLM, SGLang, Mooncake) into metric rows, events and role hints.
 
-One file is one instance, named by ``--instance`` or the file name. A file may mix line kinds
+An unprefixed file is one instance, named by ``--instance`` or the file name; a file merged by
+a log tool (``kubectl logs --prefix``, ``docker compose logs``, stern, journalctl, JSON-lines
+exports) is split into one instance per stream by ``log_streams``. A file may mix line kinds
 (``kubectl logs`` of a pod: stats lines, Mooncake glog lines, HTTP access logs, startup chatter):
 lines are routed by one regular-expression filter over pyarrow arrays, each kind is parsed by its
 family module (``vllm_log``, ``sglang_log``, ``mooncake_log``) and assembled here: timestamps
 (with the year inferred where the log prints none), sub-series (engines, DP ranks, transfer-engine
-threads) combined into one series per instance, per-interval counts accumulated into counters.
+threads) combined into one series per instance (per stream), per-interval counts accumulated
+into counters.
 
 Nothing in a log is fatal: lines that are not understood, carry a malformed value or no timestamp
 are counted in ``SourceInfo.skipped`` and reported with their line numbers in a warning.
@@ -37,6 +40,7 @@ from pdprobe.dataset import (
     EVENT_COLUMNS,
     METRIC_COLUMNS,
     ROLE_FROM_LABEL,
+    InstanceKey,
     Partial,
     RoleHint,
     SourceInfo,
@@ -67,6 +71,8 @@ ROLLOVER_MONTHS: Final = 6
 TIMESTAMP_HEAD_CHARS: Final = 160
 # Warnings list at most this many line numbers.
 MAX_LISTED_LINES: Final = 5
+# Notes name at most this many streams of a merged log.
+MAX_LISTED_STREAMS: Final = 8
 # PD-only fields in stats lines (SGLang #bootstrap-req, vLLM "KV fetch:") are printed only by an
 # engine running in that PD mode, so they outrank a name pattern; an explicit label is the
 # operator's declared intent and still wins, hence just below ROLE_FROM_LABEL.
@@ -74,11 +80,7 @@ ROLE_FROM_ENGINE_FIELDS: Final = ROLE_FROM_LABEL - 5
 # Behavioural role evidence (e.g. no generation at all) needs at least this many active stats
 # lines, so a short or idle log does not decide a role.
 MIN_EVIDENCE_LINES: Final = 5
-# File-name endings dropped to get the instance name (decode-2.log.gz -> decode-2).
-LOG_SUFFIXES: Final = (".gz", ".zst", ".zstd", ".log", ".txt")
 
-# A file named after a Prometheus instance with ':' replaced: 10.0.1.10_8000 -> 10.0.1.10:8000.
-_HOST_PORT: Final = re.compile(r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|localhost)_(?P<port>\d{2,5})$")
 MIB: Final = float(2**20)
 _NUMBER: Final = r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$"
 # One leftmost match finds the line's timestamp wherever the prefix puts it: ISO date with year
@@ -345,12 +347,15 @@ class YearChoice:
 
 
 def assign_years(parts: TimeParts, line_numbers: np.ndarray, *, given_year: int | None,
-                 mtime_s: float | None) -> YearChoice:
+                 mtime_s: float | None, reference_s: tuple[float, float] | None = None,
+                 reference_source: str = "") -> YearChoice:
     """Years for year-less lines (vLLM, old glog), in file order, across Dec -> Jan rollovers.
 
-    The base year comes from ``--year`` (the year of the first year-less line), else from lines of
-    the same file that carry a year, else from the file's modification time (the last year-less
-    line is taken to be no later than the last write).
+    The base year comes from, in order: ``--year`` (the year of the first year-less line);
+    lines of the same file that carry a year (a collector's RFC 3339 stamp included); the
+    capture's other inputs (``reference_s``, their time span: the year that puts the year-less
+    lines inside or nearest it); the file's modification time (the last year-less line is
+    taken to be no later than the last write).
     """
     year = parts.year.copy()
     undated = np.flatnonzero(np.isnan(year) & parts.found)
@@ -363,6 +368,8 @@ def assign_years(parts: TimeParts, line_numbers: np.ndarray, *, given_year: int 
     offset = np.cumsum(step)
     notes: list[str] = []
     dated = np.flatnonzero(~np.isnan(year) & parts.found)
+    spanned = (_year_in_span(parts, undated, offset, reference_s)
+               if reference_s is not None and given_year is None and not len(dated) else None)
     if given_year is not None:
         base = int(given_year)
         notes.append(f"year {base} for log lines without one taken from --year")
@@ -375,6 +382,10 @@ def assign_years(parts: TimeParts, line_numbers: np.ndarray, *, given_year: int 
         base = guess - int(offset[pos])
         notes.append(f"year {base} for log lines without one taken from dated lines in the same "
                      f"file (line {int(line_numbers[anchor])}); pass --year to override")
+    elif spanned is not None:
+        base = spanned
+        notes.append(f"year {base} taken from the other inputs of the capture "
+                     f"({reference_source or 'their time span'}); pass --year to override")
     else:
         mtime = mtime_s if mtime_s is not None else datetime.now(UTC).timestamp()
         last_year = datetime.fromtimestamp(mtime, UTC).year
@@ -393,6 +404,30 @@ def assign_years(parts: TimeParts, line_numbers: np.ndarray, *, given_year: int 
         where = ", ".join(str(int(line_numbers[undated[i]])) for i in crossings[:MAX_LISTED_LINES])
         notes.append(f"timestamps cross into a new year at line {where}")
     return YearChoice(year, tuple(notes))
+
+
+def _year_in_span(parts: TimeParts, undated: np.ndarray, offset: np.ndarray,
+                  span: tuple[float, float]) -> int | None:
+    """The base year that puts the year-less lines inside ``span`` or, failing that, nearest
+    to it (most overlap first, then smallest gap); None if no candidate gives a valid date."""
+    lo, hi = float(min(span)), float(max(span))
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return None
+    first = datetime.fromtimestamp(lo, UTC).year - int(offset.max()) - 1
+    last = datetime.fromtimestamp(hi, UTC).year - int(offset.min()) + 1
+    best: tuple[float, float, int] | None = None
+    for base in range(first, last + 1):  # a handful of candidate years
+        ts = unix_seconds((base + offset).astype(float), parts.month[undated], parts.day[undated],
+                          parts.second_of_day[undated])
+        if np.isnan(ts).all():
+            continue
+        start, end = float(np.nanmin(ts)), float(np.nanmax(ts))
+        overlap = max(0.0, min(end, hi) - max(start, lo))
+        gap = max(0.0, lo - end, start - hi)
+        rank = (-overlap, gap, base)
+        if best is None or rank < best:
+            best = rank
+    return None if best is None else best[2]
 
 
 # --- combining sub-series into instance series ---------------------------------------------------
@@ -487,23 +522,11 @@ class ScannedLines:
 
 
 def instance_for(path: Path, ctx: ReadContext) -> tuple[str, str]:
-    """The instance name and a note saying where it came from."""
-    if ctx.instance:
-        return ctx.instance, f"instance name {ctx.instance!r} taken from --instance"
-    name = re.sub(r"(\.log)\.\d+$", r"\1", path.name)  # rotated: decode-0.log.1
-    changed = True
-    while changed:
-        changed = False
-        for suffix in LOG_SUFFIXES:
-            if name.lower().endswith(suffix) and len(name) > len(suffix):
-                name = name[: -len(suffix)]
-                changed = True
-    host_port = _HOST_PORT.match(name)
-    if host_port:  # a file cannot be named 10.0.1.10:8000 everywhere: 10.0.1.10_8000 it is
-        name = f"{host_port.group('host')}:{host_port.group('port')}"
-        return name, (f"instance name {name!r} taken from the file name (host_port read as "
-                      f"host:port, the Prometheus instance label); pass --instance to set it")
-    return name, f"instance name {name!r} taken from the file name; pass --instance to set it"
+    """The instance name of an unprefixed log file and a note saying where it came from."""
+    from pdprobe.collectors.log_streams import file_key
+
+    key, note = file_key(path, ctx.instance)
+    return key.name, note
 
 
 def scan_lines(path: Path, route: str) -> ScannedLines:
@@ -584,6 +607,11 @@ class _Problems:
         example = f"{detail} in {shown!r}" if detail else repr(shown)
         self.by_reason.setdefault(reason, []).append((line, example))
 
+    def add_lines(self, reason: str, lines: np.ndarray) -> None:
+        """More lines skipped for ``reason`` (after one ``add`` that gave the example)."""
+        first = self.by_reason.setdefault(reason, [(0, "")])[0][1]
+        self.by_reason[reason].extend((int(n), first) for n in lines)
+
     @property
     def count(self) -> int:
         return sum(len(v) for v in self.by_reason.values())
@@ -600,16 +628,23 @@ class _Problems:
 
 
 def read_engine_log(path: Path, ctx: ReadContext) -> Partial:
-    """Read one engine log (plain, gzip or zstd) into a ``Partial``; never fatal for its lines."""
+    """Read one engine log (plain, gzip or zstd) into a ``Partial``; never fatal for its lines.
+
+    A log merged by a collector (``kubectl logs --prefix``, ``docker compose logs``, stern,
+    journalctl, JSON exports) is split into streams by its prefix (``log_streams``), one instance
+    each; an unprefixed log is one instance named by ``--instance`` or the file name.
+    """
     from pdprobe.collectors import mooncake_log, sglang_log, vllm_log
 
     families = {"vllm": vllm_log, "sglang": sglang_log, "mooncake": mooncake_log}
     kinds = sorted((k for module in families.values() for k in module.LINE_KINDS),
                    key=lambda k: not k.high_volume)
-    instance, instance_note = instance_for(path, ctx)
-    scanned = scan_lines(path, "|".join(f"(?:{k.route})" for k in kinds))
-    lines = scanned.lines
+    # A JSON export escapes the quotes of its log text: let a route's quote follow a backslash.
+    route = "|".join(f"(?:{k.route})" for k in kinds).replace('"', r'\\?"')
+    scanned = scan_lines(path, route)
     problems = _Problems()
+    streams = _split(path, ctx, scanned, problems)
+    lines, line_numbers = streams.message, streams.line_numbers
 
     # Route each candidate to the first kind whose pattern matches it (each kind only looks at
     # the lines no earlier kind took: the stats kinds come first and take most), and parse.
@@ -631,25 +666,30 @@ def read_engine_log(path: Path, ctx: ReadContext) -> Partial:
         understood[rows] = True
         for i in np.flatnonzero(~understood):
             problems.add(f"looking like {kind.label} lines but not understood",
-                         int(scanned.line_numbers[positions[i]]), lines[int(positions[i])].as_py())
-        frame = frame.assign(cand=positions[rows], line=scanned.line_numbers[positions[rows]])
+                         int(line_numbers[positions[i]]), lines[int(positions[i])].as_py())
+        frame = frame.assign(cand=positions[rows], line=line_numbers[positions[rows]])
         parsed[kind.name] = frame
 
-    # Timestamps for every parsed row, in file order, so years roll over correctly.
+    # Timestamps for every parsed row, in file order, so years roll over correctly; a
+    # collector's stamp (UTC, with a year) stands for the line's own.
     recognised = np.zeros(len(lines), dtype=bool)
     for frame in parsed.values():
         recognised[frame["cand"].to_numpy(dtype=np.int64)] = True
     cand = np.flatnonzero(recognised)
-    parts = extract_time_parts(lines.take(pa.array(cand)))
-    mtime = _mtime(path)
-    choice = assign_years(parts, scanned.line_numbers[cand], given_year=ctx.year, mtime_s=mtime)
+    parts = _with_stamps(extract_time_parts(lines.take(pa.array(cand))), streams.stamp_s[cand])
+    choice = assign_years(parts, line_numbers[cand], given_year=ctx.year, mtime_s=_mtime(path),
+                          reference_s=ctx.reference_span_s,
+                          reference_source=ctx.reference_source)
     ts_of_cand = np.full(len(lines), np.nan)
     ts_of_cand[cand] = unix_seconds(choice.year, parts.month, parts.day, parts.second_of_day)
 
     by_kind = {k.name: k for k in kinds}
     by_family: dict[str, dict[str, pd.DataFrame]] = {name: {} for name in families}
     for name, frame in parsed.items():
-        frame = frame.assign(ts=ts_of_cand[frame["cand"].to_numpy(dtype=np.int64)])
+        cands = frame["cand"].to_numpy(dtype=np.int64)
+        frame = frame.assign(ts=ts_of_cand[cands])
+        if len(streams.keys) > 1:
+            frame = frame.assign(stream=streams.stream[cands])
         errors = frame["error"].notna().to_numpy()
         for _, row in frame[errors].iterrows():  # rare: malformed lines only
             problems.add(f"of {by_kind[name].label} with a malformed value", int(row["line"]),
@@ -660,9 +700,90 @@ def read_engine_log(path: Path, ctx: ReadContext) -> Partial:
         good = frame[~errors & ~no_ts].drop(columns=["error", "cand"]).reset_index(drop=True)
         by_family[by_kind[name].family][name] = good
 
-    outputs = {name: families[name].assemble(frames) for name, frames in by_family.items()
-               if any(len(f) for f in frames.values())}
-    return _partial(path, instance, instance_note, scanned, problems, choice, outputs)
+    # Each stream is assembled on its own: sub-series (engines, ranks, threads) combine within
+    # an instance, never across instances.
+    outputs: list[dict[str, FamilyOutput]] = []
+    for sid in range(len(streams.keys)):
+        per_stream: dict[str, FamilyOutput] = {}
+        for name, frames in by_family.items():
+            mine = {k: _stream_rows(f, sid, len(streams.keys)) for k, f in frames.items()}
+            if any(len(f) for f in mine.values()):
+                per_stream[name] = families[name].assemble(mine)
+        outputs.append(per_stream)
+    return _partial(path, streams, scanned, problems, choice, outputs)
+
+
+@dataclass(frozen=True)
+class _Streams:
+    """The candidate lines left after removing the collector prefix, by stream."""
+
+    message: pa.Array
+    line_numbers: np.ndarray
+    stream: np.ndarray  # index into keys
+    stamp_s: np.ndarray  # collector stamp, NaN where none
+    keys: tuple[InstanceKey, ...]
+    notes: tuple[str, ...]
+    label: str
+
+
+def _split(path: Path, ctx: ReadContext, scanned: ScannedLines,
+           problems: _Problems) -> _Streams:
+    """Split the candidate lines by their collector prefix; malformed prefixes are skipped."""
+    from pdprobe.collectors import log_streams
+
+    default, note = log_streams.file_key(path, ctx.instance)
+    raw = log_streams.strip_ansi(scanned.lines)
+    fmt = log_streams.detect_format(raw)
+    split = log_streams.split_streams(raw, fmt, default)
+    keys, notes = split.keys, [note]
+    if fmt not in ("none", "timestamps"):
+        if ctx.instance and len(keys) == 1:  # one stream: the option names it
+            keys = (InstanceKey(ctx.instance, keys[0].facts, "--instance"),)
+        else:
+            shown = ", ".join(k.name for k in keys[:MAX_LISTED_STREAMS])
+            more = ", ..." if len(keys) > MAX_LISTED_STREAMS else ""
+            notes = [f"lines split into {len(keys)} instance(s) by their {split.label} prefix "
+                     f"({shown}{more})"]
+            if ctx.instance:
+                notes.append(f"--instance {ctx.instance!r} not used: the file names "
+                             f"{len(keys)} instances in its prefixes")
+    bad = split.stream < 0
+    if bad.any():
+        reason = (f"not valid {split.label} JSON objects with a log text" if fmt == "json"
+                  else f"without the {split.label} prefix of the other lines")
+        numbers = scanned.line_numbers[bad]
+        first = int(np.flatnonzero(bad)[0])
+        problems.add(reason, int(numbers[0]), str(raw[first].as_py()))
+        problems.add_lines(reason, numbers[1:])
+        keep = pa.array(~bad)
+        return _Streams(split.message.filter(keep), scanned.line_numbers[~bad],
+                        split.stream[~bad], split.stamp_s[~bad], keys, tuple(notes), split.label)
+    return _Streams(split.message, scanned.line_numbers, split.stream, split.stamp_s, keys,
+                    tuple(notes), split.label)
+
+
+def _with_stamps(parts: TimeParts, stamp_s: np.ndarray) -> TimeParts:
+    """``parts`` with the date and time of the lines that carry a collector stamp replaced by
+    it (UTC, exact, with its year)."""
+    has = ~np.isnan(stamp_s)
+    if not has.any():
+        return parts
+    whole = np.floor(np.where(has, stamp_s, 0.0) / 86400.0)
+    days = whole.astype(np.int64).astype("datetime64[D]")
+    months = days.astype("datetime64[M]")
+    year = months.astype("datetime64[Y]").astype(np.int64) + 1970.0
+    month = months.astype(np.int64) % 12 + 1.0
+    day = (days - months.astype("datetime64[D]")).astype(np.int64) + 1.0
+    second = np.where(has, stamp_s, 0.0) - whole * 86400.0
+    return TimeParts(np.where(has, year, parts.year), np.where(has, month, parts.month),
+                     np.where(has, day, parts.day), np.where(has, second, parts.second_of_day))
+
+
+def _stream_rows(frame: pd.DataFrame, sid: int, n_streams: int) -> pd.DataFrame:
+    if n_streams == 1:  # the common case: no stream column, no copy
+        return frame
+    return frame[frame["stream"].to_numpy() == sid].drop(columns=["stream"]).reset_index(
+        drop=True)
 
 
 def _parse_in_batches(kind: LineKind, lines: pa.Array) -> pd.DataFrame:
@@ -694,25 +815,79 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _partial(path: Path, instance: str, instance_note: str, scanned: ScannedLines,
-             problems: _Problems, choice: YearChoice,
-             outputs: Mapping[str, FamilyOutput]) -> Partial:
+def _partial(path: Path, streams: _Streams, scanned: ScannedLines, problems: _Problems,
+             choice: YearChoice, outputs: Sequence[Mapping[str, FamilyOutput]]) -> Partial:
     warnings: list[str] = []
     if scanned.truncated:
         warnings.append(scanned.truncated)
     warnings.extend(problems.warnings(path))
-    notes: list[str] = [instance_note]
-    used = sum(o.lines_used for o in outputs.values())
+    notes: list[str] = list(streams.notes)
+    used = sum(o.lines_used for out in outputs for o in out.values())
     ignored = scanned.total - scanned.blank - len(scanned.lines)
     if used:
-        notes.append("log times are read as UTC (the logs carry no time zone)")
+        if np.isnan(streams.stamp_s).all():
+            notes.append("log times are read as UTC (the logs carry no time zone)")
+        else:
+            notes.append(f"log times taken from the {streams.label} time stamps where a line "
+                         f"has one, else read as UTC")
         notes.extend(choice.notes)
     if ignored > 0:
         notes.append(f"{ignored} unrelated line(s) ignored (access logs, startup messages, ...)")
-    for output in outputs.values():
-        notes.extend(output.notes)
-        warnings.extend(output.warnings)
 
+    metric_parts: list[pd.DataFrame] = []
+    event_parts: list[pd.DataFrame] = []
+    hints: list[RoleHint] = []
+    engines: dict[str, str] = {}
+    families_seen: set[str] = set()
+    for key, out in zip(streams.keys, outputs, strict=True):
+        instance = key.name
+        families_seen.update(out)
+        for output in out.values():
+            notes.extend(output.notes)
+            warnings.extend(output.warnings)
+        metric_parts.extend(m.assign(instance=instance) for m in _stream_metrics(out, notes))
+        event_parts.extend(o.events.assign(instance=instance) for o in out.values()
+                           if o.events is not None and len(o.events))
+        where = {"file name": "log file name", "--instance": "instance"}.get(
+            key.origin, f"{streams.label} stream")
+        hints.extend(name_hints([instance], where, str(path)))
+        hints.extend(_engine_hints(instance, path, out, warnings))
+        engine = _engine_of(instance, path, out, warnings)
+        if engine:
+            engines[instance] = engine
+
+    metric_frame = (conform(pd.concat(metric_parts, ignore_index=True), METRIC_COLUMNS)
+                    if metric_parts else empty_frame(METRIC_COLUMNS))
+    # Sorting on the instance strings costs as much as the rest: only when there are several.
+    order = ["ts", "instance", "signal", "le"] if len(streams.keys) > 1 else ["ts", "signal", "le"]
+    metric_frame = metric_frame.sort_values(order, kind="stable", ignore_index=True)
+    if event_parts:
+        ev = pd.concat(event_parts, ignore_index=True)
+        ev = ev.assign(source=[f"{path.name}:{int(n)}" for n in ev["line"].to_numpy()])
+        event_frame = conform(ev.sort_values(["ts", "line"], kind="stable"), EVENT_COLUMNS)
+    else:
+        event_frame = empty_frame(EVENT_COLUMNS)
+
+    formats = "+".join(f"{name}-log" for name in ("vllm", "sglang", "mooncake")
+                       if name in families_seen)
+    if not used:
+        warnings.append(f"{path}: no vLLM, SGLang or Mooncake stats, transfer or failure lines "
+                        f"found ({max(ignored, 0)} other line(s)); is this an engine log?")
+    source = SourceInfo(path=str(path), kind="engine-log", format=formats or "log", rows=used,
+                        skipped=problems.count, notes=tuple(dict.fromkeys(notes)))
+    return Partial(
+        source=source,
+        metrics=metric_frame if len(metric_frame) else None,
+        events=event_frame if len(event_frame) else None,
+        role_hints=tuple(hints),
+        engines=engines,
+        warnings=tuple(dict.fromkeys(warnings)),
+        keys=streams.keys,
+    )
+
+
+def _stream_metrics(outputs: Mapping[str, FamilyOutput], notes: list[str]) -> list[pd.DataFrame]:
+    """One stream's metric frames, with Mooncake's KV throughput preferred over vLLM's."""
     metrics = [o.metrics for o in outputs.values() if o.metrics is not None and len(o.metrics)]
     if "mooncake" in outputs and "vllm" in outputs:
         # Mooncake's TE throughput is wall-clock aggregate; vLLM's is per transfer and
@@ -725,43 +900,18 @@ def _partial(path: Path, instance: str, instance_note: str, scanned: ScannedLine
                          "rather than vLLM's per-transfer 'Throughput (MB/s)'")
             metrics = [m for m in metrics if m is not vllm_out]
             metrics.append(vllm_out[vllm_out["signal"] != S.KV_TRANSFER_THROUGHPUT_LOG])
-    metric_frame = (conform(pd.concat(metrics, ignore_index=True).assign(instance=instance),
-                            METRIC_COLUMNS) if metrics else empty_frame(METRIC_COLUMNS))
-    metric_frame = metric_frame.sort_values(["ts", "signal", "le"], kind="stable",
-                                            ignore_index=True)
-    events = [o.events for o in outputs.values() if o.events is not None and len(o.events)]
-    if events:
-        ev = pd.concat(events, ignore_index=True)
-        ev = ev.assign(instance=instance,
-                       source=[f"{path.name}:{int(n)}" for n in ev["line"].to_numpy()])
-        event_frame = conform(ev.sort_values(["ts", "line"], kind="stable"), EVENT_COLUMNS)
-    else:
-        event_frame = empty_frame(EVENT_COLUMNS)
+    return metrics
 
-    hints = list(name_hints([instance], "log file name" if "file name" in instance_note
-                            else "instance", str(path)))
-    hints.extend(_engine_hints(instance, path, outputs, warnings))
 
+def _engine_of(instance: str, path: Path, outputs: Mapping[str, FamilyOutput],
+               warnings: list[str]) -> str | None:
     engines = [name for name in ("vllm", "sglang") if name in outputs]
     if len(engines) > 1:
         engines.sort(key=lambda name: -outputs[name].lines_used)
-        warnings.append(f"{path}: holds both vLLM and SGLang stats lines; taking the engine to be "
-                        f"{engines[0]} (more lines); split the file per instance")
-    engine = engines[0] if engines else ("mooncake" if "mooncake" in outputs else None)
-    formats = "+".join(f"{name}-log" for name in ("vllm", "sglang", "mooncake") if name in outputs)
-    if not used:
-        warnings.append(f"{path}: no vLLM, SGLang or Mooncake stats, transfer or failure lines "
-                        f"found ({max(ignored, 0)} other line(s)); is this an engine log?")
-    source = SourceInfo(path=str(path), kind="engine-log", format=formats or "log", rows=used,
-                        skipped=problems.count, notes=tuple(dict.fromkeys(notes)))
-    return Partial(
-        source=source,
-        metrics=metric_frame if len(metric_frame) else None,
-        events=event_frame if len(event_frame) else None,
-        role_hints=tuple(hints),
-        engines={instance: engine} if engine else {},
-        warnings=tuple(dict.fromkeys(warnings)),
-    )
+        warnings.append(f"{path}: {instance!r} holds both vLLM and SGLang stats lines; taking "
+                        f"the engine to be {engines[0]} (more lines); split the file per "
+                        f"instance")
+    return engines[0] if engines else ("mooncake" if "mooncake" in outputs else None)
 
 
 def _engine_hints(instance: str, path: Path, outputs: Mapping[str, FamilyOutput],
