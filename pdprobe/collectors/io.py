@@ -37,6 +37,12 @@ _LOG_MARKERS: Final = (
     "Transfer Engine",
     "WR flush error",
 )
+# JSON-lines log exports: where the log text is (Vector/CloudWatch `message`, Fluent Bit/Docker
+# `log`, Loki logcli `line`, journald `MESSAGE`) and metadata keys no request record carries.
+_LOG_TEXT_FIELDS: Final = ("message", "log", "line", "MESSAGE")
+_LOG_METADATA_FIELDS: Final = ("kubernetes", "labels", "stream", "logStreamName", "_HOSTNAME",
+                               "SYSLOG_IDENTIFIER", "_SYSTEMD_UNIT", "container_name",
+                               "source_type", "file")
 
 
 def default_file_mode() -> int:
@@ -192,6 +198,26 @@ def sniff(path: Path) -> Sniffed:
     if first.startswith("{__name__="):
         return Sniffed("openmetrics", "openmetrics", compression, "promtool tsdb dump lines")
     if first.startswith("{"):
+        # A log collector's JSON-lines export (Loki logcli, Vector, Fluent Bit, journalctl -o
+        # json, CloudWatch) holds the log text with its source's metadata: an engine log.
+        import json
+
+        exported = 0
+        sample = lines[:20]
+        for ln in sample:
+            try:
+                obj = json.loads(ln)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            said = next((obj[k] for k in _LOG_TEXT_FIELDS if isinstance(obj.get(k), str)), None)
+            if said is not None and (any(k in obj for k in _LOG_METADATA_FIELDS)
+                                     or any(marker in said for marker in _LOG_MARKERS)):
+                exported += 1
+        if exported * 2 > len(sample):
+            return Sniffed("engine-log", "jsonl", compression,
+                           "JSON lines of a log export (log text with its source's metadata)")
         return Sniffed("requests", "jsonl", compression, "JSON object per line")
     if first.startswith(_METRIC_COMMENTS):
         return Sniffed("openmetrics", "openmetrics", compression, "# HELP/# TYPE lines")

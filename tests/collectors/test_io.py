@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,20 @@ VLLM_LOG = "(APIServer pid=1) INFO 06-11 12:33:49 [loggers.py:259] Engine 000: A
         ("empty.jsonl", "", "empty", ""),
         ("blank.csv", "\n\n  \n", "empty", ""),
         ("notes.txt", "hello world\nthis is prose\n", "unknown", ""),
+        # merged logs: collector prefixes in front of the engine's line
+        ("merged.log", "[pod/vllm-decode-0/vllm] " + VLLM_LOG, "engine-log", "log"),
+        ("merged.log", "decode-1   | 2026-11-30T10:00:00.000000000Z " + VLLM_LOG, "engine-log", "log"),
+        ("merged.log", "2026-11-30T10:00:00+0000 gpu1 vllm[7]: " + VLLM_LOG, "engine-log", "log"),
+        # JSON-lines log exports (Fluent Bit, Vector, Loki logcli) are logs, not request records
+        ("export.jsonl", json.dumps({"log": VLLM_LOG, "kubernetes": {"pod_name": "p0"}}) + "\n",
+         "engine-log", "jsonl"),
+        ("export.json", json.dumps({"message": "startup", "kubernetes": {"pod_name": "p0"},
+                                    "timestamp": "2026-11-30T10:00:00Z"}) + "\n", "engine-log", "jsonl"),
+        ("loki.jsonl", json.dumps({"labels": {"pod": "p0"}, "line": VLLM_LOG,
+                                   "timestamp": "2026-11-30T10:00:00Z"}) + "\n", "engine-log", "jsonl"),
+        # a request record that happens to carry a `message` string stays a request file
+        ("req.jsonl", json.dumps({"arrival_ts": 1, "prompt_tokens": 2, "output_tokens": 3,
+                                  "message": "ok"}) + "\n", "requests", "jsonl"),
     ],
 )
 def test_sniff_by_content_not_name(tmp_path: Path, name: str, content: str, kind: str, fmt: str) -> None:
