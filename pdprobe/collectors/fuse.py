@@ -65,7 +65,10 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
     engines = _merged_facts(partials, "engines")
     hints = [h for p in partials for h in p.role_hints]
     hints.extend(_alias_name_hints(resolution.identities, hints))
-    instances, role_warnings = resolve_roles(names, hints, roles, nodes, engines)
+    instances, role_warnings = resolve_roles(names - resolution.umbrellas,
+                                             [h for h in hints
+                                              if h.instance not in resolution.umbrellas],
+                                             roles, nodes, engines)
     warnings.extend(role_warnings)
 
     request_columns = frozenset().union(*(p.request_columns for p in partials)) if partials else frozenset()

@@ -71,6 +71,9 @@ class Resolution:
     renames: tuple[Mapping[str, str], ...]  # per SourceKeys, in order: name -> canonical
     identities: tuple[Identity, ...]
     warnings: tuple[str, ...] = ()
+    # Names that stand for several instances (a machine running two engines, a pod name in two
+    # namespaces): their rows stay as they are, but they are not counted as instances.
+    umbrellas: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -207,6 +210,7 @@ class _UnionFind:
         self.refused: list[str] = []
         self.keys = keys
         self.ambiguous: set[int] = set()  # sources with a name reported as ambiguous
+        self.umbrella: set[int] = set()  # keys naming several instances (a machine, a pod name)
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -300,6 +304,7 @@ def _join_pods(keys: Sequence[_Key], uf: _UnionFind) -> list[str]:
         spaces = namespaces.get(pod, {})
         if len(spaces) > 1:
             uf.ambiguous.add(k.source)
+            uf.umbrella.add(k.index)
             warnings.append(f"pod {pod!r} exists in namespaces {', '.join(sorted(spaces))}; "
                             f"{k.key.name!r} could be either: kept apart — pass "
                             f"--alias {k.key.name}=NAMESPACE/POD or an --aliases file")
@@ -351,6 +356,7 @@ def _join_hosts(keys: Sequence[_Key], uf: _UnionFind) -> list[str]:
             uf.union(found[addresses[0]], k.index, how)
         elif addresses:
             uf.ambiguous.add(k.source)
+            uf.umbrella.add(k.index)
             warnings.append(f"{k.key.name!r} names host {hosts[0]}, which runs "
                             f"{len(addresses)} instances ({', '.join(addresses[:4])}); kept "
                             f"apart — pass --alias {k.key.name}=HOST:PORT or an --aliases file")
@@ -400,7 +406,10 @@ def _result(sources: Sequence[SourceKeys], keys: Sequence[_Key], uf: _UnionFind,
         if target != k.key.name:
             renames[k.source][k.key.name] = target
     identities.sort(key=lambda i: i.name)
-    return Resolution(tuple(renames), tuple(identities), tuple(dict.fromkeys(warnings)))
+    umbrellas = frozenset(canonical[root] for root, members in groups.items()
+                          if all(m.index in uf.umbrella for m in members))
+    return Resolution(tuple(renames), tuple(i for i in identities if i.name not in umbrellas),
+                      tuple(dict.fromkeys(warnings)), umbrellas)
 
 
 def _canonical(members: Sequence[_Key], sources: Sequence[SourceKeys]) -> _Key:

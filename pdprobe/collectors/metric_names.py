@@ -253,6 +253,8 @@ def _row_facts(rec: dict[str, object]) -> list[tuple[str, str]]:
     hostname = _present(rec["f_hostname"])
     if hostname is not None and origin == "label hostname":
         out.append(("host", names.normal_host(hostname)))
+    elif hostname is not None:  # the machine's name beside an IP address: links a gateway's name
+        out.append(("hostname", names.normal_host(hostname)))
     for kind_, column in (("pod", "f_pod"), ("namespace", "f_namespace"),
                           ("pod_ip", "f_pod_ip"), ("container", "f_container"),
                           ("node", "node_label"), ("job", "f_job")):

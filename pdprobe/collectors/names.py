@@ -26,7 +26,8 @@ _URL: Final = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*)://(?:[^@/]*@)?(
 _DEFAULT_PORTS: Final = {"http": "80", "https": "443", "grpc": "80", "grpcs": "443"}
 # DNS-1123 label/subdomain: what Kubernetes accepts as a pod name.
 _DNS_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# A pod of a Deployment (name-<replicaset hash>-<5 chars>) or StatefulSet (name-<ordinal>).
+# A pod of a Deployment (name-<replicaset hash>-<5 chars>); StatefulSet pods (name-<ordinal>) are
+# not recognised by shape because host names (node-1) look the same.
 _POD_NAME: Final = re.compile(r"^[a-z0-9][-a-z0-9]*-[a-z0-9]{5,10}-[a-z0-9]{5}$")
 
 

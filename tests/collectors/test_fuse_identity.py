@@ -165,3 +165,21 @@ def test_a_copied_capture_keeps_its_log_year(tmp_path: Path, sample_dir: Path) -
     logged = ds.metrics["ts"]
     assert len(logged)
     assert abs(float(logged.min()) - req_lo) < 3600.0
+
+
+def test_a_machine_name_for_two_engines_is_not_counted_as_an_instance() -> None:
+    # The gateway names machines; each machine runs two engines: counts come from the metrics,
+    # the machine names are reported (not guessed) and not counted as extra instances.
+    req = _requests(["h100-node-0", "h100-node-0"], ["h100-node-1", "h100-node-1"])
+    met = pd.concat([_metrics(f"10.0.{r}.10:{port}", "prompt_tokens_total", [0.0, 1.0])
+                     for r in (1, 2) for port in (8000, 8001)])
+    keys = [InstanceKey(f"10.0.{r}.10:{port}", (("hostname", f"h100-node-{r - 1}"),))
+            for r in (1, 2) for port in (8000, 8001)]
+    hints = [RoleHint(k.name, "prefill" if k.name.startswith("10.0.1.") else "decode",
+                      "label role", ROLE_FROM_LABEL) for k in keys]
+    ds = fuse([_part("requests.jsonl", "requests", requests=req),
+               _part("metrics.om", "metrics", metrics=met, hints=hints, keys=keys)])
+    assert len(ds.instances_of("prefill")) == 2
+    assert len(ds.instances_of("decode")) == 2
+    assert not ds.instances_of("unknown")
+    assert sum("runs 2 instances" in w for w in ds.warnings) == 2
