@@ -40,7 +40,8 @@ def test_two_ports_on_one_host_are_reported_not_guessed() -> None:
     r = resolve([src("requests.jsonl", "requests", K("10.0.0.9")),
                  src("metrics.om", "metrics", K("10.0.0.9:8000"), K("10.0.0.9:8001"))])
     assert canonical_of(r, 0, "10.0.0.9") == "10.0.0.9"
-    assert len(r.identities) == 3
+    assert len(r.identities) == 2  # the host name stands for both: not a third instance
+    assert r.umbrellas == {"10.0.0.9"}
     assert len(r.warnings) == 1
     assert "10.0.0.9:8000, 10.0.0.9:8001" in r.warnings[0]
     assert "--alias 10.0.0.9=HOST:PORT" in r.warnings[0]
@@ -70,7 +71,8 @@ def test_pod_in_two_namespaces_is_ambiguous() -> None:
         src("vllm-0.log", "engine-log", K("vllm-0", "file name", pod="vllm-0")),
     ])
     assert canonical_of(r, 1, "vllm-0") == "vllm-0"
-    assert len(r.identities) == 3
+    assert len(r.identities) == 2
+    assert r.umbrellas == {"vllm-0"}
     assert any("prod, staging" in w for w in r.warnings)
 
 
