@@ -131,6 +131,63 @@ def test_dated_anchor_across_new_year():
     assert choice.year.tolist() == [2025, 2026]
 
 
+def test_year_from_the_capture_span_beats_a_fresh_modification_time():
+    # A `cp -r` of a capture made today: mtime is now, the lines are from last December and the
+    # request records of the capture span 2025-12-01 .. 2025-12-02.
+    parts = _parts([12, 12], [1, 1])
+    span = (utc("2025-12-01T00:00:00"), utc("2025-12-02T00:00:00"))
+    choice = assign_years(parts, np.array([1, 2]), given_year=None,
+                          mtime_s=utc("2026-11-30T09:00:00"), reference_s=span,
+                          reference_source="requests.jsonl")
+    assert choice.year.tolist() == [2025, 2025]
+    assert ("year 2025 taken from the other inputs of the capture (requests.jsonl); pass --year "
+            "to override" in choice.notes)
+
+
+def test_year_from_the_capture_span_across_new_year():
+    parts = _parts([12, 12, 1, 1], [31, 31, 1, 1])
+    span = (utc("2025-12-31T20:00:00"), utc("2026-01-01T04:00:00"))
+    choice = assign_years(parts, np.arange(1, 5), given_year=None,
+                          mtime_s=utc("2027-06-01T00:00:00"), reference_s=span)
+    assert choice.year.tolist() == [2025, 2025, 2026, 2026]
+    assert "timestamps cross into a new year at line 3" in choice.notes
+
+
+def test_year_nearest_the_capture_span_when_the_log_lies_outside_it():
+    # The log ends a day before the records start: the year that puts it nearest wins.
+    parts = _parts([3], [10])
+    span = (utc("2024-03-11T00:00:00"), utc("2024-03-12T00:00:00"))
+    choice = assign_years(parts, np.array([1]), given_year=None, mtime_s=None, reference_s=span)
+    assert choice.year.tolist() == [2024]
+
+
+def test_option_and_dated_lines_outrank_the_capture_span():
+    span = (utc("2020-05-01T00:00:00"), utc("2020-05-02T00:00:00"))
+    parts = _parts([5, 5], [18, 18], years=[2024, np.nan])
+    dated = assign_years(parts, np.array([1, 2]), given_year=None, mtime_s=None, reference_s=span)
+    assert dated.year.tolist() == [2024, 2024]
+    given = assign_years(_parts([5], [1]), np.array([1]), given_year=2023, mtime_s=None,
+                         reference_s=span)
+    assert given.year.tolist() == [2023]
+
+
+def test_copied_capture_reads_last_decembers_log_in_the_records_year(tmp_path):
+    path = tmp_path / "copy" / "decode-0.log"
+    path.parent.mkdir()
+    path.write_text("(APIServer pid=1) INFO 12-30 10:00:00 [loggers.py:208] Engine 000: Avg "
+                    "prompt throughput: 0.0 tokens/s, Avg generation throughput: 10.0 tokens/s, "
+                    "Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%\n")
+    now = datetime.now(UTC).timestamp()
+    os.utime(path, (now, now))  # cp -r without -p: modified now
+    last_year = datetime.now(UTC).year - 1
+    span = (utc(f"{last_year}-12-30T09:00:00"), utc(f"{last_year}-12-30T11:00:00"))
+    partial = read_engine_log(path, ReadContext(reference_span_s=span,
+                                                reference_source="records.jsonl"))
+    assert partial.metrics["ts"].min() == utc(f"{last_year}-12-30T10:00:00")
+    assert any(f"year {last_year} taken from the other inputs of the capture (records.jsonl)"
+               in n for n in partial.source.notes)
+
+
 # --- generic key: value parsing ----------------------------------------------------------------
 
 
