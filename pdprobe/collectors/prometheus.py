@@ -58,6 +58,8 @@ from pdprobe.redact import redact as redact  # re-exported for callers of this m
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.collectors.identity import AliasMap
+
 T = TypeVar("T")
 
 # --- HTTP behaviour ----------------------------------------------------------------------------
@@ -1681,12 +1683,13 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def collect_live(target: PrometheusTarget, ctx: ReadContext, roles: RoleOptions) -> Dataset:
-    """The dataset of a live cluster, with roles resolved like the offline path."""
+def collect_live(target: PrometheusTarget, ctx: ReadContext, roles: RoleOptions,
+                 aliases: AliasMap | None = None) -> Dataset:
+    """The dataset of a live cluster, with names and roles resolved like the offline path."""
     from pdprobe.collectors.fuse import fuse
 
     result = collect_partial(target, ctx)
-    return fuse([result.partial], roles)
+    return fuse([result.partial], roles, aliases)
 
 
 def probe(target: PrometheusTarget, ctx: ReadContext | None = None,

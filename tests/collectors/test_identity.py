@@ -11,7 +11,7 @@ from pdprobe.dataset import InstanceKey
 from pdprobe.errors import InputError, UsageError
 
 
-def K(name: str, origin: str = "", **facts: str) -> InstanceKey:  # noqa: N802 - reads like a key
+def K(name: str, origin: str = "", **facts: str) -> InstanceKey:
     return InstanceKey(name, tuple(facts.items()), origin)
 
 
@@ -156,7 +156,7 @@ def test_alias_option_and_file_disagreeing_is_an_error(tmp_path: Path) -> None:
 
 def test_alias_naming_an_unknown_instance_is_an_error() -> None:
     aliases = AliasMap({"gw-7": "10.9.9.9:8000"}, {"gw-7": "--alias"})
-    with pytest.raises(InputError, match="'10.9.9.9:8000' is not named by any input"):
+    with pytest.raises(InputError, match=r"'10\.9\.9\.9:8000' is not named by any input"):
         resolve([src("r.jsonl", "requests", K("gw-7")), src("m.om", "metrics", K("10.0.0.5:8000"))],
                 aliases)
 
