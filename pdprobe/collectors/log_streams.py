@@ -1,25 +1,13 @@
 """Split a merged log into per-instance streams by the prefix its collector wrote.
 
-Log tools merge the logs of many pods or containers into one file and mark each line with
-where it came from. ``detect_format`` recognises the marking from a sample of lines and
-``split_streams`` removes it, vectorised over a pyarrow array of lines, returning per line a
-stream id, the engine's own message and the collector's time stamp (UTC), and per stream an
-``InstanceKey``. Formats, as each tool documents or prints them:
-
-- ``kubectl logs --prefix [--timestamps]``: ``[pod/NAME/CONTAINER] [RFC3339Nano ]message``
-  (kubernetes ``staging/src/k8s.io/kubectl/pkg/cmd/logs/logs.go``, ``addPrefixIfNeeded``: the
-  prefix is written before the API server's line, so before its time stamp).
-- ``docker compose logs [-t]``: ``NAME<pad> | [RFC3339Nano ]message``, ``NAME`` padded to the
-  longest name + 1, coloured on a TTY (docker/compose ``cmd/formatter/logs.go``, ``setPrefix``).
-- stern's default template ``{{.PodName}} {{.ContainerName}} {{.Message}}``, preceded by the
-  namespace when several are tailed (stern/stern ``cmd/cmd.go``, ``generateTemplate``).
-- ``journalctl -o short-iso``: ``%Y-%m-%dT%H:%M:%S%z host identifier[pid]: message``
-  (systemd ``src/shared/logs-show.c``).
-- ``kubectl logs --timestamps`` / ``docker logs -t`` alone: ``RFC3339Nano message``, one stream.
-- JSON lines (``logcli query -o jsonl``, Vector ``kubernetes_logs``, Fluent Bit ``kubernetes``
-  filter, ``journalctl -o json``, CloudWatch events): see ``JSON_TEXT``/``JSON_FIELDS``.
-
-Lines without a prefix are one stream named after the file (``names.name_from_file``).
+``detect_format`` recognises a tool's line prefix from a sample; ``split_streams`` removes it,
+vectorised over a pyarrow array, giving per line a stream id, the engine's own message and the
+collector's time stamp (UTC), and per stream an ``InstanceKey``. Formats as the tools print them
+(upstream source in the comments of ``PATTERNS``/``JSON_FIELDS`` and in docs/inputs/logs.md):
+``kubectl logs --prefix [--timestamps]``, ``docker compose logs [-t]``, stern's default template,
+``journalctl -o short-iso``, bare ``--timestamps`` stamps, and JSON-lines exports (Loki logcli,
+Vector, Fluent Bit, ``journalctl -o json``, CloudWatch). Unprefixed lines are one stream named
+after the file (``names.name_from_file``).
 """
 
 from __future__ import annotations
@@ -45,12 +33,19 @@ DETECT_SHARE: Final = 0.5
 DETECT_SAMPLE: Final = 2000
 # ANSI SGR colour codes (docker compose and stern colour the prefix on a TTY).
 ANSI: Final = r"\x1b\[[0-9;]*m"
+_ESC: Final = 0x1B
+# Bytes compared per step when looking for ESC: small temporaries, no page-fault storm.
+_SCAN_BLOCK: Final = 8 * 2**20
 # RFC 3339 time stamp with optional fraction and zone (kubectl, docker, compose, stern, and
 # journalctl's %z without a colon).
 _STAMP: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 # A DNS label with at least one letter: pod, container and namespace names (not a date).
 _LABEL: Final = r"[a-z0-9][-a-z0-9]*[a-z][-a-z0-9]*|[a-z]"
-# Anchored prefix patterns; the group `msg` is the engine's own line.
+# Anchored prefix patterns; the group `msg` is the engine's own line. kubectl: kubernetes
+# staging/src/k8s.io/kubectl/pkg/cmd/logs/logs.go addPrefixIfNeeded (the prefix wraps the API
+# server's stamped lines, so it comes first); journald: systemd src/shared/logs-show.c; compose:
+# docker/compose cmd/formatter/logs.go setPrefix (name padded to the longest + 1, then " | ");
+# stern: stern/stern cmd/cmd.go generateTemplate (namespace first when several are tailed).
 PATTERNS: Final = {
     "kubectl": (rf"^\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]*)\] "
                 rf"(?:(?P<stamp>{_STAMP}) )?(?P<msg>.*)$"),
@@ -62,16 +57,11 @@ PATTERNS: Final = {
               rf"(?P<container>{_LABEL}) (?:(?P<stamp>{_STAMP}) )?(?P<msg>.*)$"),
     "timestamps": rf"^(?P<stamp>{_STAMP}) (?P<msg>.*)$",
 }
-LABELS: Final = {
-    "none": "no collector prefix",
-    "kubectl": "kubectl logs --prefix",
-    "journald": "journalctl -o short-iso",
-    "compose": "docker compose logs",
-    "stern": "stern",
-    "timestamps": "kubectl/docker --timestamps",
-    "json": "JSON lines export",
-}
-# InstanceKey.origin of the streams of each format.
+# Per format: the name in messages, and the InstanceKey.origin of its streams.
+LABELS: Final = {"none": "no collector prefix", "kubectl": "kubectl logs --prefix",
+                 "journald": "journalctl -o short-iso", "compose": "docker compose logs",
+                 "stern": "stern", "timestamps": "kubectl/docker --timestamps",
+                 "json": "JSON lines export"}
 ORIGINS: Final = {"kubectl": "kubectl --prefix", "journald": "journalctl prefix",
                   "compose": "docker compose prefix", "stern": "stern prefix",
                   "json": "JSON export fields"}
@@ -131,7 +121,14 @@ def file_key(path: Path | str, instance: str | None = None) -> tuple[InstanceKey
 
 def strip_ansi(lines: pa.Array) -> pa.Array:
     """``lines`` without ANSI colour codes (one cheap scan when there are none)."""
-    if not len(lines) or not pc.any(pc.match_substring(lines, "\x1b[")).as_py():
+    if not len(lines):
+        return lines
+    data = lines.buffers()[-1]  # all the characters, searched in place for ESC (no regex)
+    if data is None:
+        return lines
+    chars = np.frombuffer(data, dtype=np.uint8)
+    if not any((chars[i:i + _SCAN_BLOCK] == _ESC).any()
+               for i in range(0, len(chars), _SCAN_BLOCK)):
         return lines
     return pc.replace_substring_regex(lines, ANSI, "")
 
@@ -163,7 +160,7 @@ def split_streams(lines: pa.Array, fmt: str, default: InstanceKey) -> StreamSpli
     if fmt == "json":
         return _split_json(lines, default)
     m = pc.extract_regex(lines, PATTERNS[fmt])
-    ok = np.asarray(m.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    ok = _mask(m.is_valid())
     fields = {f.name: pc.fill_null(pc.struct_field(m, f.name), "") for f in m.type}
     message = pc.if_else(pa.array(ok), fields["msg"], lines)
     stamp = _stamp_seconds(fields["stamp"]) if "stamp" in fields else np.full(n, np.nan)
@@ -181,16 +178,20 @@ def split_streams(lines: pa.Array, fmt: str, default: InstanceKey) -> StreamSpli
     return StreamSplit(fmt, stream, message, stamp, keys)
 
 
+def _mask(values: pa.Array) -> np.ndarray:
+    """A boolean pyarrow array as numpy, null as False."""
+    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _count(mask: pa.Array) -> int:
-    return int(pc.sum(pc.cast(pc.fill_null(mask, False), pa.int64())).as_py() or 0)
+    return int(_mask(mask).sum())
 
 
 def _keys(names: pa.Array, ok: np.ndarray, facts: dict[str, pa.Array],
           origin: str) -> tuple[np.ndarray, tuple[InstanceKey, ...]]:
     """Stream ids by distinct name (first seen first) and one key per stream, with the facts
     of its first line."""
-    ok = ok & np.asarray(pc.fill_null(pc.not_equal(names, ""), False)
-                         .to_numpy(zero_copy_only=False), dtype=bool)
+    ok = ok & _mask(pc.not_equal(names, ""))
     stream = np.full(len(names), -1, dtype=np.int64)
     if not ok.any():
         return stream, ()
@@ -227,7 +228,7 @@ def _stamp_seconds(values: pa.Array) -> np.ndarray:
                           pc.fill_null(pc.struct_field(m, name), "0"))
         return np.asarray(pc.cast(text, pa.int64()).to_numpy(zero_copy_only=False), dtype=float)
 
-    ok = np.asarray(m.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    ok = _mask(m.is_valid())
     out = np.full(n, np.nan)
     if ok.any():
         y, mo, d = num("y"), num("mo"), num("d")
@@ -237,8 +238,7 @@ def _stamp_seconds(values: pa.Array) -> np.ndarray:
                 + (np.where(good, d, 1).astype(np.int64) - 1)).astype(np.int64)
         frac_text = pc.utf8_rpad(pc.fill_null(pc.struct_field(m, "f"), ""), 9, "0")
         frac = np.asarray(pc.cast(frac_text, pa.int64()).to_numpy(zero_copy_only=False)) / 1e9
-        sign = np.where(np.asarray(pc.fill_null(pc.struct_field(m, "sign"), "")
-                                   .to_numpy(zero_copy_only=False)) == "-", -1.0, 1.0)
+        sign = np.where(_mask(pc.equal(pc.struct_field(m, "sign"), "-")), -1.0, 1.0)
         offset = sign * (num("oh") * 3600 + num("om") * 60)
         seconds = days * 86400.0 + num("H") * 3600 + num("M") * 60 + num("S") + frac - offset
         out = np.where(good, seconds, np.nan)
@@ -251,11 +251,7 @@ def _stamp_seconds(values: pa.Array) -> np.ndarray:
 
 
 def _epoch(values: np.ndarray) -> np.ndarray:
-    scale = np.where(values > _US_ABOVE, 1e-6, np.where(values > _MS_ABOVE, 1e-3, 1.0))
-    return values * scale
-
-
-# --- JSON lines -----------------------------------------------------------------------------------
+    return values * np.where(values > _US_ABOVE, 1e-6, np.where(values > _MS_ABOVE, 1e-3, 1.0))
 
 
 def _split_json(lines: pa.Array, default: InstanceKey) -> StreamSplit:
@@ -263,33 +259,22 @@ def _split_json(lines: pa.Array, default: InstanceKey) -> StreamSplit:
     columns, ok = _read_json(lines)
     n = len(lines)
     text = columns.pop("text")
-    ok &= np.asarray(pc.fill_null(pc.not_equal(text, ""), False).to_numpy(zero_copy_only=False),
-                     dtype=bool)
+    ok &= _mask(pc.not_equal(text, ""))
     # CloudWatch Container Insights ships Fluent Bit's record as the event's message: a JSON
-    # object in a string. Rare lines: decoded one by one.
-    nested = np.flatnonzero(ok & np.asarray(pc.fill_null(pc.starts_with(text, "{"), False)
-                                            .to_numpy(zero_copy_only=False), dtype=bool))
+    # object in a string. Rare lines: decoded one by one (the event's own time stamp is kept).
+    nested = np.flatnonzero(ok & _mask(pc.starts_with(text, "{")))
     if len(nested):
         inner, inner_ok = _read_json_python(text.take(pa.array(nested)))
         columns["text"] = text
         for field, values in inner.items():
-            filled = np.asarray(pc.not_equal(values, "").to_numpy(zero_copy_only=False),
-                                dtype=bool) & inner_ok
-            if not filled.any() or field not in columns:
+            filled = _mask(pc.not_equal(values, "")) & inner_ok
+            if not filled.any() or field == "stamp":
                 continue
-            mask = np.zeros(n, dtype=bool)
-            mask[nested[filled]] = True
-            if field == "stamp":
-                seconds = _stamp_seconds(columns["stamp"])
-                seconds[nested[filled]] = _stamp_seconds(values.filter(pa.array(filled)))
-                columns["stamp"] = pa.array(seconds)
-                continue
-            base = columns[field]
-            columns[field] = pc.replace_with_mask(
-                base, pa.array(mask), values.filter(pa.array(filled)).cast(base.type))
+            mask = pa.array(np.isin(np.arange(n), nested[filled]))
+            columns[field] = pc.replace_with_mask(columns[field], mask,
+                                                  values.filter(pa.array(filled)))
         text = columns.pop("text")
-    stamp = _stamp_seconds(columns.pop("stamp"))
-    stamp = np.where(ok, stamp, np.nan)
+    stamp = np.where(ok, _stamp_seconds(columns.pop("stamp")), np.nan)
     facts = {k: v for k, v in columns.items() if k != "stream"}
     for prefer in ("pod", "service", "stream"):
         if _count(pc.not_equal(columns[prefer], "")):
@@ -322,11 +307,9 @@ def _read_json(lines: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray]:
         joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()),
                                                          lines.cast(pa.string())), "\n")
         try:
-            table = pj.read_json(
-                io.BytesIO(str(joined[0].as_py()).encode("utf-8")),
-                parse_options=pj.ParseOptions(explicit_schema=schema,
-                                              unexpected_field_behavior="ignore",
-                                              newlines_in_values=False))
+            options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+            table = pj.read_json(io.BytesIO(str(joined[0].as_py()).encode("utf-8")),
+                                 parse_options=options)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             table = None
         if table is not None and table.num_rows == len(lines):
@@ -338,7 +321,7 @@ def _loads(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except ValueError:
-        return None
+        value = None
     return value if isinstance(value, dict) else None
 
 
@@ -350,12 +333,9 @@ def _schema(sample: Sequence[dict[str, Any]]) -> pa.Schema | None:
         head, _, sub = path.partition(".")
         kinds = {float if type(v) is int else type(v)
                  for obj in sample if (v := _get(obj, path)) is not None}
-        if len(kinds) > 1:
+        if len(kinds) > 1 or not kinds <= {str, float}:
             return None
-        kind = kinds.pop() if kinds else str
-        if kind not in (str, int, float):
-            return None
-        typ = pa.string() if kind is str else pa.float64()
+        typ = pa.float64() if kinds == {float} else pa.string()
         if sub:
             top.setdefault(head, {})[sub] = typ
         else:
@@ -368,9 +348,7 @@ def _schema(sample: Sequence[dict[str, Any]]) -> pa.Schema | None:
 def _get(obj: dict[str, Any], path: str) -> Any:
     head, _, sub = path.partition(".")
     value = obj.get(head)
-    if sub:
-        return value.get(sub) if isinstance(value, dict) else None
-    return value
+    return (value.get(sub) if isinstance(value, dict) else None) if sub else value
 
 
 def _field(table: pa.Table, path: str) -> pa.Array:
@@ -411,23 +389,12 @@ def _read_json_python(lines: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray]
         obj = _loads(str(line)) if line else None
         ok[i] = obj is not None
         for key in keys:
-            paths = JSON_TEXT if key == "text" else JSON_FIELDS[key]
-            found = ""
-            for path in paths:
-                v = _get(obj, path) if obj is not None else None
-                if v not in (None, ""):
-                    found = v if isinstance(v, str) else json.dumps(v)
-                    break
-            values[key].append(found)
+            found = [v for p in (JSON_TEXT if key == "text" else JSON_FIELDS[key])
+                     if obj is not None and (v := _get(obj, p)) not in (None, "")]
+            values[key].append("" if not found else found[0] if isinstance(found[0], str)
+                               else json.dumps(found[0]))
     return {k: pa.array(v, type=pa.large_string()) for k, v in values.items()}, ok
 
 
-__all__ = [
-    "LABELS",
-    "PATTERNS",
-    "StreamSplit",
-    "detect_format",
-    "file_key",
-    "split_streams",
-    "strip_ansi",
-]
+__all__ = ["LABELS", "PATTERNS", "StreamSplit", "detect_format", "file_key", "split_streams",
+           "strip_ansi"]
