@@ -21,9 +21,11 @@ from pdprobe.cli.common import (
     SloTtftOpt,
     StderrProgress,
     VerboseOpt,
+    check_output,
     env,
     exit_code_for,
     info,
+    is_stdout,
     render_options,
     write_output,
 )
@@ -90,9 +92,14 @@ def diagnose_command(
     if target is not None and paths:
         raise UsageError("give either files or --prometheus, not both",
                          hint="run two diagnoses, or `pdprobe collect` first and pass the file")
-    if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
-        # say so before a possibly long diagnosis, not after it
-        raise UsageError(f"{output}: folder {output.parent} does not exist", hint="create it first")
+    inputs = [*(paths or ()), *(target.files if target else ()), *([aliases] if aliases else [])]
+    if not is_stdout(output):
+        assert output is not None
+        if not (output.parent if str(output.parent) else Path(".")).is_dir():
+            # say so before a possibly long diagnosis, not after it
+            raise UsageError(f"{output}: folder {output.parent} does not exist",
+                             hint="create it first")
+        check_output(output, inputs)
     alias_map = parse_aliases(alias or (), aliases)
     if not paths and target is None:
         info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
@@ -115,8 +122,8 @@ def diagnose_command(
         progress.close()
     render = renderer_for(fmt.value)
     text = render(report, render_options(output, verbose=verbose, quiet=quiet))
-    write_output(text, output)
-    if output is not None:
+    write_output(text, output, inputs=inputs)
+    if not is_stdout(output):
         info(f"wrote {fmt.value} report to {output} in {time.monotonic() - started:.1f} s")
     return exit_code_for(report, fail_on)
 

@@ -61,13 +61,13 @@ def ratio_command(
     from pdprobe.services.ratio import RatioRequest, plan_ratio, render_plan, render_profiles
 
     if list_profiles:
-        write_output(render_profiles(fmt.value), output)
+        write_output(render_profiles(fmt.value), output, inputs=[trace] if trace else ())
         return 0
     plan = plan_ratio(RatioRequest(
         trace=trace, prompt_mean=prompt_mean, prompt_p90=prompt_p90, output_mean=output_mean,
         output_p90=output_p90, rate_rps=rate, hit_rate=hit_rate, arrival_cv2=arrival_cv2,
         profile=profile, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, verify=verify))
-    write_output(render_plan(plan, fmt.value), output)
+    write_output(render_plan(plan, fmt.value), output, inputs=[trace] if trace else ())
     if output is not None:
         info(f"wrote {fmt.value} plan to {output}")
     return 0
