@@ -19,6 +19,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.report.base import RenderOptions
+from pdprobe.report.safe_view import safe_view
 from pdprobe.report.verdict import (
     FLAG_MARK,
     NA,
@@ -75,7 +76,7 @@ def _css() -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
-    view = build_view(report)
+    view = safe_view(build_view(report))
     status = report.status
     title = f"pdprobe: {verdict_line(report)}"
     body: list[str] = [_verdict(view)]

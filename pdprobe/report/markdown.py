@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from pdprobe.report.base import RenderOptions
+from pdprobe.report.safe_view import safe_view
 from pdprobe.report.verdict import (
     FLAG_MARK,
     NA,
@@ -53,7 +54,7 @@ def _code_safe(text: str) -> str:
 def render(report: Report, options: RenderOptions) -> str:
     if options.quiet:
         return esc(verdict_line(report)) + "\n"
-    view = build_view(report)
+    view = safe_view(build_view(report))
     out: list[str] = []
     status_word = view.verdict.split("  ", 1)[0]
     out.append(f"# pdprobe report: {status_word}")

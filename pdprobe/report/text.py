@@ -18,6 +18,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from pdprobe.report.base import RenderOptions
+from pdprobe.report.safe_view import safe_view
 from pdprobe.report.verdict import (
     FLAG_MARK,
     NA,
@@ -60,7 +61,7 @@ def render(report: Report, options: RenderOptions) -> str:
         console.print(_verdict(report.status, verdict_line(report)), no_wrap=True,
                       overflow="ignore", crop=False)
         return _output(console)
-    view = build_view(report)
+    view = safe_view(build_view(report))
     for part in _sections(view, options):
         console.print(part)
     return _output(console)
