@@ -17,7 +17,8 @@ requests          what the gateway's request records name an instance: ``address
 metrics           ``dump`` (one promtool-style ``metrics.om``; on ``k8s`` series also carry the
                   ``pod``/``namespace``/``node``/``container`` labels Kubernetes service discovery
                   relabelling gives them, on ``bare-metal`` with aliases a ``hostname`` target
-                  label), ``per-target`` (``metrics/<host>_<port>.prom``, one per engine target:
+                  label), ``per-target`` (``metrics/<host>_<port>.prom``, ``<pod>.prom`` on k8s
+                  as a ``kubectl exec`` loop saves them; one per engine target:
                   concatenated scrapes with timestamps, no ``instance``/``job`` labels, which
                   Prometheus adds only at scrape time)
 logs              ``per-instance`` (``logs/<host>_<port>.log``, default), ``per-pod``
@@ -242,7 +243,10 @@ def instance_names(config: SimConfig, layout: Layout) -> tuple[InstanceNames, ..
         address = f"{host}:{port}"
         shown_host = node if d.host_aliases else host
         requests = {"address": address, "host": shown_host, "pod": pod}[d.requests]
-        metrics = (address if d.metrics == "dump" else f"metrics/{host}_{port}.prom")
+        # Per-target files are saved by whatever the user looped over: pods in Kubernetes
+        # (`kubectl exec POD -- curl localhost:8000/metrics > POD.prom`), targets elsewhere.
+        stem = pod if d.platform == "k8s" else f"{host}_{port}"
+        metrics = (address if d.metrics == "dump" else f"metrics/{stem}.prom")
         if d.logs == "per-instance":
             log = f"logs/{host}_{port}.log"
         elif d.logs == "per-pod":

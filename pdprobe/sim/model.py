@@ -235,7 +235,9 @@ def write_capture(result: SimResult, out_dir: Path) -> SimSummary:
                            names=[n.requests for n in names]),
         ]
         if delivery.metrics == "per-target":
-            files += write_per_target_metrics(shown, tmp, cfg.compress)
+            files += write_per_target_metrics(
+                shown, tmp, cfg.compress,
+                stems={n.index: Path(n.metrics).name.removesuffix(".prom") for n in names})
         else:
             files.append(write_engine_metrics(shown, tmp, cfg.compress))
         files.append(write_node_metrics(result, tmp, cfg.compress))

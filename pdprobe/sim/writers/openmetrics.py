@@ -12,7 +12,7 @@ the decode server's TTFT and E2E cover the whole request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -84,8 +84,10 @@ def write_engine_metrics(result: SimResult, out_dir: Path, compress: bool) -> Pa
     return out_name(path, compress)
 
 
-def write_per_target_metrics(result: SimResult, out_dir: Path, compress: bool) -> list[Path]:
-    """``metrics/<host>_<port>.prom``: each engine target's scrapes, concatenated.
+def write_per_target_metrics(result: SimResult, out_dir: Path, compress: bool,
+                             stems: Mapping[int, str] | None = None) -> list[Path]:
+    """``metrics/<host>_<port>.prom`` (or ``stems[instance index]``): each engine target's
+    scrapes, concatenated.
 
     What a scrape of the engine's ``/metrics`` endpoint holds: no ``instance`` or ``job`` label
     (Prometheus attaches those from the target at scrape time), sample timestamps kept so the
@@ -104,7 +106,8 @@ def write_per_target_metrics(result: SimResult, out_dir: Path, compress: bool) -
         only[spec.index] = sc.alive[spec.index]  # the families write only unmasked cells
         one = replace(sc, alive=only)
         parts = _sglang(result, one) if result.config.engine == "sglang" else _vllm(result, one)
-        path = metrics_dir / f"{spec.file_stem}.prom"
+        stem = (stems or {}).get(spec.index, spec.file_stem)
+        path = metrics_dir / f"{stem}.prom"
         with open_out(path, compress) as fh:
             for part in parts:
                 fh.write(part)
