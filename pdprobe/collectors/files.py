@@ -18,6 +18,8 @@ IGNORED_NAMES = {"scenario.toml", "truth.toml", "readme.md", "readme.txt", ".ds_
 # The note a log reader leaves when it took the year of year-less lines from the file's
 # modification time: such a log is read again once the capture's other inputs give the span.
 MTIME_YEAR_NOTE = "modification time"
+# ... and the note of a log whose year came from the other inputs' span (no reference itself).
+REFERENCE_YEAR_NOTE = "other inputs of the capture"
 
 
 def expand_paths(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
@@ -134,8 +136,8 @@ def _with_reference(ctx: ReadContext, partials: Sequence[Partial]) -> ReadContex
 
     los, his, names = [], [], []
     for p in partials:
-        if p.source.kind == "engine-log" and _year_from_mtime(p):
-            continue
+        if p.source.kind == "engine-log" and (_year_from_mtime(p) or _year_from_others(p)):
+            continue  # a guessed year is no reference for the next log
         lo, hi = time_span(p)
         if lo is not None and hi is not None:
             los.append(lo)
@@ -149,6 +151,10 @@ def _with_reference(ctx: ReadContext, partials: Sequence[Partial]) -> ReadContex
 
 def _year_from_mtime(p: Partial) -> bool:
     return any(MTIME_YEAR_NOTE in n for n in p.source.notes)
+
+
+def _year_from_others(p: Partial) -> bool:
+    return any(REFERENCE_YEAR_NOTE in n for n in p.source.notes)
 
 
 def _reread_undated_logs(planned: Sequence[tuple[Path, Sniffed]], partials: list[Partial],
