@@ -49,6 +49,9 @@ READERS: Final[dict[str, str]] = {
     "openmetrics": "pdprobe.collectors.openmetrics:read_openmetrics",
     "engine-log": "pdprobe.collectors.engine_log:read_engine_log",
     "capture": "pdprobe.collectors.capture:read_capture",
+    # load-generator outputs (vLLM, SGLang, AIPerf, guidellm, inference-perf); Sniffed.format
+    # names the layout and the package dispatches on it
+    "benchmark": "pdprobe.collectors.benchmarks:read_benchmark",
 }
 
 

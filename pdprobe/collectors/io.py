@@ -130,8 +130,8 @@ def read_all_bytes(path: Path) -> bytes:
 class Sniffed:
     """What a file holds, decided from its first bytes."""
 
-    kind: str  # requests | openmetrics | engine-log | capture | unknown | empty | binary
-    format: str  # parquet | jsonl | csv | openmetrics | log | ""
+    kind: str  # requests | openmetrics | engine-log | capture | benchmark | unknown | empty | binary
+    format: str  # parquet | jsonl | csv | openmetrics | log | a benchmark layout | ""
     compression: str | None
     why: str  # for messages: what made us decide
 
@@ -191,6 +191,9 @@ def sniff(path: Path) -> Sniffed:
     if b"\x00" in head:
         return Sniffed("binary", "", compression, "binary content (NUL bytes)")
     text = head.decode("utf-8", errors="replace")
+    benchmark = _sniff_benchmark(text, complete=len(head) < SNIFF_BYTES, compression=compression)
+    if benchmark is not None:
+        return benchmark
     lines = [ln for ln in text.splitlines()[:200] if ln.strip()]
     if len(text) == SNIFF_BYTES and lines:
         lines = lines[:-1] or lines  # the last line may be cut in the middle
@@ -235,6 +238,24 @@ def sniff(path: Path) -> Sniffed:
         if required_columns_named(first, delimiter) >= 1:
             return Sniffed("requests", fmt, compression, f"{fmt.upper()} header")
     return Sniffed("unknown", "", compression, "no known request, metric or log format")
+
+
+def _sniff_benchmark(text: str, complete: bool, compression: str | None) -> Sniffed | None:
+    """A load generator's output (vLLM, SGLang, AIPerf, guidellm, inference-perf), by its keys.
+
+    A summary without per-request data is ``unknown`` with a reason saying how to re-run.
+    """
+    if text.lstrip("\ufeff \t\r\n")[:1] not in ("{", "["):
+        return None
+    from pdprobe.collectors.benchmarks.detect import RERUN_HINT, detect
+
+    found = detect(text, complete)
+    if found is None:
+        return None
+    fmt, why, detailed = found
+    if not detailed:
+        return Sniffed("unknown", "", compression, f"{why}: {RERUN_HINT[fmt]}")
+    return Sniffed("benchmark", fmt, compression, why)
 
 
 def _parquet_footer(path: Path) -> bytes:

@@ -1,0 +1,51 @@
+"""Load-generator outputs read as per-request records (docs/inputs/benchmarks.md).
+
+``io.sniff`` recognises each layout from the head of the file (``detect.py``) and reports kind
+``benchmark`` with the layout as its format; ``read_benchmark`` (registered in
+``collectors.base.READERS``) hands the file to that layout's reader. One module per writer:
+
+- ``vllm_bench``: ``vllm bench serve --save-result --save-detailed`` JSON;
+- ``sglang_bench``: ``python -m sglang.bench_serving --output-details`` JSONL;
+- ``aiperf``: AIPerf ``profile_export.jsonl``;
+- ``guidellm``: guidellm ``benchmarks.json``;
+- ``inference_perf``: inference-perf ``per_request_lifecycle_metrics.json``.
+
+``base.py`` is the interface they share (``Runs`` -> ``to_partial``). This module stays light:
+it is imported while sniffing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pdprobe.collectors.base import ReadContext
+    from pdprobe.dataset import Partial
+
+# format (from detect) -> "module:function", imported when a file of that format is read.
+BENCHMARK_READERS: Final = {
+    "vllm-bench": "pdprobe.collectors.benchmarks.vllm_bench:read_vllm_bench",
+    "sglang-bench": "pdprobe.collectors.benchmarks.sglang_bench:read_sglang_bench",
+    "aiperf": "pdprobe.collectors.benchmarks.aiperf:read_aiperf",
+    "guidellm": "pdprobe.collectors.benchmarks.guidellm:read_guidellm",
+    "inference-perf": "pdprobe.collectors.benchmarks.inference_perf:read_inference_perf",
+}
+
+
+def read_benchmark(path: Path, ctx: ReadContext) -> Partial:
+    """Read a benchmark output whose layout ``io.sniff`` detected."""
+    import importlib
+
+    from pdprobe.collectors.io import sniff
+    from pdprobe.errors import InputError
+
+    sniffed = sniff(path)
+    target = BENCHMARK_READERS.get(sniffed.format)
+    if sniffed.kind != "benchmark" or target is None:
+        raise InputError(f"{path}: not a benchmark output pdprobe reads ({sniffed.why})",
+                         hint="see docs/inputs/benchmarks.md for the five layouts")
+    module_name, func = target.split(":")
+    reader = getattr(importlib.import_module(module_name), func)
+    partial: Partial = reader(path, ctx)
+    return partial
