@@ -78,6 +78,11 @@ class Ragged:
         return Ragged(self.values * factor, self.lengths)
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (a null or a wrong type)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _num(value: Any) -> float:
     try:
         return float(value)
@@ -270,6 +275,14 @@ def to_partial(path: Path, fmt: str, runs: Runs, limits: str) -> Partial:
             v = np.asarray(columns[name], dtype=np.float64)
             columns[name] = np.where(ok & np.isfinite(v) & (v >= 0), v, np.nan)
     frame = pd.DataFrame(columns)
+    for name in ("prompt_tokens", "output_tokens"):
+        # a failed request often has no length: it counts as 0 tokens rather than vanishing
+        lost = (~ok) & ~np.isfinite(frame[name].to_numpy(dtype=np.float64))
+        if lost.any():
+            frame.loc[lost, name] = 0.0
+            if name == "prompt_tokens":
+                notes.append(f"{int(lost.sum())} failed request(s) without a prompt length "
+                             f"counted as 0 prompt tokens")
     keep = np.isfinite(frame["arrival_ts"].to_numpy(dtype=np.float64)) \
         & np.isfinite(frame["prompt_tokens"].to_numpy(dtype=np.float64)) \
         & np.isfinite(frame["output_tokens"].to_numpy(dtype=np.float64)) \

@@ -40,7 +40,8 @@ def detect(text: str, complete: bool) -> tuple[str, str, bool] | None:
     keys = _keys(body)
     if body[0] == "{":
         head_keys = _keys(first_line)
-        if {"metadata", "metrics"} <= head_keys and "request_start_ns" in head_keys:
+        if {"metadata", "request_start_ns"} <= head_keys and (
+                "metrics" in head_keys or "session_num" in head_keys):
             return AIPERF, "AIPerf profile_export.jsonl records", True
         if "guidellm_version" in keys or ("benchmarks" in keys and (
                 "generative_benchmark" in body or "generative_request_stats" in body)):
