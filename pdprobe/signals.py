@@ -136,3 +136,43 @@ EV_NIXL_WARNING: Final = "nixl_warning"
 EV_TRANSPORT_TCP: Final = "transport_tcp"  # evidence that KV used TCP
 EV_INSTANCE_START: Final = "instance_start"
 EV_INSTANCE_STOP: Final = "instance_stop"
+# Failure evidence read from logs that may hold nothing else (issue 13); docs/inputs/logs.md
+# lists the lines behind each one.
+EV_KV_TRANSFER_TIMEOUT: Final = "kv_transfer_timeout"  # a transfer batch gave up after a timeout
+EV_KV_PEER_LOST: Final = "kv_peer_lost"  # the KV peer stopped answering (heartbeat, dead session)
+EV_KV_LOAD_RECOMPUTED: Final = "kv_load_recomputed"  # decode recomputes prompts whose KV failed
+EV_REQUEST_ABORTED: Final = "request_aborted"  # the engine aborted a request (client or error)
+EV_RDMA_NIC_INACTIVE: Final = "rdma_nic_inactive"  # Mooncake marks a local RNIC inactive
+EV_RDMA_RAIL_PAUSED: Final = "rdma_rail_paused"  # Mooncake pauses a path to a peer NIC
+EV_RDMA_CONNECT_FAILED: Final = "rdma_connect_failed"  # no RDMA connection to a peer endpoint
+
+# Every event's ``detail`` is a sentence for people, ending, when the line names them, with
+# `` [key=value ...]`` fields a rule can group on (values hold no spaces or brackets):
+#   request  the request id;  peer  the remote end (host:port, or Mooncake's host:port@nic);
+#   nic      the local NIC (mlx5_1);  key  a Mooncake Store object key;
+#   requests / tokens  how many requests / tokens one line counts (integers).
+DETAIL_REQUEST: Final = "request"
+DETAIL_KEY: Final = "key"
+DETAIL_PEER: Final = "peer"
+DETAIL_NIC: Final = "nic"
+DETAIL_REQUESTS: Final = "requests"
+DETAIL_TOKENS: Final = "tokens"
+DETAIL_KEYS: Final = (DETAIL_REQUEST, DETAIL_PEER, DETAIL_NIC, DETAIL_KEY, DETAIL_REQUESTS,
+                      DETAIL_TOKENS)
+
+
+def detail_field_pattern(key: str) -> str:
+    """A regex whose group 1 is the value of ``key`` in an event detail, for
+    ``Series.str.extract``; e.g. ``detail_field_pattern("peer")``."""
+    return rf"\[(?:[^\]]* )?{key}=([^\s\]]+)[^\]]*\]$"
+
+
+def event_detail(text: str, **fields: object) -> str:
+    """``text`` followed by the `` [key=value ...]`` fields that are set (see DETAIL_KEYS)."""
+    parts = []
+    for key, value in fields.items():
+        if value is None or value == "":
+            continue
+        clean = "".join("_" if c.isspace() or c in "[]" else c for c in str(value))
+        parts.append(f"{key}={clean}")
+    return f"{text} [{' '.join(parts)}]" if parts else text

@@ -8,6 +8,13 @@ TENT's periodic ``Read: 1.00 MB (100 reqs, 2 fails) | Write: 512.00 KB (50 reqs,
 slice (...): <ibverbs status>`` with and without ``max_retry_cnt``; ``WR flush error``; and
 lines saying the engine uses TCP. glog prefixes with and without the year are handled by
 ``engine_log``; the thread id in the prefix tells several transfer engines in one log apart.
+
+Failure lines a log may hold alone (kvcache-ai/Mooncake ``mooncake-transfer-engine/src/
+transport/rdma_transport/worker_pool.cpp`` and ``worker_pool.h`` before and after PR 2155, and
+the Store client ``mooncake-store/src/client.cpp`` / ``client_service.cpp`` /
+``transfer_task.cpp``): a local RNIC marked inactive, a peer rail paused, no connection to a peer
+endpoint, slices that cannot be redispatched, Store ``TRANSFER_FAIL`` and batch timeouts. Each
+event's detail ends with the NIC, peer or key it names (``signals.event_detail``).
 """
 
 from __future__ import annotations
@@ -64,6 +71,47 @@ _SLICE: Final = re.compile(r"Process failed for slice \((?P<fields>[^)]*)\): (?P
 _SLICE_FIELD: Final = re.compile(r"(?P<k>\w+): (?P<v>[^,]+)")
 _FLUSH: Final = re.compile(r"WR flush error \(peer_nic: (?P<peer>[^)]*)\)")
 RETRY_EXCEEDED: Final = "transport retry counter exceeded"
+# RDMA transport health (worker_pool.cpp/.h). Old TE: "Too many errors found in local RNIC
+# <nic>, mark it inactive", "Failed to establish peer endpoints in local RNIC <nic>, mark it
+# inactive", "Cannot make connection for endpoint: <peer>, mark it inactive"; since PR 2155:
+# "All rails failed for context <dev> for N consecutive attempts, marking inactive", "Rail
+# paused: peer=<peer> error_count=N pause_ms=M", "Cannot make connection for endpoint: <peer>,
+# <what it does>", "Cannot redispatch slice because all peer rails are paused for target T,
+# selected peer=<peer>, retry_cnt=N", "Context <dev> is now inactive due to fatal event: E".
+_NIC_INACTIVE: Final = re.compile(
+    r"(?:Too many errors found|Failed to establish peer endpoints) in local RNIC (?P<nic>[^\s,]+)"
+    r"|All rails failed for context (?P<ctx>\S+) for (?P<n>\d+) consecutive attempts"
+    r"|Worker: Context (?P<dev>\S+) is now inactive(?: due to (?P<why>.*))?")
+_RAIL_PAUSED: Final = re.compile(r"Rail paused: peer=(?P<peer>\S+) error_count=(?P<n>\d+)"
+                                 r"(?: pause_ms=(?P<ms>\d+))?")
+_CONNECT: Final = re.compile(r"Cannot make connection for endpoint: (?P<peer>[^\s,]+)"
+                             r"(?:, (?P<then>.*))?")
+_NO_REDISPATCH: Final = re.compile(
+    r"Cannot redispatch slice because all peer rails are paused for target (?P<target>\S+?),"
+    r" selected peer=(?P<peer>[^\s,]+)")
+# Mooncake Store client (client.cpp 2025, client_service.cpp 2026, transfer_task.cpp); ErrorCode
+# prints as its name (types.cpp) or, in "with error:", as its number (-800 is TRANSFER_FAIL).
+_STORE_KEY: Final = re.compile(
+    r"Transfer failed for key:? (?P<key>[^\s:]+?):?(?: replica:[^:]*)?"
+    r"(?: with error:? ?(?P<err1>\S+)|: (?P<err2>\S+)(?: \((?P<ctx>[^)]*)\))?)\s*$")
+_STORE_CODE: Final = re.compile(r"Transfer failed, error code is (?P<err>\S+)")
+_STORE_READ: Final = re.compile(r"transfer_read(?:_range)?_failed key=(?P<key>\S+)")
+_STORE_TIMEOUT: Final = re.compile(r"Failed to complete transfers after (?P<n>\d+) "
+                                   r"(?P<unit>seconds|milliseconds) for batch (?P<batch>\S+)")
+# The Python binding's synchronous transfers (mooncake-integration/transfer_engine/
+# transfer_engine_py.cpp), used by the SGLang and vLLM Mooncake connectors.
+_SYNC_TIMEOUT: Final = re.compile(r"Sync (?P<what>batch data|data) transfer timeout after "
+                                  r"(?P<ns>\d+)ns")
+STORE_ERROR_NAMES: Final = {"-800": "TRANSFER_FAIL"}  # types.h: TRANSFER_FAIL = -800
+FAILURE_MARKERS: Final = (
+    "Too many errors found in local RNIC", "Failed to establish peer endpoints in local RNIC",
+    "All rails failed for context", "Rail paused: peer=", "Cannot make connection for endpoint",
+    "Cannot redispatch slice", "Transfer failed for key", "Transfer failed, error code is",
+    "transfer_read_failed key=", "transfer_read_range_failed key=",
+    "Failed to complete transfers after", "transfer timeout after", RETRY_EXCEEDED,
+)
+# Routed by regex: "is now inactive" alone is too common a phrase.
+FAILURE_ROUTE: Final = r"|Worker: Context \S+ is now inactive"
 # (pattern, detail) of lines saying KV goes over TCP.
 _TCP: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"MC_FORCE_TCP is set"), "MC_FORCE_TCP is set: the transfer engine uses TCP only"),
@@ -182,7 +230,8 @@ def _units(unit: pa.Array) -> np.ndarray:
 
 
 def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
-    """Slice failures (and retry-exceeded), WR flush errors and TCP-transport lines.
+    """Slice failures (and retry-exceeded), WR flush errors, RNIC/rail/endpoint failures, Store
+    transfer failures and timeouts, and TCP-transport lines.
 
     A ``transport retry counter exceeded`` slice failure gives two rows: EV_RDMA_SLICE_FAILED
     and EV_RDMA_RETRY_EXCEEDED, with the same detail.
@@ -206,18 +255,82 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
                 retry = f"{retry}/{fields['max_retry_cnt']}"
             where = ", ".join(f"{k} {fields[k]}" for k in ("local_nic", "peer_nic", "opcode")
                               if k in fields)
-            detail = f"{status} ({where}, retry_cnt {retry})" if where else status
+            text = f"{status} ({where}, retry_cnt {retry})" if where else status
+            detail = S.event_detail(text, nic=fields.get("local_nic"),
+                                    peer=fields.get("peer_nic"))
             add(i, S.EV_RDMA_SLICE_FAILED, detail)
             if RETRY_EXCEEDED in status.lower():
                 add(i, S.EV_RDMA_RETRY_EXCEEDED, detail)
         elif hit := _FLUSH.search(line):
-            add(i, S.EV_RDMA_SLICE_FAILED, f"WR flush error (peer_nic {hit.group('peer')})")
+            add(i, S.EV_RDMA_SLICE_FAILED,
+                S.event_detail(f"WR flush error (peer_nic {hit.group('peer')})",
+                               peer=hit.group("peer")))
+        elif failure := _failure_event(line):
+            for event, detail in failure:
+                add(i, event, detail)
         else:
             for pattern, detail in _TCP:
                 if pattern.search(line):
                     add(i, S.EV_TRANSPORT_TCP, detail)
                     break
     return pd.DataFrame(out)
+
+
+def _failure_event(line: str) -> list[tuple[str, str]]:
+    """(event, detail) rows for an RDMA-transport or Store failure line; empty if it is none."""
+    if hit := _NIC_INACTIVE.search(line):
+        nic = hit.group("nic") or hit.group("ctx") or hit.group("dev")
+        if hit.group("nic"):
+            text = f"local RNIC {nic} marked inactive after repeated errors"
+        elif hit.group("ctx"):
+            text = (f"local RNIC {nic} marked inactive: all rails failed for {hit.group('n')} "
+                    f"consecutive attempts")
+        else:
+            why = hit.group("why")
+            text = f"local RNIC {nic} is now inactive" + (f" ({why.strip()})" if why else "")
+        return [(S.EV_RDMA_NIC_INACTIVE, S.event_detail(text, nic=_device(nic)))]
+    if hit := _RAIL_PAUSED.search(line):
+        ms = f", paused {hit.group('ms')} ms" if hit.group("ms") else ""
+        text = f"rail to peer NIC {hit.group('peer')} paused after {hit.group('n')} errors{ms}"
+        return [(S.EV_RDMA_RAIL_PAUSED, S.event_detail(text, peer=hit.group("peer")))]
+    if hit := _CONNECT.search(line):
+        then = f" ({hit.group('then').strip()})" if hit.group("then") else ""
+        text = f"cannot connect to peer endpoint {hit.group('peer')}{then}"
+        return [(S.EV_RDMA_CONNECT_FAILED, S.event_detail(text, peer=hit.group("peer")))]
+    if hit := _NO_REDISPATCH.search(line):
+        text = (f"slice failed: all peer rails paused (target {hit.group('target')}, peer "
+                f"{hit.group('peer')})")
+        return [(S.EV_RDMA_SLICE_FAILED, S.event_detail(text, peer=hit.group("peer")))]
+    if hit := _STORE_KEY.search(line):
+        err = hit.group("err1") or hit.group("err2") or "?"
+        err = STORE_ERROR_NAMES.get(err, err)
+        ctx = f" ({hit.group('ctx')})" if hit.group("ctx") else ""
+        text = f"Mooncake Store transfer failed for key {hit.group('key')}: {err}{ctx}"
+        return [(S.EV_KV_TRANSFER_FAILED, S.event_detail(text, key=hit.group("key")))]
+    if hit := _STORE_CODE.search(line):
+        err = STORE_ERROR_NAMES.get(hit.group("err"), hit.group("err"))
+        return [(S.EV_KV_TRANSFER_FAILED, f"Mooncake Store transfer failed: {err}")]
+    if hit := _STORE_READ.search(line):
+        return [(S.EV_KV_TRANSFER_FAILED,
+                 S.event_detail(f"Mooncake Store read failed for key {hit.group('key')}",
+                                key=hit.group("key")))]
+    if hit := _STORE_TIMEOUT.search(line):
+        unit = "s" if hit.group("unit") == "seconds" else "ms"
+        text = (f"Mooncake Store transfer batch {hit.group('batch')} not complete after "
+                f"{hit.group('n')} {unit}: TRANSFER_FAIL")
+        return [(S.EV_KV_TRANSFER_TIMEOUT, text)]
+    if hit := _SYNC_TIMEOUT.search(line):
+        text = (f"synchronous {hit.group('what')} transfer timed out after "
+                f"{int(hit.group('ns')) / 1e9:.1f} s")
+        return [(S.EV_KV_TRANSFER_TIMEOUT, text)]
+    if RETRY_EXCEEDED in line.lower():
+        return [(S.EV_RDMA_RETRY_EXCEEDED, "transport retry counter exceeded")]
+    return []
+
+
+def _device(nic: str) -> str:
+    """``mlx5_1`` from an RNIC path or name (``10.0.0.1:15000@mlx5_1``, ``mlx5_1``)."""
+    return nic.rsplit("@", 1)[-1]
 
 
 def assemble(frames: Mapping[str, pd.DataFrame]) -> FamilyOutput:
@@ -255,6 +368,7 @@ LINE_KINDS: Final = (
              r"Transfer Engine Stats|Transfer Engine Throughput|reqs, \S+ fails\) \| Write: ",
              parse_metrics, high_volume=True),
     LineKind("mooncake-event", ENGINE, "Mooncake failure/transport",
-             literal_route(("Process failed for slice", "WR flush error", *TCP_MARKERS)),
+             literal_route(("Process failed for slice", "WR flush error", *FAILURE_MARKERS,
+                            *TCP_MARKERS)) + FAILURE_ROUTE,
              parse_events),
 )

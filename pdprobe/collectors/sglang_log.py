@@ -92,6 +92,18 @@ _SYNC_FAILED: Final = re.compile(r"Failed to sync status (?P<status>.*?) of room
                                  r"to (?P<peer>\S+?): (?P<err>.*)")
 # Another rank's failure re-logged by this rank: the same request, keep the original's reason.
 _PROPAGATED: Final = "from another rank"
+# The peer a failure reason names (python/sglang/srt/disaggregation/mooncake/conn.py,
+# nixl/conn.py, common/conn.py): "Failed to send kv chunk of <room> to <host>:<port>", "Decode
+# instance could be dead, remote mooncake session <host>:<port> is not alive", "Losing
+# connection with prefill instance (bootstrap_addr: <host>:<port>)".
+_REASON_PEER: Final = re.compile(r"kv chunk of \S+ to (?P<a>\S+?)\s*$|remote mooncake session "
+                                 r"(?P<b>\S+) is not alive|\(bootstrap_addr: (?P<c>[^)]+)\)",
+                                 re.IGNORECASE)
+# The decode side's heartbeat to a prefill bootstrap server failed: every request waiting on it
+# is failed (common/conn.py, mooncake/conn.py _handle_node_failure; three wordings).
+_PEER_LOST: Final = re.compile(
+    r"Losing connection with prefill instance \(bootstrap_addr: (?P<peer>[^)]+)\)"
+    r"(?:,? (?:affected (?P<n>\d+) requests|(?P<n2>\d+) requests affected))?")
 
 
 def parse_batch_lines(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
@@ -189,7 +201,10 @@ def map_batch_fields(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
-    """KV-transfer failure, session failure/recovery and status-sync failure lines."""
+    """KV-transfer failure, lost-peer, session failure/recovery and status-sync failure lines.
+
+    Details end with the request and the peer the line names (``signals.event_detail``).
+    """
     out: dict[str, list[object]] = {"row": [], "error": [], "event": [], "detail": [],
                                     "request_id": []}
 
@@ -212,19 +227,28 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
             where = ", ".join(part for part in (
                 f"rank {hit.group('rank')}" if hit.group("rank") else "",
                 f"bootstrap_room {hit.group('room')}" if hit.group("room") else "") if part)
-            detail = (f"request {rid or '?'}: {hit.group('side').lower()} {hit.group('what')} "
-                      f"failed" + (f" ({where})" if where else "")
-                      + (f": {reason}" if reason else ""))
-            add(i, event, detail, rid)
+            text = (f"request {rid or '?'}: {hit.group('side').lower()} {hit.group('what')} "
+                    f"failed" + (f" ({where})" if where else "")
+                    + (f": {reason}" if reason else ""))
+            peer = _REASON_PEER.search(reason)
+            peer_addr = next((g for g in peer.groups() if g), None) if peer else None
+            add(i, event, S.event_detail(text, request=rid, peer=peer_addr), rid)
+        elif hit := _PEER_LOST.search(line):
+            n = hit.group("n") or hit.group("n2")
+            text = (f"lost the connection to prefill instance {hit.group('peer')}"
+                    + (f"; {n} waiting request(s) failed" if n else ""))
+            add(i, S.EV_KV_PEER_LOST, S.event_detail(text, peer=hit.group("peer"), requests=n))
         elif hit := _SESSION_FAILED.search(line):
-            add(i, S.EV_SESSION_FAILED, f"Mooncake session {hit.group('sid')} failed")
+            add(i, S.EV_SESSION_FAILED, S.event_detail(
+                f"Mooncake session {hit.group('sid')} failed", peer=hit.group("sid")))
         elif hit := _SESSION_RECOVERED.search(line):
-            add(i, S.EV_SESSION_RECOVERED,
-                f"Mooncake session {hit.group('sid')} recovered via probe; un-blacklisted")
+            add(i, S.EV_SESSION_RECOVERED, S.event_detail(
+                f"Mooncake session {hit.group('sid')} recovered via probe; un-blacklisted",
+                peer=hit.group("sid")))
         elif hit := _SYNC_FAILED.search(line):
-            add(i, S.EV_SESSION_FAILED,
+            add(i, S.EV_SESSION_FAILED, S.event_detail(
                 f"could not sync status {hit.group('status')} of room {hit.group('room')} to "
-                f"{hit.group('peer')}: {hit.group('err')}")
+                f"{hit.group('peer')}: {hit.group('err')}", peer=hit.group("peer")))
     return pd.DataFrame(out)
 
 
@@ -322,6 +346,7 @@ LINE_KINDS: Final = (
              parse_batch_lines, high_volume=True),
     LineKind("sglang-event", ENGINE, "SGLang KV-transfer failure",
              literal_route(("transfer failed for request", "bootstrap failed for request",
-                            "recovered via probe", "Failed to sync status"))
+                            "recovered via probe", "Failed to sync status",
+                            "Losing connection with prefill instance"))
              + r"|Session \S+ failed\.", parse_events),
 )

@@ -16,7 +16,6 @@ signals. ``engine_log`` adds timestamps and the instance.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -44,6 +43,7 @@ from pdprobe.collectors.engine_log import (
     numeric,
     parse_key_values,
 )
+from pdprobe.collectors.vllm_events import ABORT_ROUTE, NIXL_MARKERS, dedup_failures, parse_events
 from pdprobe.dataset import ROLE_FROM_EVIDENCE
 from pdprobe.signals import Role
 
@@ -111,43 +111,6 @@ KV_KEYS: Final[Mapping[str, tuple[str, float]]] = {
     "Num KV expired reqs": ("expired", 1.0),
     "Num notifs after expiry": ("notifs_after_expiry", 1.0),
 }
-
-NIXL_MARKERS: Final = (
-    "Releasing expired KV blocks",
-    "Potentially invalid KV blocks",
-    "NIXL transfer failure",
-    "Declining expired remote read",
-    "Skipping KV post-processing for failed request",
-    "Local NIXL metadata for remote engine",
-    "Got invalid KVTransferParams",
-)
-_RID = r"(?P<rid>[^\s,]+?)"
-# (pattern, event, detail template). The root occurrence of an expiry or a failure is its own
-# event kind; lines that only report a consequence (declined reads, skipped post-processing)
-# are NIXL warnings, so counting EV_KV_EXPIRED / EV_KV_TRANSFER_FAILED does not count twice.
-_NIXL: Final[tuple[tuple[re.Pattern[str], str, str], ...]] = (
-    (re.compile(rf"Releasing expired KV blocks for request {_RID} which were retrieved by "
-                r"(?P<n>\d+) (?:remote|decode) worker\(s\)"
-                r"(?: within (?P<secs>\d+) seconds| before lease expired)"),
-     S.EV_KV_EXPIRED, "request {rid}: KV blocks released after the lease expired "
-                      "(read by {n} remote worker(s){within})"),
-    (re.compile(rf"Potentially invalid KV blocks for unrecognized request {_RID} were retrieved"),
-     S.EV_NIXL_WARNING, "request {rid}: a decode worker read KV blocks of an unknown request "
-                        "(probably expired)"),
-    (re.compile(r"NIXL transfer failure:\s*(?P<what>.*?)(?: \| Context: (?P<ctx>.*))?$"),
-     S.EV_KV_TRANSFER_FAILED, "request {rid}: NIXL transfer failure: {what}"),
-    (re.compile(rf"Declining expired remote read for {_RID} from engine (?P<engine>\S+?)\.?$"),
-     S.EV_NIXL_WARNING, "request {rid}: declined a remote read after the KV lease expired "
-                        "(engine {engine})"),
-    (re.compile(rf"Skipping KV post-processing for failed request {_RID}\.?$"),
-     S.EV_NIXL_WARNING, "request {rid}: KV post-processing skipped after a failed transfer"),
-    (re.compile(r"Local NIXL metadata for remote engine (?P<engine>\S+) was invalidated"),
-     S.EV_NIXL_WARNING, "NIXL metadata for remote engine {engine} invalidated; re-handshaking"),
-    (re.compile(r"Got invalid KVTransferParams: (?P<params>.*?)\. This request will not"),
-     S.EV_NIXL_WARNING, "invalid KVTransferParams {params}: request served without KV transfer"),
-)
-_CTX_RID: Final = re.compile(r"""['"]?(?:request_id|req_id|request)['"]?\s*[:=]\s*['"]?"""
-                             r"""(?P<rid>[^'",}\s]+)""")
 
 STATS_SPECS: Final = (
     SignalSpec("running", S.REQUESTS_RUNNING),
@@ -271,32 +234,6 @@ def parse_kv_transfer(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
     return frame
 
 
-def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
-    """NIXL warnings and errors (0.33 and the older ``decode worker(s) within N seconds`` form)."""
-    out: dict[str, list[object]] = {"row": [], "error": [], "event": [], "detail": [],
-                                    "request_id": []}
-    for i, line in enumerate(as_lines(lines).to_pylist()):  # rare lines: per-line Python is fine
-        for pattern, event, template in _NIXL:
-            hit = pattern.search(line or "")
-            if hit is None:
-                continue
-            fields = {k: (v or "") for k, v in hit.groupdict().items()}
-            if "ctx" in fields:
-                ctx_rid = _CTX_RID.search(fields["ctx"])
-                fields["rid"] = ctx_rid.group("rid") if ctx_rid else "?"
-                if fields["ctx"]:
-                    fields["what"] = f"{fields['what']} (context {fields['ctx']})"
-            fields["within"] = f" within {fields['secs']} s" if fields.get("secs") else ""
-            rid = fields.get("rid") or ""
-            out["row"].append(i)
-            out["error"].append(None)
-            out["event"].append(event)
-            out["detail"].append(template.format(**fields))
-            out["request_id"].append(rid if rid not in ("", "?") else None)
-            break
-    return pd.DataFrame(out)
-
-
 def assemble(frames: Mapping[str, pd.DataFrame]) -> FamilyOutput:
     """Instance signals, events and role hints from the parsed, timestamped vLLM lines."""
     metrics: list[pd.DataFrame] = []
@@ -339,8 +276,8 @@ def assemble(frames: Mapping[str, pd.DataFrame]) -> FamilyOutput:
                          "(vllm issue 48224)")
     nixl = frames.get("vllm-nixl")
     if nixl is not None and len(nixl):
-        used += len(nixl)
-        events.append(nixl[["ts", "event", "detail", "line"]])
+        used += int(nixl["line"].nunique())
+        events.append(dedup_failures(nixl)[["ts", "event", "detail", "line"]])
     return FamilyOutput(
         metrics=pd.concat(metrics, ignore_index=True) if metrics else None,
         events=pd.concat(events, ignore_index=True) if events else None,
@@ -385,5 +322,6 @@ LINE_KINDS: Final = (
              parse_prefix_cache),
     LineKind("vllm-kv-transfer", ENGINE, "vLLM 'KV Transfer metrics'", r"KV Transfer metrics",
              parse_kv_transfer),
-    LineKind("vllm-nixl", ENGINE, "NIXL warning/error", literal_route(NIXL_MARKERS), parse_events),
+    LineKind("vllm-nixl", ENGINE, "vLLM KV-transfer warning/error",
+             literal_route(NIXL_MARKERS) + ABORT_ROUTE, parse_events),
 )

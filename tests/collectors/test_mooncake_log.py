@@ -108,9 +108,11 @@ def test_failure_and_tcp_lines():
         S.EV_RDMA_SLICE_FAILED] + [S.EV_TRANSPORT_TCP] * 5
     assert frame["row"].tolist() == [0, 1, 1, 2, 3, 4, 5, 6, 7]
     assert frame["detail"].iloc[0] == ("RNR retry counter exceeded (local_nic mlx5_1, peer_nic "
-                                       "192.168.0.12:17001@mlx5_1, opcode 0, retry_cnt 1)")
-    assert frame["detail"].iloc[1].endswith("retry_cnt 8/8)")
-    assert frame["detail"].iloc[3] == "WR flush error (peer_nic 10.0.0.2:15000@mlx5_3)"
+                                       "192.168.0.12:17001@mlx5_1, opcode 0, retry_cnt 1) "
+                                       "[nic=mlx5_1 peer=192.168.0.12:17001@mlx5_1]")
+    assert frame["detail"].iloc[1].endswith("retry_cnt 8/8) [nic=mlx5_0 peer=10.0.0.2:15000@mlx5_3]")
+    assert frame["detail"].iloc[3] == ("WR flush error (peer_nic 10.0.0.2:15000@mlx5_3) "
+                                       "[peer=10.0.0.2:15000@mlx5_3]")
 
 
 def test_histogram_and_throughput_across_reports_and_threads():

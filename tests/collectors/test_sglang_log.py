@@ -231,17 +231,18 @@ def test_failure_lines():
         "a1b2", "c3d4", "e5f6"]
     assert frame["detail"].iloc[0] == (
         "request 3ce84ffb82764f45b028dd8e6c4beed1: decode transfer failed (rank 1, bootstrap_room "
-        "1655955501905217457): Failed due to an unknown reason from another rank")
+        "1655955501905217457): Failed due to an unknown reason from another rank "
+        "[request=3ce84ffb82764f45b028dd8e6c4beed1]")
     assert frame["detail"].iloc[4].endswith("KV transfer failed (HiCache local restore failed "
-                                            "on this rank)")
-    assert frame["detail"].iloc[5] == "Mooncake session 10.0.0.9:15001 failed"
+                                            "on this rank) [request=e5f6]")
+    assert frame["detail"].iloc[5] == "Mooncake session 10.0.0.9:15001 failed [peer=10.0.0.9:15001]"
     assert "10.0.0.9:8998" in frame["detail"].iloc[7]
 
 
 def test_failure_line_without_rank_or_exception():
     frame = parse_events(["Prefill bootstrap failed for request req.rid='r9'"])
     assert frame["event"].tolist() == [S.EV_KV_BOOTSTRAP_FAILED]
-    assert frame["detail"].iloc[0] == "request r9: prefill bootstrap failed"
+    assert frame["detail"].iloc[0] == "request r9: prefill bootstrap failed [request=r9]"
 
 
 # --- assembled from files ----------------------------------------------------------------------
@@ -319,6 +320,6 @@ def test_failures_are_deduplicated_across_ranks():
                                     S.EV_SESSION_FAILED]
     # rank 1 only relayed rank 0's failure: the original reason is kept
     assert ev["detail"].iloc[0].endswith("Failed to get kvcache from prefill instance, it might "
-                                         "be dead")
+                                         "be dead [request=3ce84ffb82764f45b028dd8e6c4beed1]")
     assert ev["source"].iloc[0] == "sglang_failures.log:2"
     assert partial.source.rows == 8

@@ -210,7 +210,8 @@ def test_nixl_events_of_both_generations():
     assert frame["request_id"].tolist()[:6] == ["cmpl-abc-0", "cmpl-p-1", "cmpl-p-2", "cmpl-x",
                                                 "cmpl-p-3", "cmpl-x"]
     assert frame["detail"].iloc[0] == ("request cmpl-abc-0: KV blocks released after the lease "
-                                       "expired (read by 0 remote worker(s) within 120 s)")
+                                       "expired (read by 0 remote worker(s) within 120 s) "
+                                       "[request=cmpl-abc-0]")
     assert frame["detail"].iloc[3].startswith("request cmpl-x: NIXL transfer failure: "
                                               "NIXL_ERR_BACKEND")
     assert "prefill-1" in frame["detail"].iloc[6]
