@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from pdprobe.units import (  # the report's number wording lives in the units module
+    NA,
+    fmt_bytes,
+    fmt_bytes_per_s,
+    fmt_duration,
+    fmt_num,
+    fmt_pct,
+    fmt_seconds,
+)
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -29,7 +38,6 @@ if TYPE_CHECKING:
     from pdprobe.report.model import Report
     from pdprobe.rules.base import Evidence, Finding
 
-NA: Final = "n/a"
 
 # Window starts before this are offsets from zero, not dates: simulator output and Mooncake
 # traces start at t=0 and 1e9 s is September 2001, long before any LLM serving capture.
@@ -70,85 +78,6 @@ def num(value: object) -> float | None:
 def count(value: object) -> int | None:
     """An instance count, or None when unknown."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def fmt_num(x: float | int) -> str:
-    """A plain number with sensible precision: 12,031 / 137 / 12.3 / 1.24 / 0.0123."""
-    if isinstance(x, bool):
-        return str(x).lower()
-    if isinstance(x, int):
-        return f"{x:,}"
-    if not math.isfinite(x):
-        return NA
-    a = abs(x)
-    if a >= 1000:
-        return f"{x:,.0f}"
-    if a >= 100:
-        return f"{x:.0f}"
-    if a == 0:
-        return "0"
-    return f"{x:.3g}"  # three significant digits: 37, 12.3, 1.24, 0.0123
-
-
-def fmt_seconds(x: float) -> str:
-    """A duration in the unit people read it in: 85 µs, 850 ms, 1.24 s, 2m05s."""
-    if not math.isfinite(x):
-        return NA
-    a = abs(x)
-    if a == 0:
-        return "0 s"
-    if a < 1e-3:
-        return f"{x * 1e6:.0f} µs"
-    if a < 0.01:
-        return f"{x * 1e3:.1f} ms"
-    if a < 1:
-        return f"{x * 1e3:.0f} ms"
-    if a < 60:
-        return f"{x:.3g} s"
-    return fmt_duration(x)
-
-
-def fmt_duration(seconds: float) -> str:
-    """A span: 45 s, 12m30s, 2h05m, 3d04h."""
-    s = round(abs(seconds))
-    sign = "-" if seconds < 0 else ""
-    if s < 60:
-        return f"{sign}{s}s"
-    if s < 3600:
-        return f"{sign}{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def fmt_pct(x: float) -> str:
-    """A 0-1 ratio as a percentage: 0.934 -> 93.4%."""
-    if not math.isfinite(x):
-        return NA
-    pct = x * 100
-    if pct != 0 and abs(pct) < 0.1:
-        return f"{pct:.2g}%"
-    if 99.95 <= pct < 100:  # 99.97% of requests within SLO is not 100%
-        return ">99.9%"
-    return f"{pct:.1f}%"
-
-
-def _si(x: float, unit: str, base: float = 1000.0) -> str:
-    if not math.isfinite(x):
-        return NA
-    for prefix in ("", "k", "M", "G", "T", "P"):
-        if abs(x) < base or prefix == "P":
-            return f"{fmt_num(x)} {prefix}{unit}"
-        x /= base
-    raise AssertionError("unreachable")
-
-
-def fmt_bytes(x: float) -> str:
-    return _si(float(x), "B")
-
-
-def fmt_bytes_per_s(x: float) -> str:
-    return _si(float(x), "B/s")
 
 
 _SECONDS = {"s", "sec", "seconds"}

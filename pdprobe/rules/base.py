@@ -1,9 +1,11 @@
 """The rule interface: small classes that turn evidence into findings with root causes.
 
 Each rule has a stable ``code``, the ``cause`` it diagnoses (a CONTRACT.md root-cause name),
-the ``requires`` inputs it needs, and an ``evaluate`` that returns findings carrying the
-numbers that made them fire. A rule whose inputs are missing returns an ``Inconclusive`` saying
-what it needs. The class docstring is what ``pdprobe explain CODE`` prints.
+one ``inputs`` declaration of what it reads (``Inputs``: the inputs in words, the evidence
+names, the live metrics, the roles it needs), and an ``evaluate`` that measures, decides and
+explains: it returns findings carrying the numbers that made them fire. A rule whose inputs
+are missing returns an ``Inconclusive`` saying what it needs (``Inputs.needs``). The class
+docstring is what ``pdprobe explain CODE`` prints.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
         SloAttainment,
         WorkloadSummary,
     )
+    from pdprobe.analysis.evidence.model import ClusterEvidence
     from pdprobe.dataset import Dataset
 
 Cause = Literal[
@@ -95,6 +98,32 @@ class Inconclusive:
 
 
 @dataclass(frozen=True)
+class Live:
+    """An input live Prometheus metrics can carry: met by any of ``signals``."""
+
+    label: str
+    signals: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a rule reads, declared once (drives "not judged", ``pdprobe check``, docs).
+
+    ``needs``: the inputs in words, any of which lets the rule judge (the Inconclusive text);
+    ``evidence``: the evidence it reads, as ``table.name`` from
+    ``pdprobe.analysis.evidence.registry`` or a cluster figure (``FIGURES``);
+    ``live``: what of it live metrics can carry; ``roles``: roles that must have an instance;
+    ``peers``: whether it compares two or more instances of one role.
+    """
+
+    needs: tuple[str, ...]
+    evidence: tuple[str, ...] = ()
+    live: tuple[Live, ...] = ()
+    roles: tuple[str, ...] = ()
+    peers: bool = False
+
+
+@dataclass(frozen=True)
 class RuleOptions:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -109,6 +138,7 @@ class RuleContext:
     instances: tuple[InstanceSummary, ...]
     slo: SloAttainment | Missing
     capacity: CapacityResult | Missing
+    evidence: ClusterEvidence  # computed once per diagnosis by the service
     options: RuleOptions = field(default_factory=RuleOptions)
 
 
@@ -122,7 +152,14 @@ class Rule(ABC):
     name: ClassVar[str]  # short slug, e.g. "prefill-queue-growth"
     cause: ClassVar[Cause]
     component: ClassVar[Component]
-    requires: ClassVar[tuple[str, ...]]  # human-readable inputs, e.g. ("prefill queue depth",)
+    inputs: ClassVar[Inputs]  # what it reads, declared once
+    requires: ClassVar[tuple[str, ...]]  # = inputs.needs (set for every subclass)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("inputs")
+        if declared is not None:
+            cls.requires = declared.needs
 
     @abstractmethod
     def evaluate(self, ctx: RuleContext) -> RuleResult:

@@ -7,38 +7,43 @@ meaning; a retired rule keeps its code reserved.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from typing import Final
 
 from pdprobe.rules.base import CAUSES, Rule
-from pdprobe.rules.pd101_prefill_queue_growth import PrefillQueueGrowth
-from pdprobe.rules.pd201_decode_saturation import DecodeSaturation
-from pdprobe.rules.pd202_decode_kv_starvation import DecodeKvStarvation
-from pdprobe.rules.pd301_kv_transfer_bandwidth import KvTransferBandwidth
-from pdprobe.rules.pd302_decode_waits_for_kv import DecodeWaitsForKv
-from pdprobe.rules.pd401_rdma_retransmits import RdmaRetransmits
-from pdprobe.rules.pd402_no_rdma import NoRdma
-from pdprobe.rules.pd501_traffic_skew import TrafficSkew
-from pdprobe.rules.pd502_low_prefix_hit import LowPrefixHitRouting
-from pdprobe.rules.pd601_straggler import Straggler
-from pdprobe.rules.pd701_ratio_lag import RatioLag
 
-ALL_RULES: Final[tuple[type[Rule], ...]] = (
-    PrefillQueueGrowth,
-    DecodeSaturation,
-    DecodeKvStarvation,
-    KvTransferBandwidth,
-    DecodeWaitsForKv,
-    RdmaRetransmits,
-    NoRdma,
-    TrafficSkew,
-    LowPrefixHitRouting,
-    Straggler,
-    RatioLag,
-)
+# A rule module is named after its code and slug: pd101_prefill_queue_growth.py.
+RULE_MODULE: Final = re.compile(r"pd(\d{3})_\w+")
+
+
+def _discover() -> tuple[type[Rule], ...]:
+    """Every rule class in the ``pdprobe.rules.pdNNN_*`` modules, in code order.
+
+    Adding a rule is adding its module (and its fixtures and test): nothing lists rules by hand.
+    """
+    import pdprobe.rules as package
+
+    found: list[type[Rule]] = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if not RULE_MODULE.fullmatch(info.name):
+            continue
+        module = importlib.import_module(f"pdprobe.rules.{info.name}")
+        found += [obj for obj in vars(module).values()
+                  if isinstance(obj, type) and issubclass(obj, Rule)
+                  and obj.__module__ == module.__name__ and "code" in vars(obj)]
+    return tuple(sorted(found, key=lambda r: r.code))
+
+
+ALL_RULES: Final[tuple[type[Rule], ...]] = _discover()
 
 
 def _check_catalog() -> None:
-    """Codes and names unique, causes from the contract: a broken catalog fails at import."""
+    """Codes and names unique, causes from the contract, module named after the code, every
+    declared evidence reference known to the registry: a broken catalog fails at import."""
+    from pdprobe.analysis.evidence.registry import describe
+
     codes = [r.code for r in ALL_RULES]
     slugs = [r.name for r in ALL_RULES]
     if len(set(codes)) != len(codes) or len(set(slugs)) != len(slugs):
@@ -46,6 +51,11 @@ def _check_catalog() -> None:
     for r in ALL_RULES:
         if r.cause not in CAUSES:
             raise RuntimeError(f"rule {r.code} has unknown cause {r.cause!r}")
+        module = r.__module__.rsplit(".", 1)[-1]
+        if not module.startswith(r.code.lower() + "_"):
+            raise RuntimeError(f"rule {r.code} lives in {module}.py: name it {r.code.lower()}_*")
+        for ref in r.inputs.evidence:
+            describe(ref)  # raises UnknownEvidence
 
 
 _check_catalog()
@@ -68,5 +78,16 @@ def render_explanation(rule: type[Rule]) -> str:
     body = "\n".join(lines[1:]).strip()
     head = f"{rule.code} {rule.name}: {title}"
     meta = f"cause: {rule.cause}    component: {rule.component}"
-    needs = "\n".join(f"  - {r}" for r in rule.requires)
-    return f"{head}\n{'=' * len(head)}\n{meta}\n\n{body}\n\nInputs it reads (any of):\n{needs}"
+    needs = "\n".join(f"  - {r}" for r in rule.inputs.needs)
+    text = f"{head}\n{'=' * len(head)}\n{meta}\n\n{body}\n\nInputs it reads (any of):\n{needs}"
+    if rule.inputs.live:
+        live = "\n".join(f"  - {n.label}: {', '.join(n.signals)}" for n in rule.inputs.live)
+        text += f"\n\nFrom live Prometheus metrics (pdprobe check):\n{live}"
+    return text
+
+
+def render_evidence(rule: type[Rule]) -> str:
+    """The evidence a rule reads, one line each: "table.name (unit): meaning"."""
+    from pdprobe.analysis.evidence.registry import describe
+
+    return "\n".join(f"  - {describe(ref)}" for ref in rule.inputs.evidence)

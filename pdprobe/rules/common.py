@@ -1,37 +1,41 @@
-"""Helpers every rule shares: building findings and evidence, wording numbers, trends."""
+"""Helpers every rule shares: building findings and evidence, trends, shared judgements.
+
+Numbers are worded by ``pdprobe.units`` and shared thresholds live in ``rules.thresholds``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdprobe.analysis.evidence.model import column
+from pdprobe.analysis.evidence.stats import MIN_TREND_POINTS, Trend, significant_figures, trend
 from pdprobe.rules.base import Evidence, Finding, Inconclusive, Rule, Severity
-from pdprobe.rules.stats import MIN_TREND_POINTS, Trend, significant_figures, trend
+from pdprobe.rules.thresholds import (
+    CONFIDENCE_MAX,
+    CONFIDENCE_MIN,
+    DECODE_KV_PRESSURE,
+    MIN_RISE_BINS,
+    MIN_RISE_SHARE,
+    PREFILL_QUEUE_GROWTH,
+    PREFILL_WAIT_GROWTH_S,
+    REMOTE_DOMINANCE,
+    RISE_MIN_SHARE,
+    SLO_CRITICAL,
+    SLO_GOAL,
+    TREND_ALPHA,
+    TREND_MIN_TAU,
+)
+from pdprobe.units import duration, names, pct, rate_bytes, secs
+
+__all__ = ["column", "duration", "names", "pct", "rate_bytes", "secs"]  # re-exported for rules
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from pdprobe.rules.features import Features
-
-# Mann–Kendall: p below this and tau at least this make a trend (p 0.01 because a diagnosis runs
-# a dozen such tests; tau 0.3 = clearly more rising pairs than falling, not a wobble).
-TREND_ALPHA: Final = 0.01
-TREND_MIN_TAU: Final = 0.3
-# SLO attainment: below this share of requests within the objective the SLO counts as missed
-# (the usual "p90 within target" goal), below the critical share users see an outage.
-SLO_GOAL: Final = 0.9
-SLO_CRITICAL: Final = 0.5
-# A rise that ends in a drain counts when the rising part spans this share of the series.
-RISE_MIN_SHARE: Final = 0.3
-# A rise must last at least this many bins and this share of the window to be "growing".
-MIN_RISE_BINS: Final = 4
-MIN_RISE_SHARE: Final = 0.1
-# Confidence never reaches certainty from telemetry alone, nor drops below "worth a look".
-CONFIDENCE_MAX: Final = 0.95
-CONFIDENCE_MIN: Final = 0.2
-
+    from pdprobe.analysis.evidence.model import ClusterEvidence
 
 class BaseRule(Rule):
     """Shared plumbing: findings and inconclusive results stamped with the rule's identity."""
@@ -81,7 +85,7 @@ def ev(what: str, value: float | str, unit: str = "", *, instances: Iterable[str
                     baseline=base, source=source)
 
 
-def whole(feats: Features) -> tuple[float, float]:
+def whole(feats: ClusterEvidence) -> tuple[float, float]:
     return (feats.window.start_ts, feats.window.end_ts)
 
 
@@ -90,44 +94,6 @@ def finite(value: object) -> bool:
         return value is not None and bool(np.isfinite(float(value)))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return False
-
-
-def pct(ratio: float) -> str:
-    """0.413 -> "41 %"; values under 10 % keep one decimal."""
-    v = 100.0 * ratio
-    return f"{v:.1f} %" if abs(v) < 10 else f"{v:.0f} %"
-
-
-def secs(value: float) -> str:
-    if value < 1e-3:
-        return f"{value * 1e6:.0f} µs"
-    if value < 0.01:
-        return f"{value * 1000:.1f} ms"
-    if value < 1.0:
-        return f"{value * 1000:.0f} ms"
-    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
-
-
-def duration(value: float) -> str:
-    if value >= 5400:
-        return f"{value / 3600:.1f} h"
-    if value >= 90:
-        return f"{value / 60:.0f} min"
-    return f"{value:.0f} s"
-
-
-def rate_bytes(value: float) -> str:
-    """Bytes per second in decimal GB/s (MB/s below 1 GB/s)."""
-    if value >= 1e9:
-        return f"{value / 1e9:.1f} GB/s"
-    return f"{value / 1e6:.0f} MB/s"
-
-
-def names(items: Sequence[str], limit: int = 4) -> str:
-    items = list(items)
-    if len(items) <= limit:
-        return ", ".join(items)
-    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
 
 
 def series_trend(series: pd.Series | None) -> Trend | None:
@@ -155,7 +121,7 @@ def series_trend(series: pd.Series | None) -> Trend | None:
     return whole
 
 
-def rising(tr: Trend | None, min_growth: float, feats: Features) -> bool:
+def rising(tr: Trend | None, min_growth: float, feats: ClusterEvidence) -> bool:
     """A significant rise of at least ``min_growth`` that lasted long enough to matter.
 
     A burst that builds a queue for two bins and drains is load variance, not a shortage: the
@@ -167,13 +133,21 @@ def rising(tr: Trend | None, min_growth: float, feats: Features) -> bool:
     return tr.rising_for_s >= max(MIN_RISE_BINS * w.step_s, MIN_RISE_SHARE * w.span_s)
 
 
-def column(frame: pd.DataFrame, name: str) -> pd.Series:
-    """A float column, all-NaN when absent (so rules can ask for anything)."""
-    import pandas as pd
+def median_of(rows: pd.DataFrame, name: str) -> float | None:
+    """Median of a declared per-instance column over ``rows``, None when none reports it."""
+    values = column(rows, name)
+    return float(values.median()) if values.notna().any() else None
 
-    if name in frame.columns:
-        return frame[name].astype("float64")
-    return pd.Series(np.nan, index=frame.index, dtype="float64")
+
+def decode_kv_p90(feats: ClusterEvidence) -> float | None:
+    """Decode KV usage p90, median over the decode instances (None without KV usage)."""
+    return median_of(feats.role("decode"), "g_kv_usage_p90")
+
+
+def decode_kv_pressure(feats: ClusterEvidence) -> bool:
+    """Whether decode KV usage (p90, median over decode instances) is at DECODE_KV_PRESSURE."""
+    kv = decode_kv_p90(feats)
+    return kv is not None and kv >= DECODE_KV_PRESSURE
 
 
 def worst(*severities: Severity) -> Severity:
@@ -188,31 +162,19 @@ def slo_collapsed(attainment: float | None) -> bool:
     return attainment is not None and attainment < SLO_CRITICAL
 
 
-# A prefill backlog: the mean queue per prefill instance up by this many requests, or the median
-# wait before prefill up by this much and at least doubled (see PD101 for the reasoning).
-BACKLOG_QUEUE_GROWTH: Final = 3.0
-BACKLOG_WAIT_GROWTH_S: Final = 0.5
-
-
-def prefill_backlog(feats: Features) -> tuple[Trend | None, str]:
+def prefill_backlog(feats: ClusterEvidence) -> tuple[Trend | None, str]:
     """The rising trend of the prefill queue (depth, else wait) and what it measured, or None."""
     tq = series_trend(feats.role_series("prefill_queue"))
-    if rising(tq, BACKLOG_QUEUE_GROWTH, feats):
+    if rising(tq, PREFILL_QUEUE_GROWTH, feats):
         return tq, "prefill queue depth per instance"
     tw = series_trend(feats.role_series("queue_s_p50"))
-    if rising(tw, BACKLOG_WAIT_GROWTH_S, feats) and tw is not None and \
+    if rising(tw, PREFILL_WAIT_GROWTH_S, feats) and tw is not None and \
             tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0):
         return tw, "median wait before prefill (s)"
     return None, ""
 
 
-# Decode KV held by transfers: requests waiting for remote KV outnumber those waiting for a
-# decode slot or memory by this factor (and at least one waits on average). Both vLLM and SGLang
-# reserve decode KV before the transfer lands, so a slow hand-off fills decode memory too.
-REMOTE_DOMINANCE: Final = 2.0
-
-
-def remote_kv_dominates(feats: Features) -> tuple[bool, float, float]:
+def remote_kv_dominates(feats: ClusterEvidence) -> tuple[bool, float, float]:
     """(dominates, mean remote-KV waiters, mean admission waiters) per decode instance."""
     decode = feats.role("decode")
     remote = column(decode, "remote_kv_wait_mean")

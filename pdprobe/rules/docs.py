@@ -22,6 +22,7 @@ DEFAULT_PATH: Final = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 
 def render(accuracy: str | None = None) -> str:
     """The whole page; ``accuracy`` is the body of the accuracy section (kept verbatim)."""
+    from pdprobe.analysis.evidence.registry import describe
     from pdprobe.rules.catalog import ALL_RULES, render_explanation
     from pdprobe.rules.engine import EXPLAINS, PRECEDENCE
 
@@ -75,6 +76,14 @@ def render(accuracy: str | None = None) -> str:
         out.extend(line.rstrip() for line in lines[2:])
         out.append("```")
         out.append("")
+        if rule.inputs.evidence:
+            out.append("Evidence it reads (declared in `pdprobe/analysis/evidence/registry.py`):")
+            out.append("")
+            for ref in rule.inputs.evidence:
+                name, _, rest = describe(ref).partition(": ")
+                ref_name, _, unit = name.partition(" ")
+                out.append(f"- `{ref_name}`{(' ' + unit) if unit else ''}: {rest}")
+            out.append("")
     out += ["## Accuracy on simulated incidents", "", ACCURACY_BEGIN,
             (accuracy or NO_ACCURACY).strip(), ACCURACY_END, ""]
     return "\n".join(out)

@@ -7,7 +7,9 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.rules.base import RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -24,7 +26,6 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.features import Features, features_for
 
 # The mean prefill queue must rise by at least this many requests per instance: one or two
 # waiting requests come and go with batching; three more that stay mean arrivals outpace service.
@@ -94,15 +95,23 @@ class PrefillQueueGrowth(BaseRule):
     name = "prefill-queue-growth"
     cause = "prefill-bound"
     component = "instance-manager"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "prefill queue depth (vLLM num_requests_waiting / SGLang num_queue_reqs on prefill "
         "instances, or engine log stats lines)",
         "per-request queue_s or ttft_s with arrival times",
         "a capacity estimate with deployed instance counts",
+        ),
+        evidence=("cluster.prefill_queue", "cluster.queue_s_p50", "bins.g_waiting", "instances.g_kv_usage_p90",
+                  "instances.g_prealloc_mean", "instances.g_bootstrap_mean", "queue_share", "slo",
+                  "capacity", "mix", "arrival_rate"),
+        live=(Live("prefill queue depth", (S.REQUESTS_WAITING, S.PREFILL_BOOTSTRAP_QUEUE)),
+              Live("queue-time or TTFT histograms", (S.QUEUE_S, S.TTFT_S))),
+        roles=("prefill",),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         prefill = f.role("prefill")
         decode = f.role("decode")
         queue_series = f.role_series("prefill_queue")
@@ -258,7 +267,7 @@ class PrefillQueueGrowth(BaseRule):
                              evidence=evidence, next_steps=self._next_steps(f, short_by))]
 
     @staticmethod
-    def _rising_instances(f: Features, prefill: list[str]) -> list[str]:
+    def _rising_instances(f: ClusterEvidence, prefill: list[str]) -> list[str]:
         frame = f.bin_frame("g_waiting", prefill)
         if frame is None:
             return []
@@ -269,7 +278,7 @@ class PrefillQueueGrowth(BaseRule):
         return out
 
     @staticmethod
-    def _summary(f: Features, short_by: int | None, rising_for: float | None, tq: object,
+    def _summary(f: ClusterEvidence, short_by: int | None, rising_for: float | None, tq: object,
                  instances: list[str], observed: bool) -> str:
         head = (f"Prefill is short by {short_by} instance{'s' if short_by != 1 else ''}"
                 if short_by else "Prefill is short of capacity")
@@ -300,7 +309,7 @@ class PrefillQueueGrowth(BaseRule):
             " while " + " and ".join(parts[1:]) if len(parts) > 1 else "") + tail
 
     @staticmethod
-    def _next_steps(f: Features, short_by: int | None) -> list[str]:
+    def _next_steps(f: ClusterEvidence, short_by: int | None) -> list[str]:
         steps = []
         cap = f.capacity
         if cap is not None and isinstance(cap.recommended_prefill, int) and \

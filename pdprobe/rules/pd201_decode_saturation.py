@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Final
 
 from pdprobe import signals as S
-from pdprobe.rules.base import RuleContext, RuleResult, Severity
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.analysis.evidence.registry import KV_NEAR_FULL
+from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -22,7 +24,6 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.features import KV_NEAR_FULL, Features, features_for
 
 # A decode instance is "full" when its KV usage is >= KV_NEAR_FULL (90 %) at least this share of
 # the time: a moment at 90 % is a busy batch, half the window is a pool that cannot take more.
@@ -70,15 +71,25 @@ class DecodeSaturation(BaseRule):
     name = "decode-saturation"
     cause = "decode-bound"
     component = "instance-manager"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "decode KV usage (vllm:kv_cache_usage_perc / sglang:token_usage or log stats lines)",
         "preemption or retraction counters",
         "per-request tpot_s or TPOT/ITL histograms",
         "a capacity estimate with deployed instance counts",
+        ),
+        evidence=("instances.g_kv_usage_full_frac", "instances.g_kv_usage_p90", "instances.c_preemptions",
+                  "instances.g_retracted_mean", "instances.traffic_count", "cluster.tpot_p50",
+                  "cluster.decode_admission", "instances.remote_kv_wait_mean", "events", "slo",
+                  "capacity"),
+        live=(Live("decode KV usage", (S.KV_USAGE_RATIO,)),
+              Live("preemption/retraction counters", (S.PREEMPTIONS_TOTAL, S.REQUESTS_RETRACTED)),
+              Live("TPOT/ITL histograms", (S.TPOT_S, S.ITL_S))),
+        roles=("decode",),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         decode = f.role("decode")
         cap = f.capacity
         kv_full = column(decode, "g_kv_usage_full_frac")
@@ -207,7 +218,7 @@ class DecodeSaturation(BaseRule):
     @staticmethod
     def _summary(short_by: int | None, full: list[str], preempting: bool, preempts: float,
                  tpot_slow: bool, admission: bool, rising_for: float | None, observed: bool,
-                 f: Features) -> str:
+                 f: ClusterEvidence) -> str:
         head = (f"Decode is short by {short_by} instance{'s' if short_by != 1 else ''}"
                 if short_by else "Decode is saturated")
         parts = []
@@ -228,7 +239,7 @@ class DecodeSaturation(BaseRule):
         return f"{head}: " + ", ".join(parts)
 
     @staticmethod
-    def _next_steps(f: Features, short_by: int | None) -> list[str]:
+    def _next_steps(f: ClusterEvidence, short_by: int | None) -> list[str]:
         steps = []
         cap = f.capacity
         if cap is not None and isinstance(cap.recommended_prefill, int) and \

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from pdprobe.rules.base import RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -19,7 +20,6 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.features import features_for
 
 # Decode KV usage (p90, median over decode instances) at or above this is memory pressure:
 # SGLang's pre-allocation and vLLM's admission both stall before the pool is at 100 %.
@@ -70,14 +70,24 @@ class DecodeKvStarvation(BaseRule):
     name = "decode-kv-starvation"
     cause = "decode-bound"
     component = "instance-manager"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "decode admission queues (SGLang num_decode_prealloc_queue_reqs, vLLM "
         "num_requests_waiting / waiting_by_reason on decode instances) together with decode "
         "KV usage",
+        ),
+        evidence=("instances.g_prealloc_mean", "instances.admission_wait_mean", "instances.g_kv_usage_p90",
+                  "instances.g_retracted_mean", "instances.remote_kv_wait_mean",
+                  "instances.g_bootstrap_mean", "cluster.decode_prealloc",
+                  "cluster.prefill_bootstrap", "cluster.prefill_queue", "slo"),
+        live=(Live("decode admission queues", (S.DECODE_PREALLOC_QUEUE, S.REQUESTS_WAITING,
+                                                 S.REQUESTS_DEFERRED)),
+              Live("decode KV usage", (S.KV_USAGE_RATIO,))),
+        roles=("decode",),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         decode = f.role("decode")
         prefill = f.role("prefill")
         prealloc = column(decode, "g_prealloc_mean")

@@ -6,7 +6,9 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.rules.base import RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -20,7 +22,6 @@ from pdprobe.rules.common import (
     slo_collapsed,
     whole,
 )
-from pdprobe.rules.features import Features, features_for
 
 # Link utilisation (p90 over bins of the busier direction / active port rate): RDMA goodput
 # tops out around 90 % of line rate, and queueing delay climbs steeply past ~70 %.
@@ -81,15 +82,25 @@ class KvTransferBandwidth(BaseRule):
     name = "kv-transfer-bandwidth"
     cause = "kv-transfer-bandwidth"
     component = "kv-connector"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "RDMA port byte counters with the link rate (node_exporter infiniband collector)",
         "per-request kv_transfer_s (with ttft_s / kv_bytes), or KV-transfer histograms / "
         "KV transfer log lines",
         "a capacity estimate of transfer demand and bandwidth",
+        ),
+        evidence=("nodes.link_bytes_per_s", "nodes.rdma_tx_p90_bytes_per_s", "nodes.rdma_rx_p90_bytes_per_s",
+                  "cluster.kv_bytes_per_s", "instances.g_kv_usage_p90", "transfer", "capacity",
+                  "slo"),
+        live=(Live("RDMA port byte counters", (S.RDMA_TX_BYTES_TOTAL, S.RDMA_RX_BYTES_TOTAL)),
+              Live("link rate", (S.LINK_RATE_BYTES_PER_S,)),
+              Live("KV-transfer histograms", (S.KV_TRANSFER_S, S.KV_TRANSFER_BYTES,
+                                              S.KV_TRANSFER_BYTES_PER_S,
+                                              S.KV_TRANSFER_LATENCY_S_GAUGE))),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         t = f.transfer
         util, util_nodes, link = self._utilisation(f)
         cap = f.capacity
@@ -202,7 +213,7 @@ class KvTransferBandwidth(BaseRule):
                              next_steps=self._next_steps(overhead))]
 
     @staticmethod
-    def _decode_pressure(f: Features) -> float:
+    def _decode_pressure(f: ClusterEvidence) -> float:
         """Decode KV usage p90 (median over decode instances) when at DECODE_PRESSURE_KV or
         above, else 0."""
         kv = column(f.role("decode"), "g_kv_usage_p90")
@@ -212,10 +223,10 @@ class KvTransferBandwidth(BaseRule):
         return level if level >= DECODE_PRESSURE_KV else 0.0
 
     @staticmethod
-    def _utilisation(f: Features) -> tuple[float | None, list[str], float | None]:
+    def _utilisation(f: ClusterEvidence) -> tuple[float | None, list[str], float | None]:
         """Peak link utilisation, the nodes at or above UTIL_WARN, and the per-node link rate."""
         nodes = f.nodes
-        link_col = column(nodes, "link_bytes_per_s")
+        link_col = column(nodes, "link_bytes_per_s", "nodes")
         link = float(link_col[link_col > 0].median()) if (link_col > 0).any() else None
         cap = f.capacity
         if link is None and cap is not None and isinstance(cap.transfer_capacity_bytes_per_s,
@@ -229,8 +240,8 @@ class KvTransferBandwidth(BaseRule):
                 return None, [], link
             p90 = float(np.nanquantile(demand.to_numpy(dtype="float64"), 0.9))
             return p90 / (n_nodes * link), [], link
-        tx = column(nodes, "rdma_tx_p90_bytes_per_s")
-        rx = column(nodes, "rdma_rx_p90_bytes_per_s")
+        tx = column(nodes, "rdma_tx_p90_bytes_per_s", "nodes")
+        rx = column(nodes, "rdma_rx_p90_bytes_per_s", "nodes")
         peak = np.fmax(tx.to_numpy(), rx.to_numpy())
         rate = link_col.where(link_col > 0).to_numpy()
         with np.errstate(all="ignore"):
@@ -242,7 +253,7 @@ class KvTransferBandwidth(BaseRule):
         return float(np.nanmax(util)), busy, link
 
     @staticmethod
-    def _instances_on(f: Features, nodes: list[str]) -> list[str]:
+    def _instances_on(f: ClusterEvidence, nodes: list[str]) -> list[str]:
         inst = f.instances
         return sorted(inst.index[inst["node"].isin(nodes)].astype(str))
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from pdprobe.rules.base import RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -19,7 +20,6 @@ from pdprobe.rules.common import (
     slo_collapsed,
     whole,
 )
-from pdprobe.rules.features import features_for
 
 # Requests per decode instance waiting for remote KV (vLLM kv_fetch / deferred, SGLang
 # transfer queue): at least this many on average ...
@@ -66,14 +66,24 @@ class DecodeWaitsForKv(BaseRule):
     name = "decode-waits-for-kv"
     cause = "kv-transfer-bandwidth"
     component = "kv-connector"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "requests waiting for remote KV on decode instances (vLLM "
         "num_requests_kv_fetch_by_stage or waiting_by_reason{reason=deferred}, SGLang "
         "num_decode_transfer_queue_reqs)",
+        ),
+        evidence=("instances.remote_kv_wait_mean", "instances.g_waiting_mean", "instances.g_running_mean",
+                  "instances.g_kv_usage_p90", "instances.admission_wait_mean",
+                  "cluster.decode_kv_fetch", "cluster.decode_transfer_queue",
+                  "cluster.decode_deferred", "cluster.decode_waiting", "cluster.prefill_queue",
+                  "cluster.queue_s_p50", "slo"),
+        live=(Live("requests waiting for remote KV", (S.KV_FETCH_WAITING, S.REQUESTS_DEFERRED,
+                                                        S.DECODE_TRANSFER_QUEUE)),),
+        roles=("decode",),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         decode = f.role("decode")
         prefill = f.role("prefill")
         remote = column(decode, "remote_kv_wait_mean")

@@ -7,9 +7,9 @@ from typing import Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, whole
-from pdprobe.rules.features import Features, features_for
 
 # Retransmission events per 1000 RDMA packets. RoCE (go-back-N) goodput falls off around a loss
 # rate of 1e-4 and collapses near 1e-3; a lossless fabric shows ~0.
@@ -62,16 +62,24 @@ class RdmaRetransmits(BaseRule):
     name = "rdma-retransmits"
     cause = "rdma-retransmits"
     component = "network-fabric"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "RDMA retransmission/congestion counters with traffic counters (node_exporter "
         "infiniband hw_counters, an RDMA exporter)",
         "Mooncake transfer-engine logs (slice failures, retry exhaustion)",
+        ),
+        evidence=("nodes.retransmits", "nodes.cnp", "nodes.rdma_packets", "nodes.rdma_bytes",
+                  "nodes.retransmit_bins", "nodes.measured_bins", "nodes.retransmit_top_signal",
+                  "nodes.rdma_packets_measured", "instances.xfer_s_p50", "events", "sources"),
+        live=(Live("RDMA retransmission counters", S.RETRANSMIT_SIGNALS),
+              Live("RDMA congestion counters", S.CONGESTION_SIGNALS),
+              Live("RDMA traffic counters", (S.RDMA_TX_PACKETS_TOTAL, S.RDMA_TX_BYTES_TOTAL))),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         nodes = f.nodes
-        has_counters = "retransmits" in nodes.columns or "cnp" in nodes.columns
+        has_counters = f.has_node_column("retransmits") or f.has_node_column("cnp")
         retry_exceeded = f.event_count(S.EV_RDMA_RETRY_EXCEEDED)
         slice_failed = f.event_count(S.EV_RDMA_SLICE_FAILED)
         # A Mooncake log without failure lines is evidence too: failures log at ERROR level.
@@ -85,16 +93,16 @@ class RdmaRetransmits(BaseRule):
         congested_nodes: list[str] = []
         worst_rate = 0.0
         if has_counters and len(nodes):
-            packets = column(nodes, "rdma_packets")
-            retrans = column(nodes, "retransmits")
-            cnp = column(nodes, "cnp")
+            packets = column(nodes, "rdma_packets", "nodes")
+            retrans = column(nodes, "retransmits", "nodes")
+            cnp = column(nodes, "cnp", "nodes")
             with np.errstate(all="ignore"):
                 per_1k = 1000.0 * retrans / packets.where(packets > 0)
                 cnp_1k = 1000.0 * cnp / packets.where(packets > 0)
-                per_gb = retrans / (column(nodes, "rdma_bytes") / 1e9).where(
-                    column(nodes, "rdma_bytes") > 0)
-            bins = column(nodes, "retransmit_bins")
-            measured = column(nodes, "measured_bins")
+                per_gb = retrans / (column(nodes, "rdma_bytes", "nodes") / 1e9).where(
+                    column(nodes, "rdma_bytes", "nodes") > 0)
+            bins = column(nodes, "retransmit_bins", "nodes")
+            measured = column(nodes, "measured_bins", "nodes")
             for node in nodes.index:
                 rate = per_1k.get(node, np.nan)
                 count = retrans.get(node, np.nan)
@@ -105,7 +113,7 @@ class RdmaRetransmits(BaseRule):
                     (bad_nodes if sustained else burst_nodes).append(str(node))
                     worst_rate = max(worst_rate, float(rate)) if sustained else worst_rate
                     top = nodes.loc[node, "retransmit_top_signal"] if \
-                        "retransmit_top_signal" in nodes.columns else ""
+                        f.has_node_column("retransmit_top_signal") else ""
                     evidence.append(ev(f"retransmissions per 1000 RDMA packets on {node}",
                                        float(rate), "per 1k packets",
                                        instances=self._instances_on(f, [str(node)]),
@@ -170,19 +178,19 @@ class RdmaRetransmits(BaseRule):
         ))]
 
     @staticmethod
-    def _instances_on(f: Features, nodes: list[str]) -> list[str]:
+    def _instances_on(f: ClusterEvidence, nodes: list[str]) -> list[str]:
         inst = f.instances
         return sorted(inst.index[inst["node"].isin(nodes)].astype(str))
 
     @staticmethod
-    def _event_instances(f: Features, event: str) -> list[str]:
+    def _event_instances(f: ClusterEvidence, event: str) -> list[str]:
         if f.events.empty:
             return []
         sub = f.events[(f.events["event"] == event) & (f.events["instance"] != "")]
         return sorted(sub["instance"].astype(str).unique())
 
     @staticmethod
-    def _transfer_evidence(f: Features, instances: list[str], evidence: list[Evidence]) -> None:
+    def _transfer_evidence(f: ClusterEvidence, instances: list[str], evidence: list[Evidence]) -> None:
         """KV-transfer latency on the affected instances against their peers, when known."""
         lat = column(f.instances, "xfer_s_p50")
         if not instances or not lat.notna().any():

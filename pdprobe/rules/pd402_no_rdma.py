@@ -7,9 +7,9 @@ from typing import Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, names, pct, slo_collapsed, whole
-from pdprobe.rules.features import Features, features_for
 
 # Share of the connector's KV bytes that went over TCP (Mooncake TENT transport=tcp) for KV to
 # count as "travelling over TCP".
@@ -56,14 +56,21 @@ class NoRdma(BaseRule):
     name = "no-rdma"
     cause = "no-rdma"
     component = "network-fabric"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "KV-connector transport evidence (engine/transfer-engine logs, Mooncake TENT byte "
         "counters by transport)",
         "node network counters (node_exporter infiniband and netdev collectors)",
+        ),
+        evidence=("instances.c_kv_tcp_bytes", "instances.c_kv_rdma_bytes", "nodes.ports", "nodes.ports_active",
+                  "nodes.rdma_bytes", "nodes.tcp_bytes", "events", "transfer", "slo"),
+        live=(Live("KV transport byte counters (Mooncake TENT)", (S.KV_RDMA_BYTES_TOTAL,
+                                                                 S.KV_TCP_BYTES_TOTAL)),
+              Live("node network counters", (S.RDMA_TX_BYTES_TOTAL, S.NODE_TCP_TX_BYTES_TOTAL))),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         tcp_events = f.event_count(S.EV_TRANSPORT_TCP)
         tcp_kv = column(f.instances, "c_kv_tcp_bytes")
         rdma_kv = column(f.instances, "c_kv_rdma_bytes")
@@ -99,8 +106,8 @@ class NoRdma(BaseRule):
         if f.has_network and serving_nodes:
             nodes = f.nodes.reindex(serving_nodes)
             if f.rdma_signals:
-                ports = column(nodes, "ports")
-                active = column(nodes, "ports_active")
+                ports = column(nodes, "ports", "nodes")
+                active = column(nodes, "ports_active", "nodes")
                 dead = [str(n) for n in nodes.index
                         if np.isfinite(ports.get(n, np.nan)) and ports[n] > 0
                         and active.get(n, 0) == 0]
@@ -111,8 +118,8 @@ class NoRdma(BaseRule):
                                        "nodes", instances=self._instances_on(f, dead),
                                        window=whole(f), baseline=len(serving_nodes),
                                        source="port_state"))
-                rdma_bytes = column(nodes, "rdma_bytes")
-                tcp_bytes = column(nodes, "tcp_bytes")
+                rdma_bytes = column(nodes, "rdma_bytes", "nodes")
+                tcp_bytes = column(nodes, "tcp_bytes", "nodes")
                 if kv_bytes and kv_bytes > 0 and rdma_bytes.notna().any():
                     rdma_share = float(rdma_bytes.sum()) / kv_bytes
                     tcp_share = float(tcp_bytes.sum()) / kv_bytes if tcp_bytes.notna().any() \
@@ -128,7 +135,7 @@ class NoRdma(BaseRule):
                         instances.update(self._instances_on(f, serving_nodes))
             elif f.tcp_signals and len(serving_nodes) > 1:
                 # One node: KV moves over NVLink / shared memory and needs no RDMA.
-                tcp_bytes = column(nodes, "tcp_bytes")
+                tcp_bytes = column(nodes, "tcp_bytes", "nodes")
                 evidence.append(ev("RDMA series on serving nodes", "none", "",
                                    instances=self._instances_on(f, serving_nodes),
                                    window=whole(f),
@@ -186,31 +193,31 @@ class NoRdma(BaseRule):
         ))]
 
     @staticmethod
-    def _event_instances(f: Features) -> list[str]:
+    def _event_instances(f: ClusterEvidence) -> list[str]:
         ev_ = f.events
         sub = ev_[(ev_["event"] == S.EV_TRANSPORT_TCP) & (ev_["instance"] != "")]
         return sorted(sub["instance"].astype(str).unique())
 
     @staticmethod
-    def _serving_nodes(f: Features) -> list[str]:
+    def _serving_nodes(f: ClusterEvidence) -> list[str]:
         inst = f.instances
         serving = inst[inst["role"].isin(["prefill", "decode"])]
         nodes = set(serving["node"].dropna().astype(str)) & set(f.nodes.index.astype(str))
         return sorted(nodes)
 
     @staticmethod
-    def _instances_on(f: Features, nodes: list[str]) -> list[str]:
+    def _instances_on(f: ClusterEvidence, nodes: list[str]) -> list[str]:
         inst = f.instances
         return sorted(inst.index[inst["node"].isin(nodes)
                                  & inst["role"].isin(["prefill", "decode"])].astype(str))
 
     @staticmethod
-    def _all_serving(f: Features) -> list[str]:
+    def _all_serving(f: ClusterEvidence) -> list[str]:
         inst = f.instances
         return sorted(inst.index[inst["role"].isin(["prefill", "decode"])].astype(str))
 
     @staticmethod
-    def _transfers_seen(f: Features) -> bool:
+    def _transfers_seen(f: ClusterEvidence) -> bool:
         t = f.transfer
         return bool((t.bytes_total or 0) > 0 or (t.transfers or 0) > 0
                     or (len(f.role("prefill")) and len(f.role("decode"))))

@@ -6,7 +6,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.analysis.evidence.registry import KV_NEAR_FULL, ROLE_COUNT_BINS
+from pdprobe.analysis.evidence.stats import peer_median
+from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -17,8 +21,6 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.features import KV_NEAR_FULL, Features, features_for
-from pdprobe.rules.stats import peer_median
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,14 +88,24 @@ class TrafficSkew(BaseRule):
     name = "traffic-skew"
     cause = "routing-skew"
     component = "router"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "per-request prefill_instance / decode_instance columns",
         "per-instance finished-request or token counters",
         "engine log throughput per instance",
+        ),
+        evidence=("instances.traffic_share", "instances.traffic_count", "instances.tpot_p90",
+                  "instances.ttft_p90", "instances.g_kv_usage_full_frac", "instances.hit_ratio",
+                  "bins.alive", "bins.req_count_prefill", "bins.req_count_decode",
+                  "bins.g_prompt_tps", "bins.g_gen_tps", "slo"),
+        live=(Live("per-instance request or token counters", (S.REQUESTS_FINISHED_TOTAL,
+                                                                 S.PROMPT_TOKENS_TOTAL,
+                                                                 S.GENERATION_TOKENS_TOTAL)),),
+        peers=True,
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         judged = False
         evidence: list[Evidence] = []
         over_all: list[str] = []
@@ -141,7 +153,7 @@ class TrafficSkew(BaseRule):
             "big enough once balanced.",
         ))]
 
-    def _judge_role(self, f: Features, role: str, rows: Any, share: Any) -> dict[str, Any] | None:
+    def _judge_role(self, f: ClusterEvidence, role: str, rows: Any, share: Any) -> dict[str, Any] | None:
         from scipy import stats
 
         n = len(rows)
@@ -244,7 +256,7 @@ class TrafficSkew(BaseRule):
                 "impact": impact, "impact_known": impact_known, "persistent": bool(persistent)}
 
     @staticmethod
-    def _fair_shares(f: Features, role: str, rows: pd.DataFrame) -> pd.Series:
+    def _fair_shares(f: ClusterEvidence, role: str, rows: pd.DataFrame) -> pd.Series:
         """Each instance's fair share: what an even router would have given it.
 
         With instances joining or leaving in the window, 1/n would call a newcomer
@@ -254,10 +266,10 @@ class TrafficSkew(BaseRule):
         import pandas as pd
 
         names_ = [str(i) for i in rows.index]
-        alive = f.bins.get("alive")
-        traffic = f.bins.get(f"req_count_{role}")
+        alive = f.bin("alive")
+        traffic = f.bin(ROLE_COUNT_BINS[role])
         if traffic is None:
-            traffic = f.bins.get("g_gen_tps" if role == "decode" else "g_prompt_tps")
+            traffic = f.bin("g_gen_tps" if role == "decode" else "g_prompt_tps")
         if alive is not None:
             live = alive.reindex(columns=names_).fillna(0.0) > 0
             serving = live.sum(axis=1)
@@ -273,7 +285,7 @@ class TrafficSkew(BaseRule):
                 return expected.reindex(names_).set_axis(rows.index)
         return pd.Series(1.0 / len(rows), index=rows.index)
 
-    def _max_ratio(self, f: Features, instances: list[str]) -> float:
+    def _max_ratio(self, f: ClusterEvidence, instances: list[str]) -> float:
         """The largest share / fair-share ratio among these instances."""
         table = f.instances
         out = 0.0
@@ -288,12 +300,12 @@ class TrafficSkew(BaseRule):
         return out
 
     @staticmethod
-    def _persistent(f: Features, role: str, over: list[str]) -> bool | None:
+    def _persistent(f: ClusterEvidence, role: str, over: list[str]) -> bool | None:
         """Whether the over-share holds in most bins (None when there are no per-bin counts)."""
-        frame = f.bins.get(f"req_count_{role}")
+        frame = f.bin(ROLE_COUNT_BINS[role])
         if frame is None:
-            frame = f.bins.get("g_gen_tps" if role == "decode" else "g_prompt_tps")
-        alive = f.bins.get("alive")
+            frame = f.bin("g_gen_tps" if role == "decode" else "g_prompt_tps")
+        alive = f.bin("alive")
         if frame is None or alive is None or not over:
             return None
         names_ = [c for c in f.names(role) if c in frame.columns and c in alive.columns]

@@ -6,7 +6,10 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.analysis.evidence.stats import peer_median
+from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -18,8 +21,6 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.features import Features, features_for
-from pdprobe.rules.stats import peer_median
 
 # An instance's hit rate at most half its peers' median, with the peers at 20 % or more (below
 # that nobody's cache helps much) and at least 15 points apart, is "low".
@@ -62,13 +63,18 @@ class LowPrefixHitRouting(BaseRule):
     name = "low-prefix-hit-routing"
     cause = "routing-skew"
     component = "router"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "per-instance prefix-cache hit rate (vllm:prefix_cache_hits/queries, "
         "sglang:cache_hit_rate, log stats lines, or cached_tokens with instance columns)",
+        ),
+        evidence=("instances.hit_ratio", "instances.traffic_share", "bins.g_hit_gauge", "bins.req_hit",
+                  "cluster.prefill_queue", "cluster.queue_s_p50", "slo"),
+        live=(Live("prefix-cache hits", (S.PREFIX_HITS_TOTAL, S.PREFIX_HIT_RATIO)),),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         judged = False
         low_all: list[str] = []
         evidence: list[Evidence] = []
@@ -142,7 +148,7 @@ class LowPrefixHitRouting(BaseRule):
         ))]
 
     @staticmethod
-    def _persistent(f: Features, inst: str, peers: list[str]) -> bool | None:
+    def _persistent(f: ClusterEvidence, inst: str, peers: list[str]) -> bool | None:
         for name in ("g_hit_gauge", "req_hit"):
             frame = f.bin_frame(name, peers)
             if frame is None or inst not in frame.columns or frame.shape[1] < 2:

@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.analysis.evidence.registry import source_column
+from pdprobe.analysis.evidence.stats import OUTLIER_Z, leave_one_out_z, peer_median
+from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, secs, whole
-from pdprobe.rules.features import Features, features_for
-from pdprobe.rules.stats import OUTLIER_Z, leave_one_out_z, peer_median
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,10 +30,11 @@ KV_EXPLAINS_GAP: Final = 0.3
 BIN_SLOW_RATIO: Final = 1.3
 PERSISTENT_BIN_SHARE: Final = 0.6
 
-# Per role, the speed measures compared, best first: (column, label, per-bin frame).
+# Per role, the speed measures compared, best first: (column, its p90 column when an SLO
+# applies to it, label, per-bin frame).
 MEASURES: Final = {
-    "decode": (("tpot_p50", "median TPOT", "req_tpot"),),
-    "prefill": (("prefill_per_token_p50", "prefill time per uncached token",
+    "decode": (("tpot_p50", "tpot_p90", "median TPOT", "req_tpot"),),
+    "prefill": (("prefill_per_token_p50", None, "prefill time per uncached token",
                  "req_prefill_per_token"),),
 }
 # Each compared instance must have served this many requests: a median over a handful of
@@ -72,14 +75,21 @@ class Straggler(BaseRule):
     name = "straggler"
     cause = "straggler"
     component = "resource-monitor"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "per-instance latency: request records with prefill_instance / decode_instance and "
         "tpot_s / prefill_s, or per-instance TPOT/ITL/prefill-time histograms, or engine log "
         "throughput",
+        ),
+        evidence=("instances.tpot_p50", "instances.tpot_p90", "instances.prefill_per_token_p50",
+                  "instances.samples", "instances.traffic_share", "instances.g_kv_usage_full_frac",
+                  "bins.req_tpot", "bins.req_prefill_per_token", "slo"),
+        live=(Live("per-instance latency histograms", (S.TPOT_S, S.ITL_S, S.PREFILL_S, S.TTFT_S)),),
+        peers=True,
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         judged = False
         evidence: list[Evidence] = []
         slow_all: list[str] = []
@@ -91,7 +101,7 @@ class Straggler(BaseRule):
             rows = f.role(role)
             if len(rows) < 2:
                 continue
-            for col, label, bins_name in measures:
+            for col, p90_col, label, bins_name in measures:
                 values = column(rows, col)
                 if values.notna().sum() < 2:
                     continue
@@ -109,8 +119,8 @@ class Straggler(BaseRule):
                              f"{secs(peers[top])} on its {role} peers "
                              f"({max(ratios):.1f}x)")
                 slo = f.slo.tpot_slo_s if role == "decode" else f.slo.ttft_slo_s
-                if slo is not None and col in ("tpot_p50", "ttft_p50"):
-                    p90 = column(rows, col.replace("p50", "p90"))
+                if slo is not None and p90_col is not None:
+                    p90 = column(rows, p90_col)
                     mine = p90.reindex(slow).dropna()
                     others = p90.drop(index=slow).dropna()
                     if len(mine) and len(others) and float(mine.max()) > slo >= float(
@@ -132,7 +142,7 @@ class Straggler(BaseRule):
             "Drain and replace the instance if it stays slow; scaling the pool only hides it.",
         ))]
 
-    def _judge(self, f: Features, role: str, rows: pd.DataFrame, values: pd.Series, label: str,
+    def _judge(self, f: ClusterEvidence, role: str, rows: pd.DataFrame, values: pd.Series, label: str,
                bins_name: str | None) -> tuple[list[str], list[float], dict[str, float], bool,
                                                list[Evidence]] | None:
         v = values.to_numpy(dtype="float64")
@@ -188,11 +198,13 @@ class Straggler(BaseRule):
 
     @staticmethod
     def _source(rows: pd.DataFrame, values: pd.Series, inst: str) -> str:
-        col = f"{values.name}_source"
-        return str(rows.loc[inst, col]) if col in rows.columns else str(values.name)
+        col = source_column(str(values.name))
+        if col is not None and col in rows.columns:
+            return str(rows.loc[inst, col])
+        return str(values.name)
 
     @staticmethod
-    def _persistent(f: Features, bins_name: str | None, inst: str,
+    def _persistent(f: ClusterEvidence, bins_name: str | None, inst: str,
                     members: list[str]) -> bool | None:
         if bins_name is None:
             return None

@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.rules.base import Evidence, RuleContext, RuleResult, Severity
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import ClusterEvidence
+from pdprobe.analysis.evidence.stats import ChangePoint
+from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     TREND_ALPHA,
     TREND_MIN_TAU,
@@ -23,8 +26,6 @@ from pdprobe.rules.common import (
     slo_collapsed,
     whole,
 )
-from pdprobe.rules.features import Features, features_for
-from pdprobe.rules.stats import ChangePoint
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,13 +109,24 @@ class RatioLag(BaseRule):
     name = "ratio-lag"
     cause = "ratio-lag"
     component = "scheduler/predictor"
-    requires = (
+    inputs = Inputs(
+        needs=(
         "prompt/output lengths over time (request records, or token-length histograms)",
         "instance counts over time (per-instance metrics, or request instance columns)",
+        ),
+        evidence=("mix", "cluster.prompt_mean", "cluster.output_mean", "cluster.arrivals",
+                  "cluster.arrivals_hist", "cluster.prefill_alive", "cluster.decode_alive",
+                  "cluster.prefill_queue", "cluster.queue_s_p50", "cluster.ttft_p50",
+                  "cluster.tpot_p50", "cluster.decode_kv_usage", "cluster.decode_admission",
+                  "cluster.decode_prealloc", "capacity", "slo"),
+        live=(Live("token-length histograms", (S.PROMPT_TOKENS, S.OUTPUT_TOKENS)),
+              Live("per-instance metrics over time", (S.REQUESTS_RUNNING,
+                                                      S.REQUESTS_FINISHED_TOTAL))),
+        roles=("prefill", "decode"),
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
-        f = features_for(ctx)
+        f = ctx.evidence
         mix = f.mix
         if mix.prompt is None and mix.output is None and mix.work is None:
             return [self.inconclusive()]
@@ -133,9 +145,9 @@ class RatioLag(BaseRule):
                window=whole(f), baseline=MIX_ALPHA),
         ]
         agree, available = 1, 4
-        arrivals = cluster.get("arrivals")
+        arrivals = f.cluster_column("arrivals")
         if arrivals is None:
-            arrivals = cluster.get("arrivals_hist")
+            arrivals = f.cluster_column("arrivals_hist")
         if arrivals is not None and arrivals[before].notna().any():
             a0 = float(arrivals[before].median()) / f.window.step_s
             a1 = float(arrivals[after].median()) / f.window.step_s
@@ -205,7 +217,7 @@ class RatioLag(BaseRule):
                              evidence=evidence, next_steps=steps)]
 
     @staticmethod
-    def _shift(f: Features) -> _Shift | None:
+    def _shift(f: ClusterEvidence) -> _Shift | None:
         best: _Shift | None = None
         for which, cp, p_req in (("prompt", f.mix.prompt, f.mix.prompt_p_requests),
                                  ("output", f.mix.output, f.mix.output_p_requests),
@@ -222,7 +234,7 @@ class RatioLag(BaseRule):
         return best
 
     @staticmethod
-    def _needed_change(f: Features, shift: _Shift, evidence: list[Evidence]) -> float | None:
+    def _needed_change(f: ClusterEvidence, shift: _Shift, evidence: list[Evidence]) -> float | None:
         """Relative change of the needed prefill/decode ratio across the shift."""
         cp = shift.cp
         if shift.which == "work":  # the throughput ratio is itself the work proxy
@@ -244,11 +256,11 @@ class RatioLag(BaseRule):
                                    baseline=r0, source=f"capacity model per window "
                                                        f"({cap.model_source})"))
                 return r1 / r0 - 1.0
-        c = f.cluster
-        if "prompt_mean" not in c.columns or "output_mean" not in c.columns:
+        prompt, output = f.cluster_column("prompt_mean"), f.cluster_column("output_mean")
+        if prompt is None or output is None:
             return None
-        before = c.index < cp.ts
-        work = (c["prompt_mean"] / c["output_mean"].where(c["output_mean"] > 0)).to_numpy(
+        before = f.cluster.index < cp.ts
+        work = (prompt / output.where(output > 0)).to_numpy(
             dtype="float64")
         w0 = np.nanmedian(work[before]) if np.isfinite(work[before]).any() else np.nan
         w1 = np.nanmedian(work[~before]) if np.isfinite(work[~before]).any() else np.nan
@@ -260,13 +272,13 @@ class RatioLag(BaseRule):
         return float(w1 / w0 - 1.0)
 
     @staticmethod
-    def _deployed(f: Features, cp: ChangePoint, direction: str,
+    def _deployed(f: ClusterEvidence, cp: ChangePoint, direction: str,
                   evidence: list[Evidence]) -> tuple[bool, float | None] | None:
         """(followed, lag in s or None) from the instance counts per bin; None when unknown."""
-        c = f.cluster
-        if "prefill_alive" not in c.columns or "decode_alive" not in c.columns:
+        p, d = f.cluster_column("prefill_alive"), f.cluster_column("decode_alive")
+        if p is None or d is None:
             return None
-        p, d = c["prefill_alive"], c["decode_alive"]
+        c = f.cluster
         live = (p > 0) & (d > 0)
         if not live.any():
             return None
@@ -288,19 +300,19 @@ class RatioLag(BaseRule):
         return (True, first - cp.ts)
 
     @staticmethod
-    def _impact(f: Features, cp: ChangePoint, direction: str, evidence: list[Evidence],
+    def _impact(f: ClusterEvidence, cp: ChangePoint, direction: str, evidence: list[Evidence],
                 until_ts: float) -> tuple[bool, bool]:
         """Whether the side that became short shows pressure between the shift and
         ``until_ts`` (the end, or the late follow), and whether its SLO collapsed."""
-        c = f.cluster
-        c = c[c.index < until_ts]
-        before = c.index < cp.ts
+        upto = f.cluster.index < until_ts
         names_ = PREFILL_SIDE if direction == "prefill" else DECODE_SIDE
         hit = False
         for col in names_:
-            if col not in c.columns:
+            full = f.cluster_column(col)
+            if full is None:
                 continue
-            series: pd.Series = c[col]
+            series: pd.Series = full[upto]
+            before = series.index < cp.ts
             b, a = series[before].dropna(), series[~before].dropna()
             if len(b) < 3 or len(a) < 3:
                 continue
@@ -329,7 +341,7 @@ class RatioLag(BaseRule):
         return hit, hit and slo_collapsed(att)
 
     @staticmethod
-    def _capacity_mismatch(f: Features, cp: ChangePoint, evidence: list[Evidence]) -> bool:
+    def _capacity_mismatch(f: ClusterEvidence, cp: ChangePoint, evidence: list[Evidence]) -> bool:
         cap = f.capacity
         if cap is None or not cap.windows:
             return False

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from pdprobe import signals as S
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions
@@ -25,68 +24,6 @@ from pdprobe.safe_text import clean
 # How a role was decided, without the value: "label tier='ctx'" counts as "label tier".
 _ROLE_HOW: Final = re.compile(r"(label [\w-]+|name pattern in \w+|metrics map selector|--\w+-match|"
                               r"no label, name pattern or evidence)")
-
-
-@dataclass(frozen=True)
-class Need:
-    """One input a rule uses, met by any of ``signals``."""
-
-    label: str
-    signals: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Requirement:
-    needs: tuple[Need, ...]
-    roles: tuple[str, ...] = ()  # roles that must have at least one instance
-    peers: bool = False  # needs two or more instances of one role (to compare them)
-
-
-# What each rule can use from live metrics (logs and request records are not in Prometheus).
-REQUIREMENTS: Final[dict[str, Requirement]] = {
-    "PD101": Requirement((Need("prefill queue depth", (S.REQUESTS_WAITING, S.PREFILL_BOOTSTRAP_QUEUE)),
-                          Need("queue-time or TTFT histograms", (S.QUEUE_S, S.TTFT_S))),
-                         roles=("prefill",)),
-    "PD201": Requirement((Need("decode KV usage", (S.KV_USAGE_RATIO,)),
-                          Need("preemption/retraction counters", (S.PREEMPTIONS_TOTAL,
-                                                                  S.REQUESTS_RETRACTED)),
-                          Need("TPOT/ITL histograms", (S.TPOT_S, S.ITL_S))),
-                         roles=("decode",)),
-    "PD202": Requirement((Need("decode admission queues", (S.DECODE_PREALLOC_QUEUE,
-                                                           S.REQUESTS_WAITING,
-                                                           S.REQUESTS_DEFERRED)),
-                          Need("decode KV usage", (S.KV_USAGE_RATIO,))),
-                         roles=("decode",)),
-    "PD301": Requirement((Need("RDMA port byte counters", (S.RDMA_TX_BYTES_TOTAL,
-                                                           S.RDMA_RX_BYTES_TOTAL)),
-                          Need("link rate", (S.LINK_RATE_BYTES_PER_S,)),
-                          Need("KV-transfer histograms", (S.KV_TRANSFER_S, S.KV_TRANSFER_BYTES,
-                                                          S.KV_TRANSFER_BYTES_PER_S,
-                                                          S.KV_TRANSFER_LATENCY_S_GAUGE)))),
-    "PD302": Requirement((Need("requests waiting for remote KV", (S.KV_FETCH_WAITING,
-                                                                  S.REQUESTS_DEFERRED,
-                                                                  S.DECODE_TRANSFER_QUEUE)),),
-                         roles=("decode",)),
-    "PD401": Requirement((Need("RDMA retransmission counters", S.RETRANSMIT_SIGNALS),
-                          Need("RDMA congestion counters", S.CONGESTION_SIGNALS),
-                          Need("RDMA traffic counters", (S.RDMA_TX_PACKETS_TOTAL,
-                                                         S.RDMA_TX_BYTES_TOTAL)))),
-    "PD402": Requirement((Need("KV transport byte counters (Mooncake TENT)", (S.KV_RDMA_BYTES_TOTAL,
-                                                                             S.KV_TCP_BYTES_TOTAL)),
-                          Need("node network counters", (S.RDMA_TX_BYTES_TOTAL,
-                                                         S.NODE_TCP_TX_BYTES_TOTAL)))),
-    "PD501": Requirement((Need("per-instance request or token counters",
-                               (S.REQUESTS_FINISHED_TOTAL, S.PROMPT_TOKENS_TOTAL,
-                                S.GENERATION_TOKENS_TOTAL)),), peers=True),
-    "PD502": Requirement((Need("prefix-cache hits", (S.PREFIX_HITS_TOTAL, S.PREFIX_HIT_RATIO)),)),
-    "PD601": Requirement((Need("per-instance latency histograms", (S.TPOT_S, S.ITL_S,
-                                                                   S.PREFILL_S, S.TTFT_S)),),
-                         peers=True),
-    "PD701": Requirement((Need("token-length histograms", (S.PROMPT_TOKENS, S.OUTPUT_TOKENS)),
-                          Need("per-instance metrics over time", (S.REQUESTS_RUNNING,
-                                                                  S.REQUESTS_FINISHED_TOTAL))),
-                         roles=("prefill", "decode")),
-}
 
 
 @dataclass(frozen=True)
@@ -186,16 +123,19 @@ def check(target: PrometheusTarget, ctx: ReadContext | None = None,
 
 
 def capabilities(signals: frozenset[str], by_role: dict[str, list[str]]) -> tuple[Capability, ...]:
-    """Per rule: can the live metrics judge it (yes), in part (partial), or not (no)?"""
+    """Per rule: can the live metrics judge it (yes), in part (partial), or not (no)?
+
+    Reads each rule's ``inputs`` declaration (``Inputs.live``, ``roles``, ``peers``).
+    """
     from pdprobe.rules.catalog import ALL_RULES
 
     out: list[Capability] = []
     for rule in ALL_RULES:
-        req = REQUIREMENTS.get(rule.code)
-        if req is None:
+        req = rule.inputs  # the rule's own declaration: live metrics, roles, peers
+        if not req.live:
             out.append(Capability(rule.code, rule.name, rule.cause, "no",
                                   "needs inputs live metrics do not carry: "
-                                  + "; ".join(rule.requires)))
+                                  + "; ".join(req.needs)))
             continue
         missing_roles = [r for r in req.roles if not by_role.get(r)]
         if missing_roles:
@@ -208,8 +148,8 @@ def capabilities(signals: frozenset[str], by_role: dict[str, list[str]]) -> tupl
             out.append(Capability(rule.code, rule.name, rule.cause, "no",
                                   "needs two or more instances of one role to compare"))
             continue
-        met = [n for n in req.needs if any(s in signals for s in n.signals)]
-        unmet = [n for n in req.needs if n not in met]
+        met = [n for n in req.live if any(s in signals for s in n.signals)]
+        unmet = [n for n in req.live if n not in met]
         if not unmet:
             verdict, reason = "yes", "has " + ", ".join(n.label for n in met)
         elif met:

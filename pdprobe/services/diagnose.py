@@ -24,7 +24,7 @@ DEFAULT_WINDOW_S = 300.0
 ANALYSIS_MODULES: Final = (
     "scipy.stats", "pdprobe.analysis.workload", "pdprobe.analysis.instances",
     "pdprobe.analysis.slo", "pdprobe.analysis.series", "pdprobe.analysis.capacity",
-    "pdprobe.rules.engine", "pdprobe.rules.catalog", "pdprobe.rules.features",
+    "pdprobe.rules.engine", "pdprobe.rules.catalog", "pdprobe.analysis.evidence.build",
 )
 
 
@@ -83,6 +83,7 @@ def diagnose(request: DiagnoseRequest) -> Report:
 def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Report:
     """Analyses, capacity model and rules over a dataset, into a report."""
     from pdprobe.analysis.capacity import estimate_capacity
+    from pdprobe.analysis.evidence.build import compute_evidence
     from pdprobe.analysis.instances import summarize_instances
     from pdprobe.analysis.series import transfer_path_series
     from pdprobe.analysis.slo import slo_attainment
@@ -94,12 +95,15 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     instances = summarize_instances(dataset)
     slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s)
     capacity = estimate_capacity(dataset, workload, request)
+    evidence = compute_evidence(dataset, workload=workload, slo=slo, capacity=capacity,
+                                slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s)
     ctx = RuleContext(
         dataset=dataset,
         workload=workload,
         instances=instances,
         slo=slo,
         capacity=capacity,
+        evidence=evidence,
         options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s),
     )
     findings, inconclusive = run_rules(ctx)

@@ -147,9 +147,10 @@ def make_context(ds: Dataset, *, slo_ttft_s: float | None = None,
                  summaries: bool = False) -> RuleContext:
     """A RuleContext with the real SLO analysis and a simple workload.
 
-    The rules compute their own per-instance features, so the per-instance summaries (slow to
-    build) are only added with ``summaries=True``.
+    The rules read the evidence (computed here, as the service does), so the per-instance
+    summaries (slow to build) are only added with ``summaries=True``.
     """
+    from pdprobe.analysis.evidence.build import compute_evidence
     from pdprobe.analysis.instances import summarize_instances
     from pdprobe.analysis.slo import slo_attainment
 
@@ -162,10 +163,13 @@ def make_context(ds: Dataset, *, slo_ttft_s: float | None = None,
                                    arrival_rate_rps=len(ds.requests) / span,
                                    prompt_tokens=Missing("not needed"),
                                    output_tokens=Missing("not needed"))
+    slo = slo_attainment(ds, slo_ttft_s, slo_tpot_s)
+    cap = capacity if capacity is not None else Missing("not estimated")
+    evidence = compute_evidence(ds, workload=workload, slo=slo, capacity=cap,
+                                slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     return RuleContext(dataset=ds, workload=workload,
                        instances=summarize_instances(ds) if summaries else (),
-                       slo=slo_attainment(ds, slo_ttft_s, slo_tpot_s),
-                       capacity=capacity if capacity is not None else Missing("not estimated"),
+                       slo=slo, capacity=cap, evidence=evidence,
                        options=RuleOptions(slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s))
 
 

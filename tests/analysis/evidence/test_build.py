@@ -1,4 +1,4 @@
-"""Evidence features: computed once per context, from whatever inputs exist, never invented."""
+"""The evidence: computed once per diagnosis, from whatever inputs exist, never invented."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from pdprobe import signals as S
-from pdprobe.rules.features import compute_features, features_for
 from tests.rules.builders import Cluster, make_context, make_dataset, net, ramp
 
 
@@ -19,12 +18,7 @@ def cluster() -> Cluster:
 
 @pytest.fixture(scope="module")
 def full(cluster: Cluster):  # type: ignore[no-untyped-def]
-    return features_for(cluster.context())
-
-
-def test_features_are_cached_per_context(cluster: Cluster) -> None:
-    ctx = cluster.context(("requests",))
-    assert features_for(ctx) is features_for(ctx)
+    return cluster.context().evidence
 
 
 def test_instance_table_has_shares_hit_rates_and_latencies(full) -> None:  # type: ignore[no-untyped-def]
@@ -69,7 +63,7 @@ def test_transfer_and_mix(full) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_requests_only_has_no_gauges_and_no_network(cluster: Cluster) -> None:
-    f = compute_features(cluster.context(("requests",)))
+    f = cluster.context(("requests",)).evidence
     assert "g_waiting_mean" not in f.instances.columns
     assert f.nodes.empty and not f.has_network and not f.rdma_signals
     assert f.role_series("prefill_queue") is None
@@ -79,7 +73,7 @@ def test_requests_only_has_no_gauges_and_no_network(cluster: Cluster) -> None:
 
 def test_logs_only_estimates_tpot_by_littles_law() -> None:
     c = Cluster(duration_s=600, tpot_factor={"decode-1": 2.0})
-    f = compute_features(c.context(("logs",)))
+    f = c.context(("logs",)).evidence
     decode = f.role("decode")
     assert decode["tpot_p50_source"].iloc[0] == "running / generation throughput (Little's law)"
     ratio = decode.loc["decode-1", "tpot_p50"] / decode.drop(index="decode-1")["tpot_p50"].median()
@@ -88,7 +82,7 @@ def test_logs_only_estimates_tpot_by_littles_law() -> None:
 
 
 def test_empty_dataset_gives_empty_features() -> None:
-    f = compute_features(make_context(make_dataset()))
+    f = make_context(make_dataset()).evidence
     assert f.instances.empty and f.nodes.empty and f.n_requests == 0
     assert f.transfer.latency_p50_s is None and f.mix.prompt is None
 
@@ -99,7 +93,7 @@ def test_counter_reset_inside_a_bin_counts_from_zero() -> None:
     values[20:] = (np.arange(ts.size - 20)) * 100.0  # restart: back to 0
     frames = [net("n1", S.RDMA_OUT_OF_SEQUENCE_TOTAL, ts, values),
               net("n1", S.RDMA_TX_BYTES_TOTAL, ts, np.arange(ts.size) * 1e9)]
-    f = compute_features(make_context(make_dataset(network=frames)))
+    f = make_context(make_dataset(network=frames)).evidence
     # 19 steps before the restart, then 19 steps after it starting from 0.
     assert f.nodes.loc["n1", "retransmit_bins"] >= 37
 
@@ -108,7 +102,7 @@ def test_a_single_sample_of_rdma_counters_gives_no_rates_and_no_error() -> None:
     """One scrape of a node's counters: nothing can be binned, the node is still listed."""
     frames = [net("n1", S.RDMA_TX_BYTES_TOTAL, np.array([1000.0]), np.array([5e9])),
               net("n1", S.PORT_STATE, np.array([1000.0]), np.array([4.0]), kind=S.GAUGE)]
-    f = compute_features(make_context(make_dataset(network=frames)))
+    f = make_context(make_dataset(network=frames)).evidence
     assert list(f.nodes.index) == ["n1"]
     peak = f.nodes.get("rdma_tx_p90_bytes_per_s")
     assert peak is None or peak.isna().all()

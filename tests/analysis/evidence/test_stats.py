@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdprobe.rules.stats import (
+from pdprobe.analysis.evidence.stats import (
     OUTLIER_Z,
     change_point,
     hinge,

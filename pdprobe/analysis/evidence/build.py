@@ -1,0 +1,79 @@
+"""``compute_evidence``: the evidence of one diagnosis, from the dataset and the analyses.
+
+The service calls it once per diagnosis and hands the result to every rule on its context;
+nothing caches it behind the callers' back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pdprobe.analysis.evidence.columns import InstanceColumns, host, instance_names
+from pdprobe.analysis.evidence.model import ClusterEvidence, Window
+from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.base import CapacityResult, SloAttainment, WorkloadSummary
+    from pdprobe.dataset import Dataset
+
+
+def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
+                     slo: SloAttainment | Missing, capacity: CapacityResult | Missing,
+                     slo_ttft_s: float | None = None,
+                     slo_tpot_s: float | None = None) -> ClusterEvidence:
+    """Every evidence table of ``ds`` over its whole window (see ``registry``)."""
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.network import event_counts, node_figures
+    from pdprobe.analysis.evidence.per_instance import (
+        counter_figures,
+        gauge_figures,
+        histogram_figures,
+        request_figures,
+    )
+    from pdprobe.analysis.evidence.precedence import derive_and_choose
+    from pdprobe.analysis.evidence.series import alive_bins, cluster_series
+    from pdprobe.analysis.evidence.transfer import (
+        arrival_rate,
+        mix_figures,
+        queue_share,
+        slo_figures,
+        transfer_figures,
+    )
+    from pdprobe.analysis.instances import window_of
+    from pdprobe.analysis.stats import series_step
+
+    span = window_of(ds)
+    start, end = (0.0, 0.0) if span is None else span
+    window = Window(start, end, series_step(start, end))
+    index = pd.Index(sorted(instance_names(ds)), name="instance", dtype="object")
+    role_of = {i.name: i.role for i in ds.instances}
+    node_of = {i.name: (i.node or host(i.name)) for i in ds.instances}
+    cols = InstanceColumns(index)
+    cols.set_text("role", [role_of.get(n, "unknown") for n in index])
+    cols.set_text("node", [node_of.get(n, host(n)) for n in index])
+    bins: dict[str, pd.DataFrame] = {}
+    request_figures(ds, window, cols, bins)
+    gauge_figures(ds, window, cols, bins)
+    counter_figures(ds, window, cols)
+    histogram_figures(ds, window, cols)
+    derive_and_choose(cols)
+    alive = alive_bins(ds, window, index)
+    bins["alive"] = alive.set_axis(window.bin_ts, axis=0)
+    table = cols.frame()
+    cluster = cluster_series(ds, window, table, bins, alive)
+    nodes, rdma_signals, tcp_signals = node_figures(ds, window)
+    share, q90 = queue_share(ds)
+    return ClusterEvidence(
+        window=window, instances=table, bins=bins, cluster=cluster, nodes=nodes,
+        events=event_counts(ds), transfer=transfer_figures(ds, window, table, cluster),
+        slo=slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table),
+        capacity=None if isinstance(capacity, Missing) else capacity,
+        arrival_rate_rps=arrival_rate(workload, ds, window, table),
+        request_columns=frozenset(ds.request_columns), n_requests=len(ds.requests),
+        has_metrics=not ds.metrics.empty, has_network=not ds.network.empty,
+        rdma_signals=rdma_signals, tcp_signals=tcp_signals,
+        mix=mix_figures(ds, window, cluster), queue_share_of_ttft_p50=share, queue_s_p90=q90,
+    )

@@ -1,0 +1,135 @@
+"""Building blocks of the evidence tables: the per-instance column set, bins, names, records.
+
+``InstanceColumns`` collects per-instance columns one by one and refuses a name the registry
+does not declare, so no producer can write a column no reader can find. ``request_column`` is
+the one reader of request-record columns that may be absent (``kv_transfer_s`` among them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from pdprobe.analysis.evidence.registry import spec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.model import Window
+    from pdprobe.dataset import Dataset
+
+# The request column that names the instance of each role.
+ROLE_COLUMN: Final[Mapping[str, str]] = {"prefill": "prefill_instance",
+                                         "decode": "decode_instance"}
+
+
+class InstanceColumns:
+    """Per-instance columns collected one by one, assembled into one frame at the end."""
+
+    def __init__(self, index: pd.Index) -> None:
+        self.index = index
+        self.data: dict[str, pd.Series] = {}
+        self.text: dict[str, Any] = {}
+
+    def put(self, name: str, values: pd.Series) -> None:
+        """Set ``name`` where ``values`` (indexed by instance) has a value; keep the rest."""
+        import pandas as pd
+
+        spec("instances", name)
+        v = pd.Series(values, dtype="float64")
+        if v.index.dtype != object:
+            v.index = v.index.astype(str).astype(object)
+        new = v.reindex(self.index)
+        old = self.data.get(name)
+        self.data[name] = new if old is None else new.combine_first(old)
+
+    def set(self, name: str, values: Any) -> None:
+        """Set the whole float column ``name``."""
+        import pandas as pd
+
+        spec("instances", name)
+        self.data[name] = pd.Series(np.asarray(values, dtype="float64"), index=self.index)
+
+    def set_series(self, name: str, values: pd.Series) -> None:
+        """Set the whole column ``name`` to a series already on the instance index."""
+        spec("instances", name)
+        self.data[name] = values
+
+    def set_text(self, name: str, values: Any) -> None:
+        """Set a label column (role, node, a choice's source)."""
+        spec("instances", name)
+        self.text[name] = values
+
+    def get(self, name: str) -> pd.Series:
+        """The float column ``name``, all-NaN when nothing produced it."""
+        import pandas as pd
+
+        spec("instances", name)
+        if name in self.data:
+            return self.data[name]
+        return pd.Series(np.nan, index=self.index, dtype="float64")
+
+    def frame(self) -> pd.DataFrame:
+        """The table: label columns first, then the float columns in production order."""
+        import pandas as pd
+
+        parts: dict[str, Any] = dict(self.text)
+        parts.update(self.data)
+        return pd.DataFrame(parts, index=self.index)
+
+
+def host(name: str) -> str:
+    """``host:port`` -> ``host``; a pod name stays as it is."""
+    name = str(name)
+    if name.startswith("["):  # [v6]:port
+        return name.split("]")[0].lstrip("[")
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+
+
+def instance_names(ds: Dataset) -> set[str]:
+    """Every instance the dataset names: known instances, request columns, metric labels."""
+    names = {i.name for i in ds.instances}
+    req = ds.requests
+    for col in ROLE_COLUMN.values():
+        if col in ds.request_columns and len(req):
+            names.update(str(v) for v in req[col].dropna().unique())
+    if len(ds.metrics):
+        from pdprobe.analysis.tables import column_codes
+
+        names.update(str(v) for v in column_codes(ds.metrics, "instance")[1])
+    names.discard("")
+    return names
+
+
+def request_column(ds: Dataset, name: str) -> pd.Series | None:
+    """A request-record column the inputs carried with at least one value, else None."""
+    if name not in ds.request_columns or not len(ds.requests):
+        return None
+    values = ds.requests[name]
+    return values if bool(values.notna().any()) else None
+
+
+def transfer_seconds(ds: Dataset) -> pd.Series | None:
+    """Per-request KV-transfer time (``kv_transfer_s``), None when the records lack it.
+
+    The one place the evidence reads the column: every transfer figure derives from this.
+    """
+    return request_column(ds, "kv_transfer_s")
+
+
+def merge_bins(bins: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
+    """Add ``frame`` to the per-bin frame ``name`` (earlier values win)."""
+    spec("bins", name)
+    prev = bins.get(name)
+    bins[name] = frame if prev is None else prev.combine_first(frame)
+
+
+def reindex_bins(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """A frame indexed by bin number as one indexed by bin start, every bin present."""
+    out = frame.reindex(range(window.n_bins))
+    out.index = window.bin_ts
+    out.index.name = "ts"
+    out.columns = [str(c) for c in out.columns]
+    return out.astype("float64")

@@ -1,0 +1,201 @@
+"""The evidence of one diagnosis: tidy tables of declared columns and a few cluster figures.
+
+``ClusterEvidence`` is computed once per diagnosis (``compute_evidence``) and read by every
+rule and, where they show the same quantity, by the report. Its accessors take evidence
+names declared in ``registry``: an undeclared name raises ``UnknownEvidence``; a declared one
+the inputs do not carry reads as all-NaN (tables) or None (series), never as a 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pdprobe.analysis.evidence.registry import Table, spec
+from pdprobe.analysis.evidence.stats import ChangePoint
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.base import CapacityResult
+
+
+@dataclass(frozen=True)
+class Window:
+    """The diagnosis window and the bin width of every per-bin series."""
+
+    start_ts: float
+    end_ts: float
+    step_s: float
+
+    @property
+    def span_s(self) -> float:
+        """Window length in seconds (0 for an empty window)."""
+        return max(self.end_ts - self.start_ts, 0.0)
+
+    @property
+    def n_bins(self) -> int:
+        """Number of bins (at least one)."""
+        return max(1, int(np.ceil(max(self.span_s, self.step_s) / self.step_s)))
+
+    @property
+    def bin_ts(self) -> np.ndarray:
+        """Start of every bin (Unix seconds)."""
+        return self.start_ts + self.step_s * np.arange(self.n_bins)
+
+    def bin_of(self, ts: np.ndarray) -> np.ndarray:
+        """The bin of each timestamp, clipped into the window (NaN goes to bin 0)."""
+        idx = np.floor((np.asarray(ts, dtype=np.float64) - self.start_ts) / self.step_s)
+        return np.clip(np.nan_to_num(idx, nan=0.0), 0, self.n_bins - 1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Cluster-level KV-transfer figures, each None when the inputs do not carry it."""
+
+    latency_p50_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_source: str = ""
+    share_of_ttft_p50: float | None = None  # median per-request kv_transfer_s / ttft_s
+    achieved_bytes_per_s: float | None = None  # bytes moved per second of transfer time
+    achieved_source: str = ""
+    bytes_total: float | None = None  # KV bytes moved in the window
+    bytes_source: str = ""
+    demand_vs_latency_rho: float | None = None  # per-bin demand (bytes/s) vs median latency
+    demand_vs_latency_p: float | None = None
+    # Median transfer time per GB (else per transfer) in the quietest / busiest third of bins.
+    latency_low_demand_s: float | None = None
+    latency_high_demand_s: float | None = None
+    latency_per_gb: bool = False  # True when the two above are seconds per GB
+    transfers: int | None = None  # number of transfers measured
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The objectives in force and how the requests fared against them."""
+
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    ttft_attainment: float | None = None
+    tpot_attainment: float | None = None
+    ttft_p90_s: float | None = None
+    tpot_p90_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Level shifts of the workload over the window (length mix and arrival count)."""
+
+    prompt: ChangePoint | None = None  # mean prompt tokens per bin
+    output: ChangePoint | None = None  # mean output tokens per bin
+    # Prompt tokens per output token from engine throughput (logs), when lengths are unknown.
+    work: ChangePoint | None = None
+    arrivals: ChangePoint | None = None  # requests per bin
+    prompt_p_requests: float | None = None  # rank test on the requests either side of the split
+    output_p_requests: float | None = None
+    source: str = ""
+
+
+def column(frame: pd.DataFrame, name: str, table: Table = "instances") -> pd.Series:
+    """A declared float column of ``frame`` (rows of ``table``), all-NaN when not carried."""
+    import pandas as pd
+
+    spec(table, name)
+    if name in frame.columns:
+        return frame[name].astype("float64")
+    return pd.Series(np.nan, index=frame.index, dtype="float64")
+
+
+@dataclass(frozen=True)
+class ClusterEvidence:
+    """Everything the rules compare, in tidy tables of declared columns (see ``registry``)."""
+
+    window: Window
+    instances: pd.DataFrame  # index: instance name; one row per instance
+    bins: Mapping[str, pd.DataFrame]  # name -> bins x instances (index: bin start ts)
+    cluster: pd.DataFrame  # index: bin start ts; role-level and workload series
+    nodes: pd.DataFrame  # index: node; RDMA/TCP counters over the window
+    events: pd.DataFrame  # columns event, instance, count
+    transfer: Transfer
+    slo: Slo
+    capacity: CapacityResult | None
+    arrival_rate_rps: float | None
+    request_columns: frozenset[str]
+    n_requests: int
+    has_metrics: bool
+    has_network: bool
+    rdma_signals: frozenset[str]  # RDMA signals present in the network table
+    tcp_signals: frozenset[str]
+    mix: Mix = field(default_factory=Mix)
+    queue_share_of_ttft_p50: float | None = None  # median per-request queue_s / ttft_s
+    queue_s_p90: float | None = None
+
+    def role(self, role: str) -> pd.DataFrame:
+        """The instance rows of one role (sorted by name)."""
+        return self.instances[self.instances["role"] == role]
+
+    def names(self, role: str) -> tuple[str, ...]:
+        """Names of the instances of one role."""
+        return tuple(self.role(role).index.astype(str))
+
+    def has_requests_column(self, column: str) -> bool:
+        """Whether the request records carried ``column``."""
+        return column in self.request_columns
+
+    def event_count(self, event: str) -> int:
+        """How many events of this kind the inputs logged."""
+        if self.events.empty:
+            return 0
+        return int(self.events.loc[self.events["event"] == event, "count"].sum())
+
+    def event_instances(self, event: str) -> list[str]:
+        """Instances named by events of this kind (sorted)."""
+        if self.events.empty:
+            return []
+        ev = self.events
+        sub = ev[(ev["event"] == event) & (ev["instance"] != "")]
+        return sorted(sub["instance"].astype(str).unique())
+
+    def bin(self, name: str) -> pd.DataFrame | None:
+        """The per-bin frame ``name`` (bins x instances), None when the inputs lack it."""
+        spec("bins", name)
+        return self.bins.get(name)
+
+    def bin_frame(self, name: str, instances: tuple[str, ...] | list[str]) -> pd.DataFrame | None:
+        """Per-bin values of ``name`` for these instances (columns), None when absent."""
+        frame = self.bin(name)
+        if frame is None:
+            return None
+        cols = [c for c in instances if c in frame.columns]
+        if not cols:
+            return None
+        return frame[cols]
+
+    def role_series(self, name: str) -> pd.Series | None:
+        """The cluster series ``name``, None when absent or all-NaN."""
+        series = self.cluster_column(name)
+        if series is None:
+            return None
+        return series if series.notna().any() else None
+
+    def cluster_column(self, name: str) -> pd.Series | None:
+        """The cluster series ``name`` as computed (may be all-NaN), None when absent."""
+        spec("cluster", name)
+        return self.cluster[name] if name in self.cluster.columns else None
+
+    def node_column(self, name: str) -> pd.Series:
+        """A per-node float column, all-NaN when not carried."""
+        return column(self.nodes, name, "nodes")
+
+    def has_node_column(self, name: str) -> bool:
+        """Whether the network inputs produced the per-node column ``name``."""
+        spec("nodes", name)
+        return name in self.nodes.columns
+
+    def instances_on(self, nodes: list[str]) -> list[str]:
+        """Instances running on these nodes (sorted)."""
+        inst = self.instances
+        return sorted(inst.index[inst["node"].isin(nodes)].astype(str))

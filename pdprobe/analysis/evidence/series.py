@@ -1,0 +1,245 @@
+"""Per-bin evidence: role-level cluster series, instances alive per bin, workload series.
+
+The cluster table has one row per bin (index: bin start) and the ``CLUSTER`` columns of the
+registry: per-role means of the per-instance gauge bins, pool throughput, instances serving,
+arrivals, length means and request-record latency medians. Everything is a groupby over bins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.columns import ROLE_COLUMN, request_column, transfer_seconds
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.model import Window
+    from pdprobe.dataset import Dataset
+
+# Per-role means of per-instance gauge bins: (cluster column, bins name, role).
+ROLE_MEANS: Final = (("prefill_queue", "g_waiting", "prefill"),
+                     ("prefill_bootstrap", "g_bootstrap", "prefill"),
+                     ("prefill_inflight", "g_inflight", "prefill"),
+                     ("prefill_running", "g_running", "prefill"),
+                     ("decode_waiting", "g_waiting", "decode"),
+                     ("decode_deferred", "g_deferred", "decode"),
+                     ("decode_kv_fetch", "g_kv_fetch", "decode"),
+                     ("decode_prealloc", "g_prealloc", "decode"),
+                     ("decode_transfer_queue", "g_transfer_queue", "decode"),
+                     ("decode_kv_usage", "g_kv_usage", "decode"),
+                     ("decode_running", "g_running", "decode"),
+                     ("decode_retracted", "g_retracted", "decode"))
+ALIVE_COLUMN: Final[Mapping[str, str]] = {"prefill": "prefill_alive", "decode": "decode_alive"}
+
+
+def _role_mean(bins: Mapping[str, pd.DataFrame], name: str, names: tuple[str, ...]) -> Any:
+    """Mean over these instances of the per-bin frame ``name`` (None when absent)."""
+    frame = bins.get(name)
+    if frame is None:
+        return None
+    cols = [c for c in names if c in frame.columns]
+    if not cols:
+        return None
+    return frame[cols].mean(axis=1, skipna=True)
+
+
+def cluster_series(ds: Dataset, window: Window, table: pd.DataFrame,
+                   bins: dict[str, pd.DataFrame], alive: pd.DataFrame) -> pd.DataFrame:
+    """The cluster table: one row per bin, the registry's ``CLUSTER`` columns."""
+    import pandas as pd
+
+    out = pd.DataFrame(index=pd.Index(window.bin_ts, name="ts"))
+    roles = {r: tuple(table.index[table["role"] == r].astype(str)) for r in ("prefill", "decode")}
+    for col, name, role in ROLE_MEANS:
+        series = _role_mean(bins, name, roles[role])
+        if series is not None:
+            out[col] = series.to_numpy()
+    for col, name, role, signal in (
+            ("prompt_tps_total", "g_prompt_tps", "prefill", S.PROMPT_TOKENS_TOTAL),
+            ("gen_tps_total", "g_gen_tps", "decode", S.GENERATION_TOKENS_TOTAL)):
+        frame = bins.get(name)
+        cols_ = [c for c in roles[role] if frame is not None and c in frame.columns]
+        if frame is not None and cols_:
+            out[col] = frame[cols_].sum(axis=1, min_count=1).to_numpy()
+        else:  # token counters, when the engine exposes no throughput gauge (SGLang)
+            rate = _counter_rate_bins(ds, window, signal, roles[role])
+            if rate is not None:
+                out[col] = rate
+    if "decode_waiting" in out.columns:
+        deferred = out["decode_deferred"].fillna(0.0) if "decode_deferred" in out.columns else 0.0
+        out["decode_admission"] = (out["decode_waiting"] - deferred).clip(lower=0.0)
+    # Instances alive per bin: any metric sample in the bin, or a request that names them.
+    for role in ("prefill", "decode"):
+        cols = [c for c in roles[role] if c in alive.columns]
+        if cols:
+            out[ALIVE_COLUMN[role]] = alive[cols].sum(axis=1).to_numpy(dtype="float64")
+    _request_series(ds, window, out)
+    if "prompt_mean" not in out.columns:
+        _histogram_mix(ds, window, out)
+    return out
+
+
+def _counter_rate_bins(ds: Dataset, window: Window, signal: str,
+                       instances: tuple[str, ...]) -> np.ndarray | None:
+    """Per-bin rate of a counter summed over ``instances`` (NaN where nothing was sampled)."""
+    from pdprobe.analysis.tables import signal_rows
+
+    m = ds.metrics
+    if m.empty or not instances:
+        return None
+    rows = signal_rows(m, signal)
+    sub = rows[((rows["kind"] == S.COUNTER) & rows["instance"].isin(list(instances))).to_numpy(
+        dtype=bool, na_value=False)]
+    if sub.empty:
+        return None
+    per = binned_increase(sub, ["instance"], window)
+    if per.empty:
+        return None
+    total = per.groupby(level="_bin").sum()
+    out = np.full(window.n_bins, np.nan)
+    out[total.index.to_numpy(dtype=np.int64)] = total.to_numpy(dtype="float64") / window.step_s
+    return out
+
+
+def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
+    """1 where an instance was serving in a bin, else 0 (columns: instances).
+
+    An instance with metric samples in a bin is alive there. From request records alone an
+    instance counts as alive from the first to the last request that names it: a bin in which
+    the router sent it nothing is exactly what a skewed router looks like, not a dead instance.
+    """
+    import pandas as pd
+
+    from pdprobe.analysis.tables import column_codes
+
+    names = list(index.astype(str))
+    pos = {n: i for i, n in enumerate(names)}
+    alive = np.zeros((window.n_bins, len(names)))
+
+    def located(codes: np.ndarray, uniques: pd.Index, ts: pd.Series
+                ) -> tuple[np.ndarray, np.ndarray]:
+        lookup = np.array([pos.get(str(u), -1) for u in uniques] + [-1], dtype=np.int64)
+        where = lookup[codes]  # code -1 (missing) maps to the trailing -1
+        t = ts.to_numpy(dtype="float64")
+        ok = (where >= 0) & (t >= window.start_ts) & (t <= window.end_ts)
+        return where[ok], window.bin_of(t[ok])
+
+    m = ds.metrics
+    if len(m):
+        where, b = located(*column_codes(m, "instance"), m["ts"])
+        alive[b, where] = 1.0
+    req = ds.requests
+    for col in ROLE_COLUMN.values():
+        if col in ds.request_columns and len(req):
+            where, b = located(*pd.factorize(req[col], use_na_sentinel=True),
+                               req["arrival_ts"])
+            if not where.size:
+                continue
+            first = np.full(len(names), window.n_bins, dtype=np.int64)
+            last = np.full(len(names), -1, dtype=np.int64)
+            np.minimum.at(first, where, b)
+            np.maximum.at(last, where, b)
+            bins_ = np.arange(window.n_bins)[:, None]
+            alive = np.maximum(alive, ((bins_ >= first[None, :]) & (bins_ <= last[None, :]))
+                               .astype(float))
+    return pd.DataFrame(alive, columns=names)
+
+
+def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
+    """Arrivals, length means and latency medians per bin from request records."""
+    req = ds.requests
+    if req.empty:
+        return
+    b = window.bin_of(req["arrival_ts"].to_numpy())
+    grouped = req.assign(_bin=b).groupby("_bin", sort=True)
+    n = window.n_bins
+    out["arrivals"] = grouped.size().reindex(range(n)).fillna(0.0).to_numpy(dtype="float64")
+    out["prompt_mean"] = grouped["prompt_tokens"].mean().reindex(range(n)).to_numpy(
+        dtype="float64")
+    out["output_mean"] = grouped["output_tokens"].mean().reindex(range(n)).to_numpy(
+        dtype="float64")
+    cols = ds.request_columns
+    for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),
+                      ("tpot_s", "tpot_p50")):
+        if request_column(ds, col) is not None:
+            out[name] = grouped[col].median().reindex(range(n)).to_numpy(dtype="float64")
+    xfer = transfer_seconds(ds)
+    if xfer is not None:
+        out["xfer_s_p50"] = xfer.groupby(b).median().reindex(range(n)).to_numpy(dtype="float64")
+    if "ttft_s" in cols and req["ttft_s"].notna().any():
+        out["ttft_p90"] = grouped["ttft_s"].quantile(0.9).reindex(range(n)).to_numpy(
+            dtype="float64")
+    if "kv_bytes" in cols and req["kv_bytes"].notna().any():
+        out["kv_bytes_per_s"] = (grouped["kv_bytes"].sum(min_count=1).reindex(range(n))
+                                 / window.step_s).to_numpy(dtype="float64")
+        if xfer is not None:
+            # Time per GB: congestion slows every byte; bigger transfers alone do not.
+            per_gb = 1e9 * xfer / req["kv_bytes"].where(req["kv_bytes"] > 0)
+            out["xfer_s_per_gb_p50"] = per_gb.groupby(b).median().reindex(range(n)).to_numpy(
+                dtype="float64")
+
+
+def _histogram_mix(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
+    """Per-bin mean prompt/output length from the token histograms' sum and count rates."""
+    from pdprobe.analysis.promql import rate_series
+
+    m = ds.metrics
+    if m.empty:
+        return
+    for signal, col in ((S.PROMPT_TOKENS, "prompt_mean"), (S.OUTPUT_TOKENS, "output_mean")):
+        sums = rate_series(m, signal, window.step_s, kind=S.HSUM)
+        counts = rate_series(m, signal, window.step_s, kind=S.HCOUNT)
+        if sums.empty or counts.empty:
+            continue
+        s = sums.groupby("ts")["rate"].sum()
+        c = counts.groupby("ts")["rate"].sum()
+        mean = (s / c.where(c > 0)).dropna()
+        idx = window.bin_of(mean.index.to_numpy(dtype="float64"))
+        values = np.full(window.n_bins, np.nan)
+        values[idx] = mean.to_numpy(dtype="float64")
+        out[col] = values
+        if col == "prompt_mean":
+            rate_per_bin = np.full(window.n_bins, np.nan)
+            rate_per_bin[idx] = c.reindex(mean.index).to_numpy(dtype="float64") * window.step_s
+            out["arrivals_hist"] = rate_per_bin
+
+
+# ---------------------------------------------------------------------------------------------
+# network
+
+
+def binned_increase(frame: pd.DataFrame, key: list[str], window: Window) -> pd.Series:
+    """Counter increase per (key..., bin): each step between consecutive samples of a series
+    goes to the bin of its later sample (a drop counts as a restart from 0)."""
+    import pandas as pd
+
+    from pdprobe.analysis.promql import group_sorted
+
+    if len(frame) < 2:
+        return pd.Series([], dtype="float64")
+    # Samples of a series in time order, series in key order; rows with a missing label
+    # belong to no series.
+    g = group_sorted(frame, key, dropna=True)
+    t, v = g.ts, g.values
+    same = np.ones(max(len(t) - 1, 0), dtype=bool)
+    same[g.starts[1:] - 1] = False  # a step across two series is no step
+    d = np.diff(v)
+    d = np.where(d < 0, v[1:], d)
+    inside = (t[1:] >= window.start_ts) & (t[1:] <= window.end_ts)
+    keep = same & inside & np.isfinite(d)
+    series = np.cumsum(~same)[keep]  # series number of each step's later sample
+    cell = series * window.n_bins + window.bin_of(t[1:][keep])
+    # pandas' grouped sum (compensated, in time order within a cell) on integer cells
+    inc = pd.Series(d[keep]).groupby(cell, sort=True).sum()
+    cells, first = np.unique(cell, return_index=True)  # sorted, as the groupby's
+    rows = np.flatnonzero(keep)[first] + 1  # a sample of each cell, for its key labels
+    labels = g.key_frame(frame, key, rows)
+    index = pd.MultiIndex.from_arrays(
+        [*(labels[c] for c in key), cells % window.n_bins], names=[*key, "_bin"])
+    return pd.Series(inc.to_numpy(), index=index, name="inc")
+

@@ -1,0 +1,235 @@
+"""Cluster-level evidence: KV-transfer figures, SLO attainment, arrival rate, length mix.
+
+Request records give exact figures (read once, through ``columns.transfer_seconds`` for the
+KV-transfer time); histograms and the per-instance table stand in when they are absent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.columns import transfer_seconds
+from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
+from pdprobe.analysis.evidence.stats import ChangePoint
+from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.base import SloAttainment, WorkloadSummary
+    from pdprobe.analysis.evidence.model import Window
+    from pdprobe.dataset import Dataset
+
+# Bins with fewer requests than this are left out of the length-mix change-point test.
+MIX_MIN_REQUESTS_PER_BIN: Final = 5
+
+
+def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
+                     cluster: pd.DataFrame) -> Transfer:
+    """Cluster KV-transfer latency, share of TTFT, bandwidth, volume and congestion test."""
+    from pdprobe.analysis.evidence.stats import spearman
+    from pdprobe.analysis.promql import histogram_quantile, histogram_window
+    from pdprobe.analysis.tables import has_signal
+
+    req = ds.requests
+    cols = ds.request_columns
+    out: dict[str, Any] = {}
+    xfer = transfer_seconds(ds)
+    if xfer is not None:
+        x = xfer.to_numpy(dtype="float64")
+        x = x[np.isfinite(x)]
+        out.update(latency_p50_s=float(np.median(x)), latency_p90_s=float(np.quantile(x, 0.9)),
+                   latency_source="request records", transfers=int(x.size))
+        if "ttft_s" in cols and req["ttft_s"].notna().any():
+            ratio = (xfer / req["ttft_s"].where(req["ttft_s"] > 0)).to_numpy(
+                dtype="float64")
+            ratio = ratio[np.isfinite(ratio)]
+            if ratio.size:
+                out["share_of_ttft_p50"] = float(np.median(ratio))
+        if "kv_bytes" in cols and req["kv_bytes"].notna().any():
+            both = req[["kv_bytes"]].assign(secs=xfer).dropna()
+            both = both[both["secs"] > 0]
+            if len(both):
+                out.update(achieved_bytes_per_s=float(both["kv_bytes"].sum()
+                                                      / both["secs"].sum()),
+                           achieved_source="kv_bytes / kv_transfer_s in request records")
+    elif not ds.metrics.empty and has_signal(ds.metrics, S.KV_TRANSFER_S):
+        hist = histogram_window(ds.metrics, S.KV_TRANSFER_S, window.start_ts, window.end_ts,
+                                from_zero=True)
+        if not hist.empty and hist["count"].sum() > 0:
+            le, cnt = hist["le"].to_numpy(), hist["count"].to_numpy()
+            p50 = histogram_quantile(0.5, le, cnt)
+            p90 = histogram_quantile(0.9, le, cnt)
+            if np.isfinite(p50):
+                out.update(latency_p50_s=p50, latency_p90_s=p90,
+                           latency_source="KV-transfer histograms",
+                           transfers=int(hist.attrs.get("count", 0) or 0))
+    if "kv_bytes" in cols and req["kv_bytes"].notna().any():
+        out.update(bytes_total=float(req["kv_bytes"].sum()), bytes_source="request records")
+    elif "h_xfer_bytes_sum" in table.columns and table["h_xfer_bytes_sum"].notna().any():
+        # A transfer is counted on both ends by some connectors: take the producer side.
+        pre = table.loc[table["role"] == "prefill", "h_xfer_bytes_sum"]
+        src = pre if pre.notna().any() else table["h_xfer_bytes_sum"]
+        out.update(bytes_total=float(src.sum()), bytes_source="KV-transfer byte histograms")
+    if "achieved_bytes_per_s" not in out:
+        achieved = table["xfer_bytes_per_s"].dropna()
+        if len(achieved):
+            out.update(achieved_bytes_per_s=float(achieved.median()),
+                       achieved_source=str(table.loc[achieved.index[0],
+                                                      "xfer_bytes_per_s_source"]))
+    if "latency_p50_s" not in out:
+        lat = table["xfer_s_p50"].dropna()
+        if len(lat):
+            out.update(latency_p50_s=float(lat.median()),
+                       latency_p90_s=float(table["xfer_s_p90"].dropna().median())
+                       if table["xfer_s_p90"].notna().any() else None,
+                       latency_source=str(table.loc[lat.index[0], "xfer_s_p50_source"]))
+    lat_col = "xfer_s_per_gb_p50" if "xfer_s_per_gb_p50" in cluster.columns else "xfer_s_p50"
+    if "kv_bytes_per_s" in cluster.columns and lat_col in cluster.columns:
+        demand = cluster["kv_bytes_per_s"].to_numpy(dtype="float64")
+        per_bin = cluster[lat_col].to_numpy(dtype="float64")
+        rho, p, n = spearman(demand, per_bin)
+        if n >= 5 and np.isfinite(rho):
+            ok = np.isfinite(demand) & np.isfinite(per_bin)
+            d, lt = demand[ok], per_bin[ok]
+            lo, hi = np.quantile(d, [1 / 3, 2 / 3])
+            out.update(demand_vs_latency_rho=rho, demand_vs_latency_p=p,
+                       latency_low_demand_s=float(np.median(lt[d <= lo])),
+                       latency_high_demand_s=float(np.median(lt[d >= hi])),
+                       latency_per_gb=lat_col == "xfer_s_per_gb_p50")
+    return Transfer(**out)
+
+
+def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: float | None,
+                ds: Dataset, table: pd.DataFrame) -> Slo:
+    """Objectives (given, else the analysis's), attainment and the p90 latencies."""
+    from pdprobe.analysis.base import SloAttainment
+
+    ttft_att = tpot_att = None
+    if isinstance(slo, SloAttainment):
+        ttft_slo = ttft_slo if ttft_slo is not None else slo.ttft_slo_s
+        tpot_slo = tpot_slo if tpot_slo is not None else slo.tpot_slo_s
+        ttft_att = None if isinstance(slo.ttft, Missing) else float(slo.ttft)
+        tpot_att = None if isinstance(slo.tpot, Missing) else float(slo.tpot)
+    req = ds.requests
+    ttft_p90 = tpot_p90 = None
+    if "ttft_s" in ds.request_columns and req["ttft_s"].notna().any():
+        ttft_p90 = float(req["ttft_s"].quantile(0.9))
+    elif table["ttft_p90"].notna().any():
+        ttft_p90 = float(table["ttft_p90"].max())
+    if "tpot_s" in ds.request_columns and req["tpot_s"].notna().any():
+        tpot_p90 = float(req["tpot_s"].quantile(0.9))
+    elif table.loc[table["role"] == "decode", "tpot_p90"].notna().any():
+        tpot_p90 = float(table.loc[table["role"] == "decode", "tpot_p90"].median())
+    return Slo(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, ttft_attainment=ttft_att,
+               tpot_attainment=tpot_att, ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90)
+
+
+def arrival_rate(workload: WorkloadSummary | Missing, ds: Dataset, window: Window,
+                 table: pd.DataFrame) -> float | None:
+    """Requests per second: the workload analysis's, else records, else finished counters."""
+    from pdprobe.analysis.base import WorkloadSummary
+
+    if isinstance(workload, WorkloadSummary):
+        arrival = workload.arrival_rate_rps
+        if not isinstance(arrival, Missing) and arrival > 0:
+            return float(arrival)
+    if len(ds.requests) >= 2 and window.span_s > 0:
+        return float(len(ds.requests) / window.span_s)
+    finished = table.loc[table["role"] == "decode", "c_finished"] if "c_finished" in \
+        table.columns else None
+    if finished is not None and finished.notna().any() and window.span_s > 0:
+        return float(finished.sum() / window.span_s)
+    return None
+
+
+def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
+    """Median per-request queue_s / ttft_s and the p90 of queue_s (None without them)."""
+    req = ds.requests
+    cols = ds.request_columns
+    if "queue_s" not in cols or not req["queue_s"].notna().any():
+        return None, None
+    q90 = float(req["queue_s"].quantile(0.9))
+    if "ttft_s" not in cols or not req["ttft_s"].notna().any():
+        return None, q90
+    ratio = (req["queue_s"] / req["ttft_s"].where(req["ttft_s"] > 0)).to_numpy(dtype="float64")
+    ratio = ratio[np.isfinite(ratio)]
+    return (float(np.median(ratio)) if ratio.size else None), q90
+
+
+def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
+    """Strongest level shift of mean prompt/output length and of arrivals per bin.
+
+    Bins with too few requests are left out (a bin mean of 3 requests is noise). When request
+    records exist the split is re-tested on the requests themselves (rank test), which is far
+    more powerful than comparing bin means.
+    """
+    from scipy import stats
+
+    from pdprobe.analysis.evidence.stats import change_point
+
+    if "prompt_mean" not in cluster.columns:
+        return _throughput_mix(cluster)
+    ts = cluster.index.to_numpy(dtype="float64")
+    counts = cluster["arrivals"] if "arrivals" in cluster.columns else cluster.get("arrivals_hist")
+    keep = np.ones(len(ts), dtype=bool)
+    if counts is not None:
+        keep = counts.to_numpy(dtype="float64") >= MIX_MIN_REQUESTS_PER_BIN
+    out: dict[str, Any] = {"source": "request records" if len(ds.requests)
+                           else "token-length histograms"}
+    for col, name in (("prompt_mean", "prompt"), ("output_mean", "output")):
+        if col not in cluster.columns:
+            continue
+        vals = cluster[col].to_numpy(dtype="float64")
+        cp = change_point(ts[keep], np.log(np.clip(vals[keep], 1e-9, None)))
+        if cp is None:
+            continue
+        # Report levels in tokens, not in logs.
+        before = vals[keep & (ts < cp.ts)]
+        after = vals[keep & (ts >= cp.ts)]
+        cp = ChangePoint(index=cp.index, ts=cp.ts, before=float(np.nanmedian(before)),
+                         after=float(np.nanmedian(after)), p_value=cp.p_value)
+        out[name] = cp
+        if len(ds.requests):
+            req = ds.requests
+            tok = req["prompt_tokens" if name == "prompt" else "output_tokens"].to_numpy(
+                dtype="float64")
+            arr = req["arrival_ts"].to_numpy(dtype="float64")
+            a, b = tok[arr < cp.ts], tok[arr >= cp.ts]
+            if a.size >= 5 and b.size >= 5:
+                p_key = "prompt_p_requests" if name == "prompt" else "output_p_requests"
+                out[p_key] = float(stats.mannwhitneyu(a, b).pvalue)
+    if counts is not None:
+        cp = change_point(ts, counts.to_numpy(dtype="float64"))
+        if cp is not None:
+            out["arrivals"] = cp
+    return Mix(**out)
+
+
+def _throughput_mix(cluster: pd.DataFrame) -> Mix:
+    """Without lengths, the prompt/output token-rate ratio from the engines' throughput.
+
+    Prefill instances' prompt throughput over decode instances' generation throughput is the
+    mix's prompt tokens per output token (decode instances' own "prompt throughput" is left out:
+    older vLLM counted KV received over the connector there).
+    """
+    from pdprobe.analysis.evidence.stats import change_point
+
+    if "prompt_tps_total" not in cluster.columns or "gen_tps_total" not in cluster.columns:
+        return Mix()
+    p = cluster["prompt_tps_total"].to_numpy(dtype="float64")
+    g = cluster["gen_tps_total"].to_numpy(dtype="float64")
+    ok = np.isfinite(p) & np.isfinite(g) & (p > 0) & (g > 0)
+    if ok.sum() < 6:
+        return Mix()
+    ts = cluster.index.to_numpy(dtype="float64")[ok]
+    ratio = p[ok] / g[ok]
+    cp = change_point(ts, np.log(ratio))
+    if cp is None:
+        return Mix()
+    cp = ChangePoint(index=cp.index, ts=cp.ts, before=float(np.median(ratio[ts < cp.ts])),
+                     after=float(np.median(ratio[ts >= cp.ts])), p_value=cp.p_value)
+    return Mix(work=cp, source="engine throughput (prompt vs generation tokens/s)")

@@ -1,0 +1,57 @@
+"""Thresholds more than one rule uses, each defined once with the reason for its value.
+
+A threshold only one rule uses stays in that rule's module, next to the code it tunes.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- decode memory ----------------------------------------------------------------------------
+# Decode KV usage (p90, median over decode instances) at or above this is memory pressure:
+# SGLang's pre-allocation and vLLM's admission both stall before the pool is at 100 %. Then a
+# prefill queue may be back-pressure from decode (PD101, PD202), measured KV-transfer times
+# include waiting for decode memory (PD301, PD302), and an admission queue is decode's own.
+DECODE_KV_PRESSURE: Final = 0.85
+# Mean retracted requests per decode instance (SGLang) from which decode is retracting: half a
+# request on average means retractions happen in most scrapes, not once.
+RETRACTING_MEAN: Final = 0.5
+# Requests per instance waiting for decode memory or a decode slot (SGLang pre-allocation or
+# bootstrap queue, vLLM admission wait): one on average means decode admits too slowly.
+DECODE_BACKPRESSURE_QUEUE: Final = 1.0
+# Growth of the decode admission queue (requests per instance) that counts as rising.
+DECODE_ADMISSION_GROWTH: Final = 2.0
+# Decode KV held by transfers: requests waiting for remote KV outnumber those waiting for a
+# decode slot or memory by this factor (and at least one waits on average). Both vLLM and SGLang
+# reserve decode KV before the transfer lands, so a slow hand-off fills decode memory too.
+REMOTE_DOMINANCE: Final = 2.0
+
+# -- prefill backlog ----------------------------------------------------------------------------
+# The mean prefill queue must rise by at least this many requests per instance: one or two
+# waiting requests come and go with batching; three more that stay mean arrivals outpace service.
+PREFILL_QUEUE_GROWTH: Final = 3.0
+# The median wait before prefill must rise by at least this (and at least double) to count.
+PREFILL_WAIT_GROWTH_S: Final = 0.5
+
+# -- trends and persistence -------------------------------------------------------------------
+# Mann–Kendall: p below this and tau at least this make a trend (p 0.01 because a diagnosis runs
+# a dozen such tests; tau 0.3 = clearly more rising pairs than falling, not a wobble).
+TREND_ALPHA: Final = 0.01
+TREND_MIN_TAU: Final = 0.3
+# A rise that ends in a drain counts when the rising part spans this share of the series.
+RISE_MIN_SHARE: Final = 0.3
+# A rise must last at least this many bins and this share of the window to be "growing".
+MIN_RISE_BINS: Final = 4
+MIN_RISE_SHARE: Final = 0.1
+# A per-instance difference is "persistent" when it holds in at least this share of the bins
+# with data: most of the window, so one busy stretch is not enough.
+PERSISTENT_BIN_SHARE: Final = 0.6
+
+# -- objectives and confidence ------------------------------------------------------------------
+# SLO attainment: below this share of requests within the objective the SLO counts as missed
+# (the usual "p90 within target" goal), below the critical share users see an outage.
+SLO_GOAL: Final = 0.9
+SLO_CRITICAL: Final = 0.5
+# Confidence never reaches certainty from telemetry alone, nor drops below "worth a look".
+CONFIDENCE_MAX: Final = 0.95
+CONFIDENCE_MIN: Final = 0.2

@@ -1,0 +1,141 @@
+"""Numbers with units, worded one way everywhere (bottom layer: no pandas, no project imports).
+
+Two registers, both here so they cannot drift apart unnoticed:
+
+- table cells and report prose (``fmt_*``, used by ``report/verdict.py`` and every renderer):
+  "93.4%", "1.24 s", "12m30s", "4.1 GB/s";
+- finding sentences and evidence wording (``pct``, ``secs``, ``duration``, ``rate_bytes``,
+  ``names``, used by the rules): "41 %", "850 ms", "12 min", "4.1 GB/s". Findings are part of
+  the JSON report and of every golden file, so their wording is kept as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+NA: Final = "n/a"
+
+
+def fmt_num(x: float | int) -> str:
+    """A plain number with sensible precision: 12,031 / 137 / 12.3 / 1.24 / 0.0123."""
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return NA
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:.0f}"
+    if a == 0:
+        return "0"
+    return f"{x:.3g}"  # three significant digits: 37, 12.3, 1.24, 0.0123
+
+
+def fmt_seconds(x: float) -> str:
+    """A duration in the unit people read it in: 85 µs, 850 ms, 1.24 s, 2m05s."""
+    if not math.isfinite(x):
+        return NA
+    a = abs(x)
+    if a == 0:
+        return "0 s"
+    if a < 1e-3:
+        return f"{x * 1e6:.0f} µs"
+    if a < 0.01:
+        return f"{x * 1e3:.1f} ms"
+    if a < 1:
+        return f"{x * 1e3:.0f} ms"
+    if a < 60:
+        return f"{x:.3g} s"
+    return fmt_duration(x)
+
+
+def fmt_duration(seconds: float) -> str:
+    """A span: 45 s, 12m30s, 2h05m, 3d04h."""
+    s = round(abs(seconds))
+    sign = "-" if seconds < 0 else ""
+    if s < 60:
+        return f"{sign}{s}s"
+    if s < 3600:
+        return f"{sign}{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def fmt_pct(x: float) -> str:
+    """A 0-1 ratio as a percentage: 0.934 -> 93.4%."""
+    if not math.isfinite(x):
+        return NA
+    pct = x * 100
+    if pct != 0 and abs(pct) < 0.1:
+        return f"{pct:.2g}%"
+    if 99.95 <= pct < 100:  # 99.97% of requests within SLO is not 100%
+        return ">99.9%"
+    return f"{pct:.1f}%"
+
+
+def _si(x: float, unit: str, base: float = 1000.0) -> str:
+    """``x`` with the largest SI prefix that keeps it under ``base``."""
+    if not math.isfinite(x):
+        return NA
+    for prefix in ("", "k", "M", "G", "T", "P"):
+        if abs(x) < base or prefix == "P":
+            return f"{fmt_num(x)} {prefix}{unit}"
+        x /= base
+    raise AssertionError("unreachable")
+
+
+def fmt_bytes(x: float) -> str:
+    """Bytes with a decimal SI prefix: 1.5 GB."""
+    return _si(float(x), "B")
+
+
+def fmt_bytes_per_s(x: float) -> str:
+    """Bytes per second with a decimal SI prefix: 4.1 GB/s."""
+    return _si(float(x), "B/s")
+
+
+def pct(ratio: float) -> str:
+    """0.413 -> "41 %"; values under 10 % keep one decimal (finding wording)."""
+    v = 100.0 * ratio
+    return f"{v:.1f} %" if abs(v) < 10 else f"{v:.0f} %"
+
+
+def secs(value: float) -> str:
+    """A latency in finding wording: 85 µs, 8.5 ms, 850 ms, 1.2 s, 120 s."""
+    if value < 1e-3:
+        return f"{value * 1e6:.0f} µs"
+    if value < 0.01:
+        return f"{value * 1000:.1f} ms"
+    if value < 1.0:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
+
+
+def duration(value: float) -> str:
+    """A span in finding wording: 45 s, 12 min, 1.5 h."""
+    if value >= 5400:
+        return f"{value / 3600:.1f} h"
+    if value >= 90:
+        return f"{value / 60:.0f} min"
+    return f"{value:.0f} s"
+
+
+def rate_bytes(value: float) -> str:
+    """Bytes per second in decimal GB/s (MB/s below 1 GB/s), finding wording."""
+    if value >= 1e9:
+        return f"{value / 1e9:.1f} GB/s"
+    return f"{value / 1e6:.0f} MB/s"
+
+
+def names(items: Sequence[str], limit: int = 4) -> str:
+    """A list of names, the first ``limit`` spelled out: "a, b, c, d and 3 more"."""
+    items = list(items)
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
