@@ -26,12 +26,13 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
+from pdprobe.rules.thresholds import (
+    DECODE_BACKPRESSURE_QUEUE,
+    DECODE_KV_PRESSURE,
+    PREFILL_QUEUE_GROWTH,
+    PREFILL_WAIT_GROWTH_S,
+)
 
-# The mean prefill queue must rise by at least this many requests per instance: one or two
-# waiting requests come and go with batching; three more that stay mean arrivals outpace service.
-QUEUE_GROWTH_MIN: Final = 3.0
-# The median wait before prefill must rise by at least this (and at least double) to count.
-QUEUE_WAIT_GROWTH_MIN_S: Final = 0.5
 # Queueing "dominates" TTFT when the median request spends this share of its TTFT waiting.
 QUEUE_DOMINANT_SHARE: Final = 0.5
 # The capacity model's prefill utilisation at the deployed count from which the pool is
@@ -42,14 +43,8 @@ PREFILL_SATURATED_UTIL: Final = 0.85
 SUSTAINED_QUEUE_MIN: Final = 1.0
 # A p90 wait before prefill this long is an outage for interactive users whatever the SLO.
 CRITICAL_QUEUE_WAIT_S: Final = 10.0
-# Decode KV usage (p90) at or above this means decode memory pressure: the prefill queue may be
-# back-pressure from decode (PD202), so this finding's confidence drops.
-DECODE_KV_PRESSURE: Final = 0.85
 # Decode KV usage below this while prefill queues means decode is under-fed (waits on prefill).
 DECODE_UNDERFED_KV: Final = 0.5
-# SGLang's decode pre-allocation / prefill bootstrap queues above this per instance are
-# decode back-pressure.
-BACKPRESSURE_QUEUE_MIN: Final = 1.0
 
 
 class PrefillQueueGrowth(BaseRule):
@@ -67,11 +62,11 @@ class PrefillQueueGrowth(BaseRule):
 
     Evidence it uses (any of them; confidence grows with each that agrees):
     a significant rising trend (Mann–Kendall p < 0.01, Kendall tau >= 0.3) of the mean
-    prefill queue depth per instance, by at least QUEUE_GROWTH_MIN = 3 requests since the
+    prefill queue depth per instance, by at least PREFILL_QUEUE_GROWTH = 3 requests since the
     onset found by a hinge fit and for at least 4 bins and 10 % of the window (a burst that
     drains within a minute is load variance; a rise that drains at the end of the window
     still counts); a rising median wait before prefill (queue_s) by at least
-    QUEUE_WAIT_GROWTH_MIN_S = 0.5 s and at least doubling; the median request spending at
+    PREFILL_WAIT_GROWTH_S = 0.5 s and at least doubling; the median request spending at
     least QUEUE_DOMINANT_SHARE = 50 % of its TTFT queueing (without request records: a prefill
     queue of at least 1 request per instance in the median time bin) while the TTFT SLO is missed or the
     capacity model puts the deployed prefill pool at >= 85 % utilisation (a stable but long
@@ -132,7 +127,7 @@ class PrefillQueueGrowth(BaseRule):
             n_p = cap.deployed_prefill
 
         tq = series_trend(queue_series)
-        queue_rising = rising(tq, QUEUE_GROWTH_MIN, f)
+        queue_rising = rising(tq, PREFILL_QUEUE_GROWTH, f)
         if tq is not None:
             available += 1
         if queue_rising and tq is not None:
@@ -151,7 +146,7 @@ class PrefillQueueGrowth(BaseRule):
         tw = series_trend(wait_series)
         if tw is not None:
             available += 1
-        wait_rising = rising(tw, QUEUE_WAIT_GROWTH_MIN_S, f) and tw is not None and \
+        wait_rising = rising(tw, PREFILL_WAIT_GROWTH_S, f) and tw is not None and \
             tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0)
         if wait_rising and tw is not None:
             agree += 1
@@ -227,7 +222,7 @@ class PrefillQueueGrowth(BaseRule):
                                  if column(decode, "g_prealloc_mean").notna().any() else 0.0),
                            float(column(prefill, "g_bootstrap_mean").median(skipna=True)
                                  if column(prefill, "g_bootstrap_mean").notna().any() else 0.0))
-        if backpressure >= BACKPRESSURE_QUEUE_MIN:
+        if backpressure >= DECODE_BACKPRESSURE_QUEUE:
             contrary += 1
             evidence.append(ev("requests waiting for decode admission per instance",
                                backpressure, "requests", window=whole(f),
@@ -273,7 +268,7 @@ class PrefillQueueGrowth(BaseRule):
             return []
         out = []
         for inst in frame.columns:  # one test per prefill instance, not per sample
-            if rising(series_trend(frame[inst]), QUEUE_GROWTH_MIN, f):
+            if rising(series_trend(frame[inst]), PREFILL_QUEUE_GROWTH, f):
                 out.append(str(inst))
         return out
 

@@ -11,6 +11,7 @@ from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
+    decode_kv_pressure,
     duration,
     ev,
     evidence_confidence,
@@ -24,10 +25,12 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
+from pdprobe.rules.thresholds import (
+    DECODE_ADMISSION_GROWTH,
+    KV_FULL_TIME_SHARE,
+    RETRACTING_MEAN,
+)
 
-# A decode instance is "full" when its KV usage is >= KV_NEAR_FULL (90 %) at least this share of
-# the time: a moment at 90 % is a busy batch, half the window is a pool that cannot take more.
-KV_FULL_TIME_SHARE: Final = 0.5
 # Preemptions (vLLM) / retractions (SGLang) worth reporting: at least this many and at least this
 # share of the requests (recompute throws away decode work and stalls the batch).
 MIN_PREEMPTIONS: Final = 10
@@ -35,9 +38,6 @@ PREEMPT_SHARE_WARN: Final = 0.005
 PREEMPT_SHARE_CRITICAL: Final = 0.05
 # TPOT rising by half over the window is a decode slowing down under load.
 TPOT_RISE_FACTOR: Final = 0.5
-# The decode admission queue (waiting, not counting requests waiting for remote KV) must rise
-# by this many requests per instance to count.
-ADMISSION_GROWTH_MIN: Final = 2.0
 
 
 class DecodeSaturation(BaseRule):
@@ -132,11 +132,11 @@ class DecodeSaturation(BaseRule):
         preempt_share = total_preempt / requests if requests > 0 else None
         preempting = total_preempt >= MIN_PREEMPTIONS and (
             preempt_share is None or preempt_share >= PREEMPT_SHARE_WARN)
-        retracting = bool(retracted.notna().any() and float(retracted.max()) >= 0.5)
+        retracting = bool(retracted.notna().any() and float(retracted.max()) >= RETRACTING_MEAN)
         if preempting or retracting:
             agree += 1
             insts = preempt[preempt > 0].index.astype(str).tolist() or \
-                retracted[retracted >= 0.5].index.astype(str).tolist()
+                retracted[retracted >= RETRACTING_MEAN].index.astype(str).tolist()
             affected.update(insts)
             evidence.append(ev("preemptions/retractions on decode", total_preempt, "sequences",
                                instances=insts, window=whole(f),
@@ -172,9 +172,8 @@ class DecodeSaturation(BaseRule):
         # memory may be the KV hand-off (PD302), not decode capacity.
         separated = any(column(decode, c).notna().any() for c in (
             "g_deferred_mean", "g_kv_fetch_mean", "g_transfer_queue_mean", "g_prealloc_mean"))
-        kv_p90_all = column(decode, "g_kv_usage_p90")
-        kv_pressure = bool(kv_p90_all.notna().any() and float(kv_p90_all.median()) >= 0.85)
-        admission_rising = rising(ta, ADMISSION_GROWTH_MIN, f) and (separated or kv_pressure)
+        kv_pressure = decode_kv_pressure(f)
+        admission_rising = rising(ta, DECODE_ADMISSION_GROWTH, f) and (separated or kv_pressure)
         if admission_rising and ta is not None:
             agree += 1
             rising_for = rising_for or ta.rising_for_s

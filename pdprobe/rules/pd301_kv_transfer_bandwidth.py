@@ -22,6 +22,7 @@ from pdprobe.rules.common import (
     slo_collapsed,
     whole,
 )
+from pdprobe.rules.thresholds import DECODE_KV_PRESSURE
 
 # Link utilisation (p90 over bins of the busier direction / active port rate): RDMA goodput
 # tops out around 90 % of line rate, and queueing delay climbs steeply past ~70 %.
@@ -40,8 +41,6 @@ CONGESTION_SLOWDOWN: Final = 1.5
 # Achieved per-transfer bandwidth below this share of the link: the link is not what is slow
 # (hand-over overhead, small descriptors, staging), though decode still waits for KV.
 ACHIEVED_LOW_SHARE: Final = 0.2
-# Decode KV usage (p90, median) from which transfer times include waiting for decode memory.
-DECODE_PRESSURE_KV: Final = 0.85
 # The capacity model's transfer demand at this share of the usable bandwidth counts.
 CAPACITY_TRANSFER_SHARE: Final = 0.8
 
@@ -179,7 +178,7 @@ class KvTransferBandwidth(BaseRule):
             # itself (utilisation) is evidence then; decode starvation is PD202's finding.
             evidence.append(ev("decode KV usage p90 (transfer times include waiting for decode "
                                "memory)", 100 * decode_pressure, "%", window=whole(f),
-                               baseline=100 * DECODE_PRESSURE_KV,
+                               baseline=100 * DECODE_KV_PRESSURE,
                                source="kv_usage_ratio on decode instances"))
             share_high = share_support = congested = False
         strong = util_high or (share_support and (congested or cap_high)) or \
@@ -214,13 +213,13 @@ class KvTransferBandwidth(BaseRule):
 
     @staticmethod
     def _decode_pressure(f: ClusterEvidence) -> float:
-        """Decode KV usage p90 (median over decode instances) when at DECODE_PRESSURE_KV or
+        """Decode KV usage p90 (median over decode instances) when at DECODE_KV_PRESSURE or
         above, else 0."""
         kv = column(f.role("decode"), "g_kv_usage_p90")
         if not kv.notna().any():
             return 0.0
         level = float(kv.median())
-        return level if level >= DECODE_PRESSURE_KV else 0.0
+        return level if level >= DECODE_KV_PRESSURE else 0.0
 
     @staticmethod
     def _utilisation(f: ClusterEvidence) -> tuple[float | None, list[str], float | None]:

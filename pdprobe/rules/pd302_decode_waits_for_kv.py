@@ -20,6 +20,7 @@ from pdprobe.rules.common import (
     slo_collapsed,
     whole,
 )
+from pdprobe.rules.thresholds import DECODE_KV_PRESSURE
 
 # Requests per decode instance waiting for remote KV (vLLM kv_fetch / deferred, SGLang
 # transfer queue): at least this many on average ...
@@ -29,8 +30,6 @@ REMOTE_WAIT_MIN: Final = 2.0
 REMOTE_WAIT_SHARE_OF_RUNNING: Final = 0.25
 # Growth of the remote-KV wait (requests per instance) that counts as rising.
 REMOTE_WAIT_GROWTH_MIN: Final = 2.0
-# Decode KV usage (p90, median) under this: the wait is not decode memory (that is PD202).
-KV_NOT_FULL: Final = 0.85
 # Prefill is "idle" when its mean queue per instance is under this.
 PREFILL_IDLE_QUEUE: Final = 1.0
 
@@ -126,12 +125,12 @@ class DecodeWaitsForKv(BaseRule):
         kv_level = float(kv.median()) if kv.notna().any() else None
         if kv_level is not None:
             evidence.append(ev("decode KV usage p90 (median over decode instances)",
-                               100 * kv_level, "%", window=whole(f), baseline=100 * KV_NOT_FULL,
+                               100 * kv_level, "%", window=whole(f), baseline=100 * DECODE_KV_PRESSURE,
                                source="kv_usage_ratio"))
             held, _, admission = remote_kv_dominates(f)
-            if kv_level >= KV_NOT_FULL and not held:
+            if kv_level >= DECODE_KV_PRESSURE and not held:
                 return []  # memory, not transfer: PD202 covers it
-            if kv_level >= KV_NOT_FULL:
+            if kv_level >= DECODE_KV_PRESSURE:
                 evidence.append(ev("requests waiting for decode admission per instance",
                                    admission, "requests", window=whole(f),
                                    source="decode KV is full of transfers in flight: the "
@@ -165,7 +164,7 @@ class DecodeWaitsForKv(BaseRule):
         idle = " while prefill idles" if prefill_idle else ""
         kv_txt = ""
         if kv_level is not None:
-            kv_txt = (f" (decode KV only {pct(kv_level)} used)" if kv_level < KV_NOT_FULL else
+            kv_txt = (f" (decode KV only {pct(kv_level)} used)" if kv_level < DECODE_KV_PRESSURE else
                       f" (decode KV {pct(kv_level)} used, mostly by transfers in flight)")
         summary = (f"Decode instances {names(insts)} wait for remote KV ({level:.1f} requests "
                    f"each on average){idle}{kv_txt}: the KV hand-off, not prefill or decode "

@@ -21,6 +21,7 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
+from pdprobe.rules.thresholds import KV_FULL_TIME_SHARE, PERSISTENT_BIN_SHARE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,8 +36,6 @@ WARN_SHARE_RATIO: Final = 2.0
 UNDER_SHARE_RATIO: Final = 0.5
 # Count-based shares must also be statistically uneven (chi-square against equal shares).
 SKEW_P: Final = 1e-3
-# Token/throughput-based shares are not counts; they must hold in this share of the bins.
-PERSISTENT_BIN_SHARE: Final = 0.6
 # Within a bin, "still skewed" means at least this multiple of the fair share.
 BIN_OVER_RATIO: Final = 1.25
 # The overloaded instance "suffers" when its latency is this much above its peers' median.
@@ -214,7 +213,8 @@ class TrafficSkew(BaseRule):
             if kv.notna().any() and np.isfinite(kv.get(inst, np.nan)):
                 impact_known = True
                 peers = kv.drop(index=inst).dropna()
-                if kv[inst] >= 0.5 and (not len(peers) or float(peers.median()) < 0.5):
+                if kv[inst] >= KV_FULL_TIME_SHARE and (not len(peers)
+                                                   or float(peers.median()) < KV_FULL_TIME_SHARE):
                     impact = True
                     evidence.append(ev(f"time with KV usage >= {pct(KV_NEAR_FULL)} on {inst}",
                                        100 * float(kv[inst]), "%", instances=[inst],
@@ -226,7 +226,8 @@ class TrafficSkew(BaseRule):
                                   else f.slo.ttft_attainment)
             if kv.notna().any():
                 others = kv.drop(index=[u for u in under if u in kv.index]).dropna()
-                pressure = pressure or (len(others) > 0 and float(others.median()) >= 0.5)
+                pressure = pressure or (len(others) > 0
+                                       and float(others.median()) >= KV_FULL_TIME_SHARE)
             impact = pressure
         hit = column(rows, "hit_ratio")
         hit_txt = ""

@@ -21,14 +21,13 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
+from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE
 
 # An instance's hit rate at most half its peers' median, with the peers at 20 % or more (below
 # that nobody's cache helps much) and at least 15 points apart, is "low".
 LOW_HIT_FACTOR: Final = 0.5
 MIN_PEER_HIT: Final = 0.2
 MIN_HIT_GAP: Final = 0.15
-# "Persistently": below half the peers' median in at least this share of the time bins.
-PERSISTENT_BIN_SHARE: Final = 0.6
 # The low-hit instance must take at least this fraction of its fair share of traffic to matter.
 MIN_TRAFFIC_FRACTION_OF_FAIR: Final = 0.5
 

@@ -12,6 +12,7 @@ from pdprobe.analysis.evidence.registry import source_column
 from pdprobe.analysis.evidence.stats import OUTLIER_Z, leave_one_out_z, peer_median
 from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, secs, whole
+from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +29,6 @@ LOAD_EXPLAINS_RATIO: Final = 1.3
 KV_EXPLAINS_GAP: Final = 0.3
 # Persistence over time: slower than 1.3x the peers in at least 60 % of bins with data.
 BIN_SLOW_RATIO: Final = 1.3
-PERSISTENT_BIN_SHARE: Final = 0.6
 
 # Per role, the speed measures compared, best first: (column, its p90 column when an SLO
 # applies to it, label, per-bin frame).

@@ -13,8 +13,6 @@ from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
-    TREND_ALPHA,
-    TREND_MIN_TAU,
     BaseRule,
     duration,
     ev,
@@ -26,6 +24,7 @@ from pdprobe.rules.common import (
     slo_collapsed,
     whole,
 )
+from pdprobe.rules.thresholds import DECODE_ADMISSION_GROWTH, TREND_ALPHA, TREND_MIN_TAU
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,8 +51,6 @@ IMPACT_FLOORS: Final = {
     "decode_kv_usage": 0.3, "decode_admission": 1.0, "decode_prealloc": 1.0,
 }
 PREFILL_SIDE: Final = ("prefill_queue", "queue_s_p50", "ttft_p50")
-# Growth of the decode admission queue (requests per instance) that counts as pressure.
-ADMISSION_GROWTH_MIN: Final = 2.0
 DECODE_SIDE: Final = ("tpot_p50", "decode_kv_usage", "decode_admission", "decode_prealloc")
 
 
@@ -331,7 +328,7 @@ class RatioLag(BaseRule):
             tr, what = prefill_backlog(f) if direction == "prefill" else (
                 series_trend(f.role_series("decode_admission")), "decode admission queue")
             grew = tr is not None and (direction == "prefill" or rising(
-                tr, ADMISSION_GROWTH_MIN, f))
+                tr, DECODE_ADMISSION_GROWTH, f))
             if grew and tr is not None and cp.ts - f.window.step_s <= tr.onset_ts < until_ts:
                 hit = True
                 evidence.append(ev(f"{what} since the shift", tr.hinge_end_level, "",

@@ -13,6 +13,9 @@ from typing import Final
 # prefill queue may be back-pressure from decode (PD101, PD202), measured KV-transfer times
 # include waiting for decode memory (PD301, PD302), and an admission queue is decode's own.
 DECODE_KV_PRESSURE: Final = 0.85
+# A decode instance whose KV usage is at or above KV_NEAR_FULL (90 %) this share of the time is
+# "full": a moment at 90 % is a busy batch, half the window is a pool that cannot take more.
+KV_FULL_TIME_SHARE: Final = 0.5
 # Mean retracted requests per decode instance (SGLang) from which decode is retracting: half a
 # request on average means retractions happen in most scrapes, not once.
 RETRACTING_MEAN: Final = 0.5

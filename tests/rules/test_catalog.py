@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -13,11 +14,28 @@ SECTIONS = ("What it means", "Why it matters in a disaggregated deployment",
             "Evidence it uses", "What to do")
 
 
-def test_codes_are_stable_and_unique() -> None:
+def test_every_rule_module_holds_its_rule_and_has_its_test() -> None:
+    """The catalog is what the pdNNN_* modules declare; each has its test file."""
+    root = Path(__file__).resolve().parents[2]
+    modules = sorted(p.stem for p in (root / "pdprobe" / "rules").glob("pd[0-9][0-9][0-9]_*.py"))
+    assert [r.__module__.rsplit(".", 1)[-1] for r in ALL_RULES] == modules
     codes = [r.code for r in ALL_RULES]
-    assert codes == ["PD101", "PD201", "PD202", "PD301", "PD302", "PD401", "PD402", "PD501",
-                     "PD502", "PD601", "PD701"]
+    assert codes == sorted(codes) and len(set(codes)) == len(codes)
+    assert all(m.startswith(r.code.lower() + "_") for m, r in zip(modules, ALL_RULES, strict=True))
     assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
+    for module in modules:
+        assert (root / "tests" / "rules" / f"test_{module}.py").exists(), module
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_inputs_are_declared_once_and_known_to_the_registry(rule: type) -> None:
+    from pdprobe.analysis.evidence.registry import describe
+
+    assert rule.requires == rule.inputs.needs and rule.inputs.needs
+    assert rule.inputs.evidence, "declare the evidence the rule reads"
+    for ref in rule.inputs.evidence:
+        describe(ref)
+    assert rule().inconclusive().needs == "; or ".join(rule.inputs.needs)
 
 
 def test_every_contract_cause_has_a_rule() -> None:

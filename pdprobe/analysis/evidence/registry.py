@@ -275,7 +275,7 @@ def describe(reference: str) -> str:
     if table not in TABLES:
         raise UnknownEvidence(f"evidence reference {reference!r} is neither table.name nor a "
                               f"figure ({', '.join(FIGURES)})")
-    s = spec(table, name)  # type: ignore[arg-type]
+    s = spec(table, name)
     return f"{reference} ({s.unit}): {s.meaning}"
 
 
