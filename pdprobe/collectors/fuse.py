@@ -37,7 +37,9 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
     resolution = resolve([_source_keys(p) for p in partials], aliases)
     partials = [_renamed(p, r) if r else p for p, r in zip(partials, resolution.renames,
                                                             strict=True)]
+    partials, umbrella_notes = _without_umbrellas(partials, resolution.umbrellas)
     partials, precedence_notes = _one_source_per_quantity(partials)
+    precedence_notes = umbrella_notes + precedence_notes
     requests = concat_frames((p.requests for p in partials), REQUEST_COLUMNS)
     metrics = concat_frames((p.metrics for p in partials), METRIC_COLUMNS)
     network = concat_frames((p.network for p in partials), NETWORK_COLUMNS)
@@ -136,6 +138,58 @@ def _renamed(p: Partial, rename: Mapping[str, str]) -> Partial:
         engines={rename.get(k, k): v for k, v in p.engines.items()},
         keys=tuple(replace(k, name=rename.get(k.name, k.name)) for k in p.keys),
     )
+
+
+def _without_umbrellas(partials: Sequence[Partial],
+                       umbrellas: frozenset[str]) -> tuple[list[Partial], list[str]]:
+    """Numbers under a name that stands for several instances (a machine running two engines)
+    belong to no one instance: request records keep their row with the instance unknown, and
+    metric series under such a name are left out (their engine's own series, under its real
+    name, are what per-instance analyses compare). Events keep the name as a detail."""
+    if not umbrellas:
+        return list(partials), []
+    out: list[Partial] = []
+    in_requests: set[str] = set()
+    in_metrics: set[str] = set()
+    cleared = dropped = 0
+    for p in partials:
+        requests, metrics = p.requests, p.metrics
+        if requests is not None and len(requests):
+            changes = {}
+            for col in ("prefill_instance", "decode_instance"):
+                if col in requests.columns:
+                    named = requests[col].dropna()
+                    hit = set(named.unique().tolist()) & umbrellas
+                    if hit:
+                        # A partly attributed column would make the attributed instances look
+                        # busier than their peers (false skew): the whole column goes unknown.
+                        in_requests.update(hit)
+                        cleared += len(named)
+                        changes[col] = requests[col].mask(requests[col].notna())
+            requests = requests.assign(**changes) if changes else requests
+        if metrics is not None and len(metrics):
+            mask = metrics["instance"].isin(umbrellas).to_numpy()
+            if mask.any():
+                in_metrics.update(metrics.loc[mask, "instance"].unique().tolist())
+                dropped += int(mask.sum())
+                metrics = metrics[~mask].reset_index(drop=True)
+        out.append(replace(p, requests=requests, metrics=metrics))
+    notes = []
+    if cleared:
+        notes.append(f"request records name {_listed(in_requests)}, which stand for several "
+                     f"instances each: their instance columns ({cleared} values) were read as "
+                     f"unknown, so per-instance figures come from metrics and logs; --alias "
+                     f"attributes them")
+    if dropped:
+        notes.append(f"{dropped} metric sample(s) under {_listed(in_metrics)}, which stand for "
+                     f"several instances each, were left out of per-instance analyses; --alias "
+                     f"attributes them")
+    return out, notes
+
+
+def _listed(names: set[str], most: int = 3) -> str:
+    shown = sorted(names)
+    return ", ".join(shown[:most]) + (f" and {len(shown) - most} more" if len(shown) > most else "")
 
 
 def _merged_facts(partials: Sequence[Partial], attr: str) -> dict[str, str]:

@@ -183,3 +183,25 @@ def test_a_machine_name_for_two_engines_is_not_counted_as_an_instance() -> None:
     assert len(ds.instances_of("decode")) == 2
     assert not ds.instances_of("unknown")
     assert sum("runs 2 instances" in w for w in ds.warnings) == 2
+
+
+def test_numbers_under_a_machine_name_are_attributed_to_no_instance() -> None:
+    # One decode machine runs two engines, another runs one. Records naming machines would make
+    # the single-engine machine look twice as busy as each engine of the other (false skew):
+    # the column goes unknown; a log stream under the machine's name leaves the per-instance
+    # metrics.
+    req = _requests(["p"] * 3, ["h100-node-1", "h100-node-1", "h100-node-2"])
+    names = ["10.0.2.10:8000", "10.0.2.10:8001", "10.0.3.10:8000"]
+    machine = {"10.0.2.10": "h100-node-1", "10.0.3.10": "h100-node-2"}
+    met = pd.concat([_metrics(n, "prompt_tokens_total", [0.0, 1.0]) for n in names])
+    keys = [InstanceKey(n, (("hostname", machine[n.split(":")[0]]),)) for n in names]
+    log = _metrics("h100-node-1/vllm-decode-0", "generation_tokens_total_log", [0.0, 9.0])
+    log_keys = [InstanceKey("h100-node-1/vllm-decode-0", (("host", "h100-node-1"),
+                                                          ("unit", "vllm-decode-0")))]
+    ds = fuse([_part("requests.jsonl", "requests", requests=req),
+               _part("metrics.om", "metrics", metrics=met, keys=keys),
+               _part("journal.log", "engine-log", metrics=log, keys=log_keys)])
+    assert ds.requests["decode_instance"].isna().all()
+    assert ds.requests["prefill_instance"].tolist() == ["p"] * 3
+    assert set(ds.metrics["instance"]) == set(names)
+    assert any("stand for several instances" in n and "h100-node-1" in n for n in ds.notes)
