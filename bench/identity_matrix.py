@@ -271,14 +271,10 @@ def report(runs: list[Run], quick: bool, seconds: float) -> str:
 
 
 def write_docs_section(text: str, path: Path = DOCS) -> None:
-    """Replace only the section between the identity-matrix markers of ``path``."""
-    page = path.read_text(encoding="utf-8")
-    start, end = page.find(DOCS_START), page.find(DOCS_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{path}: no {DOCS_START} ... {DOCS_END} section; it must be kept by "
-                         "pdprobe/rules/docs.py's generator before the bench can write it")
-    new = page[: start + len(DOCS_START)] + "\n" + text.strip() + "\n" + page[end:]
-    path.write_text(new, encoding="utf-8")
+    """Replace the identity-matrix section of docs/rules.md (the generator keeps it)."""
+    from pdprobe.rules.docs import write
+
+    write(path, identity=text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,19 @@ from typing import Final
 
 ACCURACY_BEGIN: Final = "<!-- accuracy:begin (written by bench/rules_accuracy.py) -->"
 ACCURACY_END: Final = "<!-- accuracy:end -->"
+# The instance-identity benchmark's section, kept the same way (bench/identity_matrix.py).
+IDENTITY_BEGIN: Final = "<!-- identity-matrix:start -->"
+IDENTITY_END: Final = "<!-- identity-matrix:end -->"
+NO_IDENTITY: Final = ("_No identity-matrix run recorded yet: run `python bench/identity_matrix.py "
+                      "--jobs 2 --write-docs`._")
 NO_ACCURACY: Final = ("_No accuracy run recorded yet: run `python bench/rules_accuracy.py "
                       "--write-docs`._")
 DEFAULT_PATH: Final = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 
 
-def render(accuracy: str | None = None) -> str:
-    """The whole page; ``accuracy`` is the body of the accuracy section (kept verbatim)."""
+def render(accuracy: str | None = None, identity: str | None = None) -> str:
+    """The whole page; ``accuracy`` and ``identity`` are the bodies of the two benchmark
+    sections (kept verbatim)."""
     from pdprobe.analysis.evidence.registry import describe
     from pdprobe.rules.catalog import ALL_RULES, render_explanation
     from pdprobe.rules.engine import EXPLAINS, PRECEDENCE
@@ -86,24 +92,37 @@ def render(accuracy: str | None = None) -> str:
             out.append("")
     out += ["## Accuracy on simulated incidents", "", ACCURACY_BEGIN,
             (accuracy or NO_ACCURACY).strip(), ACCURACY_END, ""]
+    out += ["## One cluster whatever the naming: instance identity across sources", "",
+            IDENTITY_BEGIN, (identity or NO_IDENTITY).strip(), IDENTITY_END, ""]
     return "\n".join(out)
 
 
 def extract_accuracy(text: str) -> str | None:
     """The accuracy section's body from an existing page, None when it has none."""
-    start = text.find(ACCURACY_BEGIN)
-    end = text.find(ACCURACY_END)
+    return _section(text, ACCURACY_BEGIN, ACCURACY_END, NO_ACCURACY)
+
+
+def extract_identity(text: str) -> str | None:
+    """The identity-matrix section's body from an existing page, None when it has none."""
+    return _section(text, IDENTITY_BEGIN, IDENTITY_END, NO_IDENTITY)
+
+
+def _section(text: str, begin: str, end_marker: str, empty: str) -> str | None:
+    start = text.find(begin)
+    end = text.find(end_marker)
     if start < 0 or end < start:
         return None
-    body = text[start + len(ACCURACY_BEGIN):end].strip()
-    return None if not body or body == NO_ACCURACY else body
+    body = text[start + len(begin):end].strip()
+    return None if not body or body == empty else body
 
 
-def write(path: Path = DEFAULT_PATH, accuracy: str | None = None) -> bool:
-    """Regenerate ``path`` (keeping its accuracy section unless one is given); True if changed."""
+def write(path: Path = DEFAULT_PATH, accuracy: str | None = None,
+          identity: str | None = None) -> bool:
+    """Regenerate ``path`` (keeping its benchmark sections unless given); True if changed."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     body = accuracy if accuracy is not None else extract_accuracy(old)
-    new = render(body)
+    ident = identity if identity is not None else extract_identity(old)
+    new = render(body, ident)
     if new == old:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +136,7 @@ def is_stale(path: Path = DEFAULT_PATH) -> bool:
     if not path.exists():
         return True
     old = path.read_text(encoding="utf-8")
-    return render(extract_accuracy(old)) != old
+    return render(extract_accuracy(old), extract_identity(old)) != old
 
 
 def main(argv: list[str] | None = None) -> int:
