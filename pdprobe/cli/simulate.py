@@ -41,6 +41,14 @@ class RequestsFormat(StrEnum):
     parquet = "parquet"
 
 
+class BenchmarkFormat(StrEnum):
+    vllm_bench = "vllm-bench"
+    sglang_bench = "sglang-bench"
+    aiperf = "aiperf"
+    guidellm = "guidellm"
+    inference_perf = "inference-perf"
+
+
 def _value(choice: Enum | None) -> str | None:
     return None if choice is None else str(choice.value)
 
@@ -106,6 +114,11 @@ def simulate_command(
     requests_format: Annotated[RequestsFormat | None, typer.Option(
         "--requests-format", envvar=env("requests-format"),
         help="Request records as JSON Lines (default) or Parquet.")] = None,
+    benchmark_format: Annotated[BenchmarkFormat | None, typer.Option(
+        "--benchmark-format", envvar=env("benchmark-format"),
+        help="Write the request records as a load generator's output instead of "
+             "requests.jsonl: vllm-bench, sglang-bench, aiperf, guidellm or inference-perf "
+             "(docs/inputs/benchmarks.md).")] = None,
     gzip_files: Annotated[bool, typer.Option(
         "--gzip", envvar=env("gzip"), help="Compress records, metrics and logs (gzip).")] = False,
     start: Annotated[str | None, typer.Option(
@@ -149,6 +162,10 @@ def simulate_command(
         compress=gzip_files, start=start, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
         preemption=False if no_preemption else None, force=force,
     ))
+    if benchmark_format is not None:
+        from dataclasses import replace
+
+        config = replace(config, benchmark_format=_value(benchmark_format))
     if delivery:
         from dataclasses import replace
 

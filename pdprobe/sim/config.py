@@ -28,6 +28,8 @@ NAMING_STYLES: Final = ("role-label", "name", "engine-type", "pod", "dynamo")
 ROUTERS: Final = ("least-tokens", "round-robin", "kv-aware")
 KV_CONNECTORS: Final = ("mooncake", "nixl")
 REQUEST_FORMATS: Final = ("jsonl", "parquet")
+# Load-generator layouts the request records can be written in instead (sim/writers/benchmarks.py)
+BENCHMARK_FORMATS: Final = ("vllm-bench", "sglang-bench", "aiperf", "guidellm", "inference-perf")
 LENGTH_KINDS: Final = ("fixed", "lognormal", "bimodal")
 
 # 2025-06-02T10:00:00Z, a Monday morning: a fixed, documented default so outputs are identical
@@ -273,6 +275,7 @@ class SimConfig:
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.1
     requests_format: str = "jsonl"
+    benchmark_format: str | None = None  # write the records as this load generator's output
     compress: bool = False  # gzip the request, metric and log files
     faults: tuple[Fault, ...] = ()
     label: str = ""  # free text (scenario builders name the cause here)
@@ -417,6 +420,9 @@ def validate(config: SimConfig) -> None:
         if getattr(c, name) not in choices:
             raise UsageError(f"unknown {name.replace('_', '-')} {getattr(c, name)!r}",
                              hint=f"use one of {', '.join(choices)}")
+    if c.benchmark_format is not None and c.benchmark_format not in BENCHMARK_FORMATS:
+        raise UsageError(f"unknown benchmark-format {c.benchmark_format!r}",
+                         hint=f"use one of {', '.join(BENCHMARK_FORMATS)}")
     validate_delivery(c.delivery)
     validate_length_dist(c.prompt, "--prompt")
     validate_length_dist(c.output, "--output")

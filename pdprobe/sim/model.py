@@ -229,11 +229,15 @@ def write_capture(result: SimResult, out_dir: Path) -> SimSummary:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a capture is an ordinary folder
+    files: list[Path]
     try:
-        files: list[Path] = [
-            write_requests(result, tmp, cfg.requests_format, cfg.compress,
-                           names=[n.requests for n in names]),
-        ]
+        if cfg.benchmark_format:  # the records as a load generator's output, instead
+            from pdprobe.sim.writers.benchmarks import write_benchmark
+
+            files = [write_benchmark(result, tmp, cfg.benchmark_format, cfg.compress)]
+        else:
+            files = [write_requests(result, tmp, cfg.requests_format, cfg.compress,
+                                    names=[n.requests for n in names])]
         if delivery.metrics == "per-target":
             files += write_per_target_metrics(
                 shown, tmp, cfg.compress,
