@@ -74,8 +74,43 @@ DecodeMatchOpt = Annotated[str | None, typer.Option(
     help="Regular expression: instances whose name matches are decode (overrides labels).")]
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar=env("verbose"), help="Add per-instance detail to the text view.")]
+TextfileOpt = Annotated[Path | None, typer.Option(
+    "--textfile", envvar=env("textfile"),
+    help="Also write the Prometheus textfile (node_exporter's textfile collector) here, on "
+         "every run: an UNKNOWN run writes status 3 and the reason, so alerts never read the "
+         "previous run's findings.")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", envvar=env("quiet"), help="Print only the verdict line (for runbooks).")]
+
+
+def textfile_targets(fmt: str, output: Path | None, textfile: Path | None) -> list[Path | None]:
+    """Where this run writes a Prometheus textfile: ``-o`` (or stdout) with ``-f prometheus``,
+    and ``--textfile``."""
+    targets: list[Path | None] = [output] if fmt == "prometheus" else []
+    if textfile is not None:
+        targets.append(textfile)
+    return targets
+
+
+@contextlib.contextmanager
+def textfile_on_error(targets: Sequence[Path | None],
+                      inputs: Sequence[str | Path] = ()) -> Iterator[None]:
+    """A run that ends with a ``PdprobeError`` (exit 3 before a report exists) still writes
+    its Prometheus textfiles: status 3, the reason and the time, replacing the previous run's
+    (atomically, with ``write_output``'s checks). The error then ends the run as usual."""
+    from pdprobe.errors import PdprobeError
+
+    try:
+        yield
+    except PdprobeError as exc:
+        if targets:
+            from pdprobe.report.prometheus_format import render_unknown
+
+            text = render_unknown(exc.one_line())
+            for target in targets:
+                with contextlib.suppress(PdprobeError):  # e.g. -o is refused: the error stands
+                    write_output(text, target, inputs)
+        raise
 
 
 def exit_code_for(report: Report, fail_on: FailOn) -> int:

@@ -20,6 +20,7 @@ from pdprobe.cli.common import (
     SloTpotOpt,
     SloTtftOpt,
     StderrProgress,
+    TextfileOpt,
     VerboseOpt,
     check_output,
     env,
@@ -27,6 +28,8 @@ from pdprobe.cli.common import (
     info,
     is_stdout,
     render_options,
+    textfile_on_error,
+    textfile_targets,
     write_output,
 )
 from pdprobe.cli.live_options import live_options
@@ -65,6 +68,7 @@ def diagnose_command(
              "pdprobe capture files). None and no --prometheus: the bundled sample.")] = None,
     fmt: FormatOpt = OutputFormat.text,
     output: OutputOpt = None,
+    textfile: TextfileOpt = None,
     slo_ttft: SloTtftOpt = None,
     slo_tpot: SloTpotOpt = None,
     fail_on: FailOnOpt = FailOn.warning,
@@ -89,42 +93,48 @@ def diagnose_command(
     from pdprobe.report.base import renderer_for
     from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
-    if target is not None and paths:
-        raise UsageError("give either files or --prometheus, not both",
-                         hint="run two diagnoses, or `pdprobe collect` first and pass the file")
     inputs = [*(paths or ()), *(target.files if target else ()), *([aliases] if aliases else [])]
-    if not is_stdout(output):
-        assert output is not None
-        if not (output.parent if str(output.parent) else Path(".")).is_dir():
-            # say so before a possibly long diagnosis, not after it
-            raise UsageError(f"{output}: folder {output.parent} does not exist",
-                             hint="create it first")
-        check_output(output, inputs)
-    alias_map = parse_aliases(alias or (), aliases)
-    if not paths and target is None:
-        info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
-    progress = StderrProgress()
-    started = time.monotonic()
-    try:
-        report = diagnose(DiagnoseRequest(
-            paths=tuple(paths or ()),
-            prometheus=target,
-            read=ReadContext(year=year, instance=instance, progress=progress),
-            roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match),
-            aliases=alias_map,
-            slo_ttft_s=slo_ttft,
-            slo_tpot_s=slo_tpot,
-            profile=profile,
-            verify=verify,
-            window_s=window,
-        ))
-    finally:
-        progress.close()
-    render = renderer_for(fmt.value)
-    text = render(report, render_options(output, verbose=verbose, quiet=quiet))
-    write_output(text, output, inputs=inputs)
-    if not is_stdout(output):
-        info(f"wrote {fmt.value} report to {output} in {time.monotonic() - started:.1f} s")
+    with textfile_on_error(textfile_targets(fmt.value, output, textfile), inputs):
+        if target is not None and paths:
+            raise UsageError("give either files or --prometheus, not both",
+                             hint="run two diagnoses, or `pdprobe collect` first and pass the file")
+        if not is_stdout(output):
+            assert output is not None
+            if not (output.parent if str(output.parent) else Path(".")).is_dir():
+                # say so before a possibly long diagnosis, not after it
+                raise UsageError(f"{output}: folder {output.parent} does not exist",
+                                 hint="create it first")
+            check_output(output, inputs)
+        if textfile is not None:
+            check_output(textfile, inputs, option="--textfile")
+        alias_map = parse_aliases(alias or (), aliases)
+        if not paths and target is None:
+            info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
+        progress = StderrProgress()
+        started = time.monotonic()
+        try:
+            report = diagnose(DiagnoseRequest(
+                paths=tuple(paths or ()),
+                prometheus=target,
+                read=ReadContext(year=year, instance=instance, progress=progress),
+                roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match),
+                aliases=alias_map,
+                slo_ttft_s=slo_ttft,
+                slo_tpot_s=slo_tpot,
+                profile=profile,
+                verify=verify,
+                window_s=window,
+            ))
+        finally:
+            progress.close()
+        render = renderer_for(fmt.value)
+        text = render(report, render_options(output, verbose=verbose, quiet=quiet))
+        write_output(text, output, inputs=inputs)
+        if not is_stdout(output):
+            info(f"wrote {fmt.value} report to {output} in {time.monotonic() - started:.1f} s")
+        if textfile is not None:
+            write_output(renderer_for("prometheus")(report, render_options(textfile)), textfile,
+                         inputs=inputs)
     return exit_code_for(report, fail_on)
 
 

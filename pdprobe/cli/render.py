@@ -19,6 +19,8 @@ from pdprobe.cli.common import (
     info,
     is_stdout,
     render_options,
+    textfile_on_error,
+    textfile_targets,
     write_output,
 )
 
@@ -41,10 +43,12 @@ def render_command(
     from pdprobe.report.base import renderer_for
     from pdprobe.report.load import load_report
 
-    report = load_report(report_file)
-    render = renderer_for(fmt.value)
-    text = render(report, render_options(output, verbose=verbose, quiet=quiet))
-    write_output(text, output, inputs=[report_file])
+    # An unreadable report with -f prometheus still replaces the textfile (status 3, reason).
+    with textfile_on_error(textfile_targets(fmt.value, output, None), [report_file]):
+        report = load_report(report_file)
+        render = renderer_for(fmt.value)
+        text = render(report, render_options(output, verbose=verbose, quiet=quiet))
+        write_output(text, output, inputs=[report_file])
     if not is_stdout(output):
         info(f"wrote {fmt.value} report to {output}")
     return exit_code_for(report, fail_on)

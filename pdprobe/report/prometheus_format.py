@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.report.base import RenderOptions
-from pdprobe.report.verdict import deployed_counts, is_na
+from pdprobe.report.verdict import deployed_counts, is_na, unknown_reason
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -23,6 +23,13 @@ if TYPE_CHECKING:
 # Same numbers as the exit code, so one mapping serves runbooks and alerts.
 STATUS_VALUES: Final = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 SEVERITIES: Final = ("info", "warning", "critical")
+# The reason is a label of its own family, not of ``pdprobe_status``: a reason that changes
+# between runs (a file name, a time) would otherwise restart the ``for:`` timer of
+# ``PdprobeCannotJudge``. Long reasons are cut so one bad input cannot bloat the textfile.
+REASON_MAX_CHARS: Final = 300
+_STATUS_HELP: Final = "Diagnosis status as the exit code: 0 ok, 1 warning, 2 critical, 3 unknown."
+_REASON_HELP: Final = "Why the last run could not judge the cluster (always 1; only when unknown)."
+_TIMESTAMP_HELP: Final = "When the report was generated (Unix seconds); alert if it stops moving."
 
 
 def escape_label(value: str) -> str:
@@ -82,15 +89,35 @@ def _generated_ts(report: Report) -> float | None:
         return None
 
 
+def render_unknown(reason: str, now_s: float | None = None) -> str:
+    """The textfile of a run that ended before a report existed (bad input, Prometheus
+    unreachable): status 3, the reason, the run's time and zero findings, so the previous
+    run's findings and status do not stay in the file and keep alerts firing on old data."""
+    ex = _Exposition()
+    ex.family("pdprobe_status", _STATUS_HELP, [({"status": "unknown"}, STATUS_VALUES["unknown"])])
+    ex.family("pdprobe_unknown_reason", _REASON_HELP, [({"reason": _reason(reason)}, 1)])
+    ex.family("pdprobe_last_run_timestamp_seconds", _TIMESTAMP_HELP,
+              [({}, now_s if now_s is not None else datetime.now(tz=UTC).timestamp())])
+    ex.family("pdprobe_findings", "Number of findings by severity.",
+              [({"severity": s}, 0) for s in SEVERITIES])
+    return ex.text()
+
+
+def _reason(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= REASON_MAX_CHARS else line[:REASON_MAX_CHARS - 1] + "…"
+
+
 def render(report: Report, options: RenderOptions) -> str:
     ex = _Exposition()
-    ex.family("pdprobe_status",
-              "Diagnosis status as the exit code: 0 ok, 1 warning, 2 critical, 3 unknown.",
+    ex.family("pdprobe_status", _STATUS_HELP,
               [({"status": report.status}, STATUS_VALUES[report.status])])
+    if report.status == "unknown":
+        ex.family("pdprobe_unknown_reason", _REASON_HELP,
+                  [({"reason": _reason(unknown_reason(report))}, 1)])
     ex.family("pdprobe_info", "pdprobe version and input of the last run (always 1).",
               [({"version": report.pdprobe_version, "input": report.input_description}, 1)])
-    ex.family("pdprobe_last_run_timestamp_seconds",
-              "When the report was generated (Unix seconds); alert if it stops moving.",
+    ex.family("pdprobe_last_run_timestamp_seconds", _TIMESTAMP_HELP,
               [({}, _generated_ts(report))])
     if report.window_start_ts is not None and report.window_end_ts is not None:
         ex.family("pdprobe_window_seconds", "Length of the time window the report covers.",

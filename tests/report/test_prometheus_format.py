@@ -107,3 +107,21 @@ def test_label_values_are_escaped() -> None:
     m = parse(text)
     sources = {dict(k)["source"] for k in m["pdprobe_input_rows"]}
     assert 'x\\"><img src=x onerror=alert(2)>.jsonl' in sources
+
+
+def test_unknown_without_a_report_names_the_reason_and_no_finding() -> None:
+    from pdprobe.report.prometheus_format import render_unknown
+
+    text = render_unknown('input "x.jsonl": line 3\nbad', now_s=1700000000.0)
+    families = parse(text)
+    assert families["pdprobe_status"] == {(("status", "unknown"),): 3.0}
+    ((labels, value),) = families["pdprobe_unknown_reason"].items()
+    assert value == 1 and labels == (("reason", 'input \\"x.jsonl\\": line 3 bad'),)
+    assert families["pdprobe_last_run_timestamp_seconds"] == {(): 1700000000.0}
+    assert "pdprobe_finding" not in families
+    assert set(families["pdprobe_findings"].values()) == {0.0}
+
+
+def test_unknown_report_carries_its_reason() -> None:
+    families = parse(render(F.unknown(), RenderOptions()))
+    assert list(families["pdprobe_unknown_reason"].values()) == [1.0]
