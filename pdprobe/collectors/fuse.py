@@ -8,7 +8,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Final
 
 from pdprobe.collectors.identity import AliasMap, SourceKeys, keys_from_names, resolve
-from pdprobe.collectors.roles import RoleOptions, resolve_roles
+from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles
 from pdprobe.dataset import (
     EVENT_COLUMNS,
     METRIC_COLUMNS,
@@ -16,6 +16,7 @@ from pdprobe.dataset import (
     REQUEST_COLUMNS,
     Dataset,
     Identity,
+    InstanceInfo,
     Partial,
     RoleHint,
     concat_frames,
@@ -72,6 +73,7 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
                                               if h.instance not in resolution.umbrellas],
                                              roles, nodes, engines)
     warnings.extend(role_warnings)
+    instances = _nodes_named_as_network(instances, partials, network)
 
     request_columns = frozenset().union(*(p.request_columns for p in partials)) if partials else frozenset()
     return Dataset(
@@ -185,6 +187,35 @@ def _without_umbrellas(partials: Sequence[Partial],
                      f"several instances each, were left out of per-instance analyses; --alias "
                      f"attributes them")
     return out, notes
+
+
+def _nodes_named_as_network(instances: tuple[InstanceInfo, ...], partials: Sequence[Partial],
+                            network: pd.DataFrame) -> tuple[InstanceInfo, ...]:
+    """Each instance's node spelled as the network series spell it.
+
+    node_exporter is scraped as ``instance="10.0.1.10:9100"`` (its node is the IP) while the
+    engine's series may say ``node="h100-node-0"`` (a Kubernetes node name), or the other way
+    round: of every name the inputs give the instance's machine (node label, hostname, host of
+    its address), the one the network series use joins them.
+    """
+    if not len(network):
+        return instances
+    net_nodes = set(network["node"].dropna().unique().tolist())
+    machine: dict[str, list[str]] = {}
+    for p in partials:
+        for key in p.keys:
+            names = machine.setdefault(key.name, [])
+            names.extend(v for k, v in key.facts if k in ("node", "hostname", "host") and v)
+    out = []
+    for info in instances:
+        if info.node in net_nodes:
+            out.append(info)
+            continue
+        host = node_of(info.name)
+        found = next((n for n in [*machine.get(info.name, ()), *([host] if host else [])]
+                      if n in net_nodes), None)
+        out.append(replace(info, node=found) if found else info)
+    return tuple(out)
 
 
 def _listed(names: set[str], most: int = 3) -> str:

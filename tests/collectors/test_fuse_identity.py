@@ -205,3 +205,19 @@ def test_numbers_under_a_machine_name_are_attributed_to_no_instance() -> None:
     assert ds.requests["prefill_instance"].tolist() == ["p"] * 3
     assert set(ds.metrics["instance"]) == set(names)
     assert any("stand for several instances" in n and "h100-node-1" in n for n in ds.notes)
+
+
+def test_instance_node_is_spelled_as_the_network_series_spell_it() -> None:
+    # Engines labelled with the Kubernetes node name, node_exporter scraped by IP: the RDMA
+    # counters of 10.0.1.10 belong to the engine on node h100-node-0 whose address is 10.0.1.10.
+    met = _metrics("10.0.1.10:8000", "prompt_tokens_total", [0.0, 1.0])
+    keys = [InstanceKey("10.0.1.10:8000", (("node", "h100-node-0"),), "label instance")]
+    net = pd.DataFrame({"ts": [1000.0, 1010.0], "node": "10.0.1.10", "device": "mlx5_0",
+                        "port": "1", "signal": "rdma_tx_bytes_total", "kind": "counter",
+                        "value": [0.0, 1e9]})
+    part = Partial(source=SourceInfo("metrics.om", "metrics", "x", 0), metrics=met,
+                   keys=tuple(keys), nodes={"10.0.1.10:8000": "h100-node-0"})
+    node_part = Partial(source=SourceInfo("node.om", "metrics", "x", 0), network=net)
+    ds = fuse([part, node_part])
+    (info,) = ds.instances
+    assert info.node == "10.0.1.10"
