@@ -139,3 +139,40 @@ def names(items: Sequence[str], limit: int = 4) -> str:
     if len(items) <= limit:
         return ", ".join(items)
     return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+
+
+# p-values under this print as "p < 0.001": more digits claim a precision the tests lack.
+P_VALUE_FLOOR: Final = 0.001
+
+
+def fmt_p_value(p: float) -> str:
+    """A test's p-value: "p < 0.001", "p = 0.012", "p = 0.48"."""
+    if not math.isfinite(p):
+        return NA
+    if p < P_VALUE_FLOOR:
+        return f"p < {P_VALUE_FLOOR:g}"
+    return f"p = {p:.2g}"
+
+
+# Count units: the plural as the rules write it, and its singular.
+COUNT_UNITS: Final = {"instances": "instance", "windows": "window", "events": "event",
+                      "requests": "request", "nodes": "node", "sequences": "sequence",
+                      "tokens": "token", "packets": "packet", "failures": "failure",
+                      "retransmits": "retransmit", "lines": "line", "samples": "sample"}
+
+
+def fmt_count(x: float | int, unit: str) -> str:
+    """A count with its unit, singular when it is one: "1 instance", "94,710,790 events";
+    a fractional count (a median of counts) keeps three significant digits."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return NA
+    whole = float(x) == round(float(x))
+    text = f"{round(float(x)):,}" if whole and abs(float(x)) >= 1 else fmt_num(x)
+    word = COUNT_UNITS.get(unit, unit) if whole and abs(float(x)) == 1 else unit
+    return f"{text} {word}"
+
+
+# Units whose quantities cannot be negative: a negative baseline of one (a fitted trend's
+# intercept) is not a level anything was at, so it is not shown.
+NON_NEGATIVE_UNITS: Final = frozenset({"s", "sec", "seconds", "requests", "tokens", "B", "B/s",
+                                       "bytes", "bytes/s", "req/s", *COUNT_UNITS})

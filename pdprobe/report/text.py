@@ -47,6 +47,9 @@ SECTION_STYLE: Final = "bold underline"
 LABEL_WIDTH: Final = 26  # key/value labels: the longest ("prompt/output correlation") + 1
 SPARK_LABEL_WIDTH: Final = 30
 INSTANCE_MIN_WIDTH: Final = 12  # long pod names fold rather than squeeze the name column away
+# Names up to this long never fold (an ip:port with the flag is 24); longer pod names fold.
+NAME_MAX_WIDTH: Final = 32
+COLUMN_GAP: Final = 2  # box.SIMPLE_HEAD's blank divider plus the cell's right padding
 # Instance tables list at most this many rows per role without -v (flagged instances first),
 # so a 64-instance cluster still fits a screen; -v lists them all.
 MAX_ROWS_QUIET: Final = 12
@@ -106,13 +109,43 @@ def _kv_table(rows: tuple[KeyValue, ...] | list[KeyValue], verbose: bool) -> Ric
     return t
 
 
+def _fit_columns(table: Table, width: int) -> tuple[Table, list[str]]:
+    """``table`` without the columns (``drop_order``) a ``width``-column terminal has no room
+    for, and their names; every other column keeps its full cells."""
+    hidden: list[str] = []
+    cols = list(table.columns)
+    keep = list(range(len(cols)))
+
+    def needed() -> int:
+        return sum(max([len(table.columns[i]) + (0 if i else len(FLAG_MARK))]
+                       + [len(r[i].text) + (len(FLAG_MARK) if r[i].flag else 0)
+                          for r in table.rows]) + COLUMN_GAP for i in keep)
+
+    for name in table.drop_order:
+        if needed() <= width or name not in cols:
+            continue
+        keep.remove(cols.index(name))
+        hidden.append(name)
+    if not hidden:
+        return table, []
+    return Table(title=table.title, columns=tuple(cols[i] for i in keep),
+                 rows=tuple(tuple(r[i] for i in keep) for r in table.rows),
+                 numeric=tuple(table.numeric[i] for i in keep), note=table.note), hidden
+
+
 def _table(table: Table, verbose: bool, *, limit: int | None = None,
-           flagged: dict[str, str] | None = None) -> RenderableType:
+           flagged: dict[str, str] | None = None, width: int | None = None) -> RenderableType:
+    hidden_cols: list[str] = []
+    if width is not None and table.drop_order:
+        table, hidden_cols = _fit_columns(table, width)
     rt = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
                    header_style="bold")
+    name_width = max([INSTANCE_MIN_WIDTH] + [len(r[0].text) + len(FLAG_MARK) * r[0].flag
+                                              for r in table.rows])
     for i, (col, numeric) in enumerate(zip(table.columns, table.numeric, strict=True)):
         rt.add_column(col, justify="right" if numeric else "left", overflow="fold",
-                      no_wrap=i > 0, min_width=INSTANCE_MIN_WIDTH if i == 0 else None)
+                      no_wrap=i > 0,
+                      min_width=min(name_width, NAME_MAX_WIDTH) if i == 0 else None)
     rows = list(table.rows)
     hidden = 0
     if limit is not None and len(rows) > limit:
@@ -131,6 +164,9 @@ def _table(table: Table, verbose: bool, *, limit: int | None = None,
         parts.append(Text(f"… {hidden} more (use -v to list all)", style="dim"))
     if table.note:
         parts.append(Text(table.note, style="dim"))
+    if hidden_cols:
+        parts.append(Text(f"not shown at this width: {', '.join(hidden_cols)} (-f markdown "
+                          "or a wider terminal shows them)", style="dim"))
     if verbose:
         for reason in table.na_reasons():
             parts.append(Text("n/a " + reason, style="dim"))
@@ -245,7 +281,8 @@ def _sections(view: ReportView, options: RenderOptions) -> list[RenderableType]:
         tables = view.role_details if verbose else ()
         for i, table in enumerate(view.roles):
             out.append(Text(table.title, style="bold"))
-            out.append(_table(table, verbose, limit=None if verbose else MAX_ROWS_QUIET))
+            out.append(_table(table, verbose, limit=None if verbose else MAX_ROWS_QUIET,
+                              width=options.width))
             if verbose:
                 out.append(_table(tables[i], verbose))
             if i < len(view.roles) - 1:

@@ -16,11 +16,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.units import (  # the report's number wording lives in the units module
+    COUNT_UNITS,
     NA,
+    NON_NEGATIVE_UNITS,
     fmt_bytes,
     fmt_bytes_per_s,
+    fmt_count,
     fmt_duration,
     fmt_num,
+    fmt_p_value,
     fmt_pct,
     fmt_seconds,
 )
@@ -85,7 +89,8 @@ _RATIOS = {"ratio", "fraction", "share"}
 
 
 def fmt_value(value: Any, unit: str = "") -> str:
-    """A value with its unit, formatted by unit ("s", "ratio", "B/s", ...); strings as given."""
+    """A value with its unit, formatted by unit ("s", "ratio", "B/s", "p-value", counts, ...);
+    strings as given."""
     if isinstance(value, Missing) or value is None:
         return NA
     if isinstance(value, str):
@@ -96,6 +101,8 @@ def fmt_value(value: Any, unit: str = "") -> str:
         return fmt_seconds(float(value))
     if unit in _RATIOS:
         return fmt_pct(float(value))
+    if unit == "p-value":
+        return fmt_p_value(float(value))
     if unit in ("B/s", "bytes/s", "bytes_per_s"):
         return fmt_bytes_per_s(float(value))
     if unit in ("B", "bytes"):
@@ -104,7 +111,23 @@ def fmt_value(value: Any, unit: str = "") -> str:
         return f"{fmt_num(value)}%"
     if unit in ("rps", "req/s", "requests/s"):
         return f"{fmt_num(value)} req/s"
+    if unit in COUNT_UNITS:
+        return fmt_count(value, unit)
     return f"{fmt_num(value)} {unit}".rstrip()
+
+
+def baseline_phrase(value: Any, baseline: Any, unit: str) -> str:
+    """`` (vs 1,798 tokens)`` — or nothing when the baseline means nothing: absent, the same
+    number, or a negative level of a quantity that cannot be negative. A p-value's baseline is
+    the significance level: `` (significant below 0.001)``."""
+    if baseline is None or is_na(baseline):
+        return ""
+    if unit == "p-value":
+        return f" (significant below {fmt_num(float(baseline))})"
+    if isinstance(baseline, (int, float)) and baseline < 0 and unit in NON_NEGATIVE_UNITS:
+        return ""
+    shown = fmt_value(baseline, unit)
+    return "" if shown == fmt_value(value, unit) else f" (vs {shown})"
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -203,6 +226,8 @@ class Table:
     rows: tuple[tuple[Cell, ...], ...]
     numeric: tuple[bool, ...]  # right-align these columns
     note: str = ""
+    # Columns a narrow terminal may hide, the least needed first (the text view says which).
+    drop_order: tuple[str, ...] = ()
 
     def na_reasons(self) -> list[str]:
         """``column: reason (row names)`` for every n/a, deduplicated, in table order."""
@@ -350,6 +375,15 @@ def series_value(value: float, unit: str) -> str:
 
 # --- findings --------------------------------------------------------------------------------
 
+def next_action(report: Report) -> str | None:
+    """The one thing to do first: the lead finding's first next step (None when all is well
+    or nothing could be judged)."""
+    lead = lead_finding(report)
+    if lead is None or not lead.next_steps or lead.severity.rank == 0:
+        return None
+    return lead.next_steps[0]
+
+
 def lead_finding(report: Report) -> Finding | None:
     """The finding the verdict names: the worst root cause, in the rule engine's rank order."""
     ranked = [f for f in report.findings if f.severity.rank > 0]
@@ -489,8 +523,7 @@ def _names(names: Sequence[str], limit: int) -> str:
 def evidence_phrase(ev: Evidence, relative: bool, *, with_source: bool = True) -> str:
     """``prefill queue depth p90: 37 requests (baseline 4) on p-0, p-1 [vllm:num_requests_waiting]``."""
     text = f"{ev.what}: {fmt_value(ev.value, ev.unit)}"
-    if ev.baseline is not None and not is_na(ev.baseline):
-        text += f" (vs {fmt_value(ev.baseline, ev.unit)})"
+    text += baseline_phrase(ev.value, ev.baseline, ev.unit)
     if ev.instances:
         text += " on " + _names(ev.instances, 4)
     if ev.window_start_ts is not None and ev.window_end_ts is not None:
@@ -613,8 +646,14 @@ def role_tables(report: Report, *, detail: bool = False) -> list[Table]:
         elif any(r[0].flag for r in rows):
             note = FLAG_MARK.strip() + " named by a finding; " + note
         tables.append(Table(title=f"{role} ({len(members)})", columns=cols, rows=rows,
-                            numeric=(False,) + (True,) * (len(cols) - 1), note=note))
+                            numeric=(False,) + (True,) * (len(cols) - 1), note=note,
+                            drop_order=() if detail else NARROW_DROP_ORDER))
     return tables
+
+
+# At 80 columns the instance table cannot show all nine columns: the p50s go first (the p90s
+# carry the tail a finding is about), then the queue (the sparklines show it over time).
+NARROW_DROP_ORDER: Final = ("TPOT p50", "TTFT p50", "queue p90")
 
 
 def length_table(report: Report) -> Table | None:
@@ -676,8 +715,10 @@ def capacity_rows(report: Report) -> list[KeyValue]:
     dep_p, dep_d = deployed_counts(report)
     deployed_ratio = dep_p / dep_d if dep_p is not None and dep_d else None
     rows = [
-        KeyValue("theoretical P/D", cell(cap.theoretical_ratio,
-                                         lambda v: f"{v:.2f} prefill per decode instance")),
+        KeyValue("theoretical P/D", cell(
+            cap.theoretical_ratio,
+            lambda v: f"{v:.2f} prefill per decode instance"
+                      + (" (whole window; per window below)" if cap.windows else ""))),
         KeyValue("deployed", Cell(f"{pd_pair(dep_p, dep_d)} (ratio {fmt_ratio(deployed_ratio)})")),
         KeyValue("recommended", Cell(pd_pair(cap.recommended_prefill, cap.recommended_decode),
                                      reason=_first_reason(cap.recommended_prefill,
@@ -724,14 +765,44 @@ def capacity_rows(report: Report) -> list[KeyValue]:
     model = cap.model_source
     if cap.profile and cap.profile not in model:
         model += f" {cap.profile}" if model.startswith("profile") else f" (profile {cap.profile})"
-    if cap.fit_quality:
-        model += " (" + ", ".join(f"{k} {fmt_num(v)}" for k, v in sorted(cap.fit_quality.items()))
-        model += ")"
     rows.append(KeyValue("model", Cell(model)))
+    fit = fit_phrase(cap.fit_quality)
+    if fit:
+        rows.append(KeyValue("model fit", Cell(fit)))
     rows.append(KeyValue("verified", _verified(cap)))
     for note in cap.notes:
-        rows.append(KeyValue("note", Cell(note)))
+        # the view prints the pools' TTFT estimates above the notes, not below
+        rows.append(KeyValue("note", Cell(note.replace("TTFT estimates below",
+                                                       "TTFT estimates of the prefill pool"))))
     return rows
+
+
+def fit_phrase(quality: dict[str, float]) -> str:
+    """``prefill R² 0.97, median error 3.1%, 2,646 requests; decode ...`` from the capacity
+    model's fit statistics (keys ``<stage>_r2``, ``_median_rel_error``, ``_n``,
+    ``_scale_vs_profile``); keys it does not know are left out."""
+    parts = []
+    for stage in ("prefill", "decode"):
+        bits = []
+        r2 = quality.get(f"{stage}_r2")
+        if r2 is not None and math.isfinite(r2):
+            bits.append(f"R² {r2:.2f}")
+        err = quality.get(f"{stage}_median_rel_error")
+        if err is not None and math.isfinite(err):
+            bits.append(f"median error {fmt_pct(err)}")
+        scale = quality.get(f"{stage}_scale_vs_profile")
+        if scale is not None and math.isfinite(scale) and abs(scale - 1) >= FIT_SCALE_SHOWN:
+            bits.append(f"{scale:.2f}× the profile")
+        n = quality.get(f"{stage}_n")
+        if n is not None and math.isfinite(n):
+            bits.append(fmt_count(int(n), "samples"))
+        if bits:
+            parts.append(f"{stage} " + ", ".join(bits))
+    return "; ".join(parts)
+
+
+# A fitted speed within this share of the profile's is the profile: not worth a mention.
+FIT_SCALE_SHOWN: Final = 0.05
 
 
 def _objectives(cap: CapacityResult) -> Cell:
@@ -953,32 +1024,68 @@ def slo_rows(report: Report) -> list[KeyValue]:
 
 
 def sources_table(report: Report) -> Table:
-    rows = tuple((Cell(s.path), Cell(s.kind), Cell(s.format), Cell(fmt_num(s.rows)),
-                  Cell(fmt_num(s.skipped), flag=s.skipped > 0)) for s in report.sources)
-    note = ("! some lines or rows were not understood and were skipped"
-            if any(s.skipped for s in report.sources) else "")
+    """One row per input; paths relative to the folder they share (named in the note), so
+    rows differ in their first characters, not after a long common prefix."""
+    paths = [s.path for s in report.sources]
+    base = common_folder(paths)
+    shown = [_relative(p, base) for p in paths]
+    rows = tuple((Cell(path), Cell(s.kind), Cell(s.format), Cell(fmt_num(s.rows)),
+                  Cell(fmt_num(s.skipped), flag=s.skipped > 0))
+                 for path, s in zip(shown, report.sources, strict=True))
+    notes = [f"paths under {base}"] if base else []
+    if any(s.skipped for s in report.sources):
+        notes.append("! some lines or rows were not understood and were skipped")
     return Table(title="inputs", columns=("source", "kind", "format", "used", "skipped"),
-                 rows=rows, numeric=(False, False, False, True, True), note=note)
+                 rows=rows, numeric=(False, False, False, True, True), note="; ".join(notes))
+
+
+def common_folder(paths: Sequence[str]) -> str:
+    """The folder every path lies in ("" when there is none worth stripping: one input,
+    URLs, stdin, or nothing in common)."""
+    import os.path
+
+    files = [p for p in paths if "/" in p and "://" not in p and p != "-"]
+    if len(files) < 2 or len(files) != len(paths):
+        return ""
+    try:
+        base = os.path.commonpath(files)
+    except ValueError:  # absolute and relative mixed
+        return ""
+    if base in ("", "/") or base in files:
+        return ""
+    return base
+
+
+def _relative(path: str, base: str) -> str:
+    return path[len(base):].lstrip("/") if base and path.startswith(base + "/") else path
 
 
 def source_notes(report: Report) -> list[str]:
     """Per-input notes, one line per kind of note: the same note about six logs is printed
-    once, with the count and the first few files (the words that differ are the file's)."""
+    once, with the count and the first few files (the words that differ are the file's); the
+    kinds about the same files share one line."""
+    base = common_folder([s.path for s in report.sources])
     groups: dict[str, list[tuple[str, str]]] = {}
     for s in report.sources:
         for n in s.notes:
-            groups.setdefault(_NOTE_SHAPE.sub("…", n), []).append((s.path, n))
-    out = []
+            groups.setdefault(_NOTE_SHAPE.sub("…", n), []).append((_relative(s.path, base), n))
+    by_files: dict[tuple[str, ...], list[str]] = {}
     for items in groups.values():
-        path, first = items[0]
-        if len(items) == 1:
-            out.append(f"{path}: {first}")
-            continue
-        files = list(dict.fromkeys(p for p, _ in items))
-        shown = ", ".join(_short_path(p) for p in files[:MAX_NOTE_FILES])
-        more = f" and {len(files) - MAX_NOTE_FILES} more" if len(files) > MAX_NOTE_FILES else ""
-        out.append(f"{len(files)} inputs ({shown}{more}): {first}"
-                   + (" (likewise for the others)" if len({n for _, n in items}) > 1 else ""))
+        files = tuple(dict.fromkeys(p for p, _ in items))
+        text = items[0][1]
+        if len({n for _, n in items}) > 1:
+            text += " (likewise for the others)"
+        by_files.setdefault(files, []).append(text)
+    out = []
+    for files, texts in by_files.items():
+        if len(files) == 1:
+            who = files[0]
+        else:
+            shown = ", ".join(_short_path(p) for p in files[:MAX_NOTE_FILES])
+            more = (f" and {len(files) - MAX_NOTE_FILES} more"
+                    if len(files) > MAX_NOTE_FILES else "")
+            who = f"{len(files)} inputs ({shown}{more})"
+        out.append(f"{who}: " + "; ".join(texts))
     return out
 
 
@@ -986,6 +1093,16 @@ def source_notes(report: Report) -> list[str]:
 _NOTE_SHAPE: Final = re.compile(r"'[^']*'|\"[^\"]*\"|\d+(?:[.,:]\d+)*")
 # Files named in a grouped note; the rest are counted.
 MAX_NOTE_FILES: Final = 3
+
+
+def group_lines(lines: Sequence[str]) -> list[str]:
+    """Warnings or notes, one line per kind: lines that differ only in names and numbers
+    (the same warning for each of six files) print once, with how many there were."""
+    groups: dict[str, list[str]] = {}
+    for line in lines:
+        groups.setdefault(_NOTE_SHAPE.sub("…", line), []).append(line)
+    return [items[0] if len(items) == 1 else f"{items[0]} (and {len(items) - 1} more like it)"
+            for items in groups.values()]
 
 
 def _short_path(path: str) -> str:
@@ -1050,10 +1167,15 @@ SERIES_SPECS: Final = (("queue_series", "sum"), ("ttft_series", "mean"),
 def build_view(report: Report) -> ReportView:
     rel = is_relative(report.window_start_ts)
     counts = report.instance_counts
-    inst_text = f"{pd_pair(counts.prefill, counts.decode)}"
+    inst_text = f"{counts.prefill or 0}P:{counts.decode or 0}D"
+    missing_roles = [r for r, n in (("prefill", counts.prefill), ("decode", counts.decode)) if not n]
+    if missing_roles:
+        inst_text += f" (no {' or '.join(missing_roles)} instance found)"
     if counts.unknown:
         inst_text += f" + {counts.unknown} of unknown role"
+    action = next_action(report)
     header = (
+        *((KeyValue("do first", Cell(action)),) if action else ()),
         KeyValue("window", Cell(window_phrase(report.window_start_ts, report.window_end_ts))),
         KeyValue("instances", Cell(inst_text)),
         KeyValue("input", Cell(report.input_description)),
@@ -1087,8 +1209,8 @@ def build_view(report: Report) -> ReportView:
         sources=sources_table(report),
         source_notes=tuple(source_notes(report)),
         identity=identity_table(report),
-        warnings=report.warnings,
-        notes=report.notes,
+        warnings=tuple(group_lines(report.warnings)),
+        notes=tuple(group_lines(report.notes)),
         flagged=flagged_instances(report),
     )
 

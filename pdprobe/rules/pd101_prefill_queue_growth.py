@@ -139,9 +139,9 @@ class PrefillQueueGrowth(BaseRule):
                                "requests", instances=affected,
                                window=(tq.onset_ts, tq.end_ts), baseline=tq.onset_level,
                                source="requests_waiting on prefill instances"))
-            evidence.append(ev("prefill queue trend (Mann-Kendall)", tq.p_value, "p-value",
-                               window=(tq.onset_ts, tq.end_ts), baseline=tq.tau,
-                               source="Kendall tau as baseline"))
+            evidence.append(ev("prefill queue rising trend (Mann-Kendall test)", tq.p_value,
+                               "p-value", window=(tq.onset_ts, tq.end_ts),
+                               source=f"Kendall tau {tq.tau:.2f}"))
 
         tw = series_trend(wait_series)
         if tw is not None:

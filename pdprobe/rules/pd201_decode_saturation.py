@@ -30,6 +30,7 @@ from pdprobe.rules.thresholds import (
     KV_FULL_TIME_SHARE,
     RETRACTING_MEAN,
 )
+from pdprobe.units import fmt_count
 
 # Preemptions (vLLM) / retractions (SGLang) worth reporting: at least this many and at least this
 # share of the requests (recompute throws away decode work and stalls the batch).
@@ -243,7 +244,7 @@ class DecodeSaturation(BaseRule):
         cap = f.capacity
         if cap is not None and isinstance(cap.recommended_prefill, int) and \
                 isinstance(cap.recommended_decode, int):
-            steps.append(f"Scale decode to {cap.recommended_decode} instances "
+            steps.append(f"Scale decode to {fmt_count(cap.recommended_decode, 'instances')} "
                          f"({cap.recommended_prefill}P:{cap.recommended_decode}D recommended "
                          f"by the capacity model).")
         elif short_by:

@@ -50,6 +50,15 @@ IMPACT_FLOORS: Final = {
     "prefill_queue": 1.0, "queue_s_p50": 0.2, "ttft_p50": 0.2, "tpot_p50": 0.01,
     "decode_kv_usage": 0.3, "decode_admission": 1.0, "decode_prealloc": 1.0,
 }
+# How each pressure column reads in the evidence: its name and unit.
+IMPACT_LABELS: Final = {
+    "prefill_queue": ("prefill queue depth", "requests"),
+    "queue_s_p50": ("median wait before prefill", "s"),
+    "ttft_p50": ("TTFT p50", "s"), "tpot_p50": ("TPOT p50", "s"),
+    "decode_kv_usage": ("decode KV usage", "ratio"),
+    "decode_admission": ("decode admission queue", "requests"),
+    "decode_prealloc": ("decode pre-allocation queue", "requests"),
+}
 PREFILL_SIDE: Final = ("prefill_queue", "queue_s_p50", "ttft_p50")
 DECODE_SIDE: Final = ("tpot_p50", "decode_kv_usage", "decode_admission", "decode_prealloc")
 
@@ -320,7 +329,8 @@ class RatioLag(BaseRule):
             level1 = float(a.median())
             if level1 >= IMPACT_RATIO * level0:
                 hit = True
-                evidence.append(ev(f"{col.replace('_', ' ')} after the shift", level1, "",
+                label, unit = IMPACT_LABELS.get(col, (col.replace("_", " "), ""))
+                evidence.append(ev(f"{label} after the shift", level1, unit,
                                    window=(cp.ts, until_ts), baseline=float(b.median()),
                                    source="median per bin before vs after"))
         if not hit:
@@ -351,9 +361,9 @@ class RatioLag(BaseRule):
         if not post or not bad:
             return False
         w = bad[-1]
-        evidence.append(ev("capacity windows after the shift where deployed != recommended",
-                           len(bad), "windows", window=(cp.ts, f.window.end_ts),
-                           baseline=len(post),
+        evidence.append(ev("capacity windows after the shift where deployed ≠ recommended "
+                           f"(of {len(post)})", len(bad), "windows",
+                           window=(cp.ts, f.window.end_ts),
                            source=f"last: recommended {w.recommended_prefill}P:"
                                   f"{w.recommended_decode}D, deployed {w.deployed_prefill}P:"
                                   f"{w.deployed_decode}D"))

@@ -41,6 +41,16 @@ def test_fits_width_without_ansi(name: str, verbose: bool) -> None:
     assert widest <= WIDTH, f"{widest} columns"
 
 
+@pytest.mark.parametrize("name", ["prefill_bound", "routing_skew"])
+def test_golden_80_columns(name: str) -> None:
+    """An 80-column terminal: names whole, the least needed instance columns hidden (and said
+    so), every line within 80 columns."""
+    out = render(F.SCENARIOS[name](), RenderOptions(width=80))
+    check_golden(f"{name}.80.txt", out)
+    assert max(cell_len(line) for line in out.splitlines()) <= 80
+    assert "not shown at this width" in out
+
+
 def test_narrow_terminal_still_fits() -> None:
     out = render(F.routing_skew(), RenderOptions(width=80, verbose=True))
     assert max(cell_len(line) for line in out.splitlines()) <= 80
