@@ -46,6 +46,8 @@ ITL_LAST_S: Final = "itl_last_s"  # Dynamo per-worker last ITL
 TTFT_LAST_S: Final = "ttft_last_s"  # Dynamo per-worker last TTFT
 ACTIVE_PREFILL_TOKENS: Final = "active_prefill_tokens"  # Dynamo router view
 ACTIVE_DECODE_BLOCKS: Final = "active_decode_blocks"
+REQUESTS_SWAPPED: Final = "requests_swapped"  # vLLM V0: preempted requests swapped to CPU
+CPU_KV_USAGE_RATIO: Final = "cpu_kv_usage_ratio"  # 0-1, vLLM V0 CPU (swap) KV cache usage
 
 # --- instance counters (cumulative) ----------------------------------------------------------
 PROMPT_TOKENS_TOTAL: Final = "prompt_tokens_total"
@@ -65,6 +67,10 @@ KV_TRANSFER_FAILURES_TOTAL: Final = "kv_transfer_failures_total"
 KV_EXPIRED_TOTAL: Final = "kv_expired_total"
 KV_RDMA_BYTES_TOTAL: Final = "kv_rdma_bytes_total"  # Mooncake TENT, transport=rdma
 KV_TCP_BYTES_TOTAL: Final = "kv_tcp_bytes_total"  # Mooncake TENT, transport=tcp
+# Bytes the instance's KV transfer agent sent / received, any transport (NIXL telemetry
+# agent_tx/rx_bytes_total): flat on both sides while requests complete = no KV crossed.
+KV_TX_BYTES_TOTAL: Final = "kv_tx_bytes_total"
+KV_RX_BYTES_TOTAL: Final = "kv_rx_bytes_total"
 
 # --- instance histograms (base units; bucket/sum/count rows) ---------------------------------
 TTFT_S: Final = "ttft_s"
@@ -80,6 +86,7 @@ KV_TRANSFER_BYTES_PER_S: Final = "kv_transfer_bytes_per_s"
 PROMPT_TOKENS: Final = "prompt_tokens"
 OUTPUT_TOKENS: Final = "output_tokens"
 PREFILL_COMPUTED_TOKENS: Final = "prefill_computed_tokens"
+WORKER_REQUEST_S: Final = "worker_request_s"  # Dynamo work handler time per request (s)
 
 # --- node network signals (per node/device/port; network table) -------------------------------
 LINK_RATE_BYTES_PER_S: Final = "link_rate_bytes_per_s"  # gauge

@@ -17,7 +17,7 @@ from typing import Final, Literal
 from pdprobe import signals as S
 
 Engine = Literal["vllm", "sglang", "dynamo", "trtllm", "node", "mooncake", "rdma-exporter",
-                 "custom"]  # custom: names from a --metrics-map file
+                 "nixl", "custom"]  # custom: names from a --metrics-map file
 Aggregation = Literal["sum", "max", "mean"]
 Scope = Literal["instance", "network"]
 
@@ -120,6 +120,10 @@ _VLLM: Final = (
                "vllm"),
     MetricSpec("vllm:mooncake_num_failed_recvs_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "vllm"),
     MetricSpec("vllm:mooncake_num_kv_expired_reqs_total", S.KV_EXPIRED_TOTAL, C, "vllm"),
+    # V0 (vllm/engine/metrics.py, removed with V0 in 0.10)
+    MetricSpec("vllm:num_requests_swapped", S.REQUESTS_SWAPPED, G, "vllm", note="V0 only"),
+    MetricSpec("vllm:cpu_cache_usage_perc", S.CPU_KV_USAGE_RATIO, G, "vllm", aggregate="mean",
+               note="V0 only"),
 )
 
 _SGLANG: Final = (
@@ -211,10 +215,52 @@ _DYNAMO: Final = (
                "dynamo", aggregate="mean", note="<=0.6 / early 1.x"),
     MetricSpec("dynamo_component_inflight_requests", S.REQUESTS_RUNNING, G, "dynamo"),
     MetricSpec("dynamo_component_requests_total", S.REQUESTS_FINISHED_TOTAL, C, "dynamo"),
+    # Work-handler request time of a worker (lib/runtime metrics; docs/observability/
+    # metrics_examples/*.log, dynamo_component="tensorrt_llm"|"backend"|"prefill", endpoint=)
+    MetricSpec("dynamo_component_request_duration_seconds", S.WORKER_REQUEST_S, H, "dynamo"),
     # TensorRT-LLM under Dynamo
     MetricSpec("trtllm_kv_transfer_latency_seconds", S.KV_TRANSFER_S, H, "trtllm"),
     MetricSpec("trtllm_kv_transfer_bytes", S.KV_TRANSFER_BYTES, H, "trtllm"),
     MetricSpec("trtllm_kv_transfer_success_total", S.KV_TRANSFERS_TOTAL, C, "trtllm"),
+)
+
+# TensorRT-LLM's own server metrics (NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py,
+# MetricsCollector; labels model_name, engine_type="trtllm", finished_reason on the success
+# counter, http_code on the error counter; seconds, ratios 0-1). Exposed by `trtllm-serve` and by
+# Dynamo's TRT-LLM worker (ai-dynamo/dynamo docs/observability/metrics_examples/trtllm.log).
+_TRTLLM: Final = (
+    MetricSpec("trtllm_request_success_total", S.REQUESTS_FINISHED_TOTAL, C, "trtllm"),
+    MetricSpec("trtllm_request_error_total", S.REQUESTS_FAILED_TOTAL, C, "trtllm",
+               note="HTTP errors, by http_code"),
+    MetricSpec("trtllm_time_to_first_token_seconds", S.TTFT_S, H, "trtllm"),
+    MetricSpec("trtllm_time_per_output_token_seconds", S.TPOT_S, H, "trtllm",
+               note="per request (TPOT), not per token"),
+    MetricSpec("trtllm_e2e_request_latency_seconds", S.E2E_S, H, "trtllm"),
+    MetricSpec("trtllm_request_queue_time_seconds", S.QUEUE_S, H, "trtllm"),
+    MetricSpec("trtllm_request_prefill_time_seconds", S.PREFILL_S, H, "trtllm"),
+    MetricSpec("trtllm_request_decode_time_seconds", S.DECODE_S, H, "trtllm"),
+    MetricSpec("trtllm_prompt_tokens_total", S.PROMPT_TOKENS_TOTAL, C, "trtllm"),
+    MetricSpec("trtllm_generation_tokens_total", S.GENERATION_TOKENS_TOTAL, C, "trtllm"),
+    MetricSpec("trtllm_prompt_cached_tokens_total", S.CACHED_TOKENS_TOTAL, C, "trtllm"),
+    MetricSpec("trtllm_num_requests_running", S.REQUESTS_RUNNING, G, "trtllm"),
+    MetricSpec("trtllm_num_requests_waiting", S.REQUESTS_WAITING, G, "trtllm"),
+    MetricSpec("trtllm_kv_cache_utilization", S.KV_USAGE_RATIO, G, "trtllm", aggregate="mean"),
+    MetricSpec("trtllm_kv_cache_hit_rate", S.PREFIX_HIT_RATIO, G, "trtllm", aggregate="mean"),
+)
+
+# NIXL's native telemetry (ai-dynamo/nixl src/plugins/telemetry/prometheus/README.md and
+# prometheus_exporter.cpp; NIXL_TELEMETRY_EXPORTER=prometheus): per agent, labels hostname and
+# agent_name (status on agent_errors_total); transfer times in microseconds.
+_NIXL: Final = (
+    MetricSpec("agent_tx_bytes_total", S.KV_TX_BYTES_TOTAL, C, "nixl"),
+    MetricSpec("agent_rx_bytes_total", S.KV_RX_BYTES_TOTAL, C, "nixl"),
+    MetricSpec("agent_tx_requests_num_total", S.KV_TRANSFERS_TOTAL, C, "nixl",
+               note="posted transfer requests, writes"),
+    MetricSpec("agent_rx_requests_num_total", S.KV_TRANSFERS_TOTAL, C, "nixl",
+               note="posted transfer requests, reads"),
+    MetricSpec("agent_errors_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "nixl",
+               note="every AGENT_ERR_* status"),
+    MetricSpec("agent_xfer_time_us", S.KV_TRANSFER_S, H, "nixl", scale=US_TO_S),
 )
 
 _MOONCAKE: Final = (
@@ -292,7 +338,7 @@ _RDMA_EXPORTERS: Final = (
 )
 
 ALL_SPECS: Final[tuple[MetricSpec, ...]] = (
-    *_VLLM, *_SGLANG, *_DYNAMO, *_MOONCAKE, *_NODE, *_RDMA_EXPORTERS,
+    *_VLLM, *_SGLANG, *_DYNAMO, *_TRTLLM, *_NIXL, *_MOONCAKE, *_NODE, *_RDMA_EXPORTERS,
 )
 
 
@@ -427,7 +473,8 @@ def lookup(name: str, type_hint: str | None = None) -> tuple[MetricSpec, ...]:
 def engine_of(name: str) -> str | None:
     key = normalise_name(name)
     for prefix, engine in (("vllm_", "vllm"), ("sglang_", "sglang"), ("dynamo_", "dynamo"),
-                           ("trtllm_", "trtllm"), ("node_", "node"), ("tent_", "mooncake")):
+                           ("trtllm_", "trtllm"), ("node_", "node"), ("tent_", "mooncake"),
+                           ("agent_", "nixl")):
         if key.startswith(prefix):
             return engine
     return None

@@ -58,8 +58,11 @@ MS_TIMESTAMP_THRESHOLD: Final = 1e11
 # room for a few requests finishing on a colocated fallback path.
 EVIDENCE_MIN_REQUESTS: Final = 20
 PREFILL_MAX_TOKENS_PER_REQUEST: Final = 1.5
-# Dynamo names worker components freely; `backend`/`worker` is only a convention for decode
-# (reference §3.3), so it is weaker than a name pattern but stronger than behaviour.
+# Dynamo names worker components freely; `backend`/`worker` is the decode worker's component
+# only in a disaggregated deployment, whose prefill workers register `prefill` (reference §3.3).
+# An aggregated worker is `backend` too, so the generic name is read as decode only when the
+# same input also carries a prefill component; then it is weaker than a name pattern but
+# stronger than behaviour.
 DYNAMO_GENERIC_COMPONENT_STRENGTH: Final = ROLE_FROM_EVIDENCE + 5
 DYNAMO_GENERIC_COMPONENTS: Final = ("backend", "worker")
 # How many offending line numbers / metric names a warning lists.
@@ -74,7 +77,10 @@ TP_RANK_LABEL: Final = "tp_rank"
 PRIORITY_LABEL: Final = "priority"
 
 _CUMULATIVE_KINDS: Final = frozenset({S.COUNTER, S.BUCKET, S.HSUM, S.HCOUNT})
-_ENGINE_PREFERENCE: Final = ("vllm", "sglang", "trtllm", "dynamo", "mooncake")
+_ENGINE_PREFERENCE: Final = ("vllm", "sglang", "trtllm", "dynamo", "mooncake", "nixl")
+# `# TYPE` of a sample that may be a catalog counter exported without its `_total` suffix:
+# declared a counter, or not declared at all (None, "untyped", OpenMetrics "unknown").
+_COUNTER_OR_UNTYPED: Final = (S.COUNTER, None, "untyped", "unknown")
 _HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))
 
 _NAME_RE: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -518,8 +524,12 @@ def _resolve_name(name: str, types: dict[str, str]) -> tuple[list[tuple[mc.Metri
             specs = [s for s in mc.lookup(family, types.get(family)) if s.kind == mc.H]
             if specs:
                 return [(s, kind) for s in specs], False
-    if not name.endswith("_total") and types.get(name) == S.COUNTER:
-        return [(s, S.COUNTER) for s in mc.lookup(name + "_total") if s.kind == S.COUNTER], False
+    if not name.endswith("_total") and types.get(name) in _COUNTER_OR_UNTYPED:
+        # A counter exported without `_total` (old client libraries, Rust prometheus crate,
+        # exporters that strip suffixes), with or without `# TYPE`: still the catalog's counter.
+        counters = [(s, S.COUNTER) for s in mc.lookup(name + "_total") if s.kind == S.COUNTER]
+        if counters:
+            return counters, False
     if name.endswith("_created"):
         base = name[: -len("_created")]
         if (types.get(base) in ("counter", "histogram", "summary")
@@ -676,7 +686,24 @@ def _series_table(keys: list[str], types: dict[str, str], path: Path, ctx: ReadC
     router_drop, router_notes = mn.router_rows_to_drop(frame)
     out.notes.extend(router_notes)
     frame = frame[~router_drop].reset_index(drop=True)
+    frame = _engine_own_first(frame)
     return _SeriesMap(_drop_superseded(frame, out), names, unknown_sids)
+
+
+def _engine_own_first(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where several engines feed one signal of an instance (a Dynamo TRT-LLM worker exposes
+    trtllm_request_success_total and dynamo_component_requests_total), keep the engine's own
+    series only, as the live collector does (``promql_plan.ENGINE_PRIORITY``)."""
+    import pandas as pd
+
+    from pdprobe.collectors.promql_plan import ENGINE_PRIORITY
+
+    if frame.empty:
+        return frame
+    prio = frame["engine"].map(ENGINE_PRIORITY).fillna(9).to_numpy()
+    key = [frame["scope"], frame["instance"], frame["signal"], frame["kind"]]
+    best = pd.Series(prio).groupby(key, dropna=False, sort=False).transform("min").to_numpy()
+    return frame[prio == best].reset_index(drop=True) if (prio != best).any() else frame
 
 
 _TP_RANK_PAIR: Final = re.compile(rf'(^|,)\s*{TP_RANK_LABEL}\s*=\s*"[^"]*"')
@@ -956,11 +983,27 @@ def _label_role(label: str, value: str) -> tuple[Role, int] | None:
             return "prefill", ROLE_FROM_LABEL
         if "decode" in v:
             return "decode", ROLE_FROM_LABEL
-        if any(g in v for g in DYNAMO_GENERIC_COMPONENTS):
-            return "decode", DYNAMO_GENERIC_COMPONENT_STRENGTH
-        return None
+        return None  # `backend`/`worker` alone: see generic_component_hints
     role = role_from_label_value(value)
     return (role, ROLE_FROM_LABEL) if role else None
+
+
+def generic_component_hints(pairs: Sequence[tuple[str, str, str]],
+                            source: str) -> list[RoleHint]:
+    """Decode hints for Dynamo workers whose component is only ``backend``/``worker``.
+
+    ``pairs`` are the (instance, label, value) role labels seen in one input. A generic
+    component is a decode worker only beside a ``prefill`` component (a disaggregated graph); on
+    its own it is an aggregated worker, which is no decode instance: no hint.
+    """
+    comps = [(i, lab, v) for i, lab, v in pairs if lab in ("dynamo_component", "component")]
+    if not any("prefill" in v.lower() for _, _, v in comps):
+        return []
+    return [RoleHint(i, "decode", f"label {lab}={v!r} beside a prefill component",
+                     DYNAMO_GENERIC_COMPONENT_STRENGTH, source)
+            for i, lab, v in comps
+            if "prefill" not in v.lower() and "decode" not in v.lower()
+            and any(g in v.lower() for g in DYNAMO_GENERIC_COMPONENTS)]
 
 
 def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
@@ -969,6 +1012,7 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
     inst_rows = series[series["scope"] == "instance"]
     hints: list[RoleHint] = []
     seen: set[tuple[str, str, str]] = set()
+    labelled: list[tuple[str, str, str]] = []  # every (instance, role label, value)
     unified = False
     for label in mc.ROLE_LABELS:
         col = f"l_{label}"
@@ -977,12 +1021,14 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
             if label == "engine_type" and str(value).lower() in ("unified", "dynamic"):
                 unified = unified or str(value).lower() == "unified"
                 continue
+            labelled.append((str(inst), label, str(value)))
             decided = _label_role(label, str(value))
             if decided is None or (inst, label, value) in seen:
                 continue
             seen.add((inst, label, value))
             hints.append(RoleHint(str(inst), decided[0], f"label {label}={value!r}", decided[1],
                                   src))
+    hints.extend(generic_component_hints(labelled, src))
     if unified:
         out.notes.append('SGLang engine_type="unified" names no role (<=0.5.3 printed it even in '
                          "PD mode); roles come from names or behaviour")

@@ -87,10 +87,13 @@ RENAMES: Final[dict[str, str]] = {
 # vllm:* and dynamo_component_*), the engine's own metrics win.
 ENGINE_PRIORITY: Final[dict[str, int]] = {
     "vllm": 0, "sglang": 0, "custom": 0, "node": 0, "trtllm": 1, "rdma-exporter": 1,
-    "dynamo": 2, "mooncake": 3,
+    "dynamo": 2, "mooncake": 3, "nixl": 3,
 }
 # Engine families discovery looks for (regex over __name__), by scope.
-ENGINE_NAME_RE: Final = r"(vllm|sglang)[:_].+|dynamo_.+|trtllm_.+|tent_.+"
+# NIXL telemetry's `agent_` prefix is generic: only the catalog's families are looked for.
+ENGINE_NAME_RE: Final = (r"(vllm|sglang)[:_].+|dynamo_.+|trtllm_.+|tent_.+"
+                         r"|agent_(tx|rx)_(bytes|requests_num)_total|agent_errors_total"
+                         r"|agent_xfer_time_us_(bucket|sum|count)")
 NETWORK_NAME_RE: Final = r"node_infiniband_.+|node_network_(receive|transmit)_bytes_total|rdma_.+"
 _HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))
 

@@ -152,7 +152,9 @@ def test_vllm_v0_scrapes_with_scrape_time_markers(metrics_dir: Path) -> None:
                for n in p.source.notes)
     assert any("assigned to instance 'vllm_v0_scrapes' (the file name)" in n
                for n in p.source.notes)
-    assert any("vllm:num_requests_swapped (2)" in n for n in p.source.notes)
+    # V0's swapped gauge is read (issue 13), no longer an unknown name
+    assert values(m, inst, S.REQUESTS_SWAPPED) == [0.0, 0.0]
+    assert not any("vllm:num_requests_swapped" in n for n in p.source.notes)
     assert dict(p.engines) == {inst: "vllm"}
 
     named = read(metrics_dir / "vllm_v0_scrapes.prom", ReadContext(instance="gpu7:8000"))
@@ -354,7 +356,8 @@ def test_dynamo_frontend_and_workers(metrics_dir: Path) -> None:
         (WD, "decode", ROLE_FROM_LABEL, "label worker_type='decode'"),
         (WP, "prefill", ROLE_FROM_LABEL, "label worker_type='prefill'"),
         (NEW, "prefill", ROLE_FROM_LABEL, "label dynamo_component='prefill'"),
-        (OLD, "decode", ROLE_FROM_EVIDENCE + 5, "label dynamo_component='backend'"),
+        (OLD, "decode", ROLE_FROM_EVIDENCE + 5,
+         "label dynamo_component='backend' beside a prefill component"),
         (F, "frontend", ROLE_FROM_EVIDENCE, "Dynamo frontend metrics (dynamo_frontend_*)"),
     }
     # the engine behind a Dynamo worker wins over "dynamo"
