@@ -485,11 +485,13 @@ class PromClient:
         prepared = requests.Request("GET", url, params=params).prepare()
         use_post = allow_post and len(prepared.url or "") > MAX_GET_URL
         attempt = 0
+        last_refusal: SourceError | None = None  # the last retryable answer, if the budget ends
         while True:
             attempt += 1
             remaining = self.remaining()
             if remaining <= 0:
-                raise self._timeout_error(what)
+                # Out of time while waiting to retry: what the server last said is the news.
+                raise last_refusal or self._timeout_error(what)
             dog = ph.Watchdog(self.deadline)
             try:
                 with dog:
@@ -544,13 +546,14 @@ class PromClient:
                 wait = self._backoff(attempt, retry_after)
                 if error_type == "timeout" or (status == 503 and "timed out" in message.lower()):
                     raise _HttpError(status, "timeout", message)
+                extra = (f"; it asked to retry after {retry_after:g} s" if retry_after
+                         else f" after {attempt} attempts")
+                last_refusal = SourceError(
+                    f"Prometheus at {self.shown_url} answered {what} with HTTP {status}"
+                    f"{extra} ({message[:200]})",
+                    hint="try again later or raise --timeout")
                 if attempt >= MAX_ATTEMPTS or wait >= self.remaining():
-                    extra = (f"; it asked to retry after {retry_after:g} s" if retry_after
-                             else f" after {attempt} attempts")
-                    raise SourceError(
-                        f"Prometheus at {self.shown_url} answered {what} with HTTP {status}"
-                        f"{extra} ({message[:200]})",
-                        hint="try again later or raise --timeout")
+                    raise last_refusal
                 time.sleep(wait)
                 continue
             if status == 404 and not message:
