@@ -91,30 +91,38 @@ def _latency_from_histograms(dataset: Dataset, start: float, step: float, n_bins
             for name, row in _rows(table)]
 
 
+# Network counters are per port: a node's rate is the sum of its ports' rates. Taking the node
+# as the series key would interleave the samples of different ports (and of the counter kinds)
+# into one "counter" whose steps between ports read as drops and rises, drawing negative rates.
+PORT_KEY: Final = ("node", "device", "port")
+
+
 def _network_rates(dataset: Dataset, start: float, step: float, n_bins: int,
                    edges: tuple[float, ...]) -> list[LabeledSeries]:
-    from pdprobe.analysis.promql import rate_series
+    from pdprobe.analysis.promql import counter_increase_by_window
 
     network = dataset.network
     if network.empty:
         return []
+    import pandas as pd
+
+    bounds = np.asarray([*edges, edges[-1] + step], dtype=np.float64)
+    # device/port may be absent (a node-level counter): a key of its own, not a dropped row
+    network = network.assign(device=network["device"].fillna(""), port=network["port"].fillna(""))
     out: list[LabeledSeries] = []
     for name, signals, unit in ((RDMA_RETRANSMITS, S.RETRANSMIT_SIGNALS, "1/s"),
                                 (RDMA_CONGESTION, (S.RDMA_CNP_HANDLED_TOTAL,), "1/s"),
                                 (RDMA_TX_BANDWIDTH, (S.RDMA_TX_BYTES_TOTAL,), "bytes/s")):
-        parts = [rate_series(network, sig, step, key="node") for sig in signals
-                 if has_signal(network, sig)]
+        # per port and counter kind: increases per bin with resets handled as Prometheus does
+        parts = [counter_increase_by_window(network, sig, bounds, key=PORT_KEY)
+                 for sig in signals if has_signal(network, sig)]
         parts = [p for p in parts if not p.empty]
         if not parts:
             continue
-        import pandas as pd
-
-        rates = pd.concat(parts, ignore_index=True)
-        rates = rates.assign(_bin=np.clip(((rates["ts"] - start) // step).astype("int64"), 0,
-                                          n_bins - 1))
-        # sum over counter kinds and ports of a node, per bin
-        table = (rates.groupby(["node", "_bin"], observed=True)["rate"].sum()
-                 .unstack("_bin").reindex(columns=range(n_bins)))
+        increases = pd.concat(parts)
+        # sum over counter kinds and ports of a node, per bin (NaN only where no port knows)
+        table = (increases.groupby(level="node", sort=True).sum(min_count=1) / step
+                 ).reindex(columns=range(n_bins))
         out.extend(LabeledSeries(name, unit, (("node", str(node)),),
                                  _series(row, edges, unit, step))
                    for node, row in _rows(table))
