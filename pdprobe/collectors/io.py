@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from pdprobe.collectors.log_markers import SNIFF_MARKERS
 from pdprobe.errors import InputError
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
@@ -23,20 +24,9 @@ _METRIC_SAMPLE = re.compile(
     r"^([a-zA-Z_:][a-zA-Z0-9_:]*)?(\{[^}]*\})?\s+[-+]?([0-9.eE+-]+|NaN|[+-]?Inf)(\s+[-+]?[0-9.eE+-]+)?\s*$"
 )
 _METRIC_COMMENTS = ("# HELP", "# TYPE", "# EOF", "# UNIT", "# pdprobe-scrape-ts")
-_LOG_MARKERS: Final = (
-    "Avg prompt throughput",
-    "Prefill batch",
-    "Decode batch",
-    "KV Transfer metrics",
-    "[Metrics] Transfer Engine",
-    "Process failed for slice",
-    "transfer failed for request",
-    "bootstrap failed for request",
-    "NIXL transfer failure",
-    "Releasing expired KV blocks",
-    "Transfer Engine",
-    "WR flush error",
-)
+# Substrings that mark engine-log lines, stats and failure-only lines alike (one list, kept beside
+# the line parsers that read them).
+_LOG_MARKERS: Final = SNIFF_MARKERS
 # JSON-lines log exports: where the log text is (Vector/CloudWatch `message`, Fluent Bit/Docker
 # `log`, Loki logcli `line`, journald `MESSAGE`) and metadata keys no request record carries.
 _LOG_TEXT_FIELDS: Final = ("message", "log", "line", "MESSAGE")

@@ -190,14 +190,12 @@ def test_every_failure_marker_is_a_sniff_marker():
         assert any(m in text for m in log_markers.SNIFF_MARKERS), name
 
 
-def _io_uses_markers() -> bool:
-    return set(log_markers.SNIFF_MARKERS) <= set(pd_io._LOG_MARKERS)
+def test_sniffing_reads_the_shared_markers():
+    assert set(log_markers.SNIFF_MARKERS) <= set(pd_io._LOG_MARKERS)
 
 
 @pytest.mark.parametrize("name", ALL_FILES)
 def test_failure_only_logs_are_sniffed_as_engine_logs(name: str):
-    if name not in SNIFFED_BEFORE and not _io_uses_markers():
-        pytest.xfail("io.sniff does not read collectors/log_markers.SNIFF_MARKERS yet")
     assert pd_io.sniff(FAILURES / name).kind == "engine-log"
 
 
@@ -209,8 +207,6 @@ def test_diagnose_loads_a_dataset_with_the_events(name: str):
     """
     from pdprobe.services.diagnose import DiagnoseRequest, diagnose, load_dataset
 
-    if name not in SNIFFED_BEFORE and not _io_uses_markers():
-        pytest.xfail("io.sniff does not read collectors/log_markers.SNIFF_MARKERS yet")
     request = DiagnoseRequest(paths=(FAILURES / name,), read=ReadContext(year=2025))
     dataset, _ = load_dataset(request)
     assert len(dataset.events) == len(read(name).events)
