@@ -46,6 +46,7 @@ COMMAND_MODULES: Final = (
     "pdprobe.cli.simulate",
     "pdprobe.cli.collect",
     "pdprobe.cli.check",
+    "pdprobe.cli.diff",
 )
 
 
