@@ -47,6 +47,7 @@ COMMAND_MODULES: Final = (
     "pdprobe.cli.collect",
     "pdprobe.cli.check",
     "pdprobe.cli.diff",
+    "pdprobe.cli.watch",
 )
 
 
