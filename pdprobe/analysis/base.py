@@ -106,6 +106,24 @@ class SloAttainment:
     tpot: Maybe[float] = Missing("no TPOT SLO given")
     both: Maybe[float] = Missing("needs per-request TTFT and TPOT")
     method: str = "per-request"  # or "histogram interpolation"
+    target: float = 0.9  # share of requests that must meet both objectives (--slo-target)
+    defaulted: tuple[str, ...] = ()  # "ttft"/"tpot" when the default objective was used
+    since_start: bool = False  # histograms read since engine start (a single scrape)
+
+    @property
+    def observed(self) -> float | None:
+        """The attainment judged against ``target``: both objectives per request when known,
+        else the lower of the two (an upper bound of "both", so a miss there is a miss)."""
+        if not isinstance(self.both, Missing):
+            return float(self.both)
+        parts = [float(v) for v in (self.ttft, self.tpot) if not isinstance(v, Missing)]
+        return min(parts) if parts else None
+
+    @property
+    def missed(self) -> bool:
+        """Observed attainment below the target."""
+        obs = self.observed
+        return obs is not None and obs < self.target
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,10 @@ ProfileOpt = Annotated[str | None, typer.Option(
 VerifyOpt = Annotated[bool, typer.Option(
     "--verify", envvar=env("verify"),
     help="Confirm the recommended P/D by simulating it on the observed workload.")]
+SloTargetOpt = Annotated[float, typer.Option(
+    "--slo-target", envvar=env("slo-target"), min=0.0, max=1.0,
+    help="Share of requests that must meet both objectives (default 0.9); below it the SLO "
+         "is missed, which is never OK.")]
 WindowOpt = Annotated[float, typer.Option(
     "--window", envvar=env("window"), min=30.0,
     help="Window in seconds for the capacity estimate over time.")]
@@ -71,6 +75,7 @@ def diagnose_command(
     textfile: TextfileOpt = None,
     slo_ttft: SloTtftOpt = None,
     slo_tpot: SloTpotOpt = None,
+    slo_target: SloTargetOpt = 0.9,
     fail_on: FailOnOpt = FailOn.warning,
     prefill_match: PrefillMatchOpt = None,
     decode_match: DecodeMatchOpt = None,
@@ -121,6 +126,7 @@ def diagnose_command(
                 aliases=alias_map,
                 slo_ttft_s=slo_ttft,
                 slo_tpot_s=slo_tpot,
+                slo_target=slo_target,
                 profile=profile,
                 verify=verify,
                 window_s=window,
@@ -135,6 +141,8 @@ def diagnose_command(
         if textfile is not None:
             write_output(renderer_for("prometheus")(report, render_options(textfile)), textfile,
                          inputs=inputs)
+    if report.status == "unknown":  # exit 3 always says why, in one line on stderr
+        info(f"could not judge: {report.status_reason or 'too little data to judge any rule'}")
     return exit_code_for(report, fail_on)
 
 

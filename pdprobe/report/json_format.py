@@ -124,6 +124,7 @@ def to_json_dict(report: Report) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema_version": report.schema_version,
         "status": report.status,
+        "status_reason": report.status_reason,
         "window": {"start": iso(report.window_start_ts), "end": iso(report.window_end_ts)},
         "workload": workload,
         "instances": {"prefill": counts.prefill, "decode": counts.decode,

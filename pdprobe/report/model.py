@@ -60,6 +60,7 @@ class Report:
     notes: tuple[str, ...] = ()
     series: tuple[LabeledSeries, ...] = ()  # transfer-path series for charts
     identity: tuple[IdentityEntry, ...] = ()  # how names across the inputs became instances
+    status_reason: str | None = None  # why the status is "unknown" (one line for stderr)
 
     @property
     def root_causes(self) -> tuple[Finding, ...]:
@@ -73,10 +74,13 @@ class Report:
 
 
 def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
-    """Status follows the worst finding; "unknown" when nothing could be judged."""
-    if not judged:
-        return "unknown"
+    """Status follows the worst finding; "unknown" only when nothing could be judged.
+
+    A report holding a finding was judged (CONTRACT.md: never exit 3 with a warning finding).
+    """
     worst = max((f.severity.rank for f in findings), default=0)
+    if not judged and not findings:
+        return "unknown"
     statuses: dict[int, Status] = {0: "ok", 1: "warning", 2: "critical"}
     return statuses[worst]
 

@@ -453,6 +453,8 @@ def recommendation_phrase(report: Report) -> str | None:
 
 
 def unknown_reason(report: Report) -> str:
+    if report.status_reason:
+        return report.status_reason
     if report.warnings:
         return report.warnings[0]
     if isinstance(report.workload, Missing) and not report.instances:
@@ -1011,14 +1013,20 @@ def slo_rows(report: Report) -> list[KeyValue]:
     if isinstance(slo, Missing):
         return [KeyValue("SLO attainment", Cell(NA, slo.reason))]
     rows = []
+    defaulted = getattr(slo, "defaulted", ())
     if slo.ttft_slo_s is not None:
-        rows.append(KeyValue(f"TTFT ≤ {fmt_seconds(slo.ttft_slo_s)}", cell(slo.ttft, fmt_pct)))
+        rows.append(KeyValue(f"TTFT ≤ {fmt_seconds(slo.ttft_slo_s)}"
+                             + (" (default)" if "ttft" in defaulted else ""),
+                             cell(slo.ttft, fmt_pct)))
     if slo.tpot_slo_s is not None:
-        rows.append(KeyValue(f"TPOT ≤ {fmt_seconds(slo.tpot_slo_s)}", cell(slo.tpot, fmt_pct)))
+        rows.append(KeyValue(f"TPOT ≤ {fmt_seconds(slo.tpot_slo_s)}"
+                             + (" (default)" if "tpot" in defaulted else ""),
+                             cell(slo.tpot, fmt_pct)))
     if slo.ttft_slo_s is not None and slo.tpot_slo_s is not None:
         rows.append(KeyValue("both", cell(slo.both, fmt_pct)))
     if not rows:
         return [KeyValue("SLO attainment", Cell(NA, "no SLO given (use --slo-ttft / --slo-tpot)"))]
+    rows.append(KeyValue("target", Cell(f"{fmt_pct(slo.target)} of requests within both")))
     rows.append(KeyValue("method", Cell(slo.method)))
     return rows
 

@@ -127,6 +127,7 @@ class Inputs:
 class RuleOptions:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    slo_target: float = 0.9  # share of requests within both objectives (--slo-target)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ Condition = Literal["any", "overlap", "subset"]
 
 # An upstream finding explains a downstream one only if it is at most this much less sure.
 EXPLAIN_MARGIN: Final = 0.25
+# A finding made by the SLO-miss rule alone (PD801) names no instance: an upstream cause whose
+# edge needs overlapping instances explains it whatever instances it names.
+SLO_ONLY: Final = frozenset({"PD801"})
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,8 @@ def merge_same_cause(findings: Iterable[Finding]) -> list[tuple[Finding, frozens
     return out
 
 
-def _applies(edge: Edge, src: Finding, src_codes: frozenset[str], dst: Finding) -> bool:
+def _applies(edge: Edge, src: Finding, src_codes: frozenset[str], dst: Finding,
+             dst_codes: frozenset[str] = frozenset()) -> bool:
     if edge.src != src.cause or edge.dst != dst.cause:
         return False
     if edge.via and not (edge.via & src_codes):
@@ -169,7 +173,8 @@ def _applies(edge: Edge, src: Finding, src_codes: frozenset[str], dst: Finding) 
     if src.confidence < dst.confidence - EXPLAIN_MARGIN:
         return False  # a weakly supported upstream must not demote a well-supported finding
     a, b = set(src.instances), set(dst.instances)
-    if edge.condition == "any":
+    if edge.condition == "any" or dst_codes == SLO_ONLY:
+        # an SLO miss names no instance: a more specific upstream cause explains it
         return True
     if edge.condition == "overlap":
         return not a or not b or bool(a & b)
@@ -180,12 +185,12 @@ def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:
     merged = merge_same_cause(findings)
     by_cause = {f.cause: (f, codes) for f, codes in merged}
     parent: dict[str, str] = {}
-    for dst, _codes in merged:
+    for dst, dst_codes in merged:
         for cause in PRECEDENCE:
             if cause == dst.cause or cause not in by_cause:
                 continue
             src, src_codes = by_cause[cause]
-            if any(_applies(e, src, src_codes, dst) for e in EXPLAINS):
+            if any(_applies(e, src, src_codes, dst, dst_codes) for e in EXPLAINS):
                 parent[dst.cause] = cause  # the most upstream explainer wins
                 break
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
@@ -17,6 +17,9 @@ from pdprobe.collectors.roles import RoleOptions
 from pdprobe.dataset import Dataset
 from pdprobe.report.model import SCHEMA_VERSION, IdentityEntry, Report, RoleCounts, status_for
 from pdprobe.values import Missing
+
+if TYPE_CHECKING:
+    from pdprobe.rules.base import Rule
 
 DEFAULT_WINDOW_S = 300.0
 # What the analysis imports: about a second of CPU, most of it scipy.stats. A live collection
@@ -37,6 +40,7 @@ class DiagnoseRequest:
     aliases: AliasMap = field(default_factory=AliasMap)  # user-stated instance name matches
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    slo_target: float = 0.9  # share of requests that must meet both objectives (CONTRACT.md)
     profile: str | None = None  # model x GPU profile name or TOML path; None = infer/default
     verify: bool = False  # confirm the recommendation by simulation
     window_s: float = DEFAULT_WINDOW_S  # capacity estimate per window
@@ -93,7 +97,9 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
 
     workload = summarize_workload(dataset)
     instances = summarize_instances(dataset)
-    slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s)
+    # judged with the objectives the capacity model uses: the defaults where none is given
+    slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s, request.slo_target,
+                         defaults=True)
     capacity = estimate_capacity(dataset, workload, request)
     evidence = compute_evidence(dataset, workload=workload, slo=slo, capacity=capacity,
                                 slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s)
@@ -104,7 +110,8 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         slo=slo,
         capacity=capacity,
         evidence=evidence,
-        options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s),
+        options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s,
+                            slo_target=request.slo_target),
     )
     findings, inconclusive = run_rules(ctx)
     start, end = _window(dataset, workload)
@@ -113,10 +120,13 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         decode=len(dataset.instances_of("decode")) or None,
         unknown=len(dataset.instances_of("unknown")),
     )
-    judged = not isinstance(workload, Missing) or bool(instances)
+    judged = bool(findings) or any(
+        r.code not in {i.code for i in inconclusive} for r in _rules())
+    reason = None if judged else unknown_reason(dataset, workload, inconclusive)
     return Report(
         schema_version=SCHEMA_VERSION,
         status=status_for(findings, judged=judged),
+        status_reason=reason,
         pdprobe_version=__version__,
         generated_at=datetime.now(tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         window_start_ts=start,
@@ -131,10 +141,55 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         findings=findings,
         inconclusive=inconclusive,
         warnings=dataset.warnings,
-        notes=dataset.notes,
+        notes=dataset.notes + single_scrape_notes(dataset),
         series=transfer_path_series(dataset),
         identity=identity_table(dataset),
     )
+
+
+def _rules() -> tuple[type[Rule], ...]:
+    from pdprobe.rules.catalog import ALL_RULES
+
+    return ALL_RULES
+
+
+# What one scrape cannot show: everything measured as a change over time.
+SINGLE_SCRAPE_NEEDS: Final = ("rates and trends (queues growing, throughput, transfer "
+                              "bandwidth) need two scrapes or more: capture a window "
+                              "(pdprobe collect, or promtool tsdb dump-openmetrics)")
+
+
+def single_scrape(dataset: Dataset) -> bool:
+    """Metrics (engine or node) from one scrape only (no time span) and no request records."""
+    import pandas as pd
+
+    frames = [f["ts"] for f in (dataset.metrics, dataset.network) if len(f)]
+    return bool(frames) and pd.concat(frames).nunique() <= 1 and not len(dataset.requests)
+
+
+def single_scrape_notes(dataset: Dataset) -> tuple[str, ...]:
+    """What a single scrape was judged on, and what needs two."""
+    if not single_scrape(dataset):
+        return ()
+    return ("a single scrape: judged on what one scrape shows (gauges: KV usage, queues, "
+            "running requests; counters and histograms since engine start, labelled \"since "
+            f"start\"); {SINGLE_SCRAPE_NEEDS}",)
+
+
+def unknown_reason(dataset: Dataset, workload: object,
+                   inconclusive: tuple[object, ...]) -> str:
+    """One line saying why nothing could be judged, and what to do."""
+    first = dataset.warnings[0] if dataset.warnings else ""
+    metrics = dataset.metrics
+    if single_scrape(dataset):
+        return f"a single scrape, and no rule can judge it from one: {SINGLE_SCRAPE_NEEDS}"
+    if not len(metrics) and not len(dataset.requests) and not len(dataset.events):
+        return ("no usable input: no request records, metrics or log lines were read"
+                + (f" ({first})" if first else ""))
+    if isinstance(workload, Missing) and not len(metrics):
+        return f"too little data to judge any rule: {workload.reason}"
+    return (f"too little data to judge any rule ({len(inconclusive)} rules not judged; "
+            "pdprobe check lists what each needs)" + (f"; {first}" if first else ""))
 
 
 def identity_table(dataset: Dataset) -> tuple[IdentityEntry, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -325,6 +325,7 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
                       request: DiagnoseRequest) -> CapacityResult | Missing:
     """The capacity model over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
     slo = Slo.of(request.slo_ttft_s, request.slo_tpot_s)
+    slo = replace(slo, attainment=getattr(request, "slo_target", slo.attainment))
     measured = measured_kv_bytes(dataset)  # once: it picks the profile and sizes transfers
     profile, profile_notes = choose_profile(request.profile, dataset, measured=measured)
     notes = list(profile_notes)
@@ -368,8 +369,6 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
     except ValueError as exc:  # a workload no finite cluster serves (e.g. absurd rate)
         return Missing(f"capacity model has no answer: {exc}")
     if request.verify:
-        from dataclasses import replace
-
         from pdprobe.analysis.capacity.verify import verify_recommendation
 
         result = replace(result, verified=verify_recommendation(mix, built, slo, result))

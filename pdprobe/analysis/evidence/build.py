@@ -35,6 +35,7 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     )
     from pdprobe.analysis.evidence.precedence import derive_and_choose
     from pdprobe.analysis.evidence.series import alive_bins, cluster_series
+    from pdprobe.analysis.evidence.slo_miss import slo_miss_shape
     from pdprobe.analysis.evidence.transfer import (
         arrival_rate,
         mix_figures,
@@ -66,10 +67,11 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     cluster = cluster_series(ds, window, table, bins, alive)
     nodes, rdma_signals, tcp_signals = node_figures(ds, window)
     share, q90 = queue_share(ds)
+    slo_fig = slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table)
     return ClusterEvidence(
         window=window, instances=table, bins=bins, cluster=cluster, nodes=nodes,
         events=event_counts(ds), transfer=transfer_figures(ds, window, table, cluster),
-        slo=slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table),
+        slo=slo_fig, slo_miss=slo_miss_shape(ds, slo_fig, window),
         capacity=None if isinstance(capacity, Missing) else capacity,
         arrival_rate_rps=arrival_rate(workload, ds, window, table),
         request_columns=frozenset(ds.request_columns), n_requests=len(ds.requests),

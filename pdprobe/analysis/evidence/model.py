@@ -83,6 +83,61 @@ class Slo:
     tpot_attainment: float | None = None
     ttft_p90_s: float | None = None
     tpot_p90_s: float | None = None
+    both_attainment: float | None = None  # per request, both objectives met
+    target: float = 0.9  # share of requests that must meet both (--slo-target)
+    method: str = ""  # "per-request", "histogram interpolation", ...
+    defaulted: tuple[str, ...] = ()  # objectives that are the defaults ("ttft", "tpot")
+    since_start: bool = False  # histograms read since engine start (one scrape)
+
+    @property
+    def observed(self) -> float | None:
+        """Attainment judged against ``target``: both per request, else the lower of the two."""
+        if self.both_attainment is not None:
+            return self.both_attainment
+        parts = [a for a in (self.ttft_attainment, self.tpot_attainment) if a is not None]
+        return min(parts) if parts else None
+
+    @property
+    def missed(self) -> bool:
+        obs = self.observed
+        return obs is not None and obs < self.target
+
+
+@dataclass(frozen=True)
+class StageExcess:
+    """One stage of the request's latency and how much of the excess over the objective it holds.
+
+    ``excess_s``: its mean over the requests that missed minus its median over those that met
+    the objective (0 when none met it); ``share`` of the stages' summed excess.
+    """
+
+    stage: str  # "queue", "prefill", "kv-transfer", "decode-admission", "first-decode-step"
+    excess_s: float
+    share: float
+    missed_mean_s: float
+    met_median_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SloMissShape:
+    """Where the time of the requests that missed the TTFT objective went, and when they came.
+
+    ``stages`` sorted by share, largest first; ``source`` "per-request" or "histogram means"
+    (then the shares are of the mean TTFT, no met/missed split). ``burst_share``: share of the
+    misses that arrived in the busiest ``busy_bin_share`` of the bins, against
+    ``busy_request_share`` of all requests.
+    """
+
+    stages: tuple[StageExcess, ...] = ()
+    source: str = ""
+    ttft_missed: int | None = None
+    tpot_missed: int | None = None
+    requests: int | None = None
+    burst_share: float | None = None
+    busy_request_share: float | None = None
+    busy_bin_share: float | None = None
+    preemptions: int | None = None  # preemptions/retractions counted in the window
+    stages_known: tuple[str, ...] = ()  # stage columns the inputs measured
 
 
 @dataclass(frozen=True)
@@ -132,6 +187,7 @@ class ClusterEvidence:
     mix: Mix = field(default_factory=Mix)
     queue_share_of_ttft_p50: float | None = None  # median per-request queue_s / ttft_s
     queue_s_p90: float | None = None
+    slo_miss: SloMissShape = field(default_factory=SloMissShape)  # where missed time went
 
     def role(self, role: str) -> pd.DataFrame:
         """The instance rows of one role (sorted by name)."""

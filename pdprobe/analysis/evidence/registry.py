@@ -258,6 +258,8 @@ REGISTRY: Final[Mapping[Table, Mapping[str, Spec]]] = {
 FIGURES: Final[Mapping[str, str]] = {
     "transfer": "KV-transfer latency, share of TTFT, achieved bandwidth, volume, congestion test",
     "slo": "TTFT/TPOT objectives, attainment and p90s",
+    "slo_miss": "where the requests that missed the objective spent their time (per stage), "
+                "how many arrived in the busiest bins, preemptions",
     "capacity": "the capacity model's estimate (recommended vs deployed counts, utilisation)",
     "mix": "change points of the length mix and arrivals",
     "events": "event counts per (event, instance) from logs",

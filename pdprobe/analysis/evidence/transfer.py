@@ -108,12 +108,16 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
     """Objectives (given, else the analysis's), attainment and the p90 latencies."""
     from pdprobe.analysis.base import SloAttainment
 
-    ttft_att = tpot_att = None
+    ttft_att = tpot_att = both = None
+    extra: dict[str, Any] = {}
     if isinstance(slo, SloAttainment):
         ttft_slo = ttft_slo if ttft_slo is not None else slo.ttft_slo_s
         tpot_slo = tpot_slo if tpot_slo is not None else slo.tpot_slo_s
         ttft_att = None if isinstance(slo.ttft, Missing) else float(slo.ttft)
         tpot_att = None if isinstance(slo.tpot, Missing) else float(slo.tpot)
+        both = None if isinstance(slo.both, Missing) else float(slo.both)
+        extra = {"target": slo.target, "method": slo.method, "defaulted": slo.defaulted,
+                 "since_start": slo.since_start}
     req = ds.requests
     ttft_p90 = tpot_p90 = None
     if "ttft_s" in ds.request_columns and req["ttft_s"].notna().any():
@@ -125,7 +129,8 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
     elif table.loc[table["role"] == "decode", "tpot_p90"].notna().any():
         tpot_p90 = float(table.loc[table["role"] == "decode", "tpot_p90"].median())
     return Slo(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, ttft_attainment=ttft_att,
-               tpot_attainment=tpot_att, ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90)
+               tpot_attainment=tpot_att, ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90,
+               both_attainment=both, **extra)
 
 
 def arrival_rate(workload: WorkloadSummary | Missing, ds: Dataset, window: Window,

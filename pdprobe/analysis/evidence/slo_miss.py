@@ -1,0 +1,170 @@
+"""Where the requests that missed the objective spent their time (``ClusterEvidence.slo_miss``).
+
+Per request, TTFT = wait before prefill (``queue_s``) → prefill compute (``prefill_s``) → KV
+transfer (``kv_transfer_s``) → the rest: decode admission and the first decode step (what
+TTFT holds beyond the three measured stages). For the requests that missed the TTFT
+objective, each stage's *excess* is its mean over them minus its median over the requests
+that met it; the stage holding most of the excess names the bottleneck. Without request
+records the histograms' means (``_sum``/``_count`` increases) stand in, as shares of the mean
+TTFT. The busiest bins (by arrivals) tell whether the misses came in bursts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
+
+if TYPE_CHECKING:
+    from pdprobe.analysis.evidence.model import Slo, Window
+    from pdprobe.dataset import Dataset
+
+# Stages of TTFT, in request order: the request-record column and the histogram signal.
+STAGES: Final = (("queue", "queue_s", S.QUEUE_S), ("prefill", "prefill_s", S.PREFILL_S),
+                 ("kv-transfer", "kv_transfer_s", S.KV_TRANSFER_S))
+REST: Final = "decode-admission"  # TTFT beyond the measured stages: admission + first step
+# A baseline (median over requests that met the objective) needs this many of them.
+MIN_MET: Final = 10
+# The busiest bins: this share of the bins with the most arrivals (one bin in five).
+BUSY_BIN_SHARE: Final = 0.2
+# Histogram stage means (measured on other instances than TTFT) may add up to a little more
+# than the mean TTFT; beyond this factor they describe different requests and are not used.
+STAGE_SUM_TOLERANCE: Final = 1.2
+# Bins for the burst test: at least this wide, so a bin holds a few requests.
+BURST_BIN_MIN_S: Final = 10.0
+
+
+def slo_miss_shape(ds: Dataset, slo: Slo, window: Window) -> SloMissShape:
+    """The per-stage excess of the requests that missed TTFT, their burst share, preemptions."""
+    preempt = _preemptions(ds)
+    req = ds.requests
+    cols = ds.request_columns
+    if slo.ttft_slo_s is not None and "ttft_s" in cols and req["ttft_s"].notna().any():
+        return _from_requests(ds, slo, window, preempt)
+    return _from_histograms(ds, slo, preempt)
+
+
+def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -> SloMissShape:
+    req = ds.requests
+    cols = ds.request_columns
+    assert slo.ttft_slo_s is not None
+    ttft = req["ttft_s"].to_numpy(dtype="float64")
+    failed = (req["status"].fillna("ok") != "ok").to_numpy()
+    known = np.isfinite(ttft)
+    missed = known & ((ttft > slo.ttft_slo_s) | failed)
+    met = known & ~missed
+    tpot_missed = None
+    if slo.tpot_slo_s is not None and "tpot_s" in cols:
+        tpot = req["tpot_s"].to_numpy(dtype="float64")
+        tpot_missed = int(np.sum(np.isfinite(tpot) & (tpot > slo.tpot_slo_s)))
+    parts: dict[str, np.ndarray] = {}
+    measured = []
+    for stage, column, _signal in STAGES:
+        if column in cols and req[column].notna().any():
+            parts[stage] = np.nan_to_num(req[column].to_numpy(dtype="float64"), nan=0.0)
+            measured.append(stage)
+    if measured:
+        rest = ttft - np.sum(list(parts.values()), axis=0)
+        parts[REST] = np.clip(np.nan_to_num(rest, nan=0.0), 0.0, None)
+    stages = _excess(parts, missed, met) if measured and missed.any() else ()
+    burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window)
+    return SloMissShape(stages=stages, source="per-request", ttft_missed=int(missed.sum()),
+                        tpot_missed=tpot_missed, requests=int(known.sum()), burst_share=burst,
+                        busy_request_share=busy_req,
+                        busy_bin_share=BUSY_BIN_SHARE if burst is not None else None,
+                        preemptions=preempt, stages_known=tuple(measured))
+
+
+def _excess(parts: dict[str, np.ndarray], missed: np.ndarray,
+            met: np.ndarray) -> tuple[StageExcess, ...]:
+    rows = []
+    for stage, values in parts.items():
+        mean_missed = float(values[missed].mean())
+        base = float(np.median(values[met])) if met.sum() >= MIN_MET else None
+        rows.append((stage, max(0.0, mean_missed - (base or 0.0)), mean_missed, base))
+    total = sum(r[1] for r in rows)
+    if total <= 0:
+        return ()
+    out = [StageExcess(stage=s, excess_s=e, share=e / total, missed_mean_s=m, met_median_s=b)
+           for s, e, m, b in rows]
+    return tuple(sorted(out, key=lambda x: -x.share))
+
+
+def _bursts(arrival: np.ndarray, missed: np.ndarray,
+            window: Window) -> tuple[float | None, float | None]:
+    """Share of misses, and of all requests, in the busiest BUSY_BIN_SHARE of the bins."""
+    ok = np.isfinite(arrival)
+    if missed.sum() < 5 or ok.sum() < 20:
+        return None, None
+    t = arrival[ok]
+    width = max(window.step_s, BURST_BIN_MIN_S)
+    bins = np.floor((t - t.min()) / width).astype(np.int64)
+    counts = np.bincount(bins)
+    if len(counts) < 5:
+        return None, None
+    n_busy = max(1, round(BUSY_BIN_SHARE * len(counts)))
+    busy = np.zeros(len(counts), dtype=bool)
+    busy[np.argsort(-counts, kind="stable")[:n_busy]] = True
+    in_busy = busy[bins]
+    m = missed[ok]
+    return float(in_busy[m].mean()), float(in_busy.mean())
+
+
+def _from_histograms(ds: Dataset, slo: Slo, preempt: int | None) -> SloMissShape:
+    """Mean of each stage from its histogram's _sum/_count increase, as shares of mean TTFT."""
+    from pdprobe.analysis.promql import histogram_window
+    from pdprobe.analysis.tables import has_signal
+
+    if ds.metrics.empty or not has_signal(ds.metrics, S.TTFT_S):
+        return SloMissShape(preemptions=preempt)
+    since_start = slo.since_start
+
+    def mean_of(signal: str, roles: tuple[str, ...]) -> float | None:
+        if not has_signal(ds.metrics, signal):
+            return None
+        names = [i.name for r in roles for i in ds.instances_of(r)]  # type: ignore[arg-type]
+        hist = histogram_window(ds.metrics, signal, instances=names or None,
+                                from_zero=since_start)
+        total, count = hist.attrs.get("sum"), hist.attrs.get("count")
+        if not isinstance(total, float) or not isinstance(count, float) or count <= 0:
+            return None
+        return total / count
+
+    ttft = mean_of(S.TTFT_S, ("frontend", "decode")) or mean_of(S.TTFT_S, ("prefill",))
+    if ttft is None or ttft <= 0:
+        return SloMissShape(preemptions=preempt)
+    means: dict[str, float] = {}
+    for stage, _column, signal in STAGES:
+        value = mean_of(signal, ("prefill",)) if stage != "kv-transfer" else \
+            mean_of(signal, ("decode", "prefill"))
+        if value is not None:
+            means[stage] = value
+    if not means or not ({"queue", "prefill"} & set(means)) or \
+            sum(means.values()) > STAGE_SUM_TOLERANCE * ttft:
+        # no prefill-side stage, or stages from other instances than the TTFT's that add up
+        # to more than the TTFT itself: no split to trust
+        return SloMissShape(preemptions=preempt, source="histogram means")
+    means[REST] = max(0.0, ttft - sum(means.values()))
+    total = sum(means.values())
+    stages = tuple(sorted((StageExcess(stage=s, excess_s=v, share=v / total, missed_mean_s=v)
+                           for s, v in means.items()), key=lambda x: -x.share)) if total else ()
+    return SloMissShape(stages=stages, source="histogram means", preemptions=preempt,
+                        stages_known=tuple(s for s in means if s != REST))
+
+
+def _preemptions(ds: Dataset) -> int | None:
+    """Preemptions/retractions over the window: counter increases, else logged events."""
+    from pdprobe.analysis.promql import counter_increase_by_instance
+    from pdprobe.analysis.tables import has_signal
+
+    if not ds.metrics.empty and has_signal(ds.metrics, S.PREEMPTIONS_TOTAL):
+        inc = counter_increase_by_instance(ds.metrics, S.PREEMPTIONS_TOTAL)
+        if len(inc) and np.isfinite(inc.to_numpy(dtype="float64")).any():
+            return int(np.nansum(inc.to_numpy(dtype="float64")))
+    if len(ds.events):
+        n = int((ds.events["event"] == S.EV_PREEMPTION).sum())
+        return n or None
+    return None
