@@ -224,3 +224,11 @@ class CapacityResult:
     jensen_gap_decode: Maybe[float] = Missing("not estimated")  # context vs ISL + OSL/2
     kv_bytes_source: str = ""
     transfer_capacity_source: str = ""
+    # The model checked against the window: its predictions at the deployed counts for the
+    # observed mix and arrivals, and the attainment the window observed (set by the service).
+    deployed_ttft_attainment_estimate: Maybe[float] = Missing("not estimated")
+    deployed_ttft_p90_estimate_s: Maybe[float] = Missing("not estimated")
+    observed_ttft_attainment: Maybe[float] = Missing("not compared")
+    observed_ttft_p90_s: Maybe[float] = Missing("not compared")
+    model_check: str = ""  # agreement of predicted and observed, and what was done about it
+    conditional_on: tuple[str, ...] = ()  # finding codes the recommendation assumes fixed

@@ -19,7 +19,7 @@ from pdprobe.report.model import SCHEMA_VERSION, IdentityEntry, Report, RoleCoun
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-    from pdprobe.rules.base import Rule
+    from pdprobe.rules.base import Finding, Rule
 
 DEFAULT_WINDOW_S = 300.0
 # What the analysis imports: about a second of CPU, most of it scipy.stats. A live collection
@@ -114,6 +114,13 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
                             slo_target=request.slo_target),
     )
     findings, inconclusive = run_rules(ctx)
+    if not isinstance(capacity, Missing):
+        from pdprobe.analysis.capacity.check import check_against_window
+
+        capacity = check_against_window(
+            capacity, observed_attainment=evidence.slo.ttft_attainment,
+            observed_p90_s=evidence.slo.ttft_p90_s, slo_missed=evidence.slo.missed,
+            short_pools=short_pools(findings))
     start, end = _window(dataset, workload)
     counts = RoleCounts(
         prefill=len(dataset.instances_of("prefill")) or None,
@@ -145,6 +152,23 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         series=transfer_path_series(dataset),
         identity=identity_table(dataset),
     )
+
+
+POOL_OF_CAUSE: Final = {"prefill-bound": "prefill", "decode-bound": "decode"}
+
+
+def short_pools(findings: tuple[Finding, ...]) -> dict[str, tuple[str, ...]]:
+    """Pools a warning-or-worse finding names short, each with the codes of the findings that
+    explain it (the root whose consequence it is, when that root is another cause)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for f in findings:
+        pool = POOL_OF_CAUSE.get(f.cause)
+        if pool is None or f.severity.rank < 1:
+            continue
+        roots = tuple(r.code for r in findings
+                      if r.is_root_cause and f.code in r.consequences and r.cause != f.cause)
+        out[pool] = roots if not f.is_root_cause else ()
+    return out
 
 
 def _rules() -> tuple[type[Rule], ...]:

@@ -189,7 +189,7 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                      f"token context of profile {built.profile.name}; they are counted at that "
                      "length (an engine would reject or truncate them)")
     work = LengthWork.of(mix, model, slo)  # shared with the band's load cases
-    rec = recommend(mix, model, slo, work)
+    rec = recommend(mix, model, slo, work, deployed_prefill=deployed_prefill)
     mb = mean_based(mix, model, slo, rec.rates)
     bands = band(mix, model, slo, hit_rate_known=hit_rate_known, work=work)
     windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()
@@ -294,9 +294,17 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         mean_based_decode_capacity_rps=mb.rates.decode_capacity_rps,
         jensen_gap_prefill=mb.jensen_gap_prefill,
         jensen_gap_decode=mb.jensen_gap_decode,
+        deployed_ttft_attainment_estimate=_maybe(rec.deployed_ttft_attainment,
+                                                 "deployed prefill count unknown"),
+        deployed_ttft_p90_estimate_s=_maybe(rec.deployed_ttft_p90_s,
+                                            "deployed prefill count unknown"),
         kv_bytes_source=model.kv.source,
         transfer_capacity_source=built.link_source,
     )
+
+
+def _maybe(value: float | None, reason: str) -> float | Missing:
+    return Missing(reason) if value is None else value
 
 
 def _signed_percent(x: float) -> str:

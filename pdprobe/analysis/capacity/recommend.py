@@ -175,6 +175,9 @@ class Recommendation(Sizing):
     ttft_mean_s: float  # G/G/c mean wait + mean bare TTFT
     md1_ttft_s: float  # DistServe's M/D/1 cross-check at the same per-instance load
     ttft_attainment: float  # predicted share of requests within the TTFT objective
+    # The same predictions at the deployed prefill count (None when not asked for).
+    deployed_ttft_attainment: float | None = None
+    deployed_ttft_p90_s: float | None = None
 
 
 def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -241,8 +244,13 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
 
 
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
-              work: LengthWork | None = None) -> Recommendation:
-    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives."""
+              work: LengthWork | None = None,
+              deployed_prefill: int | None = None) -> Recommendation:
+    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives.
+
+    With ``deployed_prefill`` it also predicts TTFT attainment and p90 at that count, for the
+    check of the model against what the window observed.
+    """
     work = work or LengthWork.of(mix, model, slo)
     s, pool, sample = _size(mix, model, slo, work)
     lam = mix.rate_rps
@@ -269,8 +277,23 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + float(work.bare.mean()),
         md1_ttft_s=md1_ttft_s(mean_service, lam / prefill),
         ttft_attainment=attainment, infeasible_ttft_fraction=s.infeasible_ttft_fraction,
+        **_at_deployed(pool, sample, slo, deployed_prefill),
         transfer_required_bytes_per_s=s.transfer_required_bytes_per_s, notes=tuple(notes),
     )
+
+
+def _at_deployed(pool: PrefillPool, sample: np.ndarray, slo: Slo,
+                 prefill: int | None) -> dict[str, float | None]:
+    """Predicted TTFT attainment and p90 at ``prefill`` instances (None when not asked)."""
+    if not prefill:
+        return {}
+    try:
+        att = float(1.0 - pool.miss_share(prefill, slo.ttft_s - sample))
+        p90 = float(pool.ttft_quantile(prefill, sample, slo.attainment))
+    except (ValueError, ZeroDivisionError, OverflowError):  # an unstable pool: no prediction
+        return {}
+    return {"deployed_ttft_attainment": att if math.isfinite(att) else None,
+            "deployed_ttft_p90_s": p90 if math.isfinite(p90) else None}
 
 
 def pool_window(mix: WorkloadMix) -> str:

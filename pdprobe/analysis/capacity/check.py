@@ -1,0 +1,88 @@
+"""The capacity model checked against the window before it recommends.
+
+At the deployed counts, for the observed mix and arrivals, the model predicts TTFT attainment
+and p90 (``CapacityResult.deployed_ttft_*``); the window observed its own. Both are reported.
+Beyond ``MODEL_TOLERANCE`` the model is said to disagree, and in which direction. Whatever the
+model says, a pool whose stage misses the SLO is never recommended at or below its deployed
+count, unless another finding explains the miss: then the recommendation is stated as
+conditional on fixing that finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Final
+
+from pdprobe.analysis.base import CapacityResult
+from pdprobe.values import Maybe, Missing
+
+# Predicted and observed TTFT attainment agree within this many points (0.05 = 5 points): the
+# backtest's target for the model at the deployed counts (docs/model.md).
+MODEL_TOLERANCE: Final = 0.05
+
+
+def _num(value: Maybe[float] | Maybe[int] | None) -> float | None:
+    return None if value is None or isinstance(value, Missing) else float(value)
+
+
+def check_against_window(cap: CapacityResult, *, observed_attainment: float | None,
+                         observed_p90_s: float | None, slo_missed: bool,
+                         short_pools: Mapping[str, tuple[str, ...]]) -> CapacityResult:
+    """``cap`` with the observed figures, the model check and the SLO-miss guard applied.
+
+    ``short_pools``: "prefill"/"decode" whose stage the findings name, each with the codes of
+    the findings that explain it (a straggler, skew, the fabric; empty when none does).
+    """
+    pred = _num(cap.deployed_ttft_attainment_estimate)
+    pred_p90 = _num(cap.deployed_ttft_p90_estimate_s)
+    notes = list(cap.notes)
+    check = ""
+    dep_p, dep_d = _num(cap.deployed_prefill), _num(cap.deployed_decode)
+    if pred is not None and observed_attainment is not None:
+        gap = pred - observed_attainment
+        at = f"{int(dep_p or 0)}P:{int(dep_d or 0)}D" if dep_p and dep_d else "the deployed counts"
+        check = (f"at {at} the model predicts {pred:.1%} of requests within the TTFT objective"
+                 + (f" (p90 {pred_p90:.2f} s)" if pred_p90 is not None else "")
+                 + f"; the window observed {observed_attainment:.1%}"
+                 + (f" (p90 {observed_p90_s:.2f} s)" if observed_p90_s is not None else ""))
+        if abs(gap) <= MODEL_TOLERANCE:
+            check += f": they agree within {MODEL_TOLERANCE * 100:.0f} points"
+        else:
+            direction = "optimistic" if gap > 0 else "pessimistic"
+            check += (f": the model is {direction} by {abs(gap) * 100:.0f} points, beyond the "
+                      f"{MODEL_TOLERANCE * 100:.0f}-point tolerance, so its counts are checked "
+                      "against the observed miss below")
+    rec_p, rec_d = cap.recommended_prefill, cap.recommended_decode
+    conditional: tuple[str, ...] = ()
+    if slo_missed:
+        for pool in ("prefill", "decode"):
+            if pool not in short_pools:
+                continue
+            explained_by = short_pools[pool]
+            rec = _num(rec_p if pool == "prefill" else rec_d)
+            dep = dep_p if pool == "prefill" else dep_d
+            if rec is None or dep is None or rec > dep:
+                continue
+            if explained_by:
+                conditional = tuple(sorted(set(conditional) | set(explained_by)))
+                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                             f"instances; {int(rec)} {pool} is enough only once "
+                             f"{', '.join(conditional)} is fixed")
+                continue
+            raised = int(dep) + 1
+            notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                         f"instances, so {raised} {pool} are recommended (the model alone "
+                         f"said {int(rec)})")
+            if pool == "prefill":
+                rec_p = raised
+            else:
+                rec_d = raised
+    if check:
+        notes.append(check)
+    return replace(cap, recommended_prefill=rec_p, recommended_decode=rec_d,
+                   observed_ttft_attainment=observed_attainment if observed_attainment is not None
+                   else Missing("no observed TTFT attainment"),
+                   observed_ttft_p90_s=observed_p90_s if observed_p90_s is not None
+                   else Missing("no observed TTFT p90"),
+                   model_check=check, conditional_on=conditional, notes=tuple(notes))

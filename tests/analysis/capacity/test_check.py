@@ -1,0 +1,48 @@
+"""The capacity model checked against the window: predicted vs observed, the SLO-miss guard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pdprobe.analysis.capacity.check import check_against_window
+from tests.rules.builders import capacity
+
+
+def _cap(rec_p: int = 4, rec_d: int = 2, dep_p: int = 4, dep_d: int = 3, pred: float = 0.95):
+    return replace(capacity(rec_p=rec_p, rec_d=rec_d, dep_p=dep_p, dep_d=dep_d),
+                   deployed_ttft_attainment_estimate=pred, deployed_ttft_p90_estimate_s=0.53)
+
+
+def test_disagreement_beyond_tolerance_is_reported_with_both_figures() -> None:
+    out = check_against_window(_cap(), observed_attainment=0.79, observed_p90_s=7.7,
+                               slo_missed=True, short_pools={})
+    assert "95.0%" in out.model_check and "79.0%" in out.model_check
+    assert "optimistic by 16 points" in out.model_check and "p90 7.70 s" in out.model_check
+    assert out.observed_ttft_attainment == 0.79
+
+
+def test_agreement_within_tolerance() -> None:
+    out = check_against_window(_cap(pred=0.93), observed_attainment=0.95, observed_p90_s=1.0,
+                               slo_missed=False, short_pools={})
+    assert "agree within 5 points" in out.model_check
+
+
+def test_a_short_pool_missing_the_slo_is_never_recommended_at_its_deployed_count() -> None:
+    # the issue's case: 4P:3D needs 5P:2D; the model alone said 4P:2D
+    out = check_against_window(_cap(), observed_attainment=0.795, observed_p90_s=7.7,
+                               slo_missed=True, short_pools={"prefill": ()})
+    assert out.recommended_prefill == 5 and out.recommended_decode == 2
+    assert any("so 5 prefill are recommended" in n for n in out.notes)
+
+
+def test_explained_miss_keeps_the_count_but_says_it_is_conditional() -> None:
+    out = check_against_window(_cap(), observed_attainment=0.795, observed_p90_s=7.7,
+                               slo_missed=True, short_pools={"prefill": ("PD601",)})
+    assert out.recommended_prefill == 4 and out.conditional_on == ("PD601",)
+    assert any("only once PD601 is fixed" in n for n in out.notes)
+
+
+def test_no_miss_no_change() -> None:
+    out = check_against_window(_cap(), observed_attainment=0.97, observed_p90_s=1.0,
+                               slo_missed=False, short_pools={"prefill": ()})
+    assert out.recommended_prefill == 4
