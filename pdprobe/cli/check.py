@@ -28,7 +28,9 @@ class CheckFormat(StrEnum):
 
 
 CheckFormatOpt = Annotated[CheckFormat, typer.Option(
-    "--format", "-f", envvar=env("format"), help="Output format: text or json.")]
+    # Its own variable: the shared PDPROBE_FORMAT may hold a report format (html, prometheus)
+    # that check does not have, which made every `check` fail in such an environment.
+    "--format", "-f", envvar=env("check-format"), help="Output format: text or json.")]
 
 
 @live_options

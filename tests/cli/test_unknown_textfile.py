@@ -47,3 +47,13 @@ def test_render_of_an_unreadable_report_writes_unknown(tmp_path: Path) -> None:
     res = _run("render", str(bad), "-f", "prometheus", "-o", str(out))
     assert res.returncode == 3
     assert 'pdprobe_status{status="unknown"} 3' in out.read_text()
+
+
+def test_shared_format_variable_does_not_break_check() -> None:
+    """``PDPROBE_FORMAT=prometheus`` is for diagnose/render; check has its own variable."""
+    import os
+
+    res = subprocess.run([sys.executable, "-m", "pdprobe", "check", "--prometheus",
+                          "http://127.0.0.1:9", "--timeout", "2"], capture_output=True, text=True,
+                         timeout=120, check=False, env={**os.environ, "PDPROBE_FORMAT": "prometheus"})
+    assert "Invalid value" not in res.stderr and "--format" not in res.stderr, res.stderr
