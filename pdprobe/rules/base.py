@@ -36,10 +36,12 @@ Cause = Literal[
     "routing-skew",
     "straggler",
     "ratio-lag",
+    "kv-transfer-failures",
+    "not-disaggregated",
 ]
 CAUSES: tuple[Cause, ...] = (
     "prefill-bound", "decode-bound", "kv-transfer-bandwidth", "rdma-retransmits", "no-rdma",
-    "routing-skew", "straggler", "ratio-lag",
+    "routing-skew", "straggler", "ratio-lag", "kv-transfer-failures", "not-disaggregated",
 )
 
 # The serving-system component a finding implicates (DOPD's decomposition).

@@ -1,8 +1,8 @@
 """The rule catalog: every rule, looked up by code, cause or name, and its explanation text.
 
 Codes are stable and grouped by area: 1xx prefill, 2xx decode, 3xx KV transfer, 4xx network
-fabric, 5xx routing, 6xx stragglers, 7xx ratio/planning. A code is never reused for another
-meaning; a retired rule keeps its code reserved.
+fabric, 5xx routing, 6xx stragglers, 7xx ratio/planning, 8xx SLO, 9xx disaggregation in effect.
+A code is never reused for another meaning; a retired rule keeps its code reserved.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class Edge:
 
 # Upstream causes first: an edge always points down this order, so the graph has no cycles.
 PRECEDENCE: Final[tuple[Cause, ...]] = (
-    "no-rdma", "rdma-retransmits", "ratio-lag", "routing-skew", "straggler", "decode-bound",
+    "no-rdma", "rdma-retransmits", "kv-transfer-failures", "not-disaggregated", "ratio-lag", "routing-skew", "straggler", "decode-bound",
     "kv-transfer-bandwidth", "prefill-bound",
 )
 
@@ -67,6 +67,18 @@ EXPLAINS: Final[tuple[Edge, ...]] = (
     Edge("rdma-retransmits", "kv-transfer-bandwidth", "any"),
     Edge("rdma-retransmits", "prefill-bound", "overlap"),
     Edge("rdma-retransmits", "straggler", "overlap"),
+    # Loss that exhausts the retries fails transfers; failed transfers waited out their retries
+    # and timeouts (TTFT up, prefill holding KV) and a decode that recomputes failed loads does
+    # the prefill work itself (disaggregation not in effect for those requests).
+    Edge("rdma-retransmits", "kv-transfer-failures", "any"),
+    Edge("kv-transfer-failures", "not-disaggregated", "any"),
+    Edge("kv-transfer-failures", "kv-transfer-bandwidth", "any"),
+    Edge("kv-transfer-failures", "prefill-bound", "any"),
+    Edge("kv-transfer-failures", "straggler", "overlap"),
+    # Decode instances that prefill themselves are slow and saturated; prefill idles.
+    Edge("not-disaggregated", "decode-bound", "any"),
+    Edge("not-disaggregated", "straggler", "overlap"),
+    Edge("not-disaggregated", "kv-transfer-bandwidth", "any"),
     # A transfer bottleneck that raises TTFT is not also "prefill-bound".
     Edge("kv-transfer-bandwidth", "prefill-bound", "any"),
     # The planner keeping the old ratio is why a pool became short after the mix shift.

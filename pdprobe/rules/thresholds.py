@@ -58,3 +58,23 @@ SLO_CRITICAL: Final = 0.5
 # Confidence never reaches certainty from telemetry alone, nor drops below "worth a look".
 CONFIDENCE_MAX: Final = 0.95
 CONFIDENCE_MIN: Final = 0.2
+
+# -- KV-transfer failures (PD303) and disaggregation in effect (PD801) --------------------------
+# Share of requests whose KV hand-off failed, timed out, expired unpulled or was recomputed. A
+# healthy P/D deployment stays far below 0.1 % (vLLM's and SGLang's connectors do not retry a
+# failed request: each one is a user-visible error or a recompute on decode), so 1 % is a
+# pattern, not a blip; at 5 % one request in twenty fails and users notice.
+KV_FAILURE_SHARE_WARN: Final = 0.01
+KV_FAILURE_SHARE_CRITICAL: Final = 0.05
+# Without a denominator (a log of failure lines only) the count decides: any failed transfer is
+# worth a warning (failures log at ERROR and are rare when healthy); this many is critical (the
+# same bar as PD401's retry exhaustion).
+KV_FAILURES_CRITICAL: Final = 10
+# One NIC or peer "stands out" when it carries at least this share of the failures that name a
+# NIC/peer, over at least this many events: 60 % on one of several is no longer chance (with
+# four NICs an even spread puts 25 % on each).
+FAILURE_CONCENTRATION: Final = 0.6
+FAILURE_CONCENTRATION_MIN: Final = 3
+# TTFT p90 of requests arriving in bins with failures at least this multiple of the others'
+# counts as "failures drive the TTFT tail" (retries and timeouts wait seconds).
+FAILURE_TTFT_RATIO: Final = 1.5

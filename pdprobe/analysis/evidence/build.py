@@ -26,6 +26,7 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     """Every evidence table of ``ds`` over its whole window (see ``registry``)."""
     import pandas as pd
 
+    from pdprobe.analysis.evidence.failures import failure_figures
     from pdprobe.analysis.evidence.network import event_counts, node_figures
     from pdprobe.analysis.evidence.per_instance import (
         counter_figures,
@@ -78,4 +79,5 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
         has_metrics=not ds.metrics.empty, has_network=not ds.network.empty,
         rdma_signals=rdma_signals, tcp_signals=tcp_signals,
         mix=mix_figures(ds, window, cluster), queue_share_of_ttft_p50=share, queue_s_p90=q90,
+        failures=failure_figures(ds, window, table),
     )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdprobe.analysis.evidence.failures import Failures
 from pdprobe.analysis.evidence.registry import Table, spec
 from pdprobe.analysis.evidence.stats import ChangePoint
 
@@ -188,6 +189,7 @@ class ClusterEvidence:
     queue_share_of_ttft_p50: float | None = None  # median per-request queue_s / ttft_s
     queue_s_p90: float | None = None
     slo_miss: SloMissShape = field(default_factory=SloMissShape)  # where missed time went
+    failures: Failures = field(default_factory=Failures)  # KV-transfer failures (failures.py)
 
     def role(self, role: str) -> pd.DataFrame:
         """The instance rows of one role (sorted by name)."""

@@ -114,6 +114,18 @@ COUNTERS: Final = (
        S.KV_RDMA_BYTES_TOTAL, "increase"),
     _i("c_kv_tcp_bytes", "bytes", "KV bytes the connector sent over TCP", "counters",
        S.KV_TCP_BYTES_TOTAL, "increase"),
+    _i("c_kv_tx_bytes", "bytes", "KV bytes the transfer agent sent (NIXL telemetry)",
+       "counters", S.KV_TX_BYTES_TOTAL, "increase"),
+    _i("c_kv_rx_bytes", "bytes", "KV bytes the transfer agent received (NIXL telemetry)",
+       "counters", S.KV_RX_BYTES_TOTAL, "increase"),
+    _i("c_kv_transfers", "transfers", "successful KV transfers", "counters",
+       S.KV_TRANSFERS_TOTAL, "increase"),
+    _i("c_kv_failures", "transfers", "failed KV transfers (connector/transfer-engine counters)",
+       "counters", S.KV_TRANSFER_FAILURES_TOTAL, "increase"),
+    _i("c_kv_expired", "requests", "requests whose KV expired unpulled", "counters",
+       S.KV_EXPIRED_TOTAL, "increase"),
+    _i("c_kv_received_tokens", "tokens", "prompt tokens that arrived by KV transfer (decode)",
+       "counters", S.KV_RECEIVED_TOKENS_TOTAL, "increase"),
 )
 
 # -- per instance: histogram quantiles and sums -------------------------------------------------
@@ -263,6 +275,8 @@ FIGURES: Final[Mapping[str, str]] = {
     "capacity": "the capacity model's estimate (recommended vs deployed counts, utilisation)",
     "mix": "change points of the length mix and arrivals",
     "events": "event counts per (event, instance) from logs",
+    "failures": "KV-transfer failure, recompute and abort events and counters: counts, rate "
+                "per bin, requests affected, NICs/peers/instances named, TTFT in failure bins",
     "arrival_rate": "requests per second",
     "queue_share": "median share of TTFT spent queueing, and the p90 wait",
     "sources": "the inputs read (their formats)",
