@@ -1,6 +1,6 @@
 """Benchmark: how often the rules name the injected root cause on simulated incidents.
 
-Every scenario of the simulator's matrix (``pdprobe.sim.scenarios``: the eight contract causes,
+Every scenario of the simulator's matrix (``pdprobe.sim.scenarios``: the ten contract causes,
 two healthy loads and three variants) is simulated and written to a folder, then diagnosed through the public
 service on four input mixes cut from the same capture: request records only, metrics only
 (engine + node_exporter), engine logs only, and everything. The matrix crosses engines (vLLM,
@@ -41,7 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 CAUSES = ("prefill-bound", "decode-bound", "kv-transfer-bandwidth", "rdma-retransmits",
-          "no-rdma", "routing-skew", "straggler", "ratio-lag")
+          "no-rdma", "routing-skew", "straggler", "ratio-lag", "kv-transfer-failures",
+          "not-disaggregated")
 HEALTHY = ("healthy-low", "healthy-high")
 # Variants of the matrix and the cause each shows (None: healthy). routing-skew-kv-hits (a
 # KV-aware router ignoring prefix hits evenly on every instance) is left out: every instance

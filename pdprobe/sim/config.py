@@ -175,6 +175,15 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
                   "transfers, ack timeouts of `ack_timeout_s`, hw retransmission counters, "
                   "Mooncake slice failures",
                   {"rate": 0.1, "ack_timeout_s": 0.134}),
+        FaultKind("kv-transfer-failures",
+                  "a share `rate` of KV transfers fails (request error, connector failure "
+                  "counters and lines); with `nic` (mlx5_N) the failures gather on that NIC of "
+                  "the first prefill instance, which Mooncake marks inactive",
+                  {"rate": 0.1, "nic": ""}),
+        FaultKind("not-disaggregated",
+                  "a share `share` of requests skips prefill: the decode instance computes the "
+                  "prompt itself and no KV crosses (prefill idles, transfer counters flat)",
+                  {"share": 1.0}),
         FaultKind("no-rdma", "KV travels over TCP: no InfiniBand/RoCE counters, TCP bandwidth",
                   {}),
         FaultKind("routing-skew",

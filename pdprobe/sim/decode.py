@@ -49,6 +49,7 @@ class DecodeInstance:
         "cache",
         "cap",
         "ctr_abort",
+        "ctr_computed",
         "ctr_err",
         "ctr_ext_hits",
         "ctr_ext_queries",
@@ -70,6 +71,7 @@ class DecodeInstance:
         "itl_counts",
         "itl_sum",
         "join",
+        "local",
         "max_batch",
         "n_xfer",
         "new_next",
@@ -133,6 +135,8 @@ class DecodeInstance:
         self.stop_s = float("inf")
         self.ctr_gen = 0
         self.ctr_prompt = 0
+        self.ctr_computed = 0  # prompt tokens computed here (not-disaggregated: local prefill)
+        self.local: set[int] = set()  # requests this instance prefills itself
         self.ctr_queries = 0  # local prefix-cache lookups, tokens
         self.ctr_local_hits = 0
         self.ctr_ext_queries = 0  # tokens expected over KV transfer
@@ -253,8 +257,8 @@ class DecodeInstance:
                 break
             self.admit_q.popleft()
             self.used += need
-            if rid in self.preempted:
-                self.pending.append(rid)  # recomputes locally: no transfer
+            if rid in self.preempted or rid in self.local:
+                self.pending.append(rid)  # computes the prompt locally: no transfer
                 rejoined = True
             else:
                 self.n_xfer += 1
@@ -317,6 +321,12 @@ class DecodeInstance:
                     self.extra += self.recompute_b * ctx + self.recompute_c * ctx * ctx
                     join = self.step - g
                 else:
+                    if rid in self.local:  # prefills here: the pass lengthens this step
+                        self.local.discard(rid)
+                        ctx = req.prompt[rid]
+                        self.extra += self.recompute_b * ctx + self.recompute_c * ctx * ctx
+                        self.ctr_computed += ctx
+                        req.t_admit[rid] = self.t
                     g = 0
                     join = self.step
                     fresh.append(rid)

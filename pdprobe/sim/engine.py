@@ -140,6 +140,7 @@ class Engine:
         for node in self.layout.nodes:
             caps.append(node.devices * node.line_rate_bytes_per_s * _usable(self.eff))
         self.links = Links(caps, self.eff, np.random.default_rng([config.seed, 2]))
+        self.local_rng = np.random.default_rng([config.seed, 5])  # not-disaggregated
         self.router = Router(config.router, self.eff, np.random.default_rng([config.seed, 3]),
                              self.prefills, self.decodes)
         self.scale_events = sorted({float(f.get("at_s")) for f in config.faults_of("scale")})
@@ -221,7 +222,13 @@ class Engine:
         p, d = self.router.route(self, rid)
         req.p_inst[rid] = p.idx
         req.d_inst[rid] = d.idx
-        if self.sglang:
+        share = self.eff.local_prefill_share
+        if share > 0 and (share >= 1 or self.local_rng.random() < share):
+            # not-disaggregated: the request goes straight to decode, which prefills it itself
+            req.p_inst[rid] = -1
+            d.local.add(rid)
+            d.enqueue(self, rid)
+        elif self.sglang:
             p.bootstrap_waiting += 1
             d.enqueue(self, rid)
         else:
@@ -302,7 +309,8 @@ class Engine:
                     comp.B, len(comp.admit_q), comp.n_xfer + len(comp.pending), comp.n_xfer,
                     len(comp.pending), comp.used, comp.cap, comp.context_tokens(), 0, 0,
                     len(comp.preempted),
-                    comp.ctr_prompt, 0, comp.ctr_local_hits, comp.ctr_external, comp.ctr_gen,
+                    comp.ctr_prompt, comp.ctr_computed, comp.ctr_local_hits, comp.ctr_external,
+                    comp.ctr_gen,
                     comp.ctr_queries, comp.ctr_local_hits, comp.ctr_ext_queries, comp.ctr_ext_hits,
                     comp.ctr_preempt, comp.ctr_fin, comp.ctr_err, comp.ctr_abort, comp.busy_s,
                 ])

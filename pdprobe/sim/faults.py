@@ -26,6 +26,10 @@ TRANSFER_FAIL_SHARE: Final = 0.2
 # A healthy fabric still shows a trickle of retransmissions (link flaps, rare drops).
 HEALTHY_RETX_RATE: Final = 2e-7
 TCP_BASE_LATENCY_FACTOR: Final = 3.0  # TCP handshakes and kernel copies add setup time
+# kv-transfer-failures with a bad NIC: transfers of the other prefill instances still fail at
+# this fraction of the bad instance's rate (background: a real fabric is never spotless), so
+# the bad NIC stands out among several instead of being the only one named.
+BACKGROUND_FAIL_SHARE: Final = 0.05
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class Effective:
     skew_share: float = 0.0
     skew_targets: int = 0
     ignore_kv_hits: bool = False
+    xfer_fail_rate: float = 0.0  # kv-transfer-failures: share of transfers that fail
+    xfer_fail_nic: int = -1  # the bad NIC (mlx5_N) of the first prefill instance, -1 = none
+    local_prefill_share: float = 0.0  # not-disaggregated: requests decode prefills itself
 
     def speed_factor(self, role: str, role_index: int) -> float:
         return self.stragglers.get((role, role_index), 1.0)
@@ -55,6 +62,8 @@ def effective(config: SimConfig) -> Effective:
     contended = config.fault("contended-link")
     retx = config.fault("rdma-retransmits")
     skew = config.fault("routing-skew")
+    failures = config.fault("kv-transfer-failures")
+    local = config.fault("not-disaggregated")
     transport = config.transport
     link_factor = 1.0  # thin-link lowers the nodes' line rate itself (cluster.build_layout)
     background = float(contended.get("share")) if contended else 0.0
@@ -78,4 +87,13 @@ def effective(config: SimConfig) -> Effective:
         skew_share=float(skew.get("share")) if skew else 0.0,
         skew_targets=int(skew.get("targets")) if skew else 0,
         ignore_kv_hits=config.fault("ignore-kv-hits") is not None,
+        xfer_fail_rate=float(failures.get("rate")) if failures else 0.0,
+        xfer_fail_nic=_nic_index(str(failures.get("nic"))) if failures else -1,
+        local_prefill_share=float(local.get("share")) if local else 0.0,
     )
+
+
+def _nic_index(name: str) -> int:
+    """``mlx5_3`` -> 3; "" (no NIC given) -> -1."""
+    digits = name.rsplit("_", 1)[-1]
+    return int(digits) if name and digits.isdigit() else -1

@@ -23,6 +23,10 @@ no-rdma                KV over TCP: no InfiniBand series, slow transfers, "Found
 routing-skew           70 % of requests go to one decode instance of three
 straggler              one decode instance steps 2.5x slower than its peers
 ratio-lag              prompts triple (outputs halve) 40 % into the run; P/D never adjusted
+kv-transfer-failures   8 % of KV transfers fail, most through NIC mlx5_1 of the first prefill
+                       instance: request errors, failure counters and lines, RNIC inactive
+not-disaggregated      the router bypasses prefill: decode computes every prompt itself, no
+                       KV crosses, prefill idles
 =====================  =========================================================================
 
 Variants: ``routing-skew-kv-hits`` (a KV-aware router that ignores prefix hits on a prefix-heavy
@@ -55,7 +59,8 @@ SCENARIO_OUTPUT: Final = LengthDist("lognormal", median=150.0, sigma=0.6, max_to
 # Decode runs comfortably at this share of its KV capacity or max batch, whichever binds first.
 DECODE_COMFORT_SHARE: Final = 0.35
 CAUSES: Final = ("prefill-bound", "decode-bound", "kv-transfer-bandwidth", "rdma-retransmits",
-                 "no-rdma", "routing-skew", "straggler", "ratio-lag")
+                 "no-rdma", "routing-skew", "straggler", "ratio-lag", "kv-transfer-failures",
+                 "not-disaggregated")
 SCENARIOS: Final = ("healthy-low", "healthy-high", *CAUSES, "routing-skew-kv-hits",
                     "decode-bound-count", "ratio-lag-late", "instance-churn")
 PROBE_REQUESTS: Final = 4000  # synthetic lengths sampled to size the scenario
@@ -124,6 +129,8 @@ def build_scenario(cause: str, *, trace: Path | None = None, engine: str = "vllm
         "no-rdma": "no-rdma",
         "routing-skew": "routing-skew:share=0.7,targets=1",
         "straggler": "straggler:role=decode,index=1,factor=2.5",
+        "kv-transfer-failures": "kv-transfer-failures:rate=0.08,nic=mlx5_1",
+        "not-disaggregated": "not-disaggregated:share=1",
         "ratio-lag": f"length-shift:at_s={SCENARIO_DURATION_S * 0.4:g},prompt_scale=3,output_scale=0.5",
     }
     if cause == "healthy-low":
@@ -147,7 +154,7 @@ def build_scenario(cause: str, *, trace: Path | None = None, engine: str = "vllm
         cfg = sized(0.5, 3, decode=2)
         fraction = _thin_fraction(profile, cap, cfg)
         return replace(cfg, faults=(parse_fault(f"thin-link:fraction={fraction:.5f}"),))
-    if cause in ("rdma-retransmits",):
+    if cause in ("rdma-retransmits", "kv-transfer-failures"):
         return replace(sized(0.5, 3, 0.45), faults=(parse_fault(faults[cause]),))
     if cause == "no-rdma":
         # TCP carries the KV at ~65 % of its bandwidth: slow transfers, but a stable queue
@@ -155,6 +162,10 @@ def build_scenario(cause: str, *, trace: Path | None = None, engine: str = "vllm
         prefill = max(2, math.ceil(rate / (0.45 * cap.prefill_rps)))
         return replace(base, prefill=prefill, decode=2, rate_rps=round(rate, 3),
                        faults=(parse_fault(faults[cause]),))
+    if cause == "not-disaggregated":
+        # the prefill load of a healthy deployment, but decode does it: decode sized for ~50 %
+        # of its own work, which the local prefill pushes well past
+        return replace(sized(0.45, 2, 0.35), faults=(parse_fault(faults[cause]),))
     if cause == "routing-skew":
         return replace(sized(0.55, 4, decode=3), faults=(parse_fault(faults[cause]),))
     if cause == "routing-skew-kv-hits":

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdprobe.sim.faults import (
+    BACKGROUND_FAIL_SHARE,
     SLICE_FAIL_SHARE,
     SLICE_RETRY_COUNT,
     TIMEOUT_SCALE_BYTES,
@@ -77,10 +78,37 @@ class Links:
                                   "slice_failed", rid, slice_failures)
                 self.timeouts[src] += timeouts
         eng.req.timeouts[rid] = timeouts
+        if eff.xfer_fail_rate > 0 and nbytes > 0:
+            fail = self._injected_failure(eng, rid, src) or fail
         tid = self._next
         self._next += 1
         self.active[tid] = Transfer(rid, src, dst, nbytes, delay, fail)
         eng.events.push(eng.now + eff.base_latency_s, EV_XFER_BEGIN, tid)
+
+    def _injected_failure(self, eng: Engine, rid: int, src: int) -> bool:
+        """kv-transfer-failures: does this transfer fail, and through which sender NIC.
+
+        Without a NIC every transfer fails at ``rate``. With one, the first prefill instance's
+        transfers through that NIC fail so that ``rate`` of all transfers fail overall (the
+        other instances keep a small background), and each failure is logged with its NIC.
+        """
+        eff = self.eff
+        p = eng.prefills[eng.req.p_inst[rid]]
+        devices = max(1, eng.layout.nodes[src].devices)
+        nic = int(self.rng.integers(0, devices))
+        prob = eff.xfer_fail_rate
+        if eff.xfer_fail_nic >= 0:
+            n_prefill = max(1, len(eng.prefills))
+            if p.idx == 0:
+                nic = eff.xfer_fail_nic if self.rng.random() < 0.5 else nic
+                prob = min(1.0, eff.xfer_fail_rate * n_prefill * 2) \
+                    if nic == eff.xfer_fail_nic else 0.0
+            else:
+                prob = eff.xfer_fail_rate * BACKGROUND_FAIL_SHARE
+        if self.rng.random() >= prob:
+            return False
+        eng.log_event(eng.now + eff.base_latency_s, p.gidx, "nic_failed", rid, nic)
+        return True
 
     def on_begin(self, eng: Engine, tid: int) -> None:
         tr = self.active[tid]

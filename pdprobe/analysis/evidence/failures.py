@@ -103,14 +103,22 @@ def failure_figures(ds: Dataset, window: Window, table: pd.DataFrame) -> Failure
         values = column(rows, name)
         return float(values.sum()) if values.notna().any() else None
 
+    def one_side(name: str) -> float | None:
+        """Sum over one role, the larger: a failed transfer counts on both of its ends
+        (vLLM Mooncake: failed sends on prefill, failed receives on decode)."""
+        values = column(table, name)
+        if not values.notna().any():
+            return None
+        return float(values.groupby(table["role"]).sum().max())
+
     ev = ds.events
     sub = ev[ev["event"].astype(str).isin(FAILURE_EVENTS)] if not ev.empty else ev
     records, rec_error, rec_not_ok, finished, handoff = _records(ds)
     if finished is None:  # the decode side finishes requests; without roles, every instance
         decode = table[table["role"] == "decode"]
         finished = total("c_finished", decode if len(decode) else table)
-    base = dict(counter_failures=total("c_kv_failures"), counter_expired=total("c_kv_expired"),
-                counter_transfers=total("c_kv_transfers"), finished=finished,
+    base = dict(counter_failures=one_side("c_kv_failures"),
+                counter_expired=total("c_kv_expired"), counter_transfers=one_side("c_kv_transfers"), finished=finished,
                 records=records, records_error=rec_error, records_not_ok=rec_not_ok,
                 records_handoff=handoff, records_no_kv_share=_no_kv_share(ds))
     if sub is None or sub.empty:

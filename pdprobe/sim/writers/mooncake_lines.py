@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 SLICE_BYTES: Final = 65536  # Mooncake's default slice size
 SLICE_FAIL_LINENO: Final = 271  # rdma_transport/worker_pool.cpp, as in real logs
 TOPOLOGY_LINENO: Final = 233
+NIC_INACTIVE_LINENO: Final = 287  # worker_pool.cpp "Too many errors found in local RNIC"
 
 
 def uses_mooncake(result: SimResult) -> bool:
@@ -72,6 +73,17 @@ def mooncake_lines(result: SimResult, inst: int, tid: int) -> tuple[npt.NDArray[
         ], n)
         times.append(t)
         lines.append(line)
+    bad = [e for e in result.events if e[1] == inst and e[2] == "nic_failed"]
+    if bad:
+        # kv-transfer-failures: the transfer engine gives up on the sending NIC (old TE wording,
+        # kvcache-ai/Mooncake rdma_transport/worker_pool.cpp; one line per failed transfer)
+        t = cfg.start_ts + np.array([e[0] for e in bad]) + 0.002
+        nic = L.ints(np.array([e[4] for e in bad], dtype=np.int64))
+        times.append(t)
+        lines.append(L.concat([
+            "W", L.glog_time(t), f" {tid + 1} worker_pool.cpp:{NIC_INACTIVE_LINENO}] ",
+            f"Too many errors found in local RNIC {spec.host}:{spec.port + 100}@mlx5_", nic,
+            ", mark it inactive"], t.size))
     return np.concatenate(times), pa.concat_arrays(lines)
 
 

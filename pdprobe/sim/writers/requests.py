@@ -56,7 +56,9 @@ def request_frame(result: SimResult, names: Sequence[str] | None = None) -> pd.D
         "queue_s": r["t_pstart"] - r["arrival_s"],
         "prefill_s": r["t_pend"] - r["t_pstart"],
         "kv_transfer_s": r["t_kv"] - r["t_pend"],
-        "kv_bytes": np.where(np.isfinite(r["t_kv"]) | (r["status"] != 0), r["kv_bytes"], np.nan),
+        # a request decode prefilled itself (not-disaggregated) moved no KV: 0, not unknown
+        "kv_bytes": np.where(np.isfinite(r["t_kv"]) | (r["status"] != 0) | (r["p_inst"] < 0),
+                             r["kv_bytes"], np.nan),
         "ttft_s": when_ok(r["t_first"] - r["arrival_s"]),
         "tpot_s": when_ok(tpot),
         "e2e_s": when_ok(r["t_finish"] - r["arrival_s"]),
