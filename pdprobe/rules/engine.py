@@ -53,8 +53,8 @@ class Edge:
 
 # Upstream causes first: an edge always points down this order, so the graph has no cycles.
 PRECEDENCE: Final[tuple[Cause, ...]] = (
-    "no-rdma", "rdma-retransmits", "kv-transfer-failures", "not-disaggregated", "ratio-lag", "routing-skew", "straggler", "decode-bound",
-    "kv-transfer-bandwidth", "prefill-bound",
+    "no-rdma", "rdma-retransmits", "kv-transfer-failures", "not-disaggregated", "ratio-lag",
+    "routing-skew", "straggler", "decode-bound", "kv-transfer-bandwidth", "prefill-bound",
 )
 
 EXPLAINS: Final[tuple[Edge, ...]] = (
