@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Render the HTML report of the bundled sample and screenshot it for the README.
 
-    python scripts/make_screenshot.py [--output docs/img/report.png] [--height 2200]
+    python scripts/make_screenshot.py [--output docs/img/report.png] [--height 3300]
 
 Runs ``pdprobe diagnose --format html`` on the bundled sample (``pdprobe/sample_logs``); while
 that sample does not exist yet it renders the prefill-bound report of the test factory
 instead. The page is opened in headless Chromium (Debian's ``/usr/bin/chromium``, or
-``PDPROBE_CHROMIUM``) and the top ``--height`` pixels are saved as a PNG.
+``PDPROBE_CHROMIUM``), checked for clipped or overlapping text (as the browser test does) and
+the top ``--height`` pixels are saved as a PNG.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.report.browser import Chromium, find_chromium  # noqa: E402
+from tests.report.browser import TEXT_LAYOUT_JS, Chromium, find_chromium  # noqa: E402
 
 
 def build_html(dest: Path, source: str) -> str:
@@ -45,7 +46,8 @@ def build_html(dest: Path, source: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "img" / "report.png")
-    parser.add_argument("--height", type=int, default=2200, help="pixels of the page to keep")
+    parser.add_argument("--height", type=int, default=3300,
+                        help="pixels of the page to keep (verdict, findings, charts, heat maps)")
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--source", choices=("auto", "sample", "factory"), default="auto")
     args = parser.parse_args()
@@ -58,10 +60,14 @@ def main() -> int:
         html = Path(tmp) / "report.html"
         what = build_html(html, args.source)
         with Chromium(binary, width=args.width) as browser:
-            result = browser.open(html, max_height=args.height)
+            result = browser.open(html, {"text": TEXT_LAYOUT_JS}, max_height=args.height)
         if result.errors:
             print("make_screenshot: the page logged errors: " + "; ".join(result.errors),
                   file=sys.stderr)
+            return 1
+        if result.values["text"]:  # the same check as the browser test, on the sample
+            print("make_screenshot: clipped or overlapping text:\n  "
+                  + "\n  ".join(result.values["text"]), file=sys.stderr)
             return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_bytes(result.screenshot)

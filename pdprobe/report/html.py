@@ -10,16 +10,35 @@ Every string from the data goes through ``html.escape``.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from html import escape
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
+from pdprobe.analysis.series import (
+    KV_TRANSFER_LATENCY,
+    RDMA_CONGESTION,
+    RDMA_RETRANSMITS,
+    RDMA_TX_BANDWIDTH,
+)
 from pdprobe.report.base import RenderOptions
 from pdprobe.report.safe_view import safe_view
+from pdprobe.report.svg_charts import (
+    CHART_W,
+    CHART_W_WIDE,
+    MARGIN_R,
+    MARGIN_T,
+    HeatPanel,
+    Line,
+    Span,
+    h,
+    heatmap,
+    label_area,
+    line_chart,
+    nice_ticks,
+    row_label,
+    svg_open,
+)
 from pdprobe.report.verdict import (
     FLAG_MARK,
     NA,
@@ -35,10 +54,10 @@ from pdprobe.report.verdict import (
     fmt_ratio,
     fmt_seconds,
     fmt_ts,
+    fmt_value,
     is_na,
     pd_pair,
     plural,
-    series_value,
     verdict_line,
 )
 from pdprobe.values import Missing
@@ -48,27 +67,6 @@ if TYPE_CHECKING:
     from pdprobe.report.model import Report
 
 CSP: Final = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-CHART_W: Final = 520  # two line charts side by side in the 1072 px content column
-CHART_W_WIDE: Final = 1060
-CHART_H: Final = 240
-MARGIN_L: Final = 64
-MARGIN_R: Final = 16
-MARGIN_R_AXIS: Final = 64  # room for a right-hand axis
-MARGIN_T: Final = 34
-MARGIN_B: Final = 34
-HEAT_LABEL_W: Final = 180
-HEAT_ROW_H: Final = 18
-HEAT_MAX_COLS: Final = 120  # a wider grid is down-sampled; cells below ~4 px are unreadable
-LABEL_CHARS: Final = 26
-SPAN_CHAR_W: Final = 6.6  # px per character of an 11 px label (as for the legend)
-# Sequential colour scale (viridis stops): perceptually even, readable by colour-blind people.
-HEAT_STOPS: Final = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)),
-                     (0.75, (94, 201, 98)), (1.0, (253, 231, 37)))
-
-
-def h(text: object) -> str:
-    """Escape for HTML text and attribute values (quotes too)."""
-    return escape(str(text), quote=True)
 
 
 def _css() -> str:
@@ -269,269 +267,6 @@ def _messages(view: ReportView) -> str:
     return "".join(out)
 
 
-# --- SVG helpers -----------------------------------------------------------------------------
-
-def nice_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
-    """Round tick values covering [lo, hi] (1, 2, 2.5, 5 x 10^k steps)."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return [0.0, 1.0]
-    if hi <= lo:
-        hi = lo + (abs(lo) or 1.0)
-    raw = (hi - lo) / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    start = math.floor(lo / step) * step
-    ticks = []
-    t = start
-    while t < hi + step * 0.999:
-        ticks.append(round(t, 12))
-        t += step
-    return ticks
-
-
-@dataclass(frozen=True)
-class Line:
-    label: str
-    xs: tuple[float, ...]
-    ys: tuple[float, ...]
-    css: str  # series class: s0, s1, ...
-    step: bool = False  # draw as a step (value holds until the next x)
-    right: bool = False  # on the right-hand axis (a second unit or scale)
-    tips: tuple[str, ...] | None = None  # per-point tooltip values instead of the formatted y
-
-
-@dataclass(frozen=True)
-class Span:
-    """A text label over the x range [x0, x1] at height y (e.g. "3P:1D" over its windows)."""
-
-    x0: float
-    x1: float
-    y: float
-    text: str
-    css: str
-
-
-def _path(points: Sequence[tuple[float, float]]) -> str:
-    """SVG path data; a NaN y breaks the line instead of drawing it to zero."""
-    parts = []
-    pen_down = False
-    for x, y in points:
-        if not math.isfinite(y):
-            pen_down = False
-            continue
-        parts.append(f"{'L' if pen_down else 'M'}{x:.1f},{y:.1f}")
-        pen_down = True
-    return "".join(parts)
-
-
-def _svg_open(cid: str, title: str, width: int | float, height: int | float,
-              cls: str = "chart") -> str:
-    return (f"<figure class=\"{cls}-figure\"><svg id=\"{h(cid)}\" class=\"{cls}\" role=\"img\" "
-            f"viewBox=\"0 0 {width:g} {height:g}\" width=\"{width:g}\" height=\"{height:g}\" "
-            f"preserveAspectRatio=\"xMinYMin meet\" xmlns=\"http://www.w3.org/2000/svg\">"
-            f"<title>{h(title)}</title>"
-            f"<text class=\"ctitle\" x=\"4\" y=\"16\">{h(title)}</text>")
-
-
-class _Scale:
-    """A linear y scale over nice ticks for one axis."""
-
-    def __init__(self, values: Sequence[float], floor: float | None, top: float,
-                 height: float) -> None:
-        lo = min(values) if floor is None else min(floor, min(values))
-        self.ticks = nice_ticks(lo, max(values))
-        self.lo, self.hi = self.ticks[0], self.ticks[-1]
-        self.top, self.height = top, height
-
-    def __call__(self, y: float) -> float:
-        return self.top + self.height - (y - self.lo) / (self.hi - self.lo) * self.height
-
-
-def line_chart(cid: str, title: str, lines: Sequence[Line], *, x_fmt: Callable[[float], str],
-               y_fmt: Callable[[float], str], y_floor: float | None = 0.0,
-               right_fmt: Callable[[float], str] | None = None,
-               spans: Sequence[Span] = ()) -> str:
-    """Lines over time with axes, ticks, a legend and per-point tooltips; lines marked
-    ``right`` use a second y axis (its tick labels in the first right line's colour).
-    ``spans`` are labels (left axis) centred over their x range, dropped when too narrow."""
-    xs = [x for ln in lines for x in ln.xs]
-    left_ys = [y for ln in lines if not ln.right for y in ln.ys if math.isfinite(y)]
-    right_ys = [y for ln in lines if ln.right for y in ln.ys if math.isfinite(y)]
-    if not xs or not (left_ys or right_ys):
-        return ""
-    x0, x1 = min(xs), max(xs)
-    if x1 <= x0:
-        x1 = x0 + 1.0
-    margin_r = MARGIN_R_AXIS if right_ys else MARGIN_R
-    pw, ph = CHART_W - MARGIN_L - margin_r, CHART_H - MARGIN_T - MARGIN_B
-    left = _Scale(left_ys or right_ys, y_floor, MARGIN_T, ph)
-    right = _Scale(right_ys, y_floor, MARGIN_T, ph) if right_ys else None
-    r_fmt = right_fmt or y_fmt
-
-    def px(x: float) -> float:
-        return MARGIN_L + (x - x0) / (x1 - x0) * pw
-
-    out = [_svg_open(cid, title, CHART_W, CHART_H)]
-    for t in left.ticks:
-        out.append(f"<line class=\"grid\" x1=\"{MARGIN_L}\" x2=\"{CHART_W - margin_r}\" "
-                   f"y1=\"{left(t):.1f}\" y2=\"{left(t):.1f}\"/>"
-                   f"<text class=\"ytick\" x=\"{MARGIN_L - 6}\" y=\"{left(t) + 4:.1f}\">"
-                   f"{h(y_fmt(t))}</text>")
-    if right is not None:
-        css = next(ln.css for ln in lines if ln.right)
-        for t in right.ticks:
-            out.append(f"<text class=\"ytick-r {h(css)}\" x=\"{CHART_W - margin_r + 6}\" "
-                       f"y=\"{right(t) + 4:.1f}\">{h(r_fmt(t))}</text>")
-    for frac in (0.0, 0.5, 1.0):
-        x = x0 + (x1 - x0) * frac
-        anchor = ("start", "middle", "end")[int(frac * 2)]
-        out.append(f"<text class=\"xtick\" text-anchor=\"{anchor}\" x=\"{px(x):.1f}\" "
-                   f"y=\"{CHART_H - MARGIN_B + 18}\">{h(x_fmt(x))}</text>")
-    out.append(f"<line class=\"axis\" x1=\"{MARGIN_L}\" x2=\"{CHART_W - margin_r}\" "
-               f"y1=\"{MARGIN_T + ph}\" y2=\"{MARGIN_T + ph}\"/>")
-    for ln in lines:
-        py = right if ln.right and right is not None else left
-        fmt = r_fmt if ln.right else y_fmt
-        pts: list[tuple[float, float]] = []
-        for i, (x, y) in enumerate(zip(ln.xs, ln.ys, strict=True)):
-            yy = py(y) if math.isfinite(y) else float("nan")
-            pts.append((px(x), yy))
-            if ln.step and i + 1 < len(ln.xs):
-                pts.append((px(ln.xs[i + 1]), yy))
-        out.append(f"<path class=\"line {h(ln.css)}\" d=\"{_path(pts)}\"/>")
-        last = len(ln.xs) - 1
-        for i, (x, y) in enumerate(zip(ln.xs, ln.ys, strict=True)):
-            if math.isfinite(y) and not (ln.step and i == last and i > 0):
-                tip = ln.tips[i] if ln.tips is not None else fmt(y)
-                out.append(f"<circle class=\"pt {h(ln.css)}\" cx=\"{px(x):.1f}\" "
-                           f"cy=\"{py(y):.1f}\" r=\"2.5\"><title>{h(ln.label)} at "
-                           f"{h(x_fmt(x))}: {h(tip)}</title></circle>")
-    for sp in spans:
-        if not math.isfinite(sp.y) or (px(sp.x1) - px(sp.x0)) < SPAN_CHAR_W * len(sp.text):
-            continue  # a label wider than its span would collide with its neighbours
-        out.append(f"<text class=\"span {h(sp.css)}\" text-anchor=\"middle\" "
-                   f"x=\"{(px(sp.x0) + px(sp.x1)) / 2:.1f}\" y=\"{left(sp.y) - 5:.1f}\">"
-                   f"{h(sp.text)}</text>")
-    lx = MARGIN_L + 8.0
-    for ln in lines:
-        label = ln.label + (" (right axis)" if ln.right else "")
-        out.append(f"<rect class=\"swatch {h(ln.css)}\" x=\"{lx:.1f}\" y=\"{MARGIN_T - 12}\" "
-                   f"width=\"10\" height=\"10\"/><text class=\"legend\" x=\"{lx + 14:.1f}\" "
-                   f"y=\"{MARGIN_T - 3}\">{h(label)}</text>")
-        lx += 30 + SPAN_CHAR_W * len(label)
-    out.append("</svg></figure>")
-    return "".join(out)
-
-
-def heat_colour(frac: float) -> str:
-    """Viridis colour for a 0-1 value."""
-    frac = min(1.0, max(0.0, frac))
-    for (a, ca), (b, cb) in itertools.pairwise(HEAT_STOPS):
-        if frac <= b:
-            t = (frac - a) / (b - a)
-            rgb = tuple(round(x + (y - x) * t) for x, y in zip(ca, cb, strict=True))
-            return f"#{rgb[0]:02x}{rgb[1]:02x}{rgb[2]:02x}"
-    return "#fde725"
-
-
-@dataclass(frozen=True)
-class HeatPanel:
-    """One metric of a heat map: values per row on a shared time grid."""
-
-    key: str  # css/id suffix: "queue", "ttft", "kv-usage"
-    label: str
-    ts: tuple[float, ...]
-    step_s: float
-    rows: tuple[tuple[float, ...], ...]  # one per heat-map row, aligned with ``names``
-    v_fmt: Callable[[float], str]
-
-
-def _downsample(mat: Any, ts: Sequence[float], step_s: float) -> tuple[Any, list[float], float]:
-    """Columns down-sampled by bin mean to at most HEAT_MAX_COLS."""
-    import numpy as np
-
-    n = mat.shape[1]
-    cols = min(n, HEAT_MAX_COLS)
-    if cols == n:
-        return mat, list(ts), step_s
-    idx = (np.arange(n) * cols) // n
-    finite = np.isfinite(mat)
-    sums = np.zeros((mat.shape[0], cols))
-    counts = np.zeros((mat.shape[0], cols))
-    np.add.at(sums.T, idx, np.where(finite, mat, 0.0).T)
-    np.add.at(counts.T, idx, finite.T.astype(float))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    first = np.searchsorted(idx, np.arange(cols))
-    return out, [float(ts[int(j)]) for j in first], step_s * n / cols
-
-
-def heatmap(cid: str, title: str, names: Sequence[str], flagged: Sequence[bool],
-            panels: Sequence[HeatPanel], *, x_fmt: Callable[[float], str]) -> str:
-    """Instances (rows) x time (columns), one panel per metric side by side.
-
-    Each panel has one colour scale from 0 to the highest value of any row, so an instance
-    that queues more or runs slower than its peers is the bright row. Flagged rows (named by a
-    finding) are outlined and their labels marked.
-    """
-    import numpy as np
-
-    if not names or not panels:
-        return ""
-    gap = 14.0
-    panel_w = (CHART_W_WIDE - HEAT_LABEL_W - gap * (len(panels) - 1)) / len(panels)
-    body_h = HEAT_ROW_H * len(names)
-    height = MARGIN_T + 16 + body_h + 44
-    out = [_svg_open(cid, title, CHART_W_WIDE, height, "heatmap")]
-    top = MARGIN_T + 16
-    for r, (name, flag) in enumerate(zip(names, flagged, strict=True)):
-        y = top + r * HEAT_ROW_H
-        short = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "…"
-        cls = "rowlabel flag" if flag else "rowlabel"
-        out.append(f"<text class=\"{cls}\" x=\"{HEAT_LABEL_W - 8}\" y=\"{y + 13}\">"
-                   f"<title>{h(name)}</title>{h(short)}{' ⚑' if flag else ''}</text>")
-    for k, panel in enumerate(panels):
-        x0 = HEAT_LABEL_W + k * (panel_w + gap)
-        mat, col_ts, col_step = _downsample(np.asarray(panel.rows, dtype="float64"), panel.ts,
-                                            panel.step_s)
-        cols = mat.shape[1]
-        cw = panel_w / cols
-        finite_vals = mat[np.isfinite(mat)]
-        peak = float(finite_vals.max()) if finite_vals.size else 0.0
-        scale = peak if peak > 0 else 1.0
-        out.append(f"<g class=\"panel panel-{h(panel.key)}\">"
-                   f"<text class=\"ptitle\" x=\"{x0:.1f}\" y=\"{MARGIN_T + 8}\">"
-                   f"{h(panel.label)}</text>")
-        for r, name in enumerate(names):
-            y = top + r * HEAT_ROW_H
-            for c in range(cols):
-                v = float(mat[r, c])
-                fill = f"fill=\"{heat_colour(v / scale)}\"" if math.isfinite(v) else \
-                    "class=\"nan\""
-                tip = f"{name}, {panel.label} at {x_fmt(col_ts[c])}: " + \
-                    (panel.v_fmt(v) if math.isfinite(v) else NA)
-                out.append(f"<rect {fill} x=\"{x0 + c * cw:.2f}\" y=\"{y}\" "
-                           f"width=\"{cw + 0.3:.2f}\" height=\"{HEAT_ROW_H - 1}\">"
-                           f"<title>{h(tip)}</title></rect>")
-            if flagged[r]:
-                out.append(f"<rect class=\"flagbox\" x=\"{x0 - 1:.1f}\" y=\"{y - 1}\" "
-                           f"width=\"{panel_w + 2:.1f}\" height=\"{HEAT_ROW_H + 1}\"/>")
-        base = top + body_h
-        out.append(f"<text class=\"xtick\" text-anchor=\"start\" x=\"{x0:.1f}\" "
-                   f"y=\"{base + 13}\">{h(x_fmt(col_ts[0]))}</text>"
-                   f"<text class=\"xtick\" text-anchor=\"end\" x=\"{x0 + panel_w:.1f}\" "
-                   f"y=\"{base + 13}\">{h(x_fmt(col_ts[-1] + col_step))}</text>")
-        kx = x0 + 14
-        for j in range(5):
-            out.append(f"<rect fill=\"{heat_colour(j / 4)}\" x=\"{kx + 18 * j:.1f}\" "
-                       f"y=\"{base + 22}\" width=\"16\" height=\"10\"/>")
-        out.append(f"<text class=\"xtick\" text-anchor=\"end\" x=\"{kx - 4:.1f}\" "
-                   f"y=\"{base + 31}\">0</text><text class=\"xtick\" x=\"{kx + 94:.1f}\" "
-                   f"y=\"{base + 31}\">{h(panel.v_fmt(peak))}</text></g>")
-    out.append("</svg></figure>")
-    return "".join(out)
-
-
 # --- charts from the report ------------------------------------------------------------------
 
 def _x_fmt(view: ReportView) -> Callable[[float], str]:
@@ -559,13 +294,16 @@ def _capacity_charts(report: Report, view: ReportView) -> str:
 
     out = ["<section id=\"ratio-over-time\"><h2>Producer vs consumer over time</h2>"
            "<div class=\"multiples\">"]
+    # one shared axis, so the two demands compare directly; logarithmic, because prefill
+    # demand (uncached prompt tokens) runs one to two orders of magnitude above decode demand
+    # (output tokens) and a linear axis would flatten the decode line at the bottom
     out.append(line_chart(
-        "chart-rates", "producer (prefill) vs consumer (decode) demand, tokens/s",
-        [Line("prefill tok/s", xs, stepped([num(w.producer_tokens_per_s) for w in wins]), "s0",
-              step=True),
-         Line("decode tok/s", xs, stepped([num(w.consumer_tokens_per_s) for w in wins]), "s1",
-              step=True, right=True)],
-        x_fmt=_x_fmt(view), y_fmt=fmt_num))
+        "chart-rates", "Token demand: prefill vs decode (tokens/s, log scale)",
+        [Line("prefill: uncached prompt tokens/s", xs,
+              stepped([num(w.producer_tokens_per_s) for w in wins]), "s0", step=True),
+         Line("decode: output tokens/s", xs,
+              stepped([num(w.consumer_tokens_per_s) for w in wins]), "s1", step=True)],
+        x_fmt=_x_fmt(view), y_fmt=fmt_num, log_y=True))
     rec = [(w.recommended_prefill, w.recommended_decode) for w in wins]
     dep = [(w.deployed_prefill, w.deployed_decode) for w in wins]
 
@@ -668,7 +406,7 @@ def _length_chart(report: Report) -> str:
     def px(v: float) -> float:
         return left + (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * pw
 
-    out = [_svg_open("chart-lengths", "request length distribution (tokens, log scale)",
+    out = [svg_open("chart-lengths", "request length distribution (tokens, log scale)",
                      CHART_W_WIDE, height)]
     decade = lo
     while decade <= hi * 1.0001:
@@ -705,6 +443,9 @@ def _length_chart(report: Report) -> str:
     return "".join(out)
 
 
+TRANSFER_LABEL_MAX_W: Final = 240  # of the 520 px chart; the bars keep 200 px
+
+
 def _transfer(report: Report, view: ReportView) -> str:
     """KV transfer latency p50/p90 per instance (bars), where measured."""
     rows = [(i.name, i.kv_transfer_s) for i in report.instances
@@ -715,13 +456,15 @@ def _transfer(report: Report, view: ReportView) -> str:
     ticks = nice_ticks(0.0, top)
     bar_h = 16
     height = MARGIN_T + (bar_h * 2 + 8) * len(rows) + 30
-    pw = CHART_W - HEAT_LABEL_W - MARGIN_R - 60
+    label_w = label_area([n for n, _ in rows], [n in view.flagged for n, _ in rows],
+                         TRANSFER_LABEL_MAX_W)
+    pw = CHART_W - label_w - MARGIN_R - 60
 
     def px(v: float) -> float:
-        return HEAT_LABEL_W + v / ticks[-1] * pw
+        return label_w + v / ticks[-1] * pw
 
     out = ["<section id=\"kv-transfer\"><h2>KV transfer latency</h2>",
-           _svg_open("chart-kv-transfer", "KV transfer time per instance (p50, p90)",
+           svg_open("chart-kv-transfer", "KV transfer time per instance (p50, p90)",
                      CHART_W, height)]
     for t in ticks:
         out.append(f"<line class=\"grid\" x1=\"{px(t):.1f}\" x2=\"{px(t):.1f}\" "
@@ -731,16 +474,13 @@ def _transfer(report: Report, view: ReportView) -> str:
     for r, (name, q) in enumerate(rows):
         y = MARGIN_T + r * (bar_h * 2 + 8)
         flagged = name in view.flagged
-        short = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "…"
-        out.append(f"<text class=\"rowlabel{' flag' if flagged else ''}\" "
-                   f"x=\"{HEAT_LABEL_W - 6}\" y=\"{y + bar_h + 4}\"><title>{h(name)}</title>"
-                   f"{h(short)}</text>")
+        out.append(row_label(name, flagged, label_w - 6, y + bar_h + 4))
         for k, (qn, v) in enumerate((("p50", q.p50), ("p90", q.p90))):
             if not math.isfinite(v):
                 continue
             yy = y + k * bar_h
-            out.append(f"<rect class=\"bar s{k}\" x=\"{HEAT_LABEL_W}\" y=\"{yy}\" "
-                       f"width=\"{max(1.0, px(v) - HEAT_LABEL_W):.1f}\" height=\"{bar_h - 2}\">"
+            out.append(f"<rect class=\"bar s{k}\" x=\"{label_w}\" y=\"{yy}\" "
+                       f"width=\"{max(1.0, px(v) - label_w):.1f}\" height=\"{bar_h - 2}\">"
                        f"<title>{h(name)} {qn}: {h(fmt_seconds(v))}</title></rect>"
                        f"<text class=\"barlabel\" x=\"{px(v) + 4:.1f}\" y=\"{yy + 12}\">"
                        f"{qn} {h(fmt_seconds(v))}</text>")
@@ -748,33 +488,67 @@ def _transfer(report: Report, view: ReportView) -> str:
     return "".join(out)
 
 
+# Chart titles for the transfer-path series (analysis/series.py names them by column).
+SERIES_TITLES: Final = {
+    KV_TRANSFER_LATENCY: "KV transfer latency",
+    RDMA_RETRANSMITS: "RDMA retransmits",
+    RDMA_CONGESTION: "RDMA congestion notifications (CNP)",
+    RDMA_TX_BANDWIDTH: "RDMA transmit bandwidth",
+}
+PER_SECOND: Final = ("1/s", "/s", "per_s")  # event rates: "per second" in the title
+
+
 def _unit_fmt(unit: str) -> Callable[[float], str]:
-    return lambda v: series_value(v, unit)
+    if unit in PER_SECOND:
+        return fmt_num
+    return lambda v: fmt_value(v, unit)
+
+
+def series_title(name: str, unit: str, common: dict[str, str], varying: Sequence[str]) -> str:
+    """"RDMA retransmits per node, per second", "KV transfer latency per instance, p90": the
+    quantity in words, what the lines are, the statistic all lines share, the unit when the
+    ticks do not carry it."""
+    what = SERIES_TITLES.get(name) or name.replace("_per_s", "").replace("_", " ").strip()
+    parts = [what + (f" per {' and '.join(varying)}" if varying else "")]
+    parts += [v for k, v in sorted(common.items()) if k == "stat"]
+    parts += [f"{k} {v}" for k, v in sorted(common.items()) if k != "stat"]
+    if unit in PER_SECOND:
+        parts.append("per second")
+    return ", ".join(parts)
+
+
+def series_lines(members: Sequence[Any]) -> tuple[list[Line], dict[str, str], list[str]]:
+    """One line per series, labelled by the label values that differ between them (a single
+    varying label by its value alone); the labels all share, for the title."""
+    label_sets = [dict(m.labels) if m.labels else {} for m in members]
+    keys = sorted({k for ls in label_sets for k in ls})
+    common = {k: label_sets[0][k] for k in keys
+              if all(k in ls and ls[k] == label_sets[0].get(k) for ls in label_sets)}
+    if len(members) == 1:
+        common = {}
+    varying = [k for k in keys if k not in common]
+    lines = []
+    for j, (item, ls) in enumerate(zip(members, label_sets, strict=True)):
+        parts = [ls[k] if len(varying) == 1 else f"{k}={ls[k]}" for k in varying if k in ls]
+        ts: TimeSeries = item.series
+        lines.append(Line(", ".join(parts) or str(item.name), ts.ts, ts.values, f"s{j % 6}"))
+    return lines, common, varying
 
 
 def _extra_series(report: Report, view: ReportView) -> str:
-    """Extra per-node/per-instance series (RDMA retransmits, KV transfer latency over time).
-
-    Reads ``report.series`` when the report model carries it: items with ``name``, ``unit``,
-    ``labels`` (a mapping or pairs) and ``series`` (a ``TimeSeries``); charts are grouped by name.
-    """
-    items = tuple(getattr(report, "series", ()) or ())
-    if not items:
+    """Transfer-path series (KV transfer latency per instance, RDMA rates per node) from
+    ``report.series``, one chart per series name, titled in words."""
+    if not report.series:
         return ""
     groups: dict[str, list[Any]] = {}
-    for item in items:
+    for item in report.series:
         groups.setdefault(str(item.name), []).append(item)
     out = ["<section id=\"series\"><h2>Network and transfer over time</h2>"
            "<div class=\"multiples\">"]
     for k, (name, members) in enumerate(groups.items()):
-        lines = []
-        for j, item in enumerate(members):
-            labels = dict(item.labels) if item.labels else {}
-            label = ",".join(f"{a}={b}" for a, b in sorted(labels.items())) or name
-            ts: TimeSeries = item.series
-            lines.append(Line(label, ts.ts, ts.values, f"s{j % 6}"))
-        unit = str(getattr(members[0], "unit", "") or members[0].series.unit)
-        out.append(line_chart(f"chart-series-{k}", f"{name} ({unit})" if unit else name, lines,
-                              x_fmt=_x_fmt(view), y_fmt=_unit_fmt(unit)))
+        lines, common, varying = series_lines(members)
+        unit = str(members[0].unit or members[0].series.unit)
+        out.append(line_chart(f"chart-series-{k}", series_title(name, unit, common, varying),
+                              lines, x_fmt=_x_fmt(view), y_fmt=_unit_fmt(unit)))
     out.append("</div></section>")
     return "".join(out)

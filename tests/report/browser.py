@@ -268,3 +268,55 @@ class Chromium:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+
+# Evaluated in the page: every rendered text that is cut or collides, as one line each.
+# SVG text: its box (getBBox, in the chart's viewBox units) must lie inside the viewBox (an
+# <svg> clips what is outside: "00,000,000" for 400,000,000) and must not overlap another text
+# of the same chart by more than TEXT_OVERLAP_PX in both directions (legend items running into
+# each other, labels over labels). HTML: an element whose content is wider than its box while
+# its overflow is not visible (an ellipsis or hidden overflow cuts the text).
+TEXT_OVERLAP_PX = 1.0
+TEXT_LAYOUT_JS = """
+(() => {
+  const problems = [];
+  const own = (t) => Array.from(t.childNodes).filter(n => n.nodeType === 3 || n.nodeName === 'tspan')
+      .map(n => n.textContent).join('').trim();
+  const f = (v) => v.toFixed(1);
+  const svgs = Array.from(document.querySelectorAll('svg'));
+  svgs.forEach((svg, k) => {
+    const name = svg.id || ('svg#' + k);
+    const vb = svg.viewBox && svg.viewBox.baseVal;
+    const W = vb && vb.width ? vb.width : svg.width.baseVal.value;
+    const H = vb && vb.height ? vb.height : svg.height.baseVal.value;
+    const boxes = [];
+    for (const t of svg.querySelectorAll('text')) {
+      const label = own(t);
+      if (!label) continue;
+      const b = t.getBBox();
+      if (b.width <= 0 || b.height <= 0) continue;
+      const box = {label, x0: b.x, y0: b.y, x1: b.x + b.width, y1: b.y + b.height};
+      if (box.x0 < -0.5 || box.y0 < -0.5 || box.x1 > W + 0.5 || box.y1 > H + 0.5)
+        problems.push(`${name}: text '${label}' clipped: box x ${f(box.x0)}..${f(box.x1)}, `
+                      + `y ${f(box.y0)}..${f(box.y1)} outside the chart's 0..${W} x 0..${H}`);
+      boxes.push(box);
+    }
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i], b = boxes[j];
+      const dx = Math.min(a.x1, b.x1) - Math.max(a.x0, b.x0);
+      const dy = Math.min(a.y1, b.y1) - Math.max(a.y0, b.y0);
+      if (dx > %(tol)s && dy > %(tol)s)
+        problems.push(`${name}: text '${a.label}' overlaps '${b.label}' by ${f(dx)} x ${f(dy)} px`);
+    }
+  });
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest('svg') || el.closest('details:not([open])') || !el.textContent.trim()) continue;
+    const cs = getComputedStyle(el);
+    if (cs.display === 'none' || cs.overflowX === 'visible') continue;
+    if (el.scrollWidth > el.clientWidth + 1)
+      problems.push(`<${el.tagName.toLowerCase()}> '${el.textContent.trim().slice(0, 60)}' cut: `
+                    + `content ${el.scrollWidth} px wide in a ${el.clientWidth} px box`);
+  }
+  return problems;
+})()
+""".replace("%(tol)s", str(TEXT_OVERLAP_PX))

@@ -424,3 +424,41 @@ def malicious() -> Report:
         warnings=("<b>bold</b> & </style><script>alert(3)</script>",),
         input_description="</title><script>alert(4)</script>",
     )
+
+
+# --- transfer path (Kubernetes pod names, network charts) -------------------------------------
+
+POD_PREFIX = "vllm-disagg-llama3-70b-decode-7d9f8b6c4-"
+
+
+def transfer_path() -> Report:
+    """Prefill-bound on Kubernetes: pod names that share a long prefix, per-instance KV
+    transfer latency (p90) and per-node RDMA rates in the magnitudes node_exporter reports
+    (bytes/s in the hundreds of millions), so chart axes, legends and row labels are tested
+    with the widths a real capture gives."""
+    import dataclasses
+
+    from pdprobe.analysis.base import LabeledSeries
+
+    r = prefill_bound()
+    pods = [f"{POD_PREFIX}{suffix}" for suffix in ("x2kqp", "9wz7m", "r4tnb", "hb6vd")]
+    rename = dict(zip((f"decode-{k}" for k in range(4)), pods, strict=True))
+    instances = tuple(dataclasses.replace(i, name=rename.get(i.name, i.name))
+                      for i in r.instances)
+    findings = tuple(dataclasses.replace(f, instances=tuple(rename.get(n, n) for n in f.instances))
+                     for f in r.findings)
+    start = 0.0
+    latency = [LabeledSeries("kv_transfer_latency_s", "s", (("instance", pod), ("stat", "p90")),
+                             series(wave(0.012 + 0.002 * k, 0.004, phase=k), start, "s"))
+               for k, pod in enumerate(pods)]
+    nodes = [f"gpu-node-{k:02d}.cluster.internal" for k in range(3)]
+    network = [LabeledSeries(name, unit, (("node", node),),
+                             series(wave(base * (1 + k), base / 3, phase=k), start, unit))
+               for name, unit, base in (("rdma_retransmits_per_s", "1/s", 0.3),
+                                        ("rdma_cnp_per_s", "1/s", 0.1),
+                                        ("rdma_tx_bytes_per_s", "bytes/s", 4.2e8))
+               for k, node in enumerate(nodes)]
+    sources = tuple(dataclasses.replace(s, path=f"/var/log/pdprobe/capture-2024-05-02/{s.path}")
+                    for s in sources_files(12_031))
+    return dataclasses.replace(r, instances=instances, findings=findings,
+                               series=(*latency, *network), sources=sources)

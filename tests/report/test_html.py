@@ -10,7 +10,8 @@ import pytest
 
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.report.base import RenderOptions
-from pdprobe.report.html import heat_colour, nice_ticks, render
+from pdprobe.report.html import render
+from pdprobe.report.svg_charts import heat_colour, nice_ticks
 from pdprobe.values import Missing
 from tests.report import factory as F
 
@@ -142,12 +143,16 @@ def test_heat_colour_and_ticks() -> None:
     assert nice_ticks(0, 0) == [0, 0.25, 0.5, 0.75, 1.0]
 
 
-def test_rates_chart_uses_a_second_axis_for_decode() -> None:
+def test_rates_chart_puts_both_demands_on_one_axis() -> None:
+    """Prefill and decode demand share one (log) axis: no second axis whose scale makes the
+    lines cross where the quantities do not."""
     html = render(F.prefill_bound(), RenderOptions())
     chart = html.split('id="chart-rates"', 1)[1].split("</svg>", 1)[0]
-    assert "decode tok/s (right axis)" in chart
-    assert 'class="ytick-r s1"' in chart
-    assert "prefill tok/s at +0s: 33,000" in chart
+    assert "ytick-r" not in chart and "right axis" not in chart
+    assert "decode: output tokens/s at +0s: 1,050" in chart
+    assert "prefill: uncached prompt tokens/s at +0s: 33,000" in chart
+    ticks = re.findall(r'<text class="ytick"[^>]*>([^<]+)</text>', chart)
+    assert ticks == ["1,000", "2,000", "5,000", "10,000", "20,000", "50,000"]
 
 
 def test_quiet_html_is_just_the_verdict() -> None:
@@ -167,8 +172,9 @@ def test_extra_series_are_charted_when_the_report_has_them() -> None:
     html = render(report, RenderOptions())
     tree = parse(html)
     assert "chart-series-0" in tree.ids
-    assert "device=mlx5_0,node=node-0" in html
+    assert "device=mlx5_0, node=node-0" in html  # the labels that tell the lines apart
     assert "node=&lt;b&gt;node-1&lt;/b&gt;" in html
+    assert "RDMA retransmits per device and node, per second" in html
     assert render(base, RenderOptions()).count("chart-series") == 0
 
 

@@ -1,5 +1,6 @@
 """The HTML report in a real headless Chromium: loads without console errors or network
-requests, the charts are there, and a screenshot lands in test-artifacts/."""
+requests, the charts are there, no text is clipped or overlaps another (measured in the page,
+``browser.TEXT_LAYOUT_JS``), and a screenshot lands in test-artifacts/."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import pytest
 from pdprobe.report.base import RenderOptions
 from pdprobe.report.html import render
 from tests.report import factory as F
-from tests.report.browser import Chromium, find_chromium
+from tests.report.browser import TEXT_LAYOUT_JS, Chromium, find_chromium
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# {svg id: [the text each matching element draws itself (not its <title> tooltip)]}
+_OWN_TEXTS = ("Object.fromEntries(Array.from(document.querySelectorAll('svg[id]')).map(s => "
+              "[s.id, Array.from(s.querySelectorAll('%s')).map(t => Array.from(t.childNodes)"
+              ".filter(n => n.nodeType === 3).map(n => n.data).join('').trim())]))")
 QUERIES = {
     "svg_ids": "Array.from(document.querySelectorAll('svg[id]')).map(s => s.id)",
     "scripts": "document.querySelectorAll('script').length",
@@ -31,6 +36,12 @@ QUERIES = {
     "band_rows": "document.querySelectorAll('#table-band tbody tr').length",
     "windows_rows": "document.querySelectorAll('details.windows #table-windows tbody tr').length",
     "windows_open": "document.querySelector('details.windows')?.open ?? null",
+    "text_problems": TEXT_LAYOUT_JS,
+    "chart_texts": _OWN_TEXTS % "text",
+    "legends": _OWN_TEXTS % "text.legend",
+    "heat_labels": _OWN_TEXTS % "text.rowlabel",
+    "input_rows": "Array.from(document.querySelectorAll('#table-inputs tbody th'))"
+                  ".map(t => t.innerText)",
 }
 
 
@@ -54,6 +65,7 @@ def _open(chromium: Chromium, name: str, html: str, tmp_path: Path) -> dict:
     assert result.screenshot.startswith(b"\x89PNG\r\n\x1a\n") and len(result.screenshot) > 10_000
     assert result.errors == [], result.errors
     assert result.requests == [path.resolve().as_uri()], result.requests  # nothing fetched
+    assert result.values["text_problems"] == [], "\n".join(result.values["text_problems"])
     return result.values
 
 
@@ -86,3 +98,19 @@ def test_malicious_names_stay_text(chromium: Chromium, tmp_path: Path) -> None:
     assert values["scripts"] == 0
     assert "<script>alert(1)</script>" in values["body_text"]
     assert 'x"><img src=x onerror=alert(2)>.jsonl' in values["body_text"]
+
+
+def test_transfer_path_charts_read_whole(chromium: Chromium, tmp_path: Path) -> None:
+    """Pod names sharing a 40-character prefix, four latency series and bytes/s in the
+    hundreds of millions: every label, legend entry and row name is drawn whole (the layout
+    check in ``_open``), legends name every series, titles are words, not column names."""
+    report = F.transfer_path()
+    values = _open(chromium, "transfer_path", render(report, RenderOptions(verbose=True)),
+                   tmp_path)
+    texts = values["chart_texts"]
+    kv = texts["chart-series-0"]
+    assert not any("kv_transfer_latency_s" in t or "stat=" in t for t in kv), kv
+    for suffix in ("x2kqp", "9wz7m", "r4tnb", "hb6vd"):  # every series named, distinguishably
+        assert any(t.endswith(suffix) for t in values["legends"]["chart-series-0"]), suffix
+    assert len(set(values["heat_labels"]["heat-decode"])) == 4  # distinct row labels
+    assert len(set(values["input_rows"])) == 3
