@@ -8,7 +8,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from pdprobe.collectors.log_markers import SNIFF_MARKERS
 from pdprobe.errors import InputError
@@ -17,6 +17,21 @@ GZIP_MAGIC: Final = b"\x1f\x8b"
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 PARQUET_MAGIC: Final = b"PAR1"
 SNIFF_BYTES: Final = 64 * 1024
+# When the first SNIFF_BYTES hold only blank or comment lines, sniffing reads on (doubling)
+# up to this much: a capture that starts with a screenful of blank lines is not "empty", and
+# a file with nothing in its first 16 MiB is not worth reading further to classify.
+SNIFF_MAX_BYTES: Final = 16 << 20
+# Decompression bombs: once past DECOMPRESS_FREE_BYTES of output, a compressed input may not
+# expand more than DECOMPRESS_MAX_RATIO times the compressed bytes read so far. Real captures
+# compress 10-40x (text metrics ~30x, logs ~15x); gzip tops out at ~1030x, which only runs
+# of one byte reach (a 2.5 MB gzip of spaces is 2.5 GB).
+DECOMPRESS_FREE_BYTES: Final = 64 << 20
+DECOMPRESS_MAX_RATIO: Final = 200
+# Compressed bytes fed to the zstd decompressor per step when reading a whole file: one step
+# can expand at most ~32x128 KiB per KiB, so the ratio check runs before memory runs out.
+ZSTD_FEED_BYTES: Final = 4 << 10
+# Chunks read when a whole decompressed stream is wanted.
+READ_CHUNK_BYTES: Final = 4 << 20
 CAPTURE_METADATA_KEY: Final = b"pdprobe.capture"
 
 # A sample line; older `promtool tsdb dump` prints `{__name__="x", ...} value ts` with no name.
@@ -52,8 +67,81 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def _bomb(path: Path, out: int, consumed: int) -> InputError:
+    return InputError(
+        f"{path}: expands more than {DECOMPRESS_MAX_RATIO}x when decompressed "
+        f"({_mib(out)} from {_mib(consumed)}): not a capture "
+        "(a decompression bomb?)",
+        hint="decompress it yourself if it is genuine and pass the result")
+
+
+def check_ratio(path: Path, out: int, consumed: int) -> None:
+    """Raise ``InputError`` when ``out`` decompressed bytes from ``consumed`` compressed ones
+    look like a decompression bomb (see ``DECOMPRESS_MAX_RATIO``)."""
+    if out > DECOMPRESS_FREE_BYTES and out > DECOMPRESS_MAX_RATIO * max(consumed, 1):
+        raise _bomb(path, out, consumed)
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressed stream that stops with ``InputError`` when it expands like a bomb."""
+
+    def __init__(self, inner: IO[bytes], raw: IO[bytes], path: Path) -> None:
+        super().__init__()
+        self._inner, self._raw, self._path = inner, raw, path
+        self._out = 0
+
+    def readable(self) -> bool:
+        return True
+
+    _pending: BaseException | None = None
+
+    def readinto(self, b: Any) -> int:
+        if self._pending is not None:
+            raise self._pending
+        try:
+            # read1: one step of the decompressor, so an error loses nothing read before it
+            data = self._inner.read1(len(b))  # type: ignore[attr-defined]
+            n = len(data)
+            b[:n] = data
+        except InputError:
+            raise
+        except Exception as exc:  # truncated or corrupt: first hand over what came before
+            if self._out == 0:
+                raise
+            # A buffered read() that gathers several raw reads would drop them with the error:
+            # end this read here (0 = end of data) and raise on the next one.
+            self._pending = exc
+            return 0
+        self._out += n
+        check_ratio(self._path, self._out, self._raw.tell())
+        return n
+
+    def readall(self) -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            buf = bytearray(READ_CHUNK_BYTES)
+            n = self.readinto(buf)
+            if not n:
+                if self._pending is not None:
+                    raise self._pending
+                return b"".join(chunks)
+            chunks.append(bytes(memoryview(buf)[:n]))
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+            self._raw.close()
+        finally:
+            super().close()
+
+
 def open_binary(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading bytes, transparently decompressing gzip and zstd."""
+    """Open ``path`` for reading bytes, transparently decompressing gzip and zstd (bounded:
+    a stream that expands like a decompression bomb raises ``InputError``)."""
     try:
         raw = path.open("rb")
     except OSError as exc:
@@ -62,13 +150,16 @@ def open_binary(path: Path) -> IO[bytes]:
     head = raw.read(4)
     raw.seek(0)
     kind = compression_of(head)
+    inner: IO[bytes]
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    if kind == "zstd":
+        inner = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+    elif kind == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-    return raw
+        inner = zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
+    else:
+        return raw
+    return io.BufferedReader(_Bounded(inner, raw, path), buffer_size=1 << 20)
 
 
 def open_text(path: Path) -> IO[str]:
@@ -82,14 +173,24 @@ def _zstd_all(path: Path) -> bytes:
     import zstandard
 
     raw = path.read_bytes()
-    out = []
-    while raw:
+    view = memoryview(raw)
+    out: list[bytes] = []
+    size = 0
+    pos = 0
+    while pos < len(view):
         dobj = zstandard.ZstdDecompressor().decompressobj()
-        out.append(dobj.decompress(raw))
+        while pos < len(view) and not dobj.eof:
+            # fed in small steps so a bomb is caught before it fills memory
+            piece = dobj.decompress(view[pos:pos + ZSTD_FEED_BYTES])
+            pos += ZSTD_FEED_BYTES
+            size += len(piece)
+            out.append(piece)
+            check_ratio(path, size, min(pos, len(view)))
         if not dobj.eof:
             raise InputError(f"{path}: zstd data is truncated (the last frame is incomplete)",
                              hint="copy the file again or decompress it to see how much is intact")
-        raw = dobj.unused_data  # concatenated frames
+        rest = dobj.unused_data  # concatenated frames: what was fed past this frame's end
+        pos = min(pos, len(view)) - len(rest)
     return b"".join(out)
 
 
@@ -134,15 +235,43 @@ def _compression_of_file(path: Path) -> str | None:
         return None
 
 
+def _meaningful(text: str) -> bool:
+    """Whether ``text`` holds a line that is neither blank nor a non-metric ``#`` comment."""
+    return any(ln.strip() and (not ln.lstrip().startswith("#")
+                               or ln.lstrip().startswith(_METRIC_COMMENTS))
+               for ln in text.splitlines())
+
+
+def _read_head(fh: IO[bytes]) -> bytes:
+    """The first ``SNIFF_BYTES``; more (doubling, up to ``SNIFF_MAX_BYTES``) while what was
+    read holds only blank or comment lines, or one line not yet ended."""
+    head = fh.read(SNIFF_BYTES)
+    want = SNIFF_BYTES
+    while len(head) == want and want < SNIFF_MAX_BYTES:
+        text = head.decode("utf-8", errors="replace")
+        cut = text.rfind("\n")
+        if cut >= 0 and _meaningful(text[:cut]):
+            break
+        if cut < 0 and text.strip():
+            break  # one long first line: its start is enough to classify it
+        more = fh.read(want)
+        head += more
+        want *= 2
+        if not more:
+            break
+    return head
+
+
 def _head(path: Path) -> tuple[bytes, str | None]:
     with path.open("rb") as fh:
-        raw_head = fh.read(SNIFF_BYTES)
-    compression = compression_of(raw_head)
-    if compression is None:
-        return raw_head, None
+        raw_head = fh.read(len(GZIP_MAGIC) + 8 + 1)
+        compression = compression_of(raw_head)
+        if compression is None:
+            fh.seek(0)
+            return _read_head(fh), None
     try:
         with open_binary(path) as fh:
-            head = fh.read(SNIFF_BYTES)
+            head = _read_head(fh)
         if not head and len(raw_head) > len(GZIP_MAGIC) + 8:
             # compressed bytes that decode to nothing: cut inside the first block
             raise InputError(f"{path}: {compression} data is truncated or corrupt "
@@ -173,7 +302,9 @@ def sniff(path: Path) -> Sniffed:
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check the path") from exc
     if not head.strip():
-        return Sniffed("empty", "", compression, "the file is empty")
+        return Sniffed("empty", "", compression,
+                       "the file is empty" if len(head) < SNIFF_BYTES
+                       else f"the file is empty (its first {_mib(len(head))} are blank)")
     if head.startswith(PARQUET_MAGIC):
         if CAPTURE_METADATA_KEY in _parquet_footer(path):
             return Sniffed("capture", "parquet", compression, "parquet with pdprobe capture metadata")
@@ -184,8 +315,13 @@ def sniff(path: Path) -> Sniffed:
     benchmark = _sniff_benchmark(text, complete=len(head) < SNIFF_BYTES, compression=compression)
     if benchmark is not None:
         return benchmark
-    lines = [ln for ln in text.splitlines()[:200] if ln.strip()]
-    if len(text) == SNIFF_BYTES and lines:
+    # Blank lines and comments that are not metric comments say nothing about the format.
+    lines = [ln for ln in text.splitlines() if ln.strip()
+             and (not ln.lstrip().startswith("#") or ln.lstrip().startswith(_METRIC_COMMENTS))
+             ][:200]
+    if not lines:
+        return Sniffed("unknown", "", compression, "only comment lines at the start")
+    if len(head) >= SNIFF_BYTES and not text.endswith("\n"):
         lines = lines[:-1] or lines  # the last line may be cut in the middle
     first = lines[0].lstrip("\ufeff").strip()
     if first.startswith("{__name__="):
@@ -200,7 +336,7 @@ def sniff(path: Path) -> Sniffed:
         for ln in sample:
             try:
                 obj = json.loads(ln)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deep
                 continue
             if not isinstance(obj, dict):
                 continue

@@ -31,6 +31,7 @@ from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import read_all_bytes
 from pdprobe.collectors.names import name_from_file
 from pdprobe.collectors.roles import node_of, role_from_label_value, role_from_name
+from pdprobe.collectors.validate import MAX_METRIC_VALUE, check_times, implausible
 from pdprobe.dataset import (
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
 DEFAULT_SCRAPE_INTERVAL_S: Final = 15.0
 # Sample timestamps above this are milliseconds: 1e11 s is the year 5138, 1e11 ms is 1973.
 MS_TIMESTAMP_THRESHOLD: Final = 1e11
+# The unit of sample timestamps by the magnitude of their median (checked from the largest
+# down): exporters and scripts also write microseconds and nanoseconds (time.time_ns()).
+TIMESTAMP_UNIT_BOUNDS: Final = ((1e17, 1e-9, "nanoseconds"), (1e14, 1e-6, "microseconds"),
+                                (MS_TIMESTAMP_THRESHOLD, 1e-3, "milliseconds"))
 # Behavioural evidence "one output token per request => prefill" needs enough requests to be
 # more than noise, and a prefill-only instance emits exactly one token per request; 1.5 leaves
 # room for a few requests finishing on a colocated fallback path.
@@ -429,12 +434,19 @@ def _timestamps(path: Path, samples: _Samples, comments: _Comments, out: _Notes)
                                 f"other samples have one were dropped")
             out.skipped += missing
         finite = np.isfinite(ts)
-        if finite.any() and float(np.median(ts[finite])) > MS_TIMESTAMP_THRESHOLD:
-            ts = ts / 1000.0
-            out.notes.append("sample timestamps read as milliseconds (by their magnitude)")
-        else:
-            out.notes.append("sample timestamps read as seconds (by their magnitude)")
-        return np.where(has_ts & finite, ts, np.nan)
+        ts = _to_seconds(ts, out, path)
+        ts = np.where(has_ts & finite, ts, np.nan)
+        bad_ts = has_ts & ~finite
+        if bad_ts.any():
+            out.warnings.append(f"{path}: dropped {int(bad_ts.sum())} sample(s) whose timestamp "
+                                "is not a number")
+            out.skipped += int(bad_ts.sum())
+        for drop in check_times(ts):
+            out.warnings.append(f"{path}: dropped {drop.count} sample(s) whose timestamp is "
+                                f"{drop.why}")
+            out.skipped += drop.count
+            ts = np.where(drop.mask, np.nan, ts)
+        return ts
 
     if comments.marker_lines.size:
         marks = comments.marker_ts
@@ -463,6 +475,33 @@ def _timestamps(path: Path, samples: _Samples, comments: _Comments, out: _Notes)
         f"starts a new scrape), assumed {DEFAULT_SCRAPE_INTERVAL_S:g} s apart and ending at the "
         f"file's modification time; add '# {SCRAPE_TS_MARKER} <unix>' lines for real times")
     return first + scrape.astype(np.float64) * DEFAULT_SCRAPE_INTERVAL_S
+
+
+def _to_seconds(ts: np.ndarray, out: _Notes, path: Path) -> np.ndarray:
+    """Sample timestamps in seconds, each unit told by magnitude: Unix seconds are ~1.7e9,
+    milliseconds ~1.7e12, microseconds ~1.7e15, nanoseconds ~1.7e18 (ranges that cannot
+    overlap before the year 5138), so a file mixing units is read right sample by sample."""
+    factor = np.ones_like(ts)
+    counts: dict[str, int] = {}
+    assigned = np.zeros(ts.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        for bound, f, unit in TIMESTAMP_UNIT_BOUNDS:
+            sel = (ts > bound) & ~assigned & np.isfinite(ts)
+            if sel.any():
+                factor[sel] = f
+                assigned |= sel
+                counts[unit] = int(sel.sum())
+    rest = int(np.count_nonzero(np.isfinite(ts) & ~assigned))
+    if rest:
+        counts["seconds"] = rest
+    if len(counts) <= 1:
+        out.notes.append(f"sample timestamps read as {next(iter(counts), 'seconds')} "
+                         "(by their magnitude)")
+    else:
+        shown = ", ".join(f"{n} in {u}" for u, n in counts.items())
+        out.warnings.append(f"{path}: sample timestamps in mixed units ({shown}): each read by its "
+                            "magnitude")
+    return ts * factor
 
 
 def _scrape_index(sid: np.ndarray, line: np.ndarray, eof_lines: np.ndarray) -> np.ndarray:
@@ -857,6 +896,18 @@ def _expand(samples: _Samples, smap: _SeriesMap, ts_all: np.ndarray, out: _Notes
         shown = ", ".join(f"{n} ({c})" for n, c in top[:SHOWN_EXAMPLES])
         out.warnings.append(f"{path}: dropped {int(bad.sum())} NaN/Inf sample value(s) "
                             f"(Prometheus staleness markers are NaN): {shown}")
+        keep = ~bad
+        values, ts, line, row = values[keep], ts[keep], line[keep], row[keep]
+    # Every signal read is a count, duration, size, ratio or rate: a negative value or one
+    # beyond any 64-bit counter is not a reading (it would become -820 req/s downstream).
+    bad, why = implausible(values, 0.0, MAX_METRIC_VALUE)
+    if bad.any():
+        names = series["name"].to_numpy()[row[bad]]
+        uniq, cnt = np.unique(names.astype(str), return_counts=True)
+        top = sorted(zip(uniq.tolist(), cnt.tolist(), strict=True), key=lambda x: -x[1])
+        shown = ", ".join(f"{n} ({c})" for n, c in top[:SHOWN_EXAMPLES])
+        out.warnings.append(f"{path}: dropped {int(bad.sum())} sample value(s) no engine "
+                            f"reports ({why}): {shown}")
         keep = ~bad
         values, ts, line, row = values[keep], ts[keep], line[keep], row[keep]
 

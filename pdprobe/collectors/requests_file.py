@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -26,6 +26,14 @@ import numpy as np
 
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
+from pdprobe.collectors.validate import (
+    MAX_DURATION_S,
+    MAX_KV_BYTES,
+    MAX_KV_BYTES_PER_TOKEN,
+    MAX_TOKENS,
+    check_times,
+    implausible,
+)
 from pdprobe.dataset import (
     REQUEST_COLUMNS,
     ROLE_FROM_LABEL,
@@ -125,8 +133,11 @@ JSON_BLOCK_BYTES: Final = 4 << 20
 
 # A header line longer than this is not a request-record header.
 SNIFF_HEADER_BYTES: Final = 64 * 1024
-# JSON keys and types are learned from lines within this many leading bytes.
+# JSON keys and types are learned from lines within this many leading bytes; further (up to
+# JSON_SAMPLE_MAX_BYTES) when that does not hold JSON_SAMPLE_MIN_LINES whole lines.
 JSON_SAMPLE_BYTES: Final = 8 << 20
+JSON_SAMPLE_MIN_LINES: Final = 20
+JSON_SAMPLE_MAX_BYTES: Final = 256 << 20
 
 # Layout names (also SourceInfo.format for the public traces).
 AZURE: Final = "azure-trace"
@@ -253,9 +264,9 @@ def _first_line(exc: BaseException) -> str:
 
 def _header(data: bytes | memoryview, delimiter: str) -> list[str]:
     head = bytes(data[:SNIFF_HEADER_BYTES])
-    end = head.find(b"\n")
-    line = head[: end if end >= 0 else len(head)].decode("utf-8", errors="replace")
-    row = next(csv.reader([line.rstrip("\r")], delimiter=delimiter), [])
+    ends = [i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0]  # bare CR ends a line too
+    line = head[: min(ends) if ends else len(head)].decode("utf-8", errors="replace")
+    row = next(csv.reader([line], delimiter=delimiter), [])
     return [c.strip().lstrip("\ufeff") for c in row]
 
 
@@ -295,12 +306,13 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
             parse_options=pcsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid),
             convert_options=pcsv.ConvertOptions(include_columns=wanted,
                                                 column_types=column_types,
-                                                strings_can_be_null=True),
+                                                strings_can_be_null=True,
+                                                check_utf8=False),  # repaired afterwards
         )
 
-    try:
+    def read_any() -> pa.Table:
         try:
-            table = read(strings)
+            return read(strings)
         except pa.ArrowInvalid as exc:
             if "conversion error" not in str(exc).lower():
                 raise
@@ -308,14 +320,26 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
             # coerce them later, counting what does not parse.
             as_text = {cmap.sources[c]: pa.string() for c in NUMERIC_COLUMNS
                        if c in cmap.sources}
-            table = read({**strings, **as_text})
+            return read({**strings, **as_text})
+
+    warnings = []
+    try:
+        table, undecodable = _without_unraisable(read_any)
+        if undecodable:
+            # pyarrow could not hand a malformed row with invalid UTF-8 to on_invalid (and
+            # printed "Exception ignored"): read a copy with the bad bytes replaced instead.
+            data = bytes(data).decode("utf-8", errors="replace").encode("utf-8")
+            warnings.append(f"{path}: invalid UTF-8 in malformed rows; the bad bytes were "
+                            "replaced (U+FFFD)")
+            table, _ = _without_unraisable(read_any)
+        if table is None:  # still undecodable after the repair: report it as a parse error
+            raise pa.ArrowInvalid("undecodable malformed row")
     except pa.ArrowInvalid as exc:
         msg = _first_line(exc)
         if "empty" in msg.lower():
             raise InputError(f"{path}: the file is empty", hint="copy it again") from exc
         raise InputError(f"{path}: not readable as {'TSV' if delimiter == chr(9) else 'CSV'} "
                          f"({msg})", hint="check the delimiter and quoting") from exc
-    warnings = []
     if invalid:
         whole = bytes(data)  # error path only: a copy to search in
         lines = [known or _line_of(whole, text)
@@ -326,6 +350,37 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
                         f"of fields" + (f" (line {where}{', ...' if len(invalid) > QUOTE_FIRST else ''})"
                                         if where else ""))
     return table, cmap, warnings, len(invalid)
+
+
+def _without_unraisable(read: Callable[[], pa.Table]) -> tuple[pa.Table | None, bool]:
+    """Run ``read`` with "Exception ignored" reports of ``UnicodeDecodeError`` (pyarrow's CSV
+    reader decoding a malformed row for the invalid-row handler) caught instead of printed.
+
+    Returns the table (None when the read failed after such a report) and whether one came.
+    """
+    import sys
+
+    import pyarrow as pa
+
+    caught: list[BaseException] = []
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, UnicodeDecodeError):
+            caught.append(unraisable.exc_value)
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        try:
+            return read(), bool(caught)
+        except pa.ArrowInvalid:
+            if caught:
+                return None, True
+            raise
+    finally:
+        sys.unraisablehook = previous
 
 
 def _line_of(data: bytes, text: str) -> int | None:
@@ -341,8 +396,28 @@ def _line_of(data: bytes, text: str) -> int | None:
     return data.count(b"\n", 0, pos) + 1
 
 
+def _sample_end(content: bytes | memoryview) -> int:
+    """Where the key/type sample ends: ``JSON_SAMPLE_BYTES``, or further when the first lines
+    are longer (a 50 MB first line is a record too), up to the end of ``JSON_SAMPLE_MIN_LINES``
+    lines or ``JSON_SAMPLE_MAX_BYTES``."""
+    size = len(content)
+    if size <= JSON_SAMPLE_BYTES:
+        return size
+    buf = np.frombuffer(content, dtype=np.uint8)
+    if np.count_nonzero(buf[:JSON_SAMPLE_BYTES] == 0x0A) >= JSON_SAMPLE_MIN_LINES:
+        return JSON_SAMPLE_BYTES
+    seen, pos = 0, 0
+    while pos < min(size, JSON_SAMPLE_MAX_BYTES):
+        nl = np.flatnonzero(buf[pos:pos + JSON_SAMPLE_BYTES] == 0x0A)
+        if seen + nl.size >= JSON_SAMPLE_MIN_LINES:
+            return pos + int(nl[JSON_SAMPLE_MIN_LINES - seen - 1]) + 1
+        seen += nl.size
+        pos += JSON_SAMPLE_BYTES
+    return min(size, JSON_SAMPLE_MAX_BYTES)
+
+
 def _json_sample(content: bytes | memoryview) -> list[dict[str, Any]]:
-    data = bytes(content[:JSON_SAMPLE_BYTES])
+    data = bytes(content[:_sample_end(content)])
     rows: list[dict[str, Any]] = []
     pos = 0
     tried = 0
@@ -356,7 +431,7 @@ def _json_sample(content: bytes | memoryview) -> list[dict[str, Any]]:
         tried += 1
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep
             continue
         if isinstance(obj, dict):
             rows.append(obj)
@@ -420,13 +495,14 @@ def _read_jsonl(path: Path, data: bytes | memoryview, want_hash_ids: bool
     return table, cmap, warnings, int(bad.size)
 
 
-def _parse_json(data: bytes | memoryview, schema: pa.Schema) -> pa.Table:
+def _parse_json(data: bytes | memoryview, schema: pa.Schema, block: int = JSON_BLOCK_BYTES
+                ) -> pa.Table:
     import pyarrow as pa
     import pyarrow.json as pjson
 
     return pjson.read_json(
         pa.BufferReader(data),
-        read_options=pjson.ReadOptions(block_size=max(1 << 20, min(JSON_BLOCK_BYTES, len(data) + 1))),
+        read_options=pjson.ReadOptions(block_size=max(1 << 20, min(block, len(data) + 1))),
         parse_options=pjson.ParseOptions(explicit_schema=schema,
                                          unexpected_field_behavior="ignore"),
     )
@@ -474,6 +550,8 @@ def _parse_json_skipping(data: bytes | memoryview, schema: pa.Schema) -> tuple[p
     cnl = np.flatnonzero(cbuf == 0x0A)
     cstarts = np.concatenate(([0], cnl + 1))[: keep.size]
     cends = np.concatenate((cnl, [cbuf.size]))[: keep.size]
+    # Every line must fit in one block of pyarrow's reader.
+    block = max(JSON_BLOCK_BYTES, int((cends - cstarts).max()) + 2) if keep.size else 0
 
     tables: list[pa.Table] = []
     bad_lines: list[int] = []
@@ -482,7 +560,7 @@ def _parse_json_skipping(data: bytes | memoryview, schema: pa.Schema) -> tuple[p
         lo, hi = stack.pop()
         chunk = compact[cstarts[lo]: cends[hi - 1]]
         try:
-            tables.append(_parse_json(chunk, schema))
+            tables.append(_parse_json(chunk, schema, block))
         except pa.ArrowInvalid:
             if hi - lo == 1:
                 bad_lines.append(int(keep[lo]))
@@ -697,6 +775,15 @@ def _status_of(value: str | None) -> str | None:
     return None
 
 
+def _upper_bound(canonical: str) -> float:
+    """The largest value of a canonical numeric column a real request can have."""
+    if canonical.endswith("_tokens"):
+        return MAX_TOKENS
+    if canonical == "kv_bytes":
+        return MAX_KV_BYTES
+    return MAX_DURATION_S
+
+
 def _rows_hint(mask: np.ndarray) -> str:
     rows = np.flatnonzero(mask)[:QUOTE_FIRST] + 1
     more = ", ..." if np.count_nonzero(mask) > QUOTE_FIRST else ""
@@ -735,6 +822,10 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
     if no_arrival.any():
         warnings.append(f"{label}: dropped {int(no_arrival.sum())} row(s) with a missing or "
                         f"unreadable {arrival_name} ({_rows_hint(no_arrival)})")
+    for drop in check_times(arrival):
+        warnings.append(f"{label}: dropped {drop.count} row(s) whose {arrival_name} is "
+                        f"{drop.why} ({_rows_hint(drop.mask)})")
+        valid &= ~drop.mask
 
     numeric: dict[str, np.ndarray] = {}
     # required columns with no usable value at all, for a precise fatal message
@@ -751,27 +842,39 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
                            + (f", {non_numeric} non-numeric" if non_numeric else "") + ")")
         if canonical in cmap.scales and cmap.scales[canonical] != 1.0:
             values = values * cmap.scales[canonical]
-        negative = values < 0
+        out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):
-            unusable = ~(values >= 0)  # NaN (missing or not a number) or negative
+            unusable = out_of_range | np.isnan(values)  # missing, not a number, or impossible
             newly = unusable & valid
             if newly.any():
+                bad = implausible(np.where(valid, values, np.nan), 0.0,
+                                  _upper_bound(canonical))[1]
+                parts = [p for p in (bad, f"{non_numeric} not numeric" if non_numeric else "")
+                         if p]
                 warnings.append(
                     f"{label}: dropped {int(newly.sum())} row(s) whose {name} is missing, not a "
-                    f"number or negative ({int((negative & valid).sum())} negative, "
-                    f"{non_numeric} not numeric; {_rows_hint(newly)})")
+                    f"number, negative or too large ({', '.join([*parts, _rows_hint(newly)])})")
             valid &= ~unusable
             values = np.rint(values)
         else:
-            if negative.any():
-                warnings.append(f"{label}: {int(negative.sum())} negative {name} value(s) "
-                                f"treated as unknown ({_rows_hint(negative)})")
-                values = np.where(negative, np.nan, values)
+            if out_of_range.any():
+                warnings.append(f"{label}: {int(out_of_range.sum())} negative or too large {name} value(s) "
+                                f"treated as unknown ({why}; {_rows_hint(out_of_range)})")
+                values = np.where(out_of_range, np.nan, values)
             if non_numeric:
                 warnings.append(f"{label}: {non_numeric} non-numeric {name} value(s) treated as "
                                 "unknown")
         numeric[canonical] = values
 
+    if "kv_bytes" in numeric:
+        with np.errstate(invalid="ignore"):
+            heavy = numeric["kv_bytes"] > MAX_KV_BYTES_PER_TOKEN * np.maximum(
+                numeric["prompt_tokens"], 1.0)
+        if heavy.any():
+            warnings.append(f"{label}: {int(heavy.sum())} kv_bytes value(s) above "
+                            f"{MAX_KV_BYTES_PER_TOKEN:g} bytes per prompt token treated as "
+                            f"unknown ({_rows_hint(heavy)})")
+            numeric["kv_bytes"] = np.where(heavy, np.nan, numeric["kv_bytes"])
     if "cached_tokens" in numeric:
         over = numeric["cached_tokens"] > numeric["prompt_tokens"]
         if over.any():
@@ -888,6 +991,10 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         else:
             table, cmap, warnings, skipped = _read_delimited(
                 path, data, "\t" if fmt == "tsv" else ",", want_hash_ids)
+    table, invalid_utf8 = _repair_utf8(table)
+    if invalid_utf8:
+        warnings.append(f"{path}: {invalid_utf8} text value(s) are not valid UTF-8; the bad "
+                        "bytes were replaced (U+FFFD)")
     label = cmap.layout if cmap.layout != RECORDS else fmt
     loaded = _canonicalise(path, table, cmap, label, skipped, want_hash_ids)
     loaded.warnings[:0] = warnings
@@ -895,6 +1002,45 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         loaded.notes.insert(0, f"{sniffed.compression}-compressed {fmt}")
     return loaded
 
+
+
+def _repair_utf8(table: pa.Table) -> tuple[pa.Table, int]:
+    """String columns with invalid UTF-8 (the JSON reader and the CSV reader with
+    ``check_utf8=False`` pass the bytes through) re-decoded with U+FFFD for the bad bytes;
+    how many values needed it. Valid columns cost one validation pass."""
+    import pyarrow as pa
+
+    bad_total = 0
+    for i, fld in enumerate(table.schema):
+        t = fld.type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            continue
+        col = table.column(i)
+        try:
+            col.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(t)
+        raw = col.cast(pa.large_binary() if pa.types.is_large_string(t) else pa.binary())
+        values = raw.to_pylist()  # error path only: a file with broken text
+        fixed: list[str | None] = []
+        bad = 0
+        for v in values:
+            if v is None:
+                fixed.append(None)
+                continue
+            try:
+                fixed.append(v.decode("utf-8"))
+            except UnicodeDecodeError:
+                fixed.append(v.decode("utf-8", errors="replace"))
+                bad += 1
+        bad_total += bad
+        table = table.set_column(i, fld.name, pa.array(fixed, t))
+    return table, bad_total
 
 
 def _content(path: Path, compression: str | None) -> bytes | memoryview:

@@ -91,3 +91,81 @@ def test_parquet_magic(tmp_path: Path) -> None:
         pa.table({"x": [1]}).replace_schema_metadata({b"pdprobe.capture": b"1"}), path
     )
     assert sniff(path).kind == "capture"
+
+
+# --- issue 14: decompression bombs, blank heads, long first lines ---------------------------
+
+
+def test_gzip_bomb_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A gzip of 300 MiB of spaces (300 KiB compressed) stops at the ratio cap, not in memory."""
+    from pdprobe.collectors.io import DECOMPRESS_FREE_BYTES, DECOMPRESS_MAX_RATIO
+
+    path = tmp_path / "spaces.jsonl.gz"
+    comp = zlib_gzip(b" " * (1 << 20), 300)
+    path.write_bytes(comp)
+    assert DECOMPRESS_FREE_BYTES < (300 << 20) and DECOMPRESS_MAX_RATIO * len(comp) < (300 << 20)
+    with pytest.raises(InputError, match=r"expands more than 200x .*decompression bomb"):
+        read_all_bytes(path)
+
+
+def test_zstd_bomb_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "spaces.log.zst"
+    path.write_bytes(zstandard.ZstdCompressor(level=19).compress(b" " * (256 << 20)))
+    with pytest.raises(InputError, match=r"expands more than 200x"):
+        read_all_bytes(path)
+
+
+def zlib_gzip(block: bytes, times: int) -> bytes:
+    """gzip of ``block`` repeated ``times`` times, compressed in a stream (no big buffer)."""
+    import io
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9, mtime=0) as fh:
+        for _ in range(times):
+            fh.write(block)
+    return buf.getvalue()
+
+
+def test_concatenated_zstd_frames_read_whole(tmp_path: Path) -> None:
+    a = zstandard.ZstdCompressor().compress(b"hello\n" * 50_000)
+    b = zstandard.ZstdCompressor().compress(b"world\n")
+    path = tmp_path / "x.zst"
+    path.write_bytes(a + b + a)
+    assert read_all_bytes(path) == b"hello\n" * 50_000 + b"world\n" + b"hello\n" * 50_000
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_sniff_reads_past_a_blank_head(tmp_path: Path, compress: bool) -> None:
+    body = b"\n" * (70 << 10) + b'{"arrival_ts": 1, "prompt_tokens": 2, "output_tokens": 3}\n'
+    path = tmp_path / ("a.jsonl.gz" if compress else "a.jsonl")
+    path.write_bytes(gzip.compress(body) if compress else body)
+    got = sniff(path)
+    assert (got.kind, got.format) == ("requests", "jsonl")
+
+
+def test_sniff_skips_comment_lines_but_keeps_metric_comments(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_text("# exported by hand\n# columns below\n"
+                    '{"arrival_ts": 1, "prompt_tokens": 2, "output_tokens": 3}\n')
+    assert sniff(path).kind == "requests"
+    only = tmp_path / "only.txt"
+    only.write_text("# nothing but a comment\n")
+    assert sniff(only).kind == "unknown"
+    prom = tmp_path / "m.prom"
+    prom.write_text(PROM)
+    assert sniff(prom).kind == "openmetrics"
+
+
+def test_sniff_says_how_much_was_blank(tmp_path: Path) -> None:
+    path = tmp_path / "blank.jsonl"
+    path.write_bytes(b" \n" * (9 << 20))
+    got = sniff(path)
+    assert got.kind == "empty" and "first 16 MiB are blank" in got.why
+
+
+def test_sniff_classifies_a_50_mb_first_line(tmp_path: Path) -> None:
+    line = json.dumps({"arrival_ts": 1, "prompt_tokens": 2, "output_tokens": 3,
+                       "junk": "x" * (50 << 20)})
+    path = tmp_path / "long.jsonl"
+    path.write_text(line + "\n")
+    assert (sniff(path).kind, sniff(path).format) == ("requests", "jsonl")

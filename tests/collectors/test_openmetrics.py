@@ -610,3 +610,58 @@ def test_vectorised_parse_of_many_series(tmp_path: Path) -> None:
     assert values(m, inst, S.REQUESTS_RUNNING) == running[17].astype(float).tolist()
     assert values(m, inst, S.GENERATION_TOKENS_TOTAL, S.COUNTER) == tokens[17].astype(
         float).tolist()
+
+
+# --- issue 14: timestamps in other units, values no engine reports --------------------------
+
+
+def _om(tmp_path: Path, running: list[str], ts: list[str]) -> Path:
+    lines = ["# TYPE vllm:num_requests_running gauge"]
+    lines += [f'vllm:num_requests_running{{instance="10.0.0.1:8000"}} {v} {t}'
+              for v, t in zip(running, ts, strict=True)]
+    lines += ["# TYPE vllm:generation_tokens counter"]
+    lines += [f'vllm:generation_tokens_total{{instance="10.0.0.1:8000"}} {1000 * i} {t}'
+              for i, t in enumerate(ts)]
+    path = tmp_path / "m.om"
+    path.write_text("\n".join([*lines, "# EOF"]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("factor", "unit"), [(10**9, "nanoseconds"), (10**6, "microseconds"),
+                                              (10**3, "milliseconds")])
+def test_timestamp_unit_by_magnitude(tmp_path: Path, factor: int, unit: str) -> None:
+    """Nanosecond timestamps (time.time_ns()) crashed the report ("year 55421086")."""
+    ts = [str(int(T0 + 15 * i) * factor) for i in range(8)]
+    part = read(_om(tmp_path, ["3"] * 8, ts))
+    assert f"sample timestamps read as {unit} (by their magnitude)" in part.source.notes
+    got = series(part.metrics, "10.0.0.1:8000", S.REQUESTS_RUNNING, S.GAUGE)
+    assert [t for t, _ in got] == [T0 + 15 * i for i in range(8)]
+
+
+def test_sample_far_from_the_others_is_dropped(tmp_path: Path) -> None:
+    ts = [f"{T0 + 15 * i:.3f}" for i in range(8)]
+    ts[3] = "1.000"  # a 1970 sample among 2025 ones
+    part = read(_om(tmp_path, ["3"] * 8, ts))
+    assert any("dropped 2 sample(s) whose timestamp is more than 30 days away" in w
+               for w in part.warnings), part.warnings
+    assert len(values(part.metrics, "10.0.0.1:8000", S.REQUESTS_RUNNING)) == 7
+
+
+def test_negative_and_huge_values_are_dropped_naming_the_metric(tmp_path: Path) -> None:
+    """A negative counter gave -820 req/s and a 1387P recommendation; 1e308 overflowed sums."""
+    ts = [f"{T0 + 15 * i:.3f}" for i in range(8)]
+    running = ["3", "-5", "1e308", "4", "+Inf", "abc", "2", "2"]
+    part = read(_om(tmp_path, running, ts))
+    text = "\n".join(part.warnings)
+    assert "dropped 2 sample value(s) no engine reports (1 negative, 1 above" in text
+    assert "vllm:num_requests_running (2)" in text
+    assert "1 NaN/Inf" in text and "skipped 1 malformed line" in text
+    assert values(part.metrics, "10.0.0.1:8000", S.REQUESTS_RUNNING) == [3.0, 4.0, 2.0, 2.0]
+
+
+def test_mixed_timestamp_units_are_read_sample_by_sample(tmp_path: Path) -> None:
+    ts = [f"{int(T0 + 15 * i) * (1000 if i % 2 else 1)}" for i in range(8)]
+    part = read(_om(tmp_path, ["3"] * 8, ts))
+    assert any("mixed units (4 in milliseconds, 4 in seconds)" in w for w in part.warnings)
+    got = series(part.metrics, "10.0.0.1:8000", S.REQUESTS_RUNNING, S.GAUGE)
+    assert [t for t, _ in got] == [T0 + 15 * i for i in range(8)]

@@ -353,9 +353,9 @@ def test_recoverable_problems_are_counted(tmp_path: Path) -> None:
     assert part.source.rows == 3 and part.source.skipped == 3
     text_w = "\n".join(part.warnings)
     assert "dropped 1 row(s) with a missing or unreadable arrival_ts (data row 2)" in text_w
-    assert "dropped 2 row(s) whose prompt_tokens is missing, not a number or negative " \
-           "(1 negative, 1 not numeric; data row 3, 4)" in text_w
-    assert "1 negative ttft_s value(s)" in text_w
+    assert "dropped 2 row(s) whose prompt_tokens is missing, not a number, negative or too " \
+           "large (1 negative, 1 not numeric, data row 3, 4)" in text_w
+    assert "1 negative or too large ttft_s value(s) treated as unknown (1 negative" in text_w
     assert "'weird' (1)" in text_w
     assert "out of order" in text_w
     assert "1 duplicate request_id" in text_w
@@ -448,3 +448,111 @@ def test_cached_tokens_capped_at_prompt(tmp_path: Path) -> None:
     part = read_requests(tmp_path / "r.csv", CTX)
     assert part.requests["cached_tokens"].tolist() == [100.0, 50.0]
     assert "capped at prompt_tokens" in part.warnings[0]
+
+
+# --- issue 14: values no request can have, encodings, line ends, nesting ------------------------
+
+T14 = 1_748_858_400.0
+
+
+def _rows(n: int = 200) -> list[dict[str, float]]:
+    return [{"request_id": f"r{i}", "arrival_ts": T14 + 0.25 * i, "prompt_tokens": 1000 + i,
+             "output_tokens": 100 + i % 7, "ttft_s": 0.2, "kv_bytes": 3.3e8} for i in range(n)]
+
+
+def _jsonl(path: Path, rows: list[dict[str, float]]) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_arrivals_far_from_the_capture_are_dropped_with_a_count(tmp_path: Path) -> None:
+    rows = _rows()
+    rows[5]["arrival_ts"] = 1.0  # 1970: one row took 12-24 GB in arrival_profile before
+    rows[9]["arrival_ts"] = 1e300
+    for r in rows[100::3]:
+        r["arrival_ts"] *= 1000.0  # some rows in milliseconds
+    part = read_requests(_jsonl(tmp_path / "r.jsonl", rows), CTX)
+    text = "\n".join(part.warnings)
+    assert "dropped 1 row(s) whose arrival_ts is more than 30 days away" in text
+    assert "between 1970 and 2286 (35 above 1e+10)" in text
+    assert part.source.rows == 200 - 36 and part.source.skipped == 36
+    req = part.requests
+    assert req["arrival_ts"].max() - req["arrival_ts"].min() < 3600
+
+
+def test_impossible_lengths_and_latencies(tmp_path: Path) -> None:
+    rows = _rows()
+    for r in rows[::5]:
+        r["ttft_s"] = 1e300
+    rows[1]["prompt_tokens"] = 1e19  # overflowed to a mean prompt of -3.1e18 before
+    rows[2]["output_tokens"] = -3
+    rows[3]["kv_bytes"] = 1e17
+    rows[4]["kv_bytes"] = 1e12  # 1e9 bytes per prompt token
+    part = read_requests(_jsonl(tmp_path / "r.jsonl", rows), CTX)
+    text = "\n".join(part.warnings)
+    assert "40 negative or too large ttft_s value(s) treated as unknown (40 above 604800" in text
+    assert "prompt_tokens is missing, not a number, negative or too large (1 above 1e+09" in text
+    assert "output_tokens is missing, not a number, negative or too large (1 negative" in text
+    assert "1 negative or too large kv_bytes value(s)" in text
+    assert "1 kv_bytes value(s) above 1e+08 bytes per prompt token" in text
+    req = part.requests
+    assert len(req) == 198
+    assert (req["prompt_tokens"] >= 0).all() and req["prompt_tokens"].max() < 1e9
+    assert req["ttft_s"].max() == 0.2 and req["kv_bytes"].max() == 3.3e8
+
+
+def test_invalid_utf8_in_jsonl_is_replaced_with_a_warning(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "r.jsonl", _rows(20))
+    bad = (b'{"request_id": "\xff\xfe", "arrival_ts": 1748858401.1, "prompt_tokens": 5, '
+           b'"output_tokens": 2}\n')
+    path.write_bytes(path.read_bytes() + bad)
+    part = read_requests(path, CTX)
+    assert part.source.rows == 21
+    assert any("1 text value(s) are not valid UTF-8" in w for w in part.warnings)
+    assert "\ufffd\ufffd" in part.requests["request_id"].tolist()
+
+
+def test_csv_invalid_utf8_and_wrong_field_count_is_one_skipped_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pyarrow cannot hand such a row to the invalid-row handler: it printed "Exception ignored
+    ... Traceback" and failed the file; now the row is skipped like any malformed row."""
+    lines = [b"arrival_ts,prompt_tokens,output_tokens"]
+    lines += [f"{T14 + i},{100 + i},{10 + i}".encode() for i in range(50)]
+    lines.insert(20, b"1748858400.5,\xff\xfe,3,4")
+    lines.insert(30, b"1748858400.7,\xff,3")
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    part = read_requests(path, CTX)
+    err = capsys.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err
+    text = "\n".join(part.warnings)
+    assert "skipped 1 malformed row(s) with the wrong number of fields" in text
+    assert "invalid UTF-8" in text
+    assert part.source.rows == 50  # the \xff prompt is not a number: dropped with a count
+
+
+def test_csv_with_bare_cr_line_ends(tmp_path: Path) -> None:
+    rows = [f"{T14 + i},{100 + i},{10 + i}" for i in range(30)]
+    path = tmp_path / "r.csv"
+    path.write_bytes(("arrival_ts,prompt_tokens,output_tokens\r" + "\r".join(rows) + "\r")
+                     .encode())
+    part = read_requests(path, CTX)
+    assert part.source.rows == 30
+
+
+def test_json_nested_100k_deep_is_a_skipped_line(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "r.jsonl", _rows(20))
+    path.write_bytes(b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n" + path.read_bytes()
+                     + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    part = read_requests(path, CTX)
+    assert part.source.rows == 20
+    assert part.source.skipped == 2
+
+
+def test_a_50_mb_first_line_is_read(tmp_path: Path) -> None:
+    rows: list[dict[str, object]] = list(_rows(20))
+    rows[0] = {**rows[0], "junk": "x" * (50 << 20)}
+    part = read_requests(_jsonl(tmp_path / "r.jsonl", rows), CTX)  # type: ignore[arg-type]
+    assert part.source.rows == 20 and not part.warnings

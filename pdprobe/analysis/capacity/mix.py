@@ -35,6 +35,11 @@ QUANTUM_BINS: Final = 5
 WINDOW_PER_TIMESCALE: Final = 5.0
 # Sub-bins per window for the within-window dispersion (ca² of the G/G/c part).
 SUB_BINS: Final = 4
+# At most this many load windows / dispersion bins: memory follows the arrivals present, not
+# the span they claim (one arrival of 1970 in a 2025 trace is 55 years of 10 s windows).
+# Beyond it windows widen; 10 s windows over four weeks fit.
+MAX_LOAD_WINDOWS: Final = 250_000
+MAX_DISPERSION_BINS: Final = 1_000_000
 # Quantile sample size when only a length distribution (mean, p90, histogram) is known: fine
 # enough that E[f(I)] of a quadratic f is within 0.1 % of the exact integral.
 SYNTHETIC_SAMPLE: Final = 4000
@@ -168,11 +173,14 @@ def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[fl
     ts = _sorted_finite(arrival_ts)
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
         return 1.0, f"assumed Poisson (only {len(ts)} arrivals; {MIN_ARRIVALS_FOR_CV2} needed)"
-    gaps = np.diff(ts)
-    span = float(ts[-1] - ts[0])
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range times: inf, judged below
+        gaps = np.diff(ts)
+        span = float(ts[-1] - ts[0])
     if span <= 0.0:
         return 1.0, "assumed Poisson (all arrivals share one timestamp)"
-    width = max(float(timescale_s), 1e-3)
+    if not math.isfinite(span):
+        return 1.0, "assumed Poisson (arrival times out of range)"
+    width = max(float(timescale_s), 1e-3, span / MAX_DISPERSION_BINS)
     quantised = float(np.mean(gaps == 0.0)) > QUANTISED_ZERO_GAP_FRACTION
     quantum = 0.0
     note = ""
@@ -209,15 +217,22 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
-    gaps = np.diff(ts)
-    span = float(ts[-1] - ts[0])
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range times: inf, judged below
+        gaps = np.diff(ts)
+        span = float(ts[-1] - ts[0])
     win = WINDOW_PER_TIMESCALE * max(float(timescale_s), 0.1)
     note = ""
     if float(np.mean(gaps == 0.0)) > QUANTISED_ZERO_GAP_FRACTION and np.any(gaps > 0.0):
         quantum = float(np.median(gaps[gaps > 0.0]))
         win = max(win, SUB_BINS * quantum)
         note = f", timestamps bucketed every {quantum:.3g} s"
-    n_win = int(span // win)
+    if not math.isfinite(span):
+        cv2, how = estimate_arrival_cv2(ts, timescale_s)
+        return cv2, how, None
+    if span / win > MAX_LOAD_WINDOWS:
+        win = span / MAX_LOAD_WINDOWS
+        note += f", windows widened to {win:.3g} s (at most {MAX_LOAD_WINDOWS:,})"
+    n_win = min(int(span // win), MAX_LOAD_WINDOWS)
     if n_win < MIN_DISPERSION_BINS:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None

@@ -88,6 +88,33 @@ def exceed_probability(s: np.ndarray, p_wait: np.ndarray, tail_s: np.ndarray) ->
     return z
 
 
+# Pools up to this size use the exact Erlang-B recursion (one vectorised step per server);
+# larger ones the closed form through the regularised incomplete gamma function, whose cost
+# does not grow with the pool (a huge KV size once asked for 1e5 servers, in a loop).
+ERLANG_RECURSION_MAX_SERVERS: Final = 256
+
+
+def erlang_b(servers: int, offered: np.ndarray) -> np.ndarray:
+    """Erlang B blocking probability for ``servers`` and each offered load (erlangs).
+
+    ``B(c, a) = P(N = c) / P(N <= c)`` for ``N ~ Poisson(a)``: the recursion for small pools,
+    the same ratio in log space (``gammaincc``) for large ones.
+    """
+    a = np.asarray(offered, dtype=np.float64)
+    c = max(int(servers), 1)
+    if c <= ERLANG_RECURSION_MAX_SERVERS:
+        b = np.ones_like(a)
+        for k in range(1, c + 1):  # loop over servers, vectorised over windows
+            b = a * b / (k + a * b)
+        return b
+    from scipy.special import gammaincc, gammaln
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        log_pmf = c * np.log(a) - a - gammaln(c + 1.0)
+        b = np.exp(log_pmf) / gammaincc(c + 1.0, a)
+    return np.where(a > 0, np.nan_to_num(b, nan=1.0, posinf=1.0), 0.0)
+
+
 @dataclass(frozen=True)
 class PoolWaits:
     """Waits in a pool of ``servers``: per window (stochastic and fluid), and each request's window."""
@@ -165,10 +192,7 @@ class PrefillPool:
         # with a fluid part, overload beyond the hand-off is the backlog's to carry
         capped = np.minimum(util, FLUID_HANDOFF_UTILIZATION) if self.fluid else util
         offered = capped * c
-        # Erlang C for every window at once (Erlang-B recursion over servers)
-        b = np.ones_like(offered)
-        for k in range(1, c + 1):  # loop over servers, vectorised over windows
-            b = offered * b / (k + offered * b)
+        b = erlang_b(c, offered)
         p_wait = b / (1.0 - capped * (1.0 - b))
         tail = (self.ca2 + cs2) * service / (2.0 * c * (1.0 - capped))
         p_wait = np.where(lam > 0, np.clip(p_wait, 0.0, 1.0), 0.0)

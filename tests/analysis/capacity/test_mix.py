@@ -142,3 +142,26 @@ def test_unsorted_records_give_the_sorted_mix() -> None:
     assert load is not None and load.window_of is not None and load.width_s == 5.0
     rel = ordered.arrival_ts - ordered.arrival_ts[0]
     assert np.array_equal(load.window_of, np.minimum(rel // 5.0, len(load.share) - 1))
+
+
+def test_arrival_profile_memory_follows_the_arrivals_not_the_span() -> None:
+    """One arrival of 1970 in a 583-row 2025 trace asked for 55 years of windows (12-24 GB)."""
+    import resource
+
+    from pdprobe.analysis.capacity.mix import (
+        MAX_LOAD_WINDOWS,
+        arrival_profile,
+        estimate_arrival_cv2,
+    )
+
+    rng = np.random.default_rng(1)
+    ts = 1.75e9 + np.cumsum(rng.exponential(0.2, 583))
+    ts[0] = 1.0
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    _cv2, how, load = arrival_profile(ts, 2.0)
+    estimate_arrival_cv2(ts, 2.0)
+    assert load is not None and len(load.share) <= MAX_LOAD_WINDOWS
+    assert "windows widened" in how
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
+    wild = np.array([-1.7e308, *ts[1:], 1.7e308])
+    assert arrival_profile(wild, 2.0)[2] is None

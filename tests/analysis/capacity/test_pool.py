@@ -279,3 +279,22 @@ def test_occupancy_moments_can_be_computed_once() -> None:
     for rate in (0.5, 2.0, 7.0):
         assert decode_occupancy(m, model, rate, moments) == decode_occupancy(m, model, rate)
     assert decode_count_for_memory(m, model, 9.0, moments) == decode_count_for_memory(m, model, 9.0)
+
+
+def test_erlang_b_closed_form_matches_the_recursion_for_large_pools() -> None:
+    """Pools beyond ERLANG_RECURSION_MAX_SERVERS use gammaincc; same numbers, constant cost
+    (a kv_bytes of 1e17 once sized pools of 1e5 in a Python loop per evaluation)."""
+    import time
+
+    from pdprobe.analysis.capacity.pool import ERLANG_RECURSION_MAX_SERVERS, erlang_b
+
+    for c in (ERLANG_RECURSION_MAX_SERVERS + 1, 1000, 5000):
+        offered = np.array([0.0, 0.5 * c, 0.9 * c, 0.99 * c])
+        b = np.ones_like(offered)
+        for k in range(1, c + 1):
+            b = offered * b / (k + offered * b)
+        assert np.allclose(erlang_b(c, offered), b, rtol=1e-9, atol=1e-300)
+    start = time.perf_counter()
+    for _ in range(100):
+        erlang_b(100_000, np.full(1000, 95_000.0))
+    assert time.perf_counter() - start < 5.0

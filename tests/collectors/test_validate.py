@@ -1,0 +1,57 @@
+"""Numeric validation at the collector edge (issue 14): bounds, time outliers, metric rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pdprobe.collectors.validate import (
+    MAX_EPOCH_S,
+    OUTLIER_GAP_S,
+    check_times,
+    implausible,
+    sanitize_metrics,
+    time_outliers,
+)
+
+T0 = 1_750_000_000.0
+
+
+def test_implausible_counts_each_kind_and_leaves_nan_alone() -> None:
+    values = np.array([1.0, -2.0, np.inf, -np.inf, 5e9, np.nan, 0.0])
+    mask, why = implausible(values, 0.0, 1e9)
+    assert mask.tolist() == [False, True, True, True, True, False, False]
+    assert why == "2 infinite, 1 negative, 1 above 1e+09"
+
+
+def test_one_arrival_of_1970_is_an_outlier_and_a_real_gap_is_not() -> None:
+    ts = T0 + np.arange(583) * 0.5
+    ts[7] = 1.0
+    assert np.flatnonzero(time_outliers(ts)).tolist() == [7]
+    weekend = np.concatenate([T0 + np.arange(100.0), T0 + 3 * 86400 + np.arange(100.0)])
+    assert not time_outliers(weekend).any()  # a quiet weekend is shorter than the gap
+
+
+def test_rows_in_milliseconds_among_seconds_are_outliers() -> None:
+    ts = T0 + np.arange(300) * 0.2
+    ts[::3] *= 1000.0  # a third of the rows written in ms
+    drops = check_times(ts)
+    assert sum(d.count for d in drops) == 100
+    assert "between 1970 and 2286" in drops[0].why
+    # relative traces in seconds and one wall-clock row: the wall-clock row goes
+    rel = np.arange(1000.0)
+    rel[500] = T0
+    assert np.flatnonzero(time_outliers(rel)).tolist() == [500]
+    assert T0 < MAX_EPOCH_S and OUTLIER_GAP_S < T0
+
+
+def test_sanitize_metrics_drops_what_no_engine_reports() -> None:
+    frame = pd.DataFrame({"ts": [T0, T0 + 15, T0 + 30, T0 + 45, 1.0, np.nan, T0 + 60],
+                          "value": [1.0, -820.0, 1e308, np.nan, 2.0, 3.0, 4.0]})
+    kept, warnings = sanitize_metrics(frame, "m.om")
+    assert kept["value"].tolist() == [1.0, 4.0]
+    text = "\n".join(warnings)
+    assert "1 negative" in text and "1 above" in text and "1 NaN" in text
+    assert "30 days away" in text and "without a time" in text
+    same, none = sanitize_metrics(kept, "m.om")
+    assert same is kept and none == []
