@@ -662,6 +662,6 @@ def test_negative_and_huge_values_are_dropped_naming_the_metric(tmp_path: Path) 
 def test_mixed_timestamp_units_are_read_sample_by_sample(tmp_path: Path) -> None:
     ts = [f"{int(T0 + 15 * i) * (1000 if i % 2 else 1)}" for i in range(8)]
     part = read(_om(tmp_path, ["3"] * 8, ts))
-    assert any("mixed units (4 in milliseconds, 4 in seconds)" in w for w in part.warnings)
+    assert any("mixed units (8 in milliseconds, 8 in seconds)" in w for w in part.warnings)
     got = series(part.metrics, "10.0.0.1:8000", S.REQUESTS_RUNNING, S.GAUGE)
     assert [t for t, _ in got] == [T0 + 15 * i for i in range(8)]
