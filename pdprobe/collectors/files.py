@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
 
 from pdprobe.collectors.base import ReadContext, reader_for
 from pdprobe.collectors.fuse import fuse
 from pdprobe.collectors.identity import AliasMap
 from pdprobe.collectors.io import Sniffed, sniff
 from pdprobe.collectors.roles import RoleOptions
+from pdprobe.collectors.validate import check_times, sanitize_metrics
 from pdprobe.dataset import Dataset, Partial
 from pdprobe.errors import InputError, InsufficientDataError, UsageError
 
@@ -22,13 +29,40 @@ MTIME_YEAR_NOTE = "modification time"
 REFERENCE_YEAR_NOTE = "other inputs of the capture"
 
 
+# pdprobe's own reports (diagnose -o into the capture folder), told by their first bytes:
+# JSON, Markdown, HTML, Prometheus textfile and the text view.
+_OWN_REPORT = re.compile(
+    r'\A\s*(?:\{\s*"schema_version"\s*:\s*\d+\s*,\s*"status"\s*:'
+    r"|# pdprobe report"
+    r"|# (?:HELP|TYPE) pdprobe_"
+    r"|(?:OK|WARNING|CRITICAL|UNKNOWN) {2}.*\n(?:.*\n){0,3}window {3,})"
+    r'|<meta name="generator" content="pdprobe ')
+OWN_REPORT_HEAD_BYTES: Final = 4096
+
+
+@dataclass(frozen=True)
+class Found:
+    """The files under the paths given, and what could not be listed."""
+
+    files: list[tuple[Path, bool]]  # (file, named directly)
+    warnings: list[str]  # unreadable folders, FIFOs, dangling links, links to folders
+
+
 def expand_paths(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
-    """Files to read, each with whether the user named it directly (vs found in a folder).
+    """Files to read, each with whether the user named it directly (vs found in a folder)."""
+    return walk_paths(paths).files
+
+
+def walk_paths(paths: Sequence[Path]) -> Found:
+    """Files to read, each with whether the user named it directly (vs found in a folder),
+    and a warning for each folder member that is not read (unreadable subfolder, FIFO,
+    device, socket, dangling link, link to a folder). Hidden members are skipped quietly.
 
     A file is listed once however often it is reached (``diagnose f f``, ``diagnose dir
     dir/f``, a symlink to it): the same device and inode is the same file.
     """
     out: list[tuple[Path, bool]] = []
+    warnings: list[str] = []
     seen: dict[tuple[int, int], int] = {}
 
     def add(p: Path, named: bool) -> None:
@@ -46,18 +80,76 @@ def expand_paths(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
         out.append((p, named))
 
     for path in paths:
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise UsageError(f"{path}: no such file or folder", hint="check the path")
         if path.is_dir():
-            found = sorted(
-                p for p in path.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
+            found, problems = _walk_folder(path)
+            warnings.extend(problems)
             for p in found:
                 add(p, False)
         else:
             add(path, True)
-    return out
+    return Found(out, warnings)
+
+
+def _walk_folder(top: Path) -> tuple[list[Path], list[str]]:
+    """Regular files under ``top`` (sorted, hidden names left out) and why others were not."""
+    files: list[Path] = []
+    problems: list[str] = []
+
+    def unreadable(err: OSError) -> None:
+        where = err.filename or top
+        problems.append(f"skipped folder {where}: cannot read it ({err.strerror or err})")
+
+    for folder, dirs, names in os.walk(top, onerror=unreadable, followlinks=False):
+        base = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for d in dirs:
+            if (base / d).is_symlink():
+                problems.append(f"skipped {base / d}: a symbolic link to a folder (not "
+                                "followed; name the folder itself to read it)")
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            p = base / name
+            why = _not_regular(p)
+            if why:
+                problems.append(f"skipped {p}: {why}")
+            else:
+                files.append(p)
+    return sorted(files), problems
+
+
+def _not_regular(p: Path) -> str | None:
+    """Why ``p`` is not a regular file to read (None when it is one)."""
+    try:
+        mode = p.stat().st_mode
+    except OSError as exc:
+        if p.is_symlink():
+            return "a symbolic link to nothing (dangling)"
+        return f"cannot read it ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    return f"{kind}, not a regular file (a capture is files)"
+
+
+def own_report(path: Path) -> bool:
+    """Whether ``path`` is a report pdprobe wrote (JSON, Markdown, HTML, textfile, text)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False  # a FIFO would block the open; sniff refuses it
+        with path.open("rb") as fh:
+            head = fh.read(OWN_REPORT_HEAD_BYTES)
+    except OSError:
+        return False
+    return bool(_OWN_REPORT.search(head.decode("utf-8", errors="replace")))
+
+
+# Errors a reader may raise on a broken file that end that file, not the run (a bug in a
+# reader still surfaces as an internal error).
+_FILE_ERRORS: Final = (InputError, OSError, UnicodeError, RecursionError)
 
 
 def read_paths(
@@ -71,19 +163,34 @@ def read_paths(
     Engine logs are read last, with the time span of the other inputs in
     ``ReadContext.reference_span_s``: a vLLM log prints no year, and a copy of a capture made
     today must not move its lines to this year.
+
+    Every input that cannot be used (unreadable, unrecognised, broken) is a warning naming
+    it, in a folder and on the command line alike, as long as another input is usable; when
+    none is, the run ends with ``InputError`` (the input's own error when there was one).
+    pdprobe's own reports are left out with a note.
     """
     ctx = ctx or ReadContext()
-    files = expand_paths(paths)
+    found = walk_paths(paths)
     planned: list[tuple[Path, Sniffed]] = []
-    skipped_files: list[str] = []
-    for path, named in files:
+    skipped_files: list[str] = list(found.warnings)
+    errors: list[InputError] = []
+    notes: list[str] = []
+    for path, named in found.files:
         if path.name.lower() in IGNORED_NAMES and not named:
             continue
-        kind = sniff(path)
+        if own_report(path):
+            notes.append(f"left out {path}: a pdprobe report, not a capture")
+            continue
+        try:
+            kind = sniff(path)
+        except _FILE_ERRORS as exc:
+            err = _as_input_error(path, exc)
+            errors.append(err)
+            skipped_files.append(f"skipped {err.one_line()}")
+            continue
         if kind.kind in ("empty", "binary", "unknown"):
             message = f"{path}: {kind.why}"
-            if named:
-                raise InputError(message, hint=_hint_for(kind.kind))
+            errors.append(InputError(message, hint=_hint_for(kind.kind)))
             skipped_files.append(f"skipped {message}")
             continue
         planned.append((path, kind))
@@ -99,14 +206,24 @@ def read_paths(
         read_ctx = ctx
         if kind.kind == "engine-log" and ctx.year is None:
             read_ctx = _with_reference(ctx, list(read.values()))
-        read[i] = reader_for(kind.kind)(path, read_ctx)
+        try:
+            read[i] = _printable(path, _checked(reader_for(kind.kind)(path, read_ctx)))
+        except _FILE_ERRORS as exc:
+            err = _as_input_error(path, exc)
+            errors.append(err)
+            skipped_files.append(f"skipped {err.one_line()}")
         done += _size(path)
-    partials = _reread_undated_logs(planned, [read[i] for i in range(len(planned))], ctx)
+    kept = [i for i in range(len(planned)) if i in read]
+    partials = _reread_undated_logs([planned[i] for i in kept], [read[i] for i in kept], ctx)
     ctx.report("read all inputs", 1.0)
     if not partials:
+        if len(errors) == 1 and not found.warnings:
+            raise errors[0]  # one input, unusable: its own error says it best
         where = ", ".join(str(p) for p in paths)
+        problems = [*skipped_files, *notes]
+        why = f"; {len(problems)} problem(s), first: {problems[0]}" if problems else ""
         raise InsufficientDataError(
-            f"{where}: no readable request records, metrics or engine logs found",
+            f"{where}: no readable request records, metrics or engine logs found{why}",
             hint="point pdprobe at per-request files (JSONL/CSV/Parquet), OpenMetrics dumps or "
                  "vLLM/SGLang logs",
         )
@@ -120,18 +237,128 @@ def read_paths(
             f"the inputs hold no usable rows, samples or stats lines{why}",
             hint="check that the files are request records, metric dumps or engine logs",
         )
-    if skipped_files:
-        from dataclasses import replace
-
-        dataset = replace(dataset, warnings=dataset.warnings + tuple(skipped_files))
+    extra = [_escape(w) for w in (*skipped_files, *_zero_span_warning(dataset))]
+    notes = [_escape(n) for n in notes]
+    if extra:
+        dataset = replace(dataset, warnings=dataset.warnings + tuple(extra))
+    if notes:
+        dataset = dataset.with_notes(*notes)
     return dataset
+
+
+def _as_input_error(path: Path, exc: BaseException) -> InputError:
+    if isinstance(exc, InputError):
+        return exc
+    if isinstance(exc, RecursionError):
+        return InputError(f"{path}: nested too deeply to read", hint="check the export")
+    if isinstance(exc, OSError):
+        return InputError(f"{path}: cannot read ({exc.strerror or exc})",
+                          hint="check the path and permissions")
+    return InputError(f"{path}: cannot read ({type(exc).__name__}: {exc})",
+                      hint="check the file's encoding")
+
+
+def _checked(partial: Partial) -> Partial:
+    """The partial with metric, network and event rows no engine produces dropped (every
+    reader's output passes here: engine logs and captures as well as metric dumps)."""
+    frames: dict[str, Any] = {}
+    warnings: list[str] = []
+    what = partial.source.path
+    for name in ("metrics", "network"):
+        frame = getattr(partial, name)
+        if frame is not None and len(frame):
+            kept, said = sanitize_metrics(frame, what)
+            if said:
+                frames[name] = kept
+                warnings.extend(said)
+    if partial.events is not None and len(partial.events):
+        ts = partial.events["ts"].to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isnan(ts)
+        for drop in check_times(np.where(bad, np.nan, ts)):
+            bad |= drop.mask
+        if bad.any():
+            frames["events"] = partial.events.loc[~bad].reset_index(drop=True)
+            warnings.append(f"{what}: dropped {int(bad.sum())} event(s) whose time is missing "
+                            "or far outside the capture")
+    if not frames:
+        return partial
+    return replace(partial, **frames, warnings=partial.warnings + tuple(warnings))
+
+
+def _printable(path: Path, partial: Partial) -> Partial:
+    """The partial of a file whose name is not valid UTF-8 with every string that carries
+    the name (source path, warnings, instance names taken from it) shown with the bad bytes
+    escaped (``\\xff``): such strings cannot be written as UTF-8 (JSON, HTML) at all."""
+    if not _undecodable(str(path)):
+        return partial
+    fixed: Partial = _escape_deep(partial)
+    return fixed
+
+
+def _undecodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _escape(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _escape_deep(obj: Any) -> Any:
+    """``obj`` with every string that holds lone surrogates escaped (frozen dataclasses,
+    containers and the string columns of data frames)."""
+    import dataclasses
+
+    import pandas as pd
+
+    if isinstance(obj, str):
+        return _escape(obj) if _undecodable(obj) else obj
+    if isinstance(obj, tuple):
+        return tuple(_escape_deep(v) for v in obj)
+    if isinstance(obj, list):
+        return [_escape_deep(v) for v in obj]
+    if isinstance(obj, frozenset | set):
+        return type(obj)(_escape_deep(v) for v in obj)
+    if isinstance(obj, dict):
+        return {_escape_deep(k): _escape_deep(v) for k, v in obj.items()}
+    if isinstance(obj, pd.DataFrame):
+        out = obj.copy()
+        for col in out.columns:
+            if out[col].dtype == object or isinstance(out[col].dtype, pd.StringDtype):
+                out[col] = out[col].map(lambda v: _escape_deep(v) if isinstance(v, str) else v)
+                out[col] = out[col].astype(obj[col].dtype)
+        return out
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: _escape_deep(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                   if f.init}
+        return dataclasses.replace(obj, **changes)
+    return obj
+
+
+def _zero_span_warning(dataset: Dataset) -> list[str]:
+    """A warning when every time in the dataset is the same instant: rates, throughput and
+    anything measured over the window cannot be judged from a 0 s window."""
+    los, his = [], []
+    for frame in (dataset.requests, dataset.metrics, dataset.network, dataset.events):
+        if frame is not None and len(frame):
+            col = "arrival_ts" if frame is dataset.requests else "ts"
+            values = frame[col].to_numpy(dtype=np.float64, na_value=np.nan)
+            if np.isfinite(values).any():
+                los.append(float(np.nanmin(values)))
+                his.append(float(np.nanmax(values)))
+    if not los or max(his) > min(los):
+        return []
+    return ["all timestamps in the inputs are the same instant (a 0 s window): rates, "
+            "throughput and anything measured over time are not judged; only what one "
+            "instant shows (lengths, gauges, counters since start) is"]
 
 
 def _with_reference(ctx: ReadContext, partials: Sequence[Partial]) -> ReadContext:
     """``ctx`` with the time span of the partials read so far whose times are certain (request
     records, metrics, logs whose year was not guessed from the file's modification time)."""
-    from dataclasses import replace
-
     from pdprobe.collectors.fuse import time_span
 
     los, his, names = [], [], []
@@ -170,7 +397,7 @@ def _reread_undated_logs(planned: Sequence[tuple[Path, Sniffed]], partials: list
     out = list(partials)
     for i, ((path, kind), partial) in enumerate(zip(planned, partials, strict=True)):
         if kind.kind == "engine-log" and _year_from_mtime(partial):
-            out[i] = reader_for(kind.kind)(path, reference)
+            out[i] = _printable(path, _checked(reader_for(kind.kind)(path, reference)))
     return out
 
 

@@ -242,7 +242,9 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
     import pyarrow.parquet as pq
 
     try:
-        source: Any = path if compression is None else pa.BufferReader(read_all_bytes(path))
+        # pyarrow opens paths by their UTF-8 name: a name that is not UTF-8 is read by Python
+        source: Any = (path if compression is None and _utf8_name(path)
+                       else pa.BufferReader(read_all_bytes(path)))
         pf = pq.ParquetFile(source)
         names = pf.schema_arrow.names
         cmap = map_columns(names)
@@ -624,6 +626,11 @@ def _arrival_seconds(arr: pa.ChunkedArray, cmap: ColumnMap, name: str
             return _numeric_arrival(values, cmap, name, notes)
         except pa.ArrowInvalid:
             pass
+        values, not_numbers = _to_float(arr)
+        if np.count_nonzero(np.isfinite(values)) > not_numbers:
+            # numbers with some junk among them: the junk is unreadable, not a date format
+            out, notes, _ = _numeric_arrival(values, cmap, name, notes)
+            return out, notes, not_numbers
         parsed, unparsed, note = _parse_iso(arr)
         notes.append(f"{name} parsed as ISO 8601 date-times{note}")
         return parsed, notes, unparsed
@@ -684,7 +691,8 @@ def _parse_iso(arr: pa.ChunkedArray) -> tuple[np.ndarray, int, str]:
     parsed = pd.to_datetime(series, format="ISO8601", utc=True, errors="coerce")
     values = np.full(len(series), np.nan)
     ok = parsed.notna().to_numpy()
-    values[ok] = parsed[ok].dt.as_unit("ns").astype("int64").to_numpy() * 1e-9
+    # microseconds: the range of nanoseconds ends in 1677 and 2262 ("-820" is a year too)
+    values[ok] = parsed[ok].dt.as_unit("us").astype("int64").to_numpy() * 1e-6
     present = series.notna().to_numpy()
     return values, int(np.count_nonzero(present & ~ok)), "; values without a zone assumed UTC"
 
@@ -867,7 +875,7 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
         numeric[canonical] = values
 
     if "kv_bytes" in numeric:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             heavy = numeric["kv_bytes"] > MAX_KV_BYTES_PER_TOKEN * np.maximum(
                 numeric["prompt_tokens"], 1.0)
         if heavy.any():
@@ -1045,8 +1053,8 @@ def _repair_utf8(table: pa.Table) -> tuple[pa.Table, int]:
 
 def _content(path: Path, compression: str | None) -> bytes | memoryview:
     """The decompressed bytes; an uncompressed file is memory-mapped instead of copied."""
-    if compression is not None:
-        return read_all_bytes(path)
+    if compression is not None or not _utf8_name(path):
+        return read_all_bytes(path)  # pyarrow cannot open a name that is not UTF-8
     import pyarrow as pa
 
     try:
@@ -1054,6 +1062,14 @@ def _content(path: Path, compression: str | None) -> bytes | memoryview:
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: cannot read ({_first_line(exc)})",
                          hint="check the path and permissions") from exc
+
+
+def _utf8_name(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_blank(data: bytes | memoryview) -> bool:

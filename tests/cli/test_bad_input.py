@@ -10,9 +10,13 @@ stdout. The promise checked:
 - recoverable problems: exit code 0, 1 or 2, a valid JSON report whose ``warnings`` say what was
   skipped and how much, and the same warning in the text view.
 
-Folder policy: a file that is not recognisable as any input (empty, binary, unknown text) is
-skipped with a warning naming it; a file recognised as request records or metrics but broken is
-fatal even in a folder, because dropping part of a capture would skew the diagnosis unnoticed.
+Input policy (issues 14 and 16): every input that cannot be used -- unrecognisable (empty,
+binary, unknown text), recognised but broken (truncated archive, no usable row), unreadable, or
+not a regular file (FIFO, dangling link) -- is a warning naming it, in a folder and among files
+named on the command line alike, as long as another input is usable: a pager-night capture
+with one damaged file still gets a diagnosis, and the warning says what it lacks. Only when no
+input is usable does the run end with exit 3 (a lone input: its own one-line error).
+pdprobe's own reports inside a capture folder are left out with a note.
 
 Defects in code this file does not own are kept as strict xfails with the defect in ``reason``.
 """
@@ -233,7 +237,6 @@ class BadFile:
     name: str
     content: Callable[[], bytes]
     says: tuple[str, ...] = ()  # regexes the error line / the warning must match
-    folder_skips: bool = False  # in a folder next to good data: skipped with a warning instead
 
 
 def _truncated_gzip() -> bytes:
@@ -339,7 +342,7 @@ def _engine_log_with_garbage() -> bytes:
 
 
 FATAL_FILES = (
-    BadFile("empty", "empty.jsonl", lambda: b"", (r"empty",), folder_skips=True),
+    BadFile("empty", "empty.jsonl", lambda: b"", (r"empty",)),
     BadFile("truncated-gzip", "requests.csv.gz", _truncated_gzip, (r"truncated",)),
     BadFile("truncated-zstd", "requests.jsonl.zst", _truncated_zstd_small, (r"truncated",)),
     BadFile("truncated-zstd-multiblock", "requests.csv.zst", _truncated_zstd_multiblock,
@@ -354,8 +357,7 @@ FATAL_FILES = (
                     b'vllm:num_requests_running{engine="0" 4 1750000000\n'
                     b"vllm:num_requests_running{engine=0} four\n",
             (r"\bline 2\b",)),
-    BadFile("binary", "capture.dat", lambda: bytes(range(256)) * 16, (r"binary",),
-            folder_skips=True),
+    BadFile("binary", "capture.dat", lambda: bytes(range(256)) * 16, (r"binary",)),
     BadFile("parquet-wrong-types", "requests.parquet", _parquet_wrong_types,
             (r"prompt_tokens",)),
 )
@@ -376,10 +378,11 @@ RECOVERABLE_FILES = (
 _DEFECTS: dict[str, str] = {}  # id -> defect, for cases kept as strict xfails
 
 
-def _params(files: Sequence[BadFile]) -> list[Any]:
+def _params(files: Sequence[BadFile], placements: Sequence[str] = ("named", "folder")
+            ) -> list[Any]:
     out = []
     for bad in files:
-        for placement in ("named", "folder"):
+        for placement in placements:
             marks = ([pytest.mark.xfail(strict=True, reason=_DEFECTS[bad.id])]
                      if bad.id in _DEFECTS else [])
             out.append(pytest.param(bad, placement, id=f"{bad.id}-{placement}", marks=marks))
@@ -397,6 +400,8 @@ def _place(tmp_path: Path, bad: BadFile, placement: str) -> tuple[Path, list[str
     if placement == "folder":
         write_good(folder)
         return path, [str(folder)], out_dir / "report.json"
+    if placement == "named-with-good":
+        return path, [str(path), str(write_good(folder))], out_dir / "report.json"
     return path, [str(path)], out_dir / "report.json"
 
 
@@ -404,7 +409,7 @@ def _place(tmp_path: Path, bad: BadFile, placement: str) -> tuple[Path, list[str
 def test_unusable_file_exits_3_with_one_line(tmp_path: Path, bad: BadFile, placement: str) -> None:
     path, args, out = _place(tmp_path, bad, placement)
     with_file, to_stdout = diagnose_both_ways(args, out)
-    if placement == "folder" and bad.folder_skips:
+    if placement == "folder":
         report = assert_judged(with_file, out)
         assert report["workload"]["requests"] == 120  # the good file alone
         warning_with(report, re.escape(str(path)), r"skipped", *bad.says)
@@ -415,6 +420,18 @@ def test_unusable_file_exits_3_with_one_line(tmp_path: Path, bad: BadFile, place
     for pattern in bad.says:
         assert re.search(pattern, line), f"{pattern!r} not in: {line}"
     assert assert_unknown(to_stdout, str(path)) == line
+
+
+@pytest.mark.parametrize(("bad", "placement"), _params(FATAL_FILES, ("named-with-good",)))
+def test_unusable_file_named_beside_a_good_one_is_a_warning(tmp_path: Path, bad: BadFile,
+                                                            placement: str) -> None:
+    """Issue 16: "An unreadable or unrecognised file among readable ones is a warning naming
+    it (argument and folder mode alike)"."""
+    path, args, out = _place(tmp_path, bad, placement)
+    (run,) = run_many(("diagnose", *args, *JSON_ARGS, "-o", str(out)))
+    report = assert_judged(run, out)
+    assert report["workload"]["requests"] == 120
+    warning_with(report, re.escape(str(path)), r"skipped", *bad.says)
 
 
 @pytest.mark.parametrize(("bad", "placement"), _params(RECOVERABLE_FILES))
@@ -686,3 +703,49 @@ def test_fifo_inside_a_folder_is_not_read(tmp_path: Path) -> None:
                       timeout=HANG_TIMEOUT_S)
     report = assert_judged(run, out)
     assert report["workload"]["requests"] == 120
+    warning_with(report, re.escape(str(folder / "stream.jsonl")), r"FIFO", r"skipped")
+
+
+def test_folder_members_that_cannot_be_read_are_named(tmp_path: Path) -> None:
+    """Dangling links, links to folders and non-UTF-8 names are warned about, never fatal."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_good(folder)
+    (folder / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    (tmp_path / "elsewhere").mkdir()
+    (folder / "more").symlink_to(tmp_path / "elsewhere")
+    odd = os.fsencode(folder) + b"/decode-\xff.jsonl"
+    with open(odd, "w", encoding="utf-8") as fh:
+        fh.write(jsonl_text(request_rows(30, seed=5)))
+    out = tmp_path / "out" / "report.json"
+    out.parent.mkdir()
+    (run,) = run_many(("diagnose", str(folder), *JSON_ARGS, "-o", str(out)))
+    report = assert_judged(run, out)
+    assert report["workload"]["requests"] == 150  # the oddly named file is read too
+    warning_with(report, re.escape(str(folder / "gone.jsonl")), r"dangling")
+    warning_with(report, re.escape(str(folder / "more")), r"link to a folder")
+    assert str(folder / "decode-\\xff.jsonl") in [s["path"] for s in report["input"]["sources"]]
+
+
+def test_own_reports_in_a_capture_folder_are_left_out_with_a_note(tmp_path: Path) -> None:
+    """A JSON report written into the capture folder broke the next diagnosis of it."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_good(folder)
+    formats = {"report.json": "json", "report.md": "markdown", "report.html": "html",
+               "pdprobe.prom": "prometheus"}
+    runs = run_many(*[("diagnose", str(folder / GOOD_NAME), "--format", fmt, "-o",
+                       str(tmp_path / name)) for name, fmt in formats.items()])
+    for run in runs:
+        assert run.returncode in (0, 1, 2), run.stderr
+    for name in formats:
+        (tmp_path / name).rename(folder / name)
+    out = tmp_path / "out" / "report.json"
+    out.parent.mkdir()
+    (run,) = run_many(("diagnose", str(folder), *JSON_ARGS, "-o", str(out)))
+    report = assert_judged(run, out)
+    assert report["workload"]["requests"] == 120
+    assert [s["path"] for s in report["input"]["sources"]] == [str(folder / GOOD_NAME)]
+    for name in formats:
+        assert any(str(folder / name) in n and "pdprobe report" in n
+                   for n in report["notes"]), report["notes"]
