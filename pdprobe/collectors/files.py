@@ -17,7 +17,7 @@ from pdprobe.collectors.fuse import fuse
 from pdprobe.collectors.identity import AliasMap
 from pdprobe.collectors.io import Sniffed, sniff
 from pdprobe.collectors.roles import RoleOptions
-from pdprobe.collectors.validate import check_times, sanitize_metrics
+from pdprobe.collectors.validate import MAX_EPOCH_S, implausible, sanitize_metrics
 from pdprobe.dataset import Dataset, Partial
 from pdprobe.errors import InputError, InsufficientDataError, UsageError
 
@@ -272,14 +272,14 @@ def _checked(partial: Partial) -> Partial:
                 frames[name] = kept
                 warnings.extend(said)
     if partial.events is not None and len(partial.events):
+        # Events are single lines (a failure months before the rest is still a failure):
+        # only times that are no Unix time at all go.
         ts = partial.events["ts"].to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = np.isnan(ts)
-        for drop in check_times(np.where(bad, np.nan, ts)):
-            bad |= drop.mask
+        bad = np.isnan(ts) | implausible(ts, 0.0, MAX_EPOCH_S)[0]
         if bad.any():
             frames["events"] = partial.events.loc[~bad].reset_index(drop=True)
             warnings.append(f"{what}: dropped {int(bad.sum())} event(s) whose time is missing "
-                            "or far outside the capture")
+                            "or not a Unix time between 1970 and 2286")
     if not frames:
         return partial
     return replace(partial, **frames, warnings=partial.warnings + tuple(warnings))
