@@ -17,7 +17,7 @@ from pdprobe.collectors.fuse import fuse
 from pdprobe.collectors.identity import AliasMap
 from pdprobe.collectors.io import Sniffed, sniff
 from pdprobe.collectors.roles import RoleOptions
-from pdprobe.collectors.validate import MAX_EPOCH_S, implausible, sanitize_metrics
+from pdprobe.collectors.validate import checked_partial
 from pdprobe.dataset import Dataset, Partial
 from pdprobe.errors import InputError, InsufficientDataError, UsageError
 
@@ -207,7 +207,7 @@ def read_paths(
         if kind.kind == "engine-log" and ctx.year is None:
             read_ctx = _with_reference(ctx, list(read.values()))
         try:
-            read[i] = _printable(path, _checked(reader_for(kind.kind)(path, read_ctx)))
+            read[i] = _printable(path, checked_partial(reader_for(kind.kind)(path, read_ctx)))
         except _FILE_ERRORS as exc:
             err = _as_input_error(path, exc)
             errors.append(err)
@@ -256,33 +256,6 @@ def _as_input_error(path: Path, exc: BaseException) -> InputError:
                           hint="check the path and permissions")
     return InputError(f"{path}: cannot read ({type(exc).__name__}: {exc})",
                       hint="check the file's encoding")
-
-
-def _checked(partial: Partial) -> Partial:
-    """The partial with metric, network and event rows no engine produces dropped (every
-    reader's output passes here: engine logs and captures as well as metric dumps)."""
-    frames: dict[str, Any] = {}
-    warnings: list[str] = []
-    what = partial.source.path
-    for name in ("metrics", "network"):
-        frame = getattr(partial, name)
-        if frame is not None and len(frame):
-            kept, said = sanitize_metrics(frame, what)
-            if said:
-                frames[name] = kept
-                warnings.extend(said)
-    if partial.events is not None and len(partial.events):
-        # Events are single lines (a failure months before the rest is still a failure):
-        # only times that are no Unix time at all go.
-        ts = partial.events["ts"].to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = np.isnan(ts) | implausible(ts, 0.0, MAX_EPOCH_S)[0]
-        if bad.any():
-            frames["events"] = partial.events.loc[~bad].reset_index(drop=True)
-            warnings.append(f"{what}: dropped {int(bad.sum())} event(s) whose time is missing "
-                            "or not a Unix time between 1970 and 2286")
-    if not frames:
-        return partial
-    return replace(partial, **frames, warnings=partial.warnings + tuple(warnings))
 
 
 def _printable(path: Path, partial: Partial) -> Partial:
@@ -397,7 +370,7 @@ def _reread_undated_logs(planned: Sequence[tuple[Path, Sniffed]], partials: list
     out = list(partials)
     for i, ((path, kind), partial) in enumerate(zip(planned, partials, strict=True)):
         if kind.kind == "engine-log" and _year_from_mtime(partial):
-            out[i] = _printable(path, _checked(reader_for(kind.kind)(path, reference)))
+            out[i] = _printable(path, checked_partial(reader_for(kind.kind)(path, reference)))
     return out
 
 

@@ -1690,9 +1690,12 @@ def collect_live(target: PrometheusTarget, ctx: ReadContext, roles: RoleOptions,
                  aliases: AliasMap | None = None) -> Dataset:
     """The dataset of a live cluster, with names and roles resolved like the offline path."""
     from pdprobe.collectors.fuse import fuse
+    from pdprobe.collectors.validate import checked_partial
 
     result = collect_partial(target, ctx)
-    return fuse([result.partial], roles, aliases)
+    # The same edge checks as files: a negative or absurd sample from an exporter is dropped
+    # with a warning, not turned into a negative rate.
+    return fuse([checked_partial(result.partial)], roles, aliases)
 
 
 def probe(target: PrometheusTarget, ctx: ReadContext | None = None,

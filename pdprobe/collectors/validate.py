@@ -10,13 +10,15 @@ See docs/safety.md ("Input").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from pdprobe.dataset import Partial
 
 # Token counts per request above this are not real: the longest context windows offered are
 # ~1e7 tokens, and a count beyond 2**53 would not even survive the float64 round trip.
@@ -148,3 +150,31 @@ def sanitize_metrics(frame: pd.DataFrame, what: str) -> tuple[pd.DataFrame, list
     if not drop.any():
         return frame, []
     return frame.loc[~drop].reset_index(drop=True), warnings
+
+
+def checked_partial(partial: Partial) -> Partial:
+    """The partial with metric, network and event rows no engine produces dropped (every
+    reader's output passes here: engine logs, captures and live answers as well as metric
+    dumps)."""
+    frames: dict[str, Any] = {}
+    warnings: list[str] = []
+    what = partial.source.path
+    for name in ("metrics", "network"):
+        frame = getattr(partial, name)
+        if frame is not None and len(frame):
+            kept, said = sanitize_metrics(frame, what)
+            if said:
+                frames[name] = kept
+                warnings.extend(said)
+    if partial.events is not None and len(partial.events):
+        # Events are single lines (a failure months before the rest is still a failure):
+        # only times that are no Unix time at all go.
+        ts = partial.events["ts"].to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isnan(ts) | implausible(ts, 0.0, MAX_EPOCH_S)[0]
+        if bad.any():
+            frames["events"] = partial.events.loc[~bad].reset_index(drop=True)
+            warnings.append(f"{what}: dropped {int(bad.sum())} event(s) whose time is missing "
+                            "or not a Unix time between 1970 and 2286")
+    if not frames:
+        return partial
+    return replace(partial, **frames, warnings=partial.warnings + tuple(warnings))
