@@ -12,6 +12,7 @@ Two registers, both here so they cannot drift apart unnoticed:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -65,6 +66,34 @@ def fmt_duration(seconds: float) -> str:
     if s < 86400:
         return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+# One duration syntax for every option (--window, --since, --interval, --step): plain seconds,
+# or number+unit parts from largest to smallest, as fmt_duration prints them ("6m30s", "2h05m").
+DURATION_UNITS_S: Final = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0,
+                           "ms": 0.001}
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|[wdhms])")
+DURATION_EXAMPLES: Final = "90s, 5m, 6m30s, 1h or plain seconds"
+
+
+def parse_duration_s(text: str) -> float:
+    """``"6m30s"`` -> 390.0. Plain numbers are seconds; parts (``w d h m s ms``) go from the
+    largest unit down, each once. Raises ``ValueError`` for anything else (negative, empty,
+    ``"5 minutes"``, ``"30s5m"``, NaN, infinity)."""
+    t = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", t):
+        return float(t)
+    order = list(DURATION_UNITS_S)
+    total, pos, last = 0.0, 0, -1
+    for m in _DURATION_PART.finditer(t):
+        rank = order.index(m.group(2))
+        if m.start() != pos or rank <= last:
+            raise ValueError(f"not a duration: {text!r}")
+        total += float(m.group(1)) * DURATION_UNITS_S[m.group(2)]
+        pos, last = m.end(), rank
+    if pos != len(t) or pos == 0 or not math.isfinite(total):
+        raise ValueError(f"not a duration: {text!r}")
+    return total
 
 
 def fmt_pct(x: float) -> str:

@@ -80,7 +80,8 @@ TextfileOpt = Annotated[Path | None, typer.Option(
          "every run: an UNKNOWN run writes status 3 and the reason, so alerts never read the "
          "previous run's findings.")]
 QuietOpt = Annotated[bool, typer.Option(
-    "--quiet", "-q", envvar=env("quiet"), help="Print only the verdict line (for runbooks).")]
+    "--quiet", "-q", envvar=env("quiet"),
+    help="Print only the verdict line on stdout (for runbooks); -o still gets the full report.")]
 
 
 def textfile_targets(fmt: str, output: Path | None, textfile: Path | None) -> list[Path | None]:
@@ -303,6 +304,20 @@ def render_options(output: Path | None, *, verbose: bool = False, quiet: bool = 
     width = min(MAX_WIDTH, shutil.get_terminal_size().columns) if to_terminal else MAX_WIDTH
     return RenderOptions(width=width, color=use_color() and is_stdout(output), verbose=verbose,
                          quiet=quiet)
+
+
+def write_report(report: Report, fmt: str, output: Path | None,
+                 inputs: Sequence[str | Path], *, verbose: bool, quiet: bool) -> None:
+    """The report in ``fmt`` to ``-o`` (or stdout). With ``-q`` stdout gets only the verdict
+    line, whatever the format, while ``-o`` still gets the full report: a runbook reads line
+    one and keeps the file."""
+    from pdprobe.report.base import renderer_for
+
+    if not (quiet and is_stdout(output)):
+        text = renderer_for(fmt)(report, render_options(output, verbose=verbose))
+        write_output(text, output, inputs=inputs)
+    if quiet:
+        write_output(renderer_for("text")(report, render_options(None, quiet=True)), None)
 
 
 def use_color() -> bool:

@@ -31,8 +31,9 @@ from pdprobe.cli.common import (
     textfile_on_error,
     textfile_targets,
     write_output,
+    write_report,
 )
-from pdprobe.cli.live_options import live_options
+from pdprobe.cli.live_options import live_options, parse_duration
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 
 YearOpt = Annotated[int | None, typer.Option(
@@ -60,9 +61,12 @@ SloTargetOpt = Annotated[float, typer.Option(
     "--slo-target", envvar=env("slo-target"), min=0.0, max=1.0,
     help="Share of requests that must meet both objectives (default 0.9); below it the SLO "
          "is missed, which is never OK.")]
-WindowOpt = Annotated[float, typer.Option(
-    "--window", envvar=env("window"), min=30.0,
-    help="Window in seconds for the capacity estimate over time.")]
+# Shorter capacity windows hold too few requests for a per-window estimate.
+MIN_WINDOW_S = 30.0
+WindowOpt = Annotated[str, typer.Option(
+    "--window", envvar=env("window"),
+    help="Window of the capacity estimate over time: 90s, 5m, 6m30s, 1h or plain seconds "
+         "(at least 30s).")]
 
 
 @live_options
@@ -85,7 +89,7 @@ def diagnose_command(
     aliases: AliasesFileOpt = None,
     profile: ProfileOpt = None,
     verify: VerifyOpt = False,
-    window: WindowOpt = 300.0,
+    window: WindowOpt = "5m",
     verbose: VerboseOpt = False,
     quiet: QuietOpt = False,
     target: PrometheusTarget | None = None,
@@ -112,6 +116,10 @@ def diagnose_command(
             check_output(output, inputs)
         if textfile is not None:
             check_output(textfile, inputs, option="--textfile")
+        window_s = parse_duration(window, "--window")
+        if window_s < MIN_WINDOW_S:
+            raise UsageError(f"--window {window!r} is shorter than {MIN_WINDOW_S:g}s",
+                             hint="a capacity window needs enough requests: use e.g. 5m")
         alias_map = parse_aliases(alias or (), aliases)
         if not paths and target is None:
             info("no input given: diagnosing the bundled sample scenario (pdprobe/sample_logs)")
@@ -129,13 +137,11 @@ def diagnose_command(
                 slo_target=slo_target,
                 profile=profile,
                 verify=verify,
-                window_s=window,
+                window_s=window_s,
             ))
         finally:
             progress.close()
-        render = renderer_for(fmt.value)
-        text = render(report, render_options(output, verbose=verbose, quiet=quiet))
-        write_output(text, output, inputs=inputs)
+        write_report(report, fmt.value, output, inputs, verbose=verbose, quiet=quiet)
         if not is_stdout(output):
             info(f"wrote {fmt.value} report to {output} in {time.monotonic() - started:.1f} s")
         if textfile is not None:

@@ -135,23 +135,16 @@ def live_options(command: F) -> F:
 
 
 def parse_duration(text: str, option: str) -> float:
-    """``30m`` -> 1800.0; accepts s, m, h, d and plain seconds."""
+    """``6m30s`` -> 390.0, with the one duration syntax of every option
+    (``pdprobe.units.parse_duration_s``); a usage error naming ``option`` otherwise."""
     from pdprobe.errors import UsageError
+    from pdprobe.units import DURATION_EXAMPLES, parse_duration_s
 
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-    t = text.strip().lower()
-    for suffix in sorted(units, key=len, reverse=True):
-        if t.endswith(suffix):
-            number = t[: -len(suffix)]
-            break
-    else:
-        suffix, number = "s", t
     try:
-        value = float(number) * units[suffix]
+        value = parse_duration_s(text)
     except ValueError:
-        raise UsageError(f"{option} {text!r} is not a duration", hint="use e.g. 30m, 2h or 900s") from None
-    if not math.isfinite(value):
-        raise UsageError(f"{option} {text!r} is not a finite duration", hint="use e.g. 30m")
+        raise UsageError(f"{option} {text!r} is not a duration",
+                         hint=f"use e.g. {DURATION_EXAMPLES}") from None
     if value <= 0:
         raise UsageError(f"{option} {text!r} must be positive", hint="use e.g. 30m")
     return value

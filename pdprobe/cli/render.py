@@ -18,10 +18,9 @@ from pdprobe.cli.common import (
     exit_code_for,
     info,
     is_stdout,
-    render_options,
     textfile_on_error,
     textfile_targets,
-    write_output,
+    write_report,
 )
 
 
@@ -40,15 +39,12 @@ def render_command(
     Exits with the saved report's status code (0 ok, 1 warning, 2 critical, 3 unknown),
     honouring --fail-on, like 'pdprobe diagnose'.
     """
-    from pdprobe.report.base import renderer_for
     from pdprobe.report.load import load_report
 
     # An unreadable report with -f prometheus still replaces the textfile (status 3, reason).
     with textfile_on_error(textfile_targets(fmt.value, output, None), [report_file]):
         report = load_report(report_file)
-        render = renderer_for(fmt.value)
-        text = render(report, render_options(output, verbose=verbose, quiet=quiet))
-        write_output(text, output, inputs=[report_file])
+        write_report(report, fmt.value, output, [report_file], verbose=verbose, quiet=quiet)
     if not is_stdout(output):
         info(f"wrote {fmt.value} report to {output}")
     return exit_code_for(report, fail_on)

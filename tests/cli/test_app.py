@@ -90,9 +90,15 @@ def test_durations_and_times() -> None:
     assert parse_duration("30m", "--since") == 1800
     assert parse_duration("2h", "--since") == 7200
     assert parse_duration("900", "--since") == 900
+    # one syntax for --window, --since, --interval, --step: what reports print parses back
+    for text, seconds in (("90s", 90), ("5m", 300), ("6m30s", 390), ("1h", 3600),
+                          ("2h05m", 7500), ("1.5h", 5400), ("250ms", 0.25), ("1d04h", 100800),
+                          (" 15 s", 15), ("0.5", 0.5)):
+        assert parse_duration(text, "--window") == seconds, text
     assert parse_time("2026-11-30T14:00:00Z", "--until") == 1796047200.0
     assert parse_time("1796047200", "--until") == 1796047200.0
-    for bad in ("-5m", "soon"):
+    for bad in ("-5m", "soon", "30s5m", "5m5m", "5 minutes", "", "m", "nan", "inf", "1e3",
+                "0", "0s"):
         with pytest.raises(UsageError):
             parse_duration(bad, "--since")
     with pytest.raises(UsageError):

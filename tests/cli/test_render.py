@@ -99,3 +99,17 @@ def test_bad_input_is_one_line_exit_3(tmp_path: Path, content: str, expect: str)
     assert res.stderr.count("\n") == 1 and expect in res.stderr
     assert res.stderr.startswith(f"pdprobe: error: {path}: ")
     assert "Traceback" not in res.stderr
+
+
+def test_quiet_prints_the_verdict_while_output_gets_the_full_report(run: Any,
+                                                                    tmp_path: Path) -> None:
+    """-q is for stdout only: the verdict line, whatever -f; -o still writes the full report."""
+    path = tmp_path / "warn.json"
+    path.write_text(json.dumps(to_json_dict(F.routing_skew())))
+    out = tmp_path / "full.json"
+    res = run("render", str(path), "-q", "-f", "json", "-o", str(out))
+    assert res.returncode == 1
+    assert res.stdout.count("\n") == 1 and res.stdout.startswith("WARNING  routing-skew")
+    assert json.loads(out.read_text()) == json.loads(path.read_text())
+    res = run("render", str(path), "-q", "-f", "json")
+    assert res.stdout.count("\n") == 1 and res.stdout.startswith("WARNING  routing-skew")
