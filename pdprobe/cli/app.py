@@ -32,7 +32,7 @@ app = typer.Typer(
     name="pdprobe",
     help="Diagnose prefill/decode imbalance in disaggregated LLM serving clusters.",
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -168,7 +168,10 @@ def _run(argv: list[str] | None) -> int:
         say("aborted")
         return EXIT_UNKNOWN
     except typer.TyperException as exc:  # bad arguments: UNKNOWN per the contract
-        say(f"error: {exc.format_message()} (see 'pdprobe --help')")
+        # point to the help of the command that was run ('pdprobe diagnose --help')
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None and ctx.command_path else "pdprobe"
+        say(f"error: {exc.format_message()} (see '{where} --help')")
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
         say("interrupted")

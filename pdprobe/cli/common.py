@@ -9,7 +9,7 @@ import secrets
 import stat
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
@@ -49,19 +49,42 @@ class FailOn(StrEnum):
     critical = "critical"
 
 
+def format_envvars(command: str) -> list[str]:
+    """``PDPROBE_<COMMAND>_FORMAT`` first, then the shared ``PDPROBE_FORMAT``: for commands that
+    take every report format, so any value of the shared variable is valid for them."""
+    return [env(f"{command}-format"), env("format")]
+
+
+def shared_format_default(choices: type[StrEnum], fallback: StrEnum) -> Callable[[], StrEnum]:
+    """A default that takes the shared ``PDPROBE_FORMAT`` when it names one of ``choices``
+    (``PDPROBE_FORMAT=html`` is for the report commands, and must not break ``diff`` or
+    ``ratio``), else ``fallback``. The command's own variable is the option's envvar."""
+    def default() -> StrEnum:
+        value = os.environ.get(env("format"), "").strip().lower()
+        return choices(value) if value in {c.value for c in choices} else fallback
+    return default
+
+
+REPORT_FORMAT_HELP: Final = ("Report format: text (rich terminal view), json, markdown, html, "
+                             "or prometheus (node_exporter textfile format).")
 FormatOpt = Annotated[OutputFormat, typer.Option(
-    "--format", "-f", envvar=env("format"),
-    help="Report format: text (rich terminal view), json, markdown, html, or prometheus "
-         "(node_exporter textfile format).")]
+    "--format", "-f", envvar=format_envvars("diagnose"), help=REPORT_FORMAT_HELP)]
+RenderFormatOpt = Annotated[OutputFormat, typer.Option(
+    "--format", "-f", envvar=format_envvars("render"), help=REPORT_FORMAT_HELP)]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", envvar=env("output"),
     help="Write the report to this file (atomically; never onto an input, a link or a device) "
          "instead of stdout ('-' is stdout).")]
+# The objectives' defaults as --help states them; analysis/slo.py's DEFAULT_SLO_TTFT_S and
+# DEFAULT_SLO_TPOT_S hold them (not imported here: it loads pandas, and --help stays fast;
+# tests/cli/test_app.py checks the two agree).
+SLO_TTFT_DEFAULT_HELP: Final = "2 s"
+SLO_TPOT_DEFAULT_HELP: Final = "0.1 s"
 SloTtftOpt = Annotated[float | None, typer.Option(
-    "--slo-ttft", envvar=env("slo-ttft"), min=0.0,
+    "--slo-ttft", envvar=env("slo-ttft"), min=0.0, show_default=SLO_TTFT_DEFAULT_HELP,
     help="TTFT objective in seconds (for SLO attainment and the capacity model).")]
 SloTpotOpt = Annotated[float | None, typer.Option(
-    "--slo-tpot", envvar=env("slo-tpot"), min=0.0,
+    "--slo-tpot", envvar=env("slo-tpot"), min=0.0, show_default=SLO_TPOT_DEFAULT_HELP,
     help="TPOT objective in seconds per output token.")]
 FailOnOpt = Annotated[FailOn, typer.Option(
     "--fail-on", envvar=env("fail-on"),

@@ -59,8 +59,8 @@ VerifyOpt = Annotated[bool, typer.Option(
     help="Confirm the recommended P/D by simulating it on the observed workload.")]
 SloTargetOpt = Annotated[float, typer.Option(
     "--slo-target", envvar=env("slo-target"), min=0.0, max=1.0,
-    help="Share of requests that must meet both objectives (default 0.9); below it the SLO "
-         "is missed, which is never OK.")]
+    help="Share of requests that must meet both objectives; below it the SLO is missed, "
+         "which is never OK.")]
 # Shorter capacity windows hold too few requests for a per-window estimate.
 MIN_WINDOW_S = 30.0
 WindowOpt = Annotated[str, typer.Option(

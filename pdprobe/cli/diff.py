@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from pdprobe.cli.common import OutputOpt, env, info, is_stdout, write_output
+from pdprobe.cli.common import (
+    OutputOpt,
+    env,
+    info,
+    is_stdout,
+    shared_format_default,
+    write_output,
+)
 
 
 class DiffFormat(StrEnum):
@@ -23,8 +30,10 @@ def diff_command(
     after: Annotated[Path, typer.Argument(metavar="AFTER.json",
                                           help="The later report, e.g. after a scale-out.")],
     fmt: Annotated[DiffFormat, typer.Option(
-        "--format", "-f", envvar=[env("diff-format"), env("format")],
-        help="Output format: text, markdown (for a ticket) or json.")] = DiffFormat.text,
+        "--format", "-f", envvar=env("diff-format"),
+        default_factory=shared_format_default(DiffFormat, DiffFormat.text),
+        show_default="text, or PDPROBE_FORMAT when it is one of these",
+        help="Output format: text, markdown (for a ticket) or json.")],
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar=env("diff-quiet"),
                                         help="Print only the verdict line (-o still writes "

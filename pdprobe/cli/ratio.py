@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from pdprobe.cli.common import OutputOpt, SloTpotOpt, SloTtftOpt, env, info, write_output
+from pdprobe.cli.common import (
+    OutputOpt,
+    SloTpotOpt,
+    SloTtftOpt,
+    env,
+    info,
+    shared_format_default,
+    write_output,
+)
 
 
 class PlanFormat(StrEnum):
@@ -18,6 +26,11 @@ class PlanFormat(StrEnum):
 
 
 def ratio_command(
+    fmt: Annotated[PlanFormat, typer.Option(
+        "--format", "-f", envvar=env("ratio-format"),
+        default_factory=shared_format_default(PlanFormat, PlanFormat.text),
+        show_default="text, or PDPROBE_FORMAT when it is one of these",
+        help="Output format: text, json or markdown.")],  # first: no default value
     trace: Annotated[Path | None, typer.Option(
         "--trace", envvar=env("trace"),
         help="Request trace to plan for (JSONL/CSV/Parquet request records, Azure or Mooncake "
@@ -48,8 +61,6 @@ def ratio_command(
         help="Model x GPU profile (built-in name or TOML file); see --list-profiles.")] = None,
     slo_ttft: SloTtftOpt = None,
     slo_tpot: SloTpotOpt = None,
-    fmt: Annotated[PlanFormat, typer.Option(
-        "--format", "-f", envvar=env("format"), help="Output format.")] = PlanFormat.text,
     output: OutputOpt = None,
     verify: Annotated[bool, typer.Option(
         "--verify", envvar=env("verify"),

@@ -10,10 +10,10 @@ import typer
 from pdprobe.cli.common import (
     FailOn,
     FailOnOpt,
-    FormatOpt,
     OutputFormat,
     OutputOpt,
     QuietOpt,
+    RenderFormatOpt,
     VerboseOpt,
     exit_code_for,
     info,
@@ -28,7 +28,7 @@ def render_command(
     report_file: Annotated[Path, typer.Argument(
         metavar="REPORT.json",
         help="A report written by 'pdprobe diagnose --format json' ('-' reads stdin).")],
-    fmt: FormatOpt = OutputFormat.text,
+    fmt: RenderFormatOpt = OutputFormat.text,
     output: OutputOpt = None,
     fail_on: FailOnOpt = FailOn.warning,
     verbose: VerboseOpt = False,

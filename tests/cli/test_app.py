@@ -140,3 +140,43 @@ def test_requests_at_one_instant_give_a_missing_rate_with_its_reason(tmp_path: P
     assert report["status"] == "unknown" and report["status_reason"]
     assert report["workload"]["arrival_rate_rps"] is None
     assert "one instant" in report["missing"]["workload.arrival_rate_rps"]
+
+
+def test_help_states_the_slo_defaults_the_model_uses() -> None:
+    from pdprobe.analysis.slo import DEFAULT_SLO_TARGET, DEFAULT_SLO_TPOT_S, DEFAULT_SLO_TTFT_S
+    from pdprobe.cli.common import SLO_TPOT_DEFAULT_HELP, SLO_TTFT_DEFAULT_HELP
+
+    assert SLO_TTFT_DEFAULT_HELP == f"{DEFAULT_SLO_TTFT_S:g} s"
+    assert SLO_TPOT_DEFAULT_HELP == f"{DEFAULT_SLO_TPOT_S:g} s"
+    out = " ".join(run("diagnose", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert f"default: ({SLO_TTFT_DEFAULT_HELP})" in out
+    assert f"default: ({SLO_TPOT_DEFAULT_HELP})" in out
+    assert f"default: {DEFAULT_SLO_TARGET:g}" in out
+    assert "default: 5m" in out  # --window, in the duration syntax
+
+
+def test_usage_errors_point_to_the_subcommand_help() -> None:
+    line = assert_one_line_error(run("diagnose", "--no-such-option"))
+    assert line.endswith("(see 'pdprobe diagnose --help')"), line
+    line = assert_one_line_error(run("no-such-command"))
+    assert line.endswith("(see 'pdprobe --help')"), line
+
+
+def test_shell_completion_is_offered() -> None:
+    out = run("--help").stdout
+    assert "--install-completion" in out and "--show-completion" in out
+
+
+def test_per_command_format_variables(tmp_path: Path) -> None:
+    """PDPROBE_<COMMAND>_FORMAT first; the shared PDPROBE_FORMAT only where its value is one
+    of the command's formats (PDPROBE_FORMAT=html must not break ratio or diff)."""
+    args = ("ratio", "--prompt-mean", "2000", "--output-mean", "200", "--rate", "4",
+            "--profile", "llama3-70b-h100-tp4")
+    res = run(*args, env={"PDPROBE_FORMAT": "html"})
+    assert res.returncode == 0, res.stderr
+    assert not res.stdout.lstrip().startswith("{")  # text, the default
+    assert json.loads(run(*args, env={"PDPROBE_FORMAT": "json"}).stdout)
+    assert json.loads(run(*args, env={"PDPROBE_FORMAT": "markdown",
+                                      "PDPROBE_RATIO_FORMAT": "json"}).stdout)
+    res = run(*args, env={"PDPROBE_RATIO_FORMAT": "html"})  # its own variable is checked
+    assert_one_line_error(res)
