@@ -146,8 +146,8 @@ def test_help_states_the_slo_defaults_the_model_uses() -> None:
     from pdprobe.analysis.slo import DEFAULT_SLO_TARGET, DEFAULT_SLO_TPOT_S, DEFAULT_SLO_TTFT_S
     from pdprobe.cli.common import SLO_TPOT_DEFAULT_HELP, SLO_TTFT_DEFAULT_HELP
 
-    assert SLO_TTFT_DEFAULT_HELP == f"{DEFAULT_SLO_TTFT_S:g} s"
-    assert SLO_TPOT_DEFAULT_HELP == f"{DEFAULT_SLO_TPOT_S:g} s"
+    assert f"{DEFAULT_SLO_TTFT_S:g} s" == SLO_TTFT_DEFAULT_HELP
+    assert f"{DEFAULT_SLO_TPOT_S:g} s" == SLO_TPOT_DEFAULT_HELP
     out = " ".join(run("diagnose", "--help", env={"COLUMNS": "200"}).stdout.split())
     assert f"default: ({SLO_TTFT_DEFAULT_HELP})" in out
     assert f"default: ({SLO_TPOT_DEFAULT_HELP})" in out
