@@ -772,10 +772,7 @@ def capacity_rows(report: Report) -> list[KeyValue]:
     if fit:
         rows.append(KeyValue("model fit", Cell(fit)))
     rows.append(KeyValue("verified", _verified(cap)))
-    for note in cap.notes:
-        # the view prints the pools' TTFT estimates above the notes, not below
-        rows.append(KeyValue("note", Cell(note.replace("TTFT estimates below",
-                                                       "TTFT estimates of the prefill pool"))))
+    rows += [KeyValue("note", Cell(note)) for note in cap.notes]
     return rows
 
 

@@ -234,7 +234,8 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
             notes.append(f"recommended {rec_prefill}P/{rec_decode}D sizes for the current mix "
                          f"(the last full window needs {cur_p}P/{cur_d}D); the whole-window "
                          f"average mix alone would need {rec.prefill}P/{rec.decode}D, and the "
-                         f"TTFT estimates below are for {rec.prefill}P on that average mix")
+                         f"TTFT estimates of the prefill pool are for {rec.prefill}P on that "
+                         "average mix")
             # utilisations must describe the counts actually recommended
             up, ud, ux, _ = utilizations(rec.rates, mix.rate_rps, rec_prefill, rec_decode,
                                          model.link_bytes_per_s)

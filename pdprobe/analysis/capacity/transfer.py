@@ -77,7 +77,8 @@ def measured_kv_bytes(dataset: Dataset) -> KvBytes | str:
             tokens = uncached if basis == "uncached" else prompt
             value = float(kv.sum() / tokens.sum())
             return KvBytes(value, basis, f"measured kv_bytes of {int(ok.sum())} requests "
-                                         f"per {basis} prompt token", int(ok.sum()))
+                                         f"per {'uncached prompt' if basis == 'uncached' else 'prompt'} token",
+                           int(ok.sum()))
     from pdprobe import signals as S
     from pdprobe.analysis.promql import counter_increase_by_instance, histogram_window
 
