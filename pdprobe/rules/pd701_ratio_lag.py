@@ -34,9 +34,15 @@ if TYPE_CHECKING:
 MIX_SHIFT_MIN: Final = 0.3
 # Rank test across the split (requests, else bins): the shift must be far beyond chance.
 MIX_ALPHA: Final = 1e-3
+# The shift must exceed the statistic's own variation before it: the largest swing of an
+# earlier window's median (stats.window_swing) times this margin, so a trace whose mean
+# length wanders by a third from quarter to quarter does not make its next wander a "shift".
+SWING_MARGIN: Final = 1.5
+# The needed ratio must move by more than one instance's worth at the deployed counts: the
+# pool that became short needs more than this many extra instances at the other pool's count.
+MIN_EXTRA_INSTANCES: Final = 1.0
 # The needed ratio (capacity windows, else the prompt/output work proxy) must move by 25 %;
-# from 50 % on, a deployment that stayed put is mis-sized for the new mix even before any
-# pool shows pressure (one pool idles or runs without headroom).
+# below 50 % the finding's confidence stays moderate unless the capacity windows agree.
 RATIO_CHANGE_MIN: Final = 0.25
 RATIO_CHANGE_WARN: Final = 0.5
 # A deployment that followed within this many bins is not lagging (planners act on intervals
@@ -94,16 +100,18 @@ class RatioLag(BaseRule):
     bins with >= 5 requests, at least 3 bins each side) shifting the median by >= 30 % with a
     rank-test p < 0.001 (on the requests either side when request records exist); from engine
     logs alone, the same test on the prefill instances' prompt throughput over the decode
-    instances' generation throughput (prompt tokens per output token); the needed ratio moving
-    by >= 25 % (the capacity model's per-window theoretical ratio, else the prompt/output work
-    proxy); the deployed instance counts per bin not moving in that direction within 3 bins
-    of the shift; pressure on the side that became short (prefill queue, wait or TTFT; or
-    decode TPOT, KV usage, admission queue) at >= 1.5x its pre-shift level after the shift
-    (and not already rising before it), or a backlog whose rising trend starts at the shift
-    (a late follow counts only when that pressure rose before it arrived). Warning with
-    pressure, a capacity-window mismatch, or a needed-ratio move of 50 % or more that the
-    deployment did not follow (mis-sized for the new mix even before a pool suffers);
-    critical when the SLO collapses after the shift; info otherwise.
+    instances' generation throughput (prompt tokens per output token); the shift larger than
+    1.5x the statistic's own variation before it (the largest swing of a quarter's median from
+    the pre-shift median); the needed ratio moving by >= 25 % (the capacity model's per-window
+    theoretical ratio, else the prompt/output work proxy) and by more than one instance's
+    worth (the pool that became short needs more than one extra instance at the other pool's
+    deployed count); the deployed instance counts per bin not moving in that direction within
+    3 bins of the shift; and the consequence observed: pressure on the side that became short
+    (prefill queue, wait or TTFT; or decode TPOT, KV usage, admission queue) at >= 1.5x its
+    pre-shift level after the shift (and not already rising before it), or a backlog whose
+    rising trend starts at the shift (a late follow counts only when that pressure rose before
+    it arrived). Without that consequence there is no finding: the workload changed, nothing
+    lagged. Warning; critical when the SLO collapses after the shift.
 
     What to do: make the planner size each pool from the length mix it sees (prefill demand
     from prompt tokens, decode demand from output tokens x context), not from request counts;
@@ -165,31 +173,37 @@ class RatioLag(BaseRule):
             return []
         direction = "prefill" if needed > 0 else "decode"  # the pool that needs to grow
         deployed = self._deployed(f, cp, direction, evidence)
+        extra = _extra_instances(f, cp, needed)
+        if extra is not None:
+            if extra <= MIN_EXTRA_INSTANCES:
+                return []  # the new mix is within one instance of the deployed split
+            evidence.append(ev(f"extra {direction} instances the new mix needs", extra,
+                               "instances", window=(cp.ts, f.window.end_ts),
+                               baseline=MIN_EXTRA_INSTANCES,
+                               source=f"needed ratio change at the deployed "
+                                      f"{'decode' if direction == 'prefill' else 'prefill'} "
+                                      f"count (deployed split taken as right before the shift)"))
         lag = deployed[1] if deployed is not None and deployed[0] else None
         if lag is not None and lag <= LAG_OK_BINS * f.window.step_s:
             return []  # the ratio followed in time
         agree += 1
         until = cp.ts + lag if lag is not None else f.window.end_ts
         impact, collapsed = self._impact(f, cp, direction, evidence, until)
-        if lag is not None and not impact:
-            return []  # it followed late, but nothing suffered in the meantime
-        if impact:
-            agree += 1
+        if not impact:
+            # A shift nothing suffered from is the workload changing, not the scaling loop
+            # lagging: the consequence (queue, latency, KV pressure on the pool that became
+            # short) must be observed after the shift.
+            return []
+        agree += 1
         cap_mismatch = self._capacity_mismatch(f, cp, evidence)
         if cap_mismatch:
             agree += 1
-        big_move = abs(needed) >= RATIO_CHANGE_WARN and deployed is not None
-        if impact or cap_mismatch or big_move:
-            severity = Severity.CRITICAL if (impact and collapsed) else Severity.WARNING
-        else:
-            severity = Severity.INFO
+        severity = Severity.CRITICAL if collapsed else Severity.WARNING
         confidence = evidence_confidence(agree, available)
         if deployed is None:
             confidence -= 0.15
-        if severity is Severity.INFO:
-            confidence = min(confidence, 0.4)
-        elif not (impact or cap_mismatch):
-            confidence = min(confidence, 0.55)  # mis-sized for the new mix, no harm seen yet
+        if abs(needed) < RATIO_CHANGE_WARN and not cap_mismatch:
+            confidence = min(confidence, 0.55)  # a modest move: pressure, no model agreement
         change = (cp.after - cp.before) / cp.before
         verb = "rose" if change > 0 else "fell"
         if deployed is None:
@@ -232,8 +246,10 @@ class RatioLag(BaseRule):
                 continue
             p = p_req if p_req is not None else cp.p_value
             rel = (cp.after - cp.before) / cp.before
-            if abs(rel) < MIX_SHIFT_MIN or p >= MIX_ALPHA:
+            if abs(rel) < MIX_SHIFT_MIN or p >= MIX_ALPHA or cp.after <= 0:
                 continue
+            if abs(np.log(cp.after / cp.before)) <= SWING_MARGIN * cp.before_swing:
+                continue  # no larger than the series' own wandering before it
             if best is None or abs(np.log(cp.after / cp.before)) > abs(
                     np.log(best.cp.after / best.cp.before)):
                 best = _Shift(which, cp, p)
@@ -368,6 +384,24 @@ class RatioLag(BaseRule):
                                   f"{w.recommended_decode}D, deployed {w.deployed_prefill}P:"
                                   f"{w.deployed_decode}D"))
         return len(bad) * 2 >= len(post)
+
+
+def _extra_instances(f: ClusterEvidence, cp: ChangePoint, needed: float) -> float | None:
+    """Instances the pool that became short needs beyond its deployed count after the shift,
+    at the other pool's deployed count, taking the deployed split as right before the shift
+    (None when the deployed counts are unknown)."""
+    p, d = f.cluster_column("prefill_alive"), f.cluster_column("decode_alive")
+    n_p = n_d = float("nan")
+    if p is not None and d is not None:
+        before = f.cluster.index < cp.ts
+        n_p, n_d = float(p[before].median()), float(d[before].median())
+    if not (np.isfinite(n_p) and np.isfinite(n_d) and n_p > 0 and n_d > 0):
+        n_p, n_d = float(len(f.names("prefill"))), float(len(f.names("decode")))
+    if n_p <= 0 or n_d <= 0 or needed <= -1.0:
+        return None
+    if needed > 0:  # prefill short: P x (r1 / r0) prefill instances at the same decode count
+        return n_p * needed
+    return n_d * (1.0 / (1.0 + needed) - 1.0)  # decode short: D x (r0 / r1)
 
 
 def _iso(ts: float) -> str:

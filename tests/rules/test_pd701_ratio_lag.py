@@ -91,3 +91,67 @@ def test_inconclusive_without_lengths_over_time() -> None:
     c = SCENARIOS["ratio"]
     [res] = RULE.evaluate(make_context(make_dataset(network=c.network_frames())))
     assert isinstance(res, Inconclusive) and "prompt/output lengths" in res.needs
+
+
+def test_a_shift_within_the_series_own_wandering_is_not_a_shift() -> None:
+    """A mean length that swings by half from quarter to quarter before the split: a further
+    swing of the same size is the series wandering, not a new level."""
+    def wander(x):  # type: ignore[no-untyped-def]
+        import numpy as np
+        return np.where(x < 0.5, np.where((x * 8).astype(int) % 2 == 0, 900.0, 1500.0), 1500.0)
+
+    c = Cluster(duration_s=600, n_prefill=2, prompt_mean=wander,
+                prefill_queue=step(0.3, 25, at=0.5))
+    assert only(RULE.evaluate(c.context(("requests",))), "PD701") == []
+
+
+def test_a_move_within_one_instance_is_not_ratio_lag() -> None:
+    """Outputs 33 % longer at 2P:2D: the decode pool needs 0.7 of an instance more, within
+    one instance's worth of the deployed split, even with decode pressure after it."""
+    c = Cluster(duration_s=600, n_prefill=2, n_decode=2, output_mean=step(150, 200, at=0.5),
+                tpot_s=step(0.03, 0.06, at=0.5))
+    assert only(RULE.evaluate(c.context(("requests",))), "PD701") == []
+
+
+def test_a_shift_nothing_suffered_from_is_not_ratio_lag() -> None:
+    """Prompts triple and the ratio stays, but no pool shows pressure: no finding (before,
+    a needed-ratio move of 50 % alone gave a warning)."""
+    c = Cluster(duration_s=600, n_prefill=4, prompt_mean=step(800, 3000, at=0.5))
+    assert only(RULE.evaluate(c.context(("requests",))), "PD701") == []
+
+
+def test_the_extra_instances_are_evidence() -> None:
+    [f] = only(RULE.evaluate(scenario_context("ratio")), "PD701")
+    extra = next(e for e in f.evidence if e.what == "extra prefill instances the new mix needs")
+    assert float(extra.value) > 1.0 and extra.baseline == 1.0
+
+
+# Shorter than the matrix's 240 s would hide the drift: the Azure conversation trace's prompts
+# drift by a third in its fourth minute (a PD701 before the swing and one-instance tests).
+TRACE_S = 240.0
+_TRACES = ("AzureLLMInferenceTrace_code.csv", "AzureLLMInferenceTrace_conv.csv",
+           "mooncake_conversation_trace.jsonl", "mooncake_synthetic_trace.jsonl")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace", _TRACES)
+def test_real_traces_at_a_constant_adequate_ratio_never_fire(trace: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The public traces (../shared/traces: Azure LLM inference 2023 code/conversation,
+    Mooncake conversation/synthetic, read in place) replayed by the simulator at the matrix's
+    healthy counts and never rescaled: their natural length drift is no ratio-lag."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    scenarios = pytest.importorskip("pdprobe.sim.scenarios")
+    from pdprobe.services.diagnose import DiagnoseRequest, diagnose
+
+    base = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    if not (base / trace).is_file():
+        pytest.skip(f"{base / trace} not present")
+    for load in ("healthy-low", "healthy-high"):
+        cfg = scenarios.build_scenario(load, trace=base / trace)
+        out = tmp_path / load
+        scenarios.run_to_dir(replace(cfg, duration_s=TRACE_S), out)
+        report = diagnose(DiagnoseRequest(paths=(out,)))
+        assert not [f for f in report.findings if f.code == "PD701"], (
+            load, [(f.code, f.severity.value, f.summary) for f in report.findings])

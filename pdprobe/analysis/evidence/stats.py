@@ -24,6 +24,9 @@ MAD_FLOOR_FRACTION: Final = 0.05
 MIN_TREND_POINTS: Final = 8
 # A change point must leave this many bins on each side: a single bin is a bad scrape.
 MIN_SEGMENT_BINS: Final = 3
+# Earlier windows a change point's pre-shift bins are cut into to measure the series' own
+# variation: four windows of a quarter each (at least a few bins each in a 60-bin window).
+SWING_WINDOWS: Final = 4
 
 
 def robust_z(values: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
@@ -161,6 +164,11 @@ class ChangePoint:
     before: float  # median level before
     after: float  # median level after
     p_value: float  # Mann–Whitney between the two segments' bins
+    # The statistic's own variation before the split: the largest deviation of an earlier
+    # window's median (``SWING_WINDOWS`` windows of consecutive bins) from the median before,
+    # in the units of the values tested (log units for the length mix). A shift no larger than
+    # this is the series wandering as it did before, not a new level.
+    before_swing: float = 0.0
 
     @property
     def relative_change(self) -> float:
@@ -198,7 +206,23 @@ def change_point(ts: np.ndarray, values: np.ndarray) -> ChangePoint | None:
     else:
         p = float(stats.mannwhitneyu(before, after, alternative="two-sided").pvalue)
     return ChangePoint(index=k, ts=float(t[k]), before=float(np.median(before)),
-                       after=float(np.median(after)), p_value=p)
+                       after=float(np.median(after)), p_value=p,
+                       before_swing=window_swing(before))
+
+
+def window_swing(values: np.ndarray) -> float:
+    """Largest deviation of a window median from the overall median of ``values``.
+
+    The bins are cut into ``SWING_WINDOWS`` consecutive windows (single bins when there are
+    fewer): what a level shift must exceed to be more than the series' usual wandering.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size < 2:
+        return 0.0
+    parts = np.array_split(v, min(SWING_WINDOWS, v.size))
+    medians = np.array([np.median(p) for p in parts])
+    return float(np.max(np.abs(medians - np.median(v))))
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:

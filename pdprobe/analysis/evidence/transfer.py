@@ -196,7 +196,8 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
         before = vals[keep & (ts < cp.ts)]
         after = vals[keep & (ts >= cp.ts)]
         cp = ChangePoint(index=cp.index, ts=cp.ts, before=float(np.nanmedian(before)),
-                         after=float(np.nanmedian(after)), p_value=cp.p_value)
+                         after=float(np.nanmedian(after)), p_value=cp.p_value,
+                         before_swing=cp.before_swing)
         out[name] = cp
         if len(ds.requests):
             req = ds.requests
@@ -236,5 +237,6 @@ def _throughput_mix(cluster: pd.DataFrame) -> Mix:
     if cp is None:
         return Mix()
     cp = ChangePoint(index=cp.index, ts=cp.ts, before=float(np.median(ratio[ts < cp.ts])),
-                     after=float(np.median(ratio[ts >= cp.ts])), p_value=cp.p_value)
+                     after=float(np.median(ratio[ts >= cp.ts])), p_value=cp.p_value,
+                     before_swing=cp.before_swing)
     return Mix(work=cp, source="engine throughput (prompt vs generation tokens/s)")
