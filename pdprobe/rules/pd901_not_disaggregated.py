@@ -41,6 +41,7 @@ class _Signs:
     evidence: list[Evidence] = field(default_factory=list)
     instances: set[str] = field(default_factory=set)
     channels: int = 0  # evidence channels the inputs carried
+    contrary: int = 0  # channels showing the opposite (KV crossed, decode did not prefill)
     kinds: list[str] = field(default_factory=list)  # summary fragments
     share_known: bool = True  # False when a sign had no denominator (a log of failure lines)
 
@@ -122,7 +123,10 @@ class NotDisaggregated(BaseRule):
             return []
         self._fabric_flat(f, signs)
         severity = Severity.CRITICAL if share >= NOT_DISAGG_CRITICAL else Severity.WARNING
-        confidence = evidence_confidence(len(signs.shares), signs.channels)
+        # Channels that saw nothing either way (a wrong-role check when roles are right) do not
+        # weaken a sign; channels that show KV crossing do.
+        confidence = evidence_confidence(len(signs.shares), len(signs.shares) + signs.contrary,
+                                         contrary=int(signs.contrary > 0))
         insts = sorted(signs.instances)
         where = f" on {names(insts)}" if insts else ""
         part = f"about {pct(share)} of" if signs.share_known or len(signs.shares) > 1 else "some"
@@ -147,6 +151,7 @@ class NotDisaggregated(BaseRule):
         total = float(tps.fillna(0).clip(lower=0).sum())
         local = tps[decode].fillna(0).clip(lower=0)
         if total <= 0 or float(local.sum()) / total < LOCAL_PREFILL_SHARE:
+            s.contrary += int(total > 0)
             return
         share = float(local.sum()) / total
         busy = [str(i) for i in local[local > 0].index]
@@ -194,6 +199,7 @@ class NotDisaggregated(BaseRule):
             return
         ratio = float(got.fillna(0).sum()) / p
         if ratio > RECEIVED_FLAT_SHARE:
+            s.contrary += 1
             return
         s.shares.append(1.0 - ratio)
         s.instances.update(str(i) for i in decode.index)
@@ -217,6 +223,7 @@ class NotDisaggregated(BaseRule):
             return
         s.channels += 1
         moved = sum(float(v.fillna(0).sum()) for v in values)
+        s.contrary += int(moved > 0)
         if moved > 0 or self._finished(f) < MIN_FINISHED:
             return
         s.shares.append(1.0)
@@ -231,6 +238,7 @@ class NotDisaggregated(BaseRule):
         if share is None:
             return
         s.channels += 1
+        s.contrary += int(share < 1 - NO_KV_RECORD_SHARE)  # most requests moved KV
         if share < NO_KV_RECORD_SHARE or f.failures.records < MIN_FINISHED:
             return
         s.shares.append(share)
