@@ -50,6 +50,11 @@ AliasesFileOpt = Annotated[Path | None, typer.Option(
     "--aliases", envvar=env("aliases"),
     help='TOML file of name matches: [aliases] "name" = "instance" lines, or '
          '[instances."INSTANCE"] names = [...]; see docs/inputs/identity.md.')]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(
+    "--exclude", envvar=env("diagnose-exclude"),
+    help="GLOB: leave out folder members whose path under the folder given or whose name "
+         "matches (repeatable; fnmatch: *, ?, [abc]), e.g. --exclude '*.log.1' --exclude "
+         "'old/*'. A file named on the command line is always read.")]
 ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", envvar=env("profile"),
     help="Model x GPU profile (built-in name or TOML file) for the capacity model's fallback; "
@@ -87,6 +92,7 @@ def diagnose_command(
     instance: InstanceOpt = None,
     alias: AliasOpt = None,
     aliases: AliasesFileOpt = None,
+    exclude: ExcludeOpt = None,
     profile: ProfileOpt = None,
     verify: VerifyOpt = False,
     window: WindowOpt = "5m",
@@ -107,6 +113,9 @@ def diagnose_command(
         if target is not None and paths:
             raise UsageError("give either files or --prometheus, not both",
                              hint="run two diagnoses, or `pdprobe collect` first and pass the file")
+        if target is not None and exclude:
+            raise UsageError("--exclude leaves out files in folders; there are none with "
+                             "--prometheus", hint="drop --exclude")
         if not is_stdout(output):
             assert output is not None
             if not (output.parent if str(output.parent) else Path(".")).is_dir():
@@ -132,6 +141,7 @@ def diagnose_command(
                 read=ReadContext(year=year, instance=instance, progress=progress),
                 roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match),
                 aliases=alias_map,
+                exclude=tuple(exclude or ()),
                 slo_ttft_s=slo_ttft,
                 slo_tpot_s=slo_tpot,
                 slo_target=slo_target,

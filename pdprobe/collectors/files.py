@@ -6,7 +6,7 @@ import os
 import re
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,8 +18,14 @@ from pdprobe.collectors.identity import AliasMap
 from pdprobe.collectors.io import Sniffed, sniff
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.collectors.validate import checked_partial
+from pdprobe.collectors.walk import (  # noqa: F401  (expand_paths, walk_paths: public here)
+    Found,
+    excluded_note,
+    expand_paths,
+    walk_paths,
+)
 from pdprobe.dataset import Dataset, Partial
-from pdprobe.errors import InputError, InsufficientDataError, UsageError
+from pdprobe.errors import InputError, InsufficientDataError
 
 IGNORED_NAMES = {"scenario.toml", "truth.toml", "readme.md", "readme.txt", ".ds_store"}
 # The note a log reader leaves when it took the year of year-less lines from the file's
@@ -38,101 +44,6 @@ _OWN_REPORT = re.compile(
     r"|(?:OK|WARNING|CRITICAL|UNKNOWN) {2}.*\n(?:.*\n){0,3}window {3,})"
     r'|<meta name="generator" content="pdprobe ')
 OWN_REPORT_HEAD_BYTES: Final = 4096
-
-
-@dataclass(frozen=True)
-class Found:
-    """The files under the paths given, and what could not be listed."""
-
-    files: list[tuple[Path, bool]]  # (file, named directly)
-    warnings: list[str]  # unreadable folders, FIFOs, dangling links, links to folders
-
-
-def expand_paths(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
-    """Files to read, each with whether the user named it directly (vs found in a folder)."""
-    return walk_paths(paths).files
-
-
-def walk_paths(paths: Sequence[Path]) -> Found:
-    """Files to read, each with whether the user named it directly (vs found in a folder),
-    and a warning for each folder member that is not read (unreadable subfolder, FIFO,
-    device, socket, dangling link, link to a folder). Hidden members are skipped quietly.
-
-    A file is listed once however often it is reached (``diagnose f f``, ``diagnose dir
-    dir/f``, a symlink to it): the same device and inode is the same file.
-    """
-    out: list[tuple[Path, bool]] = []
-    warnings: list[str] = []
-    seen: dict[tuple[int, int], int] = {}
-
-    def add(p: Path, named: bool) -> None:
-        try:
-            st = p.stat()
-            ident = (st.st_dev, st.st_ino)
-        except OSError:
-            out.append((p, named))
-            return
-        if ident in seen:
-            if named:  # named directly counts as named, wherever it was found first
-                out[seen[ident]] = (out[seen[ident]][0], True)
-            return
-        seen[ident] = len(out)
-        out.append((p, named))
-
-    for path in paths:
-        if not path.exists() and not path.is_symlink():
-            raise UsageError(f"{path}: no such file or folder", hint="check the path")
-        if path.is_dir():
-            found, problems = _walk_folder(path)
-            warnings.extend(problems)
-            for p in found:
-                add(p, False)
-        else:
-            add(path, True)
-    return Found(out, warnings)
-
-
-def _walk_folder(top: Path) -> tuple[list[Path], list[str]]:
-    """Regular files under ``top`` (sorted, hidden names left out) and why others were not."""
-    files: list[Path] = []
-    problems: list[str] = []
-
-    def unreadable(err: OSError) -> None:
-        where = err.filename or top
-        problems.append(f"skipped folder {where}: cannot read it ({err.strerror or err})")
-
-    for folder, dirs, names in os.walk(top, onerror=unreadable, followlinks=False):
-        base = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for d in dirs:
-            if (base / d).is_symlink():
-                problems.append(f"skipped {base / d}: a symbolic link to a folder (not "
-                                "followed; name the folder itself to read it)")
-        for name in sorted(names):
-            if name.startswith("."):
-                continue
-            p = base / name
-            why = _not_regular(p)
-            if why:
-                problems.append(f"skipped {p}: {why}")
-            else:
-                files.append(p)
-    return sorted(files), problems
-
-
-def _not_regular(p: Path) -> str | None:
-    """Why ``p`` is not a regular file to read (None when it is one)."""
-    try:
-        mode = p.stat().st_mode
-    except OSError as exc:
-        if p.is_symlink():
-            return "a symbolic link to nothing (dangling)"
-        return f"cannot read it ({exc.strerror})"
-    if stat.S_ISREG(mode):
-        return None
-    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
-    return f"{kind}, not a regular file (a capture is files)"
 
 
 def own_report(path: Path) -> bool:
@@ -157,6 +68,7 @@ def read_paths(
     ctx: ReadContext | None = None,
     roles: RoleOptions | None = None,
     aliases: AliasMap | None = None,
+    exclude: Sequence[str] = (),
 ) -> Dataset:
     """Read every input under ``paths`` and fuse them into one dataset.
 
@@ -167,14 +79,18 @@ def read_paths(
     Every input that cannot be used (unreadable, unrecognised, broken) is a warning naming
     it, in a folder and on the command line alike, as long as another input is usable; when
     none is, the run ends with ``InputError`` (the input's own error when there was one).
-    pdprobe's own reports are left out with a note.
+    pdprobe's own reports are left out with a note, and so are folder members matching an
+    ``exclude`` pattern (one grouped note; see ``expand_paths``).
     """
     ctx = ctx or ReadContext()
-    found = walk_paths(paths)
+    found = walk_paths(paths, exclude)
     planned: list[tuple[Path, Sniffed]] = []
     skipped_files: list[str] = list(found.warnings)
     errors: list[InputError] = []
     notes: list[str] = []
+    left_out = excluded_note(found, exclude)
+    if left_out:
+        notes.append(left_out)
     for path, named in found.files:
         if path.name.lower() in IGNORED_NAMES and not named:
             continue

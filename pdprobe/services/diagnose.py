@@ -38,6 +38,7 @@ class DiagnoseRequest:
     read: ReadContext = field(default_factory=ReadContext)
     roles: RoleOptions = field(default_factory=RoleOptions)
     aliases: AliasMap = field(default_factory=AliasMap)  # user-stated instance name matches
+    exclude: tuple[str, ...] = ()  # --exclude globs for folder members (files.expand_paths)
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     slo_target: float = 0.9  # share of requests that must meet both objectives (CONTRACT.md)
@@ -62,7 +63,8 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     from pdprobe.collectors.files import read_paths
 
     paths = request.paths or (bundled_sample(),)
-    dataset = read_paths(paths, request.read, request.roles, request.aliases)
+    dataset = read_paths(paths, request.read, request.roles, request.aliases,
+                         exclude=request.exclude)
     if not request.paths:
         return dataset, "bundled sample scenario (pdprobe/sample_logs)"
     if len(paths) == 1:

@@ -1,0 +1,147 @@
+"""Walking the paths given to ``diagnose``: the files in folders, what is not read and why,
+and what ``--exclude`` leaves out."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from pdprobe.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Found:
+    """The files under the paths given, and what could not be listed."""
+
+    files: list[tuple[Path, bool]]  # (file, named directly)
+    warnings: list[str]  # unreadable folders, FIFOs, dangling links, links to folders
+    excluded: list[Path] = field(default_factory=list)  # folder members matching --exclude
+
+
+# How many excluded files the grouped note names before it says "and N more".
+EXCLUDED_NAMED: Final = 5
+
+
+def expand_paths(paths: Sequence[Path], exclude: Sequence[str] = ()) -> list[tuple[Path, bool]]:
+    """Files to read, each with whether the user named it directly (vs found in a folder).
+
+    ``exclude`` holds glob patterns (``fnmatch`` semantics: ``*``, ``?``, ``[seq]``; ``*``
+    also crosses ``/``) matched against each folder member's path relative to the folder
+    given and against its file name: ``--exclude '*.log'``, ``--exclude 'old/*'``. A file
+    named directly on the command line is never excluded.
+    """
+    return walk_paths(paths, exclude).files
+
+
+def excluded(relative: str, name: str, patterns: Sequence[str]) -> bool:
+    """Whether a folder member (its path relative to the folder given, and its name)
+    matches one of the ``--exclude`` patterns."""
+    return any(fnmatch.fnmatch(relative, pat) or fnmatch.fnmatch(name, pat)
+               for pat in patterns)
+
+
+def excluded_note(found: Found, patterns: Sequence[str]) -> str | None:
+    """One grouped note for the files ``--exclude`` left out (None when it left out none)."""
+    if not found.excluded:
+        return None
+    n = len(found.excluded)
+    shown = ", ".join(str(p) for p in found.excluded[:EXCLUDED_NAMED])
+    more = f" and {n - EXCLUDED_NAMED} more" if n > EXCLUDED_NAMED else ""
+    pats = ", ".join(repr(p) for p in patterns)
+    return (f"left out {n} file{'s' if n != 1 else ''} matching --exclude {pats}: "
+            f"{shown}{more}")
+
+
+def walk_paths(paths: Sequence[Path], exclude: Sequence[str] = ()) -> Found:
+    """Files to read, each with whether the user named it directly (vs found in a folder),
+    and a warning for each folder member that is not read (unreadable subfolder, FIFO,
+    device, socket, dangling link, link to a folder). Hidden members are skipped quietly;
+    folder members matching an ``exclude`` pattern (see ``expand_paths``) are listed in
+    ``Found.excluded``.
+
+    A file is listed once however often it is reached (``diagnose f f``, ``diagnose dir
+    dir/f``, a symlink to it): the same device and inode is the same file.
+    """
+    out: list[tuple[Path, bool]] = []
+    warnings: list[str] = []
+    left_out: list[Path] = []
+    seen: dict[tuple[int, int], int] = {}
+
+    def add(p: Path, named: bool) -> None:
+        try:
+            st = p.stat()
+            ident = (st.st_dev, st.st_ino)
+        except OSError:
+            out.append((p, named))
+            return
+        if ident in seen:
+            if named:  # named directly counts as named, wherever it was found first
+                out[seen[ident]] = (out[seen[ident]][0], True)
+            return
+        seen[ident] = len(out)
+        out.append((p, named))
+
+    for path in paths:
+        if not path.exists() and not path.is_symlink():
+            raise UsageError(f"{path}: no such file or folder", hint="check the path")
+        if path.is_dir():
+            found, problems = _walk_folder(path)
+            warnings.extend(problems)
+            for p in found:
+                if exclude and excluded(p.relative_to(path).as_posix(), p.name, exclude):
+                    left_out.append(p)
+                else:
+                    add(p, False)
+        else:
+            add(path, True)
+    # a file also named directly, or reached through another folder unexcluded, is read
+    kept = {p for p, _ in out}
+    return Found(out, warnings, [p for p in dict.fromkeys(left_out) if p not in kept])
+
+
+def _walk_folder(top: Path) -> tuple[list[Path], list[str]]:
+    """Regular files under ``top`` (sorted, hidden names left out) and why others were not."""
+    files: list[Path] = []
+    problems: list[str] = []
+
+    def unreadable(err: OSError) -> None:
+        where = err.filename or top
+        problems.append(f"skipped folder {where}: cannot read it ({err.strerror or err})")
+
+    for folder, dirs, names in os.walk(top, onerror=unreadable, followlinks=False):
+        base = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for d in dirs:
+            if (base / d).is_symlink():
+                problems.append(f"skipped {base / d}: a symbolic link to a folder (not "
+                                "followed; name the folder itself to read it)")
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            p = base / name
+            why = _not_regular(p)
+            if why:
+                problems.append(f"skipped {p}: {why}")
+            else:
+                files.append(p)
+    return sorted(files), problems
+
+
+def _not_regular(p: Path) -> str | None:
+    """Why ``p`` is not a regular file to read (None when it is one)."""
+    try:
+        mode = p.stat().st_mode
+    except OSError as exc:
+        if p.is_symlink():
+            return "a symbolic link to nothing (dangling)"
+        return f"cannot read it ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    return f"{kind}, not a regular file (a capture is files)"
