@@ -10,7 +10,7 @@ strength that disagree are an input error: the user must say which is right.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -91,6 +91,7 @@ def resolve_roles(
 ) -> tuple[tuple[InstanceInfo, ...], tuple[str, ...]]:
     """Instances with their roles, plus warnings; raises InputError on a real conflict."""
     prefill_re, decode_re = options.compiled()
+    matched = {"--prefill-match": False, "--decode-match": False}
     by_instance: dict[str, list[RoleHint]] = {}
     for hint in hints:
         by_instance.setdefault(hint.instance, []).append(hint)
@@ -100,9 +101,11 @@ def resolve_roles(
     for name in all_names:
         candidates = list(by_instance.get(name, []))
         if prefill_re is not None and prefill_re.search(name):
+            matched["--prefill-match"] = True
             candidates.append(RoleHint(name, "prefill", f"--prefill-match {prefill_re.pattern!r}",
                                        ROLE_FROM_OPTION))
         if decode_re is not None and decode_re.search(name):
+            matched["--decode-match"] = True
             candidates.append(RoleHint(name, "decode", f"--decode-match {decode_re.pattern!r}",
                                        ROLE_FROM_OPTION))
         if not any(h.strength >= ROLE_FROM_NAME for h in candidates):
@@ -132,7 +135,24 @@ def resolve_roles(
         infos.append(InstanceInfo(name=name, role=role, role_source=how,
                                   node=nodes.get(name) or node_of(name),
                                   engine=engines.get(name)))
+    for opt, pattern in (("--prefill-match", prefill_re), ("--decode-match", decode_re)):
+        if pattern is not None and not matched[opt]:
+            warnings.append(unmatched_pattern_warning(opt, pattern.pattern, all_names))
     return tuple(infos), tuple(warnings)
+
+
+# How many instance names a warning about an unmatched role pattern lists.
+NAMES_LISTED: Final = 4
+
+
+def unmatched_pattern_warning(option: str, pattern: str, names: Sequence[str]) -> str:
+    """``--prefill-match 'ctx-' matched none of the 6 instances (10.0.1.10:8000, ...)``: a
+    pattern that matched nothing is most likely a typo, and the names show what to match."""
+    if not names:
+        return f"{option} {pattern!r} matched nothing: the inputs name no instance"
+    shown = ", ".join(names[:NAMES_LISTED]) + (", ..." if len(names) > NAMES_LISTED else "")
+    count = f"the {len(names)} instances" if len(names) > 1 else "the 1 instance"
+    return f"{option} {pattern!r} matched none of {count} ({shown})"
 
 
 def node_of(instance: str) -> str | None:

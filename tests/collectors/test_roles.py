@@ -80,3 +80,16 @@ def test_node_of() -> None:
     assert node_of("10.0.0.5:8000") == "10.0.0.5"
     assert node_of("[fe80::1]:9100") == "fe80::1"
     assert node_of("decode-0") == "decode-0"
+
+
+def test_a_role_pattern_matching_no_instance_is_a_warning_naming_them() -> None:
+    names = [f"10.0.1.{10 + i}:8000" for i in range(6)]
+    _, warnings = _resolve(names, options=RoleOptions(prefill_match="ctx-", decode_match="1[45]:"))
+    assert warnings == ("--prefill-match 'ctx-' matched none of the 6 instances "
+                        "(10.0.1.10:8000, 10.0.1.11:8000, 10.0.1.12:8000, 10.0.1.13:8000, ...)",)
+    _, warnings = _resolve(["a:1"], options=RoleOptions(decode_match="gen"))
+    assert warnings == ("--decode-match 'gen' matched none of the 1 instance (a:1)",)
+    _, warnings = _resolve([], options=RoleOptions(decode_match="gen"))
+    assert warnings == ("--decode-match 'gen' matched nothing: the inputs name no instance",)
+    _, warnings = _resolve(names, options=RoleOptions(prefill_match="0:", decode_match="1[2-5]"))
+    assert warnings == ()
