@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.prometheus_target import PrometheusTarget
@@ -20,6 +21,18 @@ from pdprobe.collectors.roles import RoleOptions
 from pdprobe.errors import PdprobeError
 from pdprobe.redact import Redactor
 from pdprobe.safe_text import clean
+
+if TYPE_CHECKING:
+    from pdprobe.collectors.promql_plan import Window
+
+# How far back ``check`` looks for an engine's samples when the window holds none: a month, at
+# a subquery step no longer than Prometheus' default 5-minute lookback, so every scrape of a
+# continuously scraped series is seen (8,640 steps per series).
+LOCATE_SPAN_S: Final = 30 * 86400
+LOCATE_STEP_S: Final = 300
+LOCATE_SPAN_TEXT: Final = "30 days"
+# The engine family whose samples say where the data lies, when present: every engine exports it.
+_PREFERRED: Final = re.compile(r"num_requests_running|requests_running|num_running_reqs")
 
 # How a role was decided, without the value: "label tier='ctx'" counts as "label tier".
 _ROLE_HOW: Final = re.compile(r"(label [\w-]+|name pattern in \w+|metrics map selector|--\w+-match|"
@@ -102,8 +115,9 @@ def check(target: PrometheusTarget, ctx: ReadContext | None = None,
     problem = None
     if not found.engines:
         where = f" matching {{{meta.selector}}}" if meta.selector else ""
-        problem = tidy(f"no vLLM, SGLang or Dynamo metrics{where} in the window: check --selector, "
-                   f"--since/--until or --metrics-map")
+        located = locate_data(target, meta.window, meta.selector, meta.clock_skew_s)
+        problem = tidy(located or (f"no vLLM, SGLang or Dynamo metrics{where} in the window: "
+                                   "check --selector, --since/--until or --metrics-map"))
     elif not p.instances:
         problem = "metric families exist but no instance could be named: check --metrics-map"
     w = meta.window
@@ -120,6 +134,79 @@ def check(target: PrometheusTarget, ctx: ReadContext | None = None,
         warnings=tuple(dict.fromkeys(tidy(w) for w in (*p.warnings, *p.role_warnings))),
         notes=tuple(tidy(n) for n in p.notes),
     )
+
+
+def locate_data(target: PrometheusTarget, window: Window, selector: str,
+                clock_skew_s: float) -> str | None:
+    """Where in time the engine data lies, when the window holds none: "no samples in the
+    window 10:00–10:30 UTC; the newest sample of vllm:num_requests_running is from 2026-11-30
+    03:12 UTC (7 h 0 min before the window's start)". Two cheap calls: the engine metric names
+    of the last ``LOCATE_SPAN_S``, then the newest and oldest sample time of one of them.
+    None when the server cannot say (the caller keeps its generic line)."""
+    from pdprobe.collectors import prometheus as prom
+    from pdprobe.collectors import promql_plan as pp
+    from pdprobe.collectors.metrics_map import load_metrics_map
+
+    now = time.time() + clock_skew_s
+    span = f"no samples in the window {_span_text(window.start_ts, window.end_ts)}"
+    mmap = load_metrics_map(target.metrics_map) if target.metrics_map else None
+    engine_match, _ = pp.discovery_matchers(selector, None, pp.SpecIndex.build(mmap))
+    client = prom.PromClient(target, time.monotonic() + target.timeout_s)
+    try:
+        names = sorted(client.label_values("__name__", [engine_match], now - LOCATE_SPAN_S, now))
+        if not names:
+            where = f" matching {{{selector}}}" if selector else ""
+            return (f"{span}, nor any vLLM, SGLang or Dynamo metric{where} in the last "
+                    f"{LOCATE_SPAN_TEXT}: check --selector or --metrics-map")
+        name = next((n for n in names if _PREFERRED.search(n)), names[0])
+        series = f'{{__name__="{name}"{", " + selector if selector else ""}}}'
+        sub = f"timestamp({series})[{LOCATE_SPAN_S}s:{LOCATE_STEP_S}s]"
+        edges = {str((item.get("metric") or {}).get("edge")): float(item["value"][1])
+                 for item in client.query(
+                     f'label_replace(max(max_over_time({sub})), "edge", "newest", "", "") or '
+                     f'label_replace(min(min_over_time({sub})), "edge", "oldest", "", "")', now)}
+    except (PdprobeError, OSError, ValueError, KeyError, IndexError, TypeError,
+            prom._HttpError, prom._TooLarge):
+        return None  # a courtesy: the generic line stays
+    finally:
+        client.close()
+    newest, oldest = edges.get("newest"), edges.get("oldest")
+    if newest is None or oldest is None:
+        return None
+    if newest < window.start_ts:
+        return (f"{span}; the newest sample of {name} is from {_when(newest)} "
+                f"({_ago(window.start_ts - newest)} before the window's start): "
+                "move --since/--until")
+    if oldest > window.end_ts:
+        return (f"{span}; the oldest sample of {name} in the last {LOCATE_SPAN_TEXT} is from "
+                f"{_when(oldest)} ({_ago(oldest - window.end_ts)} after the window's end): "
+                "move --since/--until")
+    return (f"{span}; {name} has samples from {_when(oldest)} to {_when(newest)}, none in "
+            "the window (a gap in scraping?): move --since/--until")
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _span_text(start_ts: float, end_ts: float) -> str:
+    """``2026-12-01 10:00–10:30 UTC`` (the date once when both ends share it)."""
+    a, b = (datetime.fromtimestamp(t, tz=UTC) for t in (start_ts, end_ts))
+    if a.date() == b.date():
+        return f"{a:%Y-%m-%d %H:%M}–{b:%H:%M} UTC"
+    return f"{a:%Y-%m-%d %H:%M}–{b:%Y-%m-%d %H:%M} UTC"
+
+
+def _ago(seconds: float) -> str:
+    """A distance in time for people: ``45 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def capabilities(signals: frozenset[str], by_role: dict[str, list[str]]) -> tuple[Capability, ...]:
