@@ -906,18 +906,40 @@ def _first_reason(*values: Any) -> str | None:
     return None
 
 
-BAND_NOTE: Final = "P, D: recommended counts; ratio: theoretical P/D; binding: at those counts"
+BAND_NOTE: Final = ("P, D: recommended counts; ratio: theoretical P/D; binding: at those counts; "
+                    "rows above the recommendation need fewer instances, below as many or more")
+# The recommendation's own row in the band, at the observed workload.
+BAND_ANSWER_LABEL: Final = "observed workload (the recommendation)"
 
 
 def band_table(report: Report) -> Table | None:
-    """How the recommendation moves under each what-if (load, p90 lengths, hit rate)."""
+    """How the recommendation moves under each what-if (load, p90 lengths, hit rate), centred
+    on the answer: the recommendation's own row in the middle, the what-ifs that need fewer
+    instances (P + D; then fewer prefill) above it and those that need as many or more below,
+    each side ordered by that need."""
     cap = report.capacity
     if isinstance(cap, Missing) or not cap.band:
         return None
-    rows = tuple((Cell(b.label), Cell(fmt_num(b.prefill)), Cell(fmt_num(b.decode)),
-                  Cell(fmt_ratio(b.theoretical_ratio)),
-                  Cell(b.binding) if b.binding else Cell(NA, "not estimated"))
-                 for b in cap.band)
+
+    def row(label: str, p: int, d: int, ratio: Any, binding: Any) -> tuple[Cell, ...]:
+        return (Cell(label), Cell(fmt_num(p)), Cell(fmt_num(d)), Cell(fmt_ratio(ratio)),
+                Cell(binding) if isinstance(binding, str) and binding
+                else Cell(NA, "not estimated"))
+
+    ordered = sorted(cap.band, key=lambda b: (b.prefill + b.decode, b.prefill))
+    p_rec, d_rec = count(cap.recommended_prefill), count(cap.recommended_decode)
+    if p_rec is None or d_rec is None:
+        rows = tuple(row(b.label, b.prefill, b.decode, b.theoretical_ratio, b.binding)
+                     for b in ordered)
+    else:
+        need = (p_rec + d_rec, p_rec)
+        below = [b for b in ordered if (b.prefill + b.decode, b.prefill) < need]
+        rest = [b for b in ordered if (b.prefill + b.decode, b.prefill) >= need]
+        rows = (*(row(b.label, b.prefill, b.decode, b.theoretical_ratio, b.binding)
+                  for b in below),
+                row(BAND_ANSWER_LABEL, p_rec, d_rec, cap.theoretical_ratio, cap.binding),
+                *(row(b.label, b.prefill, b.decode, b.theoretical_ratio, b.binding)
+                  for b in rest))
     return Table(title="what-if band", columns=("what-if", "P", "D", "ratio", "binding"),
                  rows=rows, numeric=(False, True, True, True, False), note=BAND_NOTE)
 

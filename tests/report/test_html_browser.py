@@ -88,7 +88,7 @@ def test_capacity_charts_render(chromium: Chromium, tmp_path: Path) -> None:
     # recommended counts drawn over their windows (and deployed where it differs)
     assert [text for text, _ in values["span_labels"]] == ["2P:4D", "3P:4D", "4P:4D", "2P:4D"]
     assert all(width > 10 for _, width in values["span_labels"])
-    assert values["band_rows"] == 5
+    assert values["band_rows"] == 6  # 5 what-ifs and the recommendation
     assert values["windows_rows"] == 6 and values["windows_open"] is False  # folded
 
 

@@ -100,7 +100,8 @@ def test_capacity_band_and_windows_as_tables() -> None:
     band = cap.split("**what-if band**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert band[:2] == ["| what-if | P | D | ratio | binding |", "|---|---:|---:|---:|---|"]
     assert "| p90 lengths (prompt 27,367, output 597) | 9 | 7 | 1.21 | prefill |" in band
-    assert len(band) == 7
+    assert band[4] == "| observed workload (the recommendation) | 4 | 4 | 0.95 | prefill |"
+    assert len(band) == 8  # header, rule, 5 what-ifs and the recommendation
     # windows: the summary in the text, the table folded in <details> (GitHub renders it)
     assert ("**capacity per window**\n\ndeployed ≠ recommended in 5 of 6 windows of 10m00s; "
             "latest +50m00s needs 4P:4D, has 2P:4D\n\n"

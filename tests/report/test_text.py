@@ -176,11 +176,16 @@ def test_band_table_has_counts_per_what_if() -> None:
     out = render(F.prefill_bound(), RenderOptions(width=WIDTH))
     band = _section(out, "what-if band", "capacity per window")
     assert band[0].split() == ["what-if", "P", "D", "ratio", "binding"]
-    rows = {line.rsplit(None, 4)[0]: line.rsplit(None, 4)[1:] for line in band[2:7]}
+    rows = {line.rsplit(None, 4)[0]: line.rsplit(None, 4)[1:] for line in band[2:8]}
     assert rows["load +20% (4.08 req/s)"] == ["5", "5", "0.95", "prefill"]
     assert rows["p90 lengths (prompt 27,367, output 597)"] == ["9", "7", "1.21", "prefill"]
     assert rows["hit rate 42% (-10 pts)"] == ["5", "4", "1.13", "prefill"]
-    assert len(band) == 8  # header, rule, 5 what-ifs, the legend
+    # centred on the answer: fewer instances above the recommendation, as many or more below
+    assert list(rows) == ["load -20% (2.72 req/s)", "hit rate 62% (+10 pts)",
+                          "observed workload (the recommendation)", "hit rate 42% (-10 pts)",
+                          "load +20% (4.08 req/s)", "p90 lengths (prompt 27,367, output 597)"]
+    assert rows["observed workload (the recommendation)"] == ["4", "4", "0.95", "prefill"]
+    assert "rows above the recommendation need fewer instances" in " ".join(band[8:])
 
 
 def test_windows_summarised_by_default_and_listed_with_verbose() -> None:
