@@ -24,14 +24,20 @@ def _shared_dir() -> Path | None:
     return None
 
 
+# The one reason every test needing the public traces gives when they are absent.
+SHARED_TRACES_SKIP = "public traces not found beside the repository (../shared/traces): skipped"
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    """``../shared`` beside the checkout (CI lays it there); tests needing it fail loudly in CI."""
+    """The folder holding the public traces (``traces/``: Azure LLM-inference 2023 and Mooncake),
+    beside the checkout as ``../shared`` (CI lays it there). Without it the tests needing it are
+    skipped (README: "Without the public traces"); in CI they fail loudly."""
     found = _shared_dir()
     if found is None:
         if os.environ.get("CI"):
-            pytest.fail("../shared/traces is missing beside the checkout")
-        pytest.skip("../shared/traces not available")
+            pytest.fail(f"{SHARED_TRACES_SKIP[:-len(': skipped')]} (CI must provide them)")
+        pytest.skip(SHARED_TRACES_SKIP)
     return found
 
 

@@ -11,7 +11,7 @@ from pdprobe.profiles import BUILTIN_PROFILES, DEEPSEEK_V3, LLAMA3_70B, QWEN3_23
 
 
 def test_kv_bytes_per_token_match_published_figures() -> None:
-    # capacity-models.md §7: Llama-3-70B 327,680 B/token; Qwen3-235B 192,512 logical and
+    # docs/model.md (KV bytes per token): Llama-3-70B 327,680 B/token; Qwen3-235B 192,512 logical and
     # 385,024 at TP8 (one KV head per rank, replicated); DeepSeek-V3 MLA ~70 KB.
     assert LLAMA3_70B.kv_bytes_per_token_logical() == 327_680
     assert QWEN3_235B.kv_bytes_per_token_logical() == 192_512

@@ -23,7 +23,7 @@ from pdprobe.values import Maybe, Missing
 # Dynamo's examples use (TTFT 2 s including queueing; 100 ms per output token ~ 10 tokens/s).
 DEFAULT_SLO_TTFT_S: Final = 2.0
 DEFAULT_SLO_TPOT_S: Final = 0.1
-# CONTRACT.md's --slo-target default: 90 % of requests within both objectives.
+# docs/contract.md's --slo-target default: 90 % of requests within both objectives.
 DEFAULT_SLO_TARGET: Final = 0.9
 
 

@@ -1,6 +1,6 @@
 """Map real exposed metric names (vLLM, SGLang, Dynamo, node_exporter, Mooncake) to signals.
 
-Names follow ``shared/reference/metrics-and-logs.md`` including renamed and older ones. Lookup
+Names are the engines' own, including renamed and older ones (docs/inputs/metrics.md). Lookup
 keys are normalised with ``:`` rewritten to ``_`` because some pipelines rewrite it; both
 spellings therefore match. Histograms are keyed by family name (without ``_bucket``/``_sum``/
 ``_count``); counters by the exposed name (with ``_total``).

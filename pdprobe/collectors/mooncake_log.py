@@ -1,6 +1,6 @@
 """Mooncake transfer-engine log lines: periodic metrics, RDMA slice failures, TCP transport.
 
-Formats follow shared/reference/metrics-and-logs.md §4.7: the classic TE's current
+Formats (docs/inputs/logs.md, Mooncake): the classic TE's current
 ``[Metrics] Transfer Engine Stats (over last Ns): Throughput: X MB/s | Latency Distribution
 (count=n): 10-20μs:1.0%, ...`` and older ``Transfer Engine Throughput: X MB/s (over last Ns)``;
 TENT's periodic ``Read: 1.00 MB (100 reqs, 2 fails) | Write: 512.00 KB (50 reqs, 1 fails)``

@@ -2,7 +2,7 @@
 
 Three layouts are recognised from the column names (see docs/inputs/requests.md):
 
-- canonical CONTRACT.md columns, with a small alias table (``input_tokens`` -> ``prompt_tokens``,
+- the canonical columns of docs/contract.md, with a small alias table (``input_tokens`` -> ``prompt_tokens``,
   ``ttft_ms`` -> ``ttft_s`` / 1000, ...);
 - Azure LLM inference traces: ``TIMESTAMP, ContextTokens, GeneratedTokens`` (wall clock, UTC);
 - Mooncake traces: ``timestamp`` (ms from the trace start), ``input_length``, ``output_length``,

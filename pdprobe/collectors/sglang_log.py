@@ -1,6 +1,6 @@
 """SGLang log lines: ``Prefill batch`` / ``Decode batch`` stats and KV-transfer failures.
 
-Formats follow shared/reference/metrics-and-logs.md §2.5-2.8: 0.4.6, 0.4.9, 0.5.3, 0.5.10 and
+Formats (docs/inputs/logs.md, SGLang): 0.4.6, 0.4.9, 0.5.3, 0.5.10 and
 0.5.23 (``. `` or ``, `` after ``batch``, optional `` [iter]``, trailing ``, `` or space, the 0.4.9
 ``timestamp:`` field, hybrid SWA/mamba/hisparse usage, speculative-decoding and PD fields). The
 ``key: value`` pairs are parsed generically and mapped afterwards, so new keys are tolerated.

@@ -1,6 +1,6 @@
 """vLLM log lines: periodic stats, ``KV Transfer metrics:`` and NIXL warnings/errors.
 
-Formats follow shared/reference/metrics-and-logs.md §1.5 for every listed version: the V0 line
+Formats (docs/inputs/logs.md, vLLM), every released version: the V0 line
 (``Running/Swapped/Pending``, CPU KV cache usage, trailing period) and its separate
 ``Prefix cache hit rate: GPU: x%, CPU: y%`` line; early V1 without ``Engine NNN: ``; 0.8.5-0.11;
 0.14 (optional Preemptions, always Prefix cache hit rate); 0.33 (Deferred, KV fetch stages,

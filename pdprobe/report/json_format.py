@@ -1,4 +1,4 @@
-"""JSON report: CONTRACT.md's minimum fields first, then the full detail.
+"""JSON report: the minimum fields of docs/contract.md first, then the full detail.
 
 Missing values become ``null`` and their reasons are collected under ``missing`` keyed by the
 JSON path, so a script can tell "not measured" from zero.

@@ -76,7 +76,7 @@ class Report:
 def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
     """Status follows the worst finding; "unknown" only when nothing could be judged.
 
-    A report holding a finding was judged (CONTRACT.md: never exit 3 with a warning finding).
+    A report holding a finding was judged (docs/contract.md: never exit 3 with a warning finding).
     """
     worst = max((f.severity.rank for f in findings), default=0)
     if not judged and not findings:

@@ -41,7 +41,7 @@ class DiagnoseRequest:
     exclude: tuple[str, ...] = ()  # --exclude globs for folder members (files.expand_paths)
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
-    slo_target: float = 0.9  # share of requests that must meet both objectives (CONTRACT.md)
+    slo_target: float = 0.9  # share of requests that must meet both objectives (docs/contract.md)
     profile: str | None = None  # model x GPU profile name or TOML path; None = infer/default
     verify: bool = False  # confirm the recommendation by simulation
     window_s: float = DEFAULT_WINDOW_S  # capacity estimate per window

@@ -1,4 +1,4 @@
-"""A scenario matrix: small captures that show one root cause each (CONTRACT.md), plus healthy ones.
+"""A scenario matrix: small captures that show one root cause each (docs/contract.md), plus healthy ones.
 
 ``build_scenario(cause, trace=..., engine=..., naming=..., seed=...)`` returns a ``SimConfig``;
 ``run_to_dir(config, out_dir)`` writes the capture. Every scenario is sized from its workload:

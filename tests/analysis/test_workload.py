@@ -45,7 +45,7 @@ def _dist(value: object) -> LengthDistribution:
     return value
 
 
-# The tables of /work/shared/traces/README.md: requests, span, arrival rate,
+# The figures published with the public traces (the README beside them): requests, span, arrival rate,
 # input mean/p50/p90/p99/max, output mean/p50/p90/p99/max.
 TRACE_TABLE = [
     ("AzureLLMInferenceTrace_code.csv", 8819, 3435.9, 2.567,

@@ -147,7 +147,8 @@ def test_real_traces_at_a_constant_adequate_ratio_never_fire(trace: str, tmp_pat
 
     base = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
     if not (base / trace).is_file():
-        pytest.skip(f"{base / trace} not present")
+        pytest.skip(f"public traces not found beside the repository (../shared/traces/{trace}): "
+                    "skipped")
     for load in ("healthy-low", "healthy-high"):
         cfg = scenarios.build_scenario(load, trace=base / trace)
         out = tmp_path / load

@@ -1,4 +1,4 @@
-"""Status and exit codes as CONTRACT.md says: status follows the findings, UNKNOWN (exit 3) only
+"""Status and exit codes as docs/contract.md says: status follows the findings, UNKNOWN (exit 3) only
 when nothing could be judged and then with a one-line reason, single scrapes judged on what one
 scrape shows.
 

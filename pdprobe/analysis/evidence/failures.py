@@ -37,7 +37,7 @@ RECOMPUTE_EVENTS: Final = (S.EV_KV_LOAD_RECOMPUTED,)
 ABORT_EVENTS: Final = (S.EV_REQUEST_ABORTED,)
 FAILURE_EVENTS: Final = (*TRANSFER_EVENTS, *FABRIC_EVENTS, *NAMING_ONLY_EVENTS,
                          *RECOMPUTE_EVENTS, *ABORT_EVENTS)
-# Request statuses that mean a request did not complete (CONTRACT.md's status column).
+# Request statuses that mean a request did not complete (the status column of docs/contract.md).
 NOT_OK: Final = ("error", "timeout", "aborted")
 
 

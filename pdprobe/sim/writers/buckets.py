@@ -1,4 +1,4 @@
-"""Histogram bucket bounds exactly as the engines expose them (metrics-and-logs.md §1.2, §2.2-2.3).
+"""Histogram bucket bounds exactly as the engines expose them (docs/inputs/metrics.md).
 
 vLLM 0.33.0 ``vllm/v1/metrics/buckets.py`` and the KV-connector stats modules; SGLang 0.5.23
 ``metrics_collector.py`` / tokenizer metrics. SGLang's token-length histograms are opt-in

@@ -1,4 +1,4 @@
-"""Mooncake transfer-engine glog lines (metrics-and-logs.md §4.7): start-up and slice failures.
+"""Mooncake transfer-engine glog lines (docs/inputs/logs.md, Mooncake): start-up and slice failures.
 
 At start-up the engine logs its topology discovery (``Found N HCAs.``; with no HCAs it falls
 back to TCP) and, with RDMA, ``installTransport, type=rdma``. Under RDMA loss, slices that

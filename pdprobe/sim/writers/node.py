@@ -6,7 +6,7 @@ loss rate (Poisson draws per scrape interval, so they are noisy and monotonic), 
 counters follow background traffic. With TCP transport there are no ``node_infiniband_*``
 series at all, and the KV bytes show up in ``node_network_*_bytes_total`` of ``eth0``.
 
-Counter signatures of RDMA loss (mlx5 semantics, metrics-and-logs.md §4.2): the sender sees
+Counter signatures of RDMA loss (mlx5 semantics, docs/inputs/metrics.md): the sender sees
 NAK sequence errors (``packet_seq_err``), adaptive retransmissions and ack timeouts; the
 receiver sees out-of-sequence packets and duplicate requests.
 """

@@ -1,4 +1,4 @@
-"""Per-request records with every canonical column (CONTRACT.md), as JSONL or Parquet.
+"""Per-request records with every canonical column (docs/contract.md), as JSONL or Parquet.
 
 ``arrival_ts`` is absolute Unix seconds (``start_ts`` + simulated time). Latencies follow the
 request's life: ``queue_s`` until its first prefill chunk, ``prefill_s`` until its KV is ready

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23 scheduler logs, one file per instance (metrics-and-logs.md §2.5-2.8).
+"""SGLang 0.5.23 scheduler logs, one file per instance (docs/inputs/logs.md, SGLang).
 
 Prefill servers print one ``Prefill batch`` line per forward pass (PD-prefill fields included);
 decode servers print ``Decode batch`` every ``--decode-log-interval`` iterations, written here

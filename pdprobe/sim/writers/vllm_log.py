@@ -1,4 +1,4 @@
-"""vLLM 0.33 engine logs, one file per instance (metrics-and-logs.md §1.5).
+"""vLLM 0.33 engine logs, one file per instance (docs/inputs/logs.md, vLLM).
 
 Every 10 s (``VLLM_LOG_STATS_INTERVAL``) the APIServer prints the stats line; an interval with
 no prompt or generation throughput (and none in the previous one) is logged at DEBUG and so
