@@ -300,10 +300,13 @@ def _role_fit(fit: FitResult | None, pred: np.ndarray, t: np.ndarray, scale: flo
     scaled by ``scale``, judged by its predictions ``pred`` of the observed times ``t``."""
     if fit is not None:
         return RoleFit("fit", len(t), fit.r2, fit.median_rel_error, scale, tuple(notes))
-    ss_tot = float(np.sum((t - t.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 0.0
-    return RoleFit("scaled profile", len(t), r2, float(np.median(np.abs(pred - t) / t)), scale,
-                   tuple(notes))
+    # Denormal or absurd durations (1e-320 s from a broken export) overflow the squares and
+    # ratios: they give an inf/nan figure, which is what such data deserves, not a warning.
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ss_tot = float(np.sum((t - t.mean()) ** 2))
+        r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 0.0
+        rel = float(np.median(np.abs(pred - t) / t))
+    return RoleFit("scaled profile", len(t), r2, rel, scale, tuple(notes))
 
 
 def _differs(ratio: float) -> str | None:
