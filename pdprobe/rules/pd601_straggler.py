@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 # median/MAD: a 1.5x slower instance drags the pool's tail; z guards against noisy peers.
 STRAGGLER_RATIO: Final = 1.5
 CRITICAL_RATIO: Final = 3.0
+# Critical needs the 3x cleared by this margin: the means severity compares are exact from
+# records and histogram sums but estimated from logs (Little's law on gauge averages, a few
+# percent off), so a 3.0x instance must not be a page from one source and a ticket from another.
+SOURCE_MARGIN: Final = 0.1
 # With only two instances there is no robust spread; demand a 2x gap.
 PAIR_RATIO: Final = 2.0
 # Load explains slowness when the instance takes this multiple of its fair traffic share.
@@ -31,12 +35,17 @@ KV_EXPLAINS_GAP: Final = 0.3
 BIN_SLOW_RATIO: Final = 1.3
 
 # Per role, the speed measures compared, best first: (column, its p90 column when an SLO
-# applies to it, label, per-bin frame).
+# applies to it, label, per-bin frame, the column severity compares). A median from histogram
+# buckets is an estimate whose error changes the ratio (a 3x straggler read 45 vs 15 ms from
+# records but 38 vs 18 ms from vLLM's 25-50 ms and 10-25 ms TPOT buckets): the severity
+# compares means, exact in every source (records, histogram sum/count, Little's law).
 MEASURES: Final = {
-    "decode": (("tpot_p50", "tpot_p90", "median TPOT", "req_tpot"),),
+    "decode": (("tpot_p50", "tpot_p90", "median TPOT", "req_tpot", "tpot_mean"),),
     "prefill": (("prefill_per_token_p50", None, "prefill time per uncached token",
-                 "req_prefill_per_token"),),
+                 "req_prefill_per_token", None),),
 }
+# Sources whose quantiles are interpolated within histogram buckets (said so in the report).
+BUCKET_SOURCES: Final = ("TPOT histogram", "inter-token latency histogram")
 # Each compared instance must have served this many requests: a median over a handful of
 # heavy-tailed prompts says more about the prompts than about the instance.
 MIN_SAMPLES: Final = 30
@@ -63,8 +72,12 @@ class Straggler(BaseRule):
     STRAGGLER_RATIO = 1.5x its peers' median and a modified z >= 3.5 against the peers'
     median/MAD (two instances: a 2x gap), slower than 1.3x its peers in >= 60 % of the bins
     when per-bin data exist, and not explained by load (traffic share >= 1.3x fair, or KV
-    full 30 points more of the time than its peers). Critical at 3x, or when it alone misses
-    the SLO its peers meet.
+    full 30 points more of the time than its peers). Critical at 3x plus a 10 % margin
+    (3.3x), or when it alone misses the SLO its peers meet. For decode the severity ratio
+    compares mean TPOT (exact from request records and a histogram's sum/count, estimated by
+    Little's law from logs), not a median interpolated in histogram buckets, so records and
+    histograms of the same instance give the same severity; the report says when a median
+    is a bucket estimate.
 
     What to do: check the instance's GPU clocks, temperature and ECC/XID errors (nvidia-smi,
     DCGM), its NVLink/PCIe link state, its engine version and flags against its peers, and
@@ -81,7 +94,8 @@ class Straggler(BaseRule):
         "tpot_s / prefill_s, or per-instance TPOT/ITL/prefill-time histograms, or engine log "
         "throughput",
         ),
-        evidence=("instances.tpot_p50", "instances.tpot_p90", "instances.prefill_per_token_p50",
+        evidence=("instances.tpot_p50", "instances.tpot_p90", "instances.tpot_mean",
+                  "instances.prefill_per_token_p50",
                   "instances.samples", "instances.traffic_share", "instances.g_kv_usage_full_frac",
                   "bins.req_tpot", "bins.req_prefill_per_token", "slo"),
         live=(Live("per-instance latency histograms", (S.TPOT_S, S.ITL_S, S.PREFILL_S, S.TTFT_S)),),
@@ -101,7 +115,7 @@ class Straggler(BaseRule):
             rows = f.role(role)
             if len(rows) < 2:
                 continue
-            for col, p90_col, label, bins_name in measures:
+            for col, p90_col, label, bins_name, sev_col in measures:
                 values = column(rows, col)
                 if values.notna().sum() < 2:
                     continue
@@ -113,11 +127,17 @@ class Straggler(BaseRule):
                 evidence.extend(evs)
                 slow_all += slow
                 persistent_any = persistent_any or persistent
-                worst_ratio = max(worst_ratio, max(ratios))
-                top = slow[int(np.argmax(ratios))]
+                sev = self._severity_ratios(f, rows, slow, ratios, sev_col, role, evidence)
+                worst_ratio = max(worst_ratio, max(r for r, _ in sev))
+                pos = int(np.argmax(ratios))
+                top = slow[pos]
+                how = f"{max(ratios):.1f}x"
+                if self._source(rows, values, top) in BUCKET_SOURCES:
+                    how += " from histogram bucket estimates"
+                    if sev[pos][1] is not None:
+                        how += f"; the exact means are {sev[pos][1]}"
                 parts.append(f"{top} has a {label} of {secs(float(values[top]))} against "
-                             f"{secs(peers[top])} on its {role} peers "
-                             f"({max(ratios):.1f}x)")
+                             f"{secs(peers[top])} on its {role} peers ({how})")
                 slo = f.slo.tpot_slo_s if role == "decode" else f.slo.ttft_slo_s
                 if slo is not None and p90_col is not None:
                     p90 = column(rows, p90_col)
@@ -131,7 +151,8 @@ class Straggler(BaseRule):
             return [self.inconclusive()]
         if not slow_all:
             return []
-        severity = Severity.CRITICAL if (worst_ratio >= CRITICAL_RATIO or alone_misses) \
+        critical = worst_ratio >= CRITICAL_RATIO * (1.0 + SOURCE_MARGIN)
+        severity = Severity.CRITICAL if (critical or alone_misses) \
             else Severity.WARNING
         confidence = evidence_confidence(1 + int(persistent_any) + int(alone_misses), 3)
         return [self.finding(severity, confidence, "; ".join(parts), instances=slow_all,
@@ -195,6 +216,33 @@ class Straggler(BaseRule):
         if not slow:
             return None
         return slow, ratios, peer_map, persistent_any, evs
+
+    @staticmethod
+    def _severity_ratios(f: ClusterEvidence, rows: pd.DataFrame, slow: list[str],
+                         ratios: list[float], sev_col: str | None, role: str,
+                         evidence: list[Evidence]) -> list[tuple[float, str | None]]:
+        """Per slow instance, the ratio severity compares (its mean over its peers' median
+        mean where the exact means exist, else the ratio the straggler was found with) and
+        the means in words ("46 ms vs 15 ms") when they were used."""
+        if sev_col is None:
+            return [(r, None) for r in ratios]
+        means = column(rows, sev_col)
+        out: list[tuple[float, str | None]] = []
+        for inst, ratio in zip(slow, ratios, strict=True):
+            mine = float(means.get(inst, np.nan))
+            peers = means.drop(index=inst).dropna()
+            if not (np.isfinite(mine) and len(peers) and float(peers.median()) > 0):
+                out.append((ratio, None))
+                continue
+            base = float(peers.median())
+            out.append((mine / base, f"{secs(mine)} vs {secs(base)}, {mine / base:.1f}x"))
+            src_col = f"{sev_col}_source"
+            label = str(rows.loc[inst, src_col]) if src_col in rows.columns else sev_col
+            evidence.append(ev(f"mean TPOT on {inst} (decides the severity)", mine, "s",
+                               instances=[inst], window=whole(f), baseline=base,
+                               source=f"{label}, exact in every source (baseline: median of "
+                                      f"its {role} peers' means)"))
+        return out
 
     @staticmethod
     def _source(rows: pd.DataFrame, values: pd.Series, inst: str) -> str:

@@ -62,3 +62,22 @@ def test_inconclusive_without_per_instance_latency() -> None:
     req = Cluster(duration_s=300).requests().drop(columns=["prefill_instance", "decode_instance"])
     [res] = RULE.evaluate(make_context(make_dataset(req)))
     assert isinstance(res, Inconclusive) and "per-instance latency" in res.needs
+
+
+@pytest.mark.parametrize("factor,severity", [(3.0, Severity.WARNING), (4.0, Severity.CRITICAL)])
+def test_records_histograms_and_logs_give_one_severity(factor: float, severity: Severity) -> None:
+    """A 3x straggler (45 vs 15 ms) was critical from records and a warning from the TPOT
+    histogram, whose 25-50 ms and 10-25 ms buckets (vLLM's time_per_output_token buckets)
+    blur the medians. Severity compares exact means with a margin: one answer."""
+    c = Cluster(duration_s=600, tpot_s=0.015, tpot_factor={"decode-3": factor})
+    found = {}
+    for parts in (("requests",), ("metrics",), ("logs",)):
+        [f] = only(RULE.evaluate(c.context(parts)), "PD601")
+        found[parts[0]] = f
+    assert {f.severity for f in found.values()} == {severity}
+    hist = found["metrics"]
+    assert "from histogram bucket estimates; the exact means are" in hist.summary
+    mean = next(e for e in hist.evidence if e.what.startswith("mean TPOT on decode-3"))
+    assert mean.source.startswith("TPOT histogram sum/count")
+    assert float(mean.value) / float(mean.baseline) == pytest.approx(factor, rel=0.05)  # type: ignore[arg-type]
+    assert "bucket" not in found["requests"].summary

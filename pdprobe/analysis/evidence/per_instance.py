@@ -87,7 +87,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         quant = [c for c in _QUANTILE_INPUTS if c in sub.columns and bool(sub[c].notna().any())]
         if quant:
             grouped = sub.groupby(key, sort=True, observed=True)[quant]
-            by_q = {"p50": grouped.median(), "p90": grouped.quantile(0.9)}
+            by_q = {"p50": grouped.median(), "p90": grouped.quantile(0.9),
+                    "mean": grouped.mean()}
             for s in REQUEST_QUANTILES:
                 if s.source in quant:
                     cols.put(s.name, by_q[s.stat][s.source].reindex(keep))

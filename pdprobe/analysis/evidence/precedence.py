@@ -69,6 +69,10 @@ def derive_and_choose(cols: InstanceColumns) -> None:
     gen = cols.get("g_gen_tps_mean")
     cols.set_series("g_tpot_est", (cols.get("g_running_mean") / gen.where(gen > 0)).where(
         ~is_prefill))
+    for mean, total, count in (("h_tpot_mean", "h_tpot_sum", "h_tpot_count"),
+                               ("h_itl_mean", "h_itl_sum", "h_itl_count")):
+        n = cols.get(count)
+        cols.set_series(mean, cols.get(total) / n.where(n > 0))
     time_sum = cols.get("h_xfer_s_sum")
     cols.set_series("h_xfer_achieved",
                     cols.get("h_xfer_bytes_sum") / time_sum.where(time_sum > 0))
