@@ -62,6 +62,17 @@ NETWORK_COLUMNS: Final[Mapping[str, str]] = {
     "value": "float64",
 }
 
+# Deployment-level series (a planner's replica counts, a scheduler's routing decisions): numbers
+# about a whole deployment, not about one instance, long format. `deployment` is the Dynamo or
+# Kubernetes namespace the series names ("" when it names none). Same conventions as metrics.
+DEPLOYMENT_COLUMNS: Final[Mapping[str, str]] = {
+    "ts": "float64",
+    "deployment": "string",
+    "signal": "string",
+    "kind": "string",
+    "value": "float64",
+}
+
 # Discrete events: KV-transfer failures, RDMA slice failures, preemptions, warnings.
 EVENT_COLUMNS: Final[Mapping[str, str]] = {
     "ts": "float64",
@@ -198,6 +209,7 @@ class Partial:
     engines: Mapping[str, str] = field(default_factory=dict)  # instance -> engine
     warnings: tuple[str, ...] = ()
     keys: tuple[InstanceKey, ...] = ()  # names with their facts; optional (see InstanceKey)
+    deployment: pd.DataFrame | None = None  # DEPLOYMENT_COLUMNS rows
 
 
 @dataclass(frozen=True)
@@ -231,6 +243,7 @@ class Dataset:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. "running on the bundled sample"
     identities: tuple[Identity, ...] = ()  # how each instance's names across sources were unified
+    deployment: pd.DataFrame | None = None  # DEPLOYMENT_COLUMNS rows; None when no input had any
 
     def has_request_column(self, name: str) -> bool:
         return name in self.request_columns

@@ -88,6 +88,47 @@ OUTPUT_TOKENS: Final = "output_tokens"
 PREFILL_COMPUTED_TOKENS: Final = "prefill_computed_tokens"
 WORKER_REQUEST_S: Final = "worker_request_s"  # Dynamo work handler time per request (s)
 
+# --- Dynamo worker KV stats and NATS service timings (per instance) ----------------------------
+KV_ACTIVE_BLOCKS: Final = "kv_active_blocks"  # Dynamo kvstats_active_blocks (blocks in use)
+KV_TOTAL_BLOCKS: Final = "kv_total_blocks"  # Dynamo kvstats_total_blocks (blocks available)
+NATS_REQUESTS_TOTAL: Final = "nats_requests_total"  # requests served over the NATS service
+NATS_ERRORS_TOTAL: Final = "nats_errors_total"
+NATS_PROCESSING_S_TOTAL: Final = "nats_processing_s_total"  # cumulative handler time (s)
+NATS_PROCESSING_AVG_S: Final = "nats_processing_avg_s"  # mean handler time (s), gauge
+
+# --- LMCache (per instance; its own counters, not vLLM's external prefix-cache ones) ----------
+LMCACHE_REQUESTED_TOKENS_TOTAL: Final = "lmcache_requested_tokens_total"  # asked to retrieve
+LMCACHE_HIT_TOKENS_TOTAL: Final = "lmcache_hit_tokens_total"  # retrieved (hit)
+LMCACHE_STORED_TOKENS_TOTAL: Final = "lmcache_stored_tokens_total"
+LMCACHE_LOOKUP_TOKENS_TOTAL: Final = "lmcache_lookup_tokens_total"
+LMCACHE_LOOKUP_HITS_TOTAL: Final = "lmcache_lookup_hits_total"
+LMCACHE_RETRIEVE_HIT_RATIO: Final = "lmcache_retrieve_hit_ratio"  # 0-1, since last log
+LMCACHE_LOOKUP_HIT_RATIO: Final = "lmcache_lookup_hit_ratio"
+LMCACHE_RETRIEVE_S: Final = "lmcache_retrieve_s"  # histogram
+LMCACHE_STORE_S: Final = "lmcache_store_s"  # histogram
+LMCACHE_REMOTE_READ_BYTES_TOTAL: Final = "lmcache_remote_read_bytes_total"
+LMCACHE_REMOTE_WRITE_BYTES_TOTAL: Final = "lmcache_remote_write_bytes_total"
+
+# --- SGLang per-stage request latency (histograms, s; sglang:per_stage_req_latency_seconds) ---
+STAGE_PREFILL_WAITING_S: Final = "stage_prefill_waiting_s"  # waiting queue on prefill
+STAGE_PREFILL_FORWARD_S: Final = "stage_prefill_forward_s"
+STAGE_PREFILL_BOOTSTRAP_S: Final = "stage_prefill_bootstrap_s"  # P: bootstrap queue (handshake)
+STAGE_PREFILL_KV_SEND_S: Final = "stage_prefill_kv_send_s"  # P: KV being sent (inflight)
+STAGE_DECODE_PREALLOC_S: Final = "stage_decode_prealloc_s"  # D: waiting for KV memory
+STAGE_DECODE_BOOTSTRAP_S: Final = "stage_decode_bootstrap_s"  # D: handshake with prefill
+STAGE_DECODE_KV_WAIT_S: Final = "stage_decode_kv_wait_s"  # D: transfer queue (KV in flight)
+STAGE_DECODE_WAITING_S: Final = "stage_decode_waiting_s"  # D: waiting to join the batch
+
+# --- a router's own view of one backend (production-stack `server=`) --------------------------
+ROUTER_QPS: Final = "router_qps"  # requests per second the router sent to the backend
+ROUTER_PREFILL_REQUESTS: Final = "router_prefill_requests"  # in flight before the first token
+ROUTER_DECODING_REQUESTS: Final = "router_decoding_requests"  # in flight after it
+ROUTER_AVG_LATENCY_S: Final = "router_avg_latency_s"
+ROUTER_AVG_ITL_S: Final = "router_avg_itl_s"
+ROUTER_BACKEND_HEALTHY: Final = "router_backend_healthy"  # 1 healthy, 0 not
+ROUTER_ERRORS_TOTAL: Final = "router_errors_total"
+ROUTER_LATENCY_S: Final = "router_latency_s"  # histogram, end to end at the router
+
 # --- node network signals (per node/device/port; network table) -------------------------------
 LINK_RATE_BYTES_PER_S: Final = "link_rate_bytes_per_s"  # gauge
 PORT_STATE: Final = "port_state"  # gauge (4 = ACTIVE)
@@ -112,6 +153,34 @@ RDMA_PORT_XMIT_WAIT_TOTAL: Final = "rdma_port_xmit_wait_total"
 RDMA_PORT_ERRORS_TOTAL: Final = "rdma_port_errors_total"
 NODE_TCP_TX_BYTES_TOTAL: Final = "tcp_tx_bytes_total"  # ordinary netdev bytes (TCP fallback)
 NODE_TCP_RX_BYTES_TOTAL: Final = "tcp_rx_bytes_total"
+
+# --- deployment signals (deployment table: one value per deployment, not per instance) -------
+# Dynamo planner (its own view: deployed and recommended replicas, observed and estimated
+# latency; components/src/dynamo/planner/monitoring/planner_metrics.py).
+PLANNER_PREFILL_REPLICAS: Final = "planner_prefill_replicas"  # current (deployed) prefill
+PLANNER_DECODE_REPLICAS: Final = "planner_decode_replicas"
+PLANNER_PREDICTED_PREFILL_REPLICAS: Final = "planner_predicted_prefill_replicas"  # recommended
+PLANNER_PREDICTED_DECODE_REPLICAS: Final = "planner_predicted_decode_replicas"
+PLANNER_OBSERVED_TTFT_S: Final = "planner_observed_ttft_s"
+PLANNER_OBSERVED_ITL_S: Final = "planner_observed_itl_s"
+PLANNER_ESTIMATED_TTFT_S: Final = "planner_estimated_ttft_s"  # the planner's model's estimate
+PLANNER_ESTIMATED_ITL_S: Final = "planner_estimated_itl_s"
+PLANNER_OBSERVED_RPS: Final = "planner_observed_rps"
+PLANNER_PREDICTED_RPS: Final = "planner_predicted_rps"
+PLANNER_SIGNALS: Final = (PLANNER_PREFILL_REPLICAS, PLANNER_DECODE_REPLICAS,
+                          PLANNER_PREDICTED_PREFILL_REPLICAS, PLANNER_PREDICTED_DECODE_REPLICAS,
+                          PLANNER_OBSERVED_TTFT_S, PLANNER_OBSERVED_ITL_S,
+                          PLANNER_ESTIMATED_TTFT_S, PLANNER_ESTIMATED_ITL_S,
+                          PLANNER_OBSERVED_RPS, PLANNER_PREDICTED_RPS)
+# Dynamo frontend's per-model worker configuration (dynamo_frontend_model_*).
+MODEL_KV_BLOCKS_PER_WORKER: Final = "model_kv_blocks_per_worker"
+MODEL_KV_BLOCK_SIZE_TOKENS: Final = "model_kv_block_size_tokens"
+# llm-d inference scheduler (EPP) disaggregation decisions, counters.
+DISAGG_DECISIONS_TOTAL: Final = "disagg_decisions_total"  # every routing decision
+DISAGG_SPLIT_DECISIONS_TOTAL: Final = "disagg_split_decisions_total"  # sent to P then D
+DEPLOYMENT_SIGNALS: Final = frozenset({*PLANNER_SIGNALS, MODEL_KV_BLOCKS_PER_WORKER,
+                                       MODEL_KV_BLOCK_SIZE_TOKENS, DISAGG_DECISIONS_TOTAL,
+                                       DISAGG_SPLIT_DECISIONS_TOTAL})
 
 # Retransmission-type counters, summed by the rules into one "retransmits" rate.
 RETRANSMIT_SIGNALS: Final = (

@@ -26,6 +26,7 @@ from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import CAPTURE_METADATA_KEY, default_file_mode
 from pdprobe.dataset import (
+    DEPLOYMENT_COLUMNS,
     EVENT_COLUMNS,
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
@@ -50,7 +51,10 @@ TABLES: Final[Mapping[str, Mapping[str, str]]] = {
     "network": NETWORK_COLUMNS,
     "events": EVENT_COLUMNS,
     "requests": REQUEST_COLUMNS,
+    "deployment": DEPLOYMENT_COLUMNS,
 }
+# Tables only written when they have rows (added after format version 1's first release).
+OPTIONAL_TABLES: Final = frozenset({"deployment"})
 DEFAULT_NAME: Final = "pdprobe-capture-{stamp}.parquet"
 
 
@@ -105,6 +109,8 @@ def write_capture(partial: Partial, output: Path, collection: Mapping[str, Any] 
     rows: dict[str, int] = {}
     for table, columns in TABLES.items():
         frame = getattr(partial, table)
+        if (frame is None or len(frame) == 0) and table in OPTIONAL_TABLES:
+            continue  # absent from the metadata: older captures read the same way
         if frame is None or len(frame) == 0:
             rows[table] = 0
             continue
@@ -262,6 +268,7 @@ def read_capture(path: Path, ctx: ReadContext) -> Partial:
         metrics=frames["metrics"],
         network=frames["network"],
         events=frames["events"],
+        deployment=frames.get("deployment"),
         request_columns=frozenset(str(c) for c in doc.get("request_columns") or ()),
         role_hints=hints,
         nodes={str(k): str(v) for k, v in (doc.get("nodes") or {}).items()},

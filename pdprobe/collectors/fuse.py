@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 from pdprobe.collectors.identity import AliasMap, SourceKeys, keys_from_names, resolve
 from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles
 from pdprobe.dataset import (
+    DEPLOYMENT_COLUMNS,
     EVENT_COLUMNS,
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
@@ -45,6 +46,9 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
     metrics = concat_frames((p.metrics for p in partials), METRIC_COLUMNS)
     network = concat_frames((p.network for p in partials), NETWORK_COLUMNS)
     events = concat_frames((p.events for p in partials), EVENT_COLUMNS)
+    deployment = (_sorted_by(concat_frames((p.deployment for p in partials),
+                                           DEPLOYMENT_COLUMNS), "ts")
+                  if any(p.deployment is not None for p in partials) else None)
     warnings: list[str] = [w for p in partials for w in p.warnings]
     warnings.extend(resolution.warnings)
 
@@ -87,6 +91,7 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
         warnings=tuple(dict.fromkeys(warnings)),
         notes=tuple(precedence_notes),
         identities=tuple(i for i in resolution.identities if i.name in names),
+        deployment=deployment,
     )
 
 

@@ -17,9 +17,11 @@ from typing import Final, Literal
 from pdprobe import signals as S
 
 Engine = Literal["vllm", "sglang", "dynamo", "trtllm", "node", "mooncake", "rdma-exporter",
-                 "nixl", "custom"]  # custom: names from a --metrics-map file
+                 "nixl", "lmcache", "llm-d", "custom"]  # custom: names from a --metrics-map file
 Aggregation = Literal["sum", "max", "mean"]
-Scope = Literal["instance", "network"]
+# instance: one engine instance's number; network: a node's port; deployment: a number about the
+# whole deployment (a planner's replica counts, a scheduler's decisions), the `deployment` table.
+Scope = Literal["instance", "network", "deployment"]
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,28 @@ _DYNAMO: Final = (
     # Work-handler request time of a worker (lib/runtime metrics; docs/observability/
     # metrics_examples/*.log, dynamo_component="tensorrt_llm"|"backend"|"prefill", endpoint=)
     MetricSpec("dynamo_component_request_duration_seconds", S.WORKER_REQUEST_S, H, "dynamo"),
+    # KV stats blocks of a worker (lib/llm kv_router publisher; metrics_examples/vllm.log,
+    # dynamo_component="backend", dynamo_namespace=; the 1.x names carry worker_id, dp_rank).
+    MetricSpec("dynamo_component_kvstats_active_blocks", S.KV_ACTIVE_BLOCKS, G, "dynamo"),
+    MetricSpec("dynamo_component_kvstats_total_blocks", S.KV_TOTAL_BLOCKS, G, "dynamo"),
+    MetricSpec("dynamo_component_total_blocks", S.KV_TOTAL_BLOCKS, G, "dynamo", note="1.x"),
+    # NATS service timings of a component (docs/observability/metrics.md, "NATS"; labels
+    # dynamo_component, dynamo_namespace, service_name). All four are typed gauge; the three
+    # `_total` ones are cumulative since the worker started and read as counters.
+    MetricSpec("dynamo_component_nats_service_requests_total", S.NATS_REQUESTS_TOTAL, C,
+               "dynamo", note="typed gauge, cumulative"),
+    MetricSpec("dynamo_component_nats_service_errors_total", S.NATS_ERRORS_TOTAL, C, "dynamo",
+               note="typed gauge, cumulative"),
+    MetricSpec("dynamo_component_nats_service_processing_ms_total", S.NATS_PROCESSING_S_TOTAL,
+               C, "dynamo", scale=MS_TO_S, note="typed gauge, cumulative, ms"),
+    MetricSpec("dynamo_component_nats_service_processing_ms_avg", S.NATS_PROCESSING_AVG_S, G,
+               "dynamo", scale=MS_TO_S, aggregate="mean", note="ms"),
+    # The frontend's per-model worker configuration (metrics_examples/fe.log, labels model):
+    # the same for every worker of the model, so a deployment number.
+    MetricSpec("dynamo_frontend_model_total_kv_blocks", S.MODEL_KV_BLOCKS_PER_WORKER, G,
+               "dynamo", aggregate="max", scope="deployment"),
+    MetricSpec("dynamo_frontend_model_kv_cache_block_size", S.MODEL_KV_BLOCK_SIZE_TOKENS, G,
+               "dynamo", aggregate="max", scope="deployment"),
     # TensorRT-LLM under Dynamo
     MetricSpec("trtllm_kv_transfer_latency_seconds", S.KV_TRANSFER_S, H, "trtllm"),
     MetricSpec("trtllm_kv_transfer_bytes", S.KV_TRANSFER_BYTES, H, "trtllm"),
@@ -275,6 +299,127 @@ _MOONCAKE: Final = (
     MetricSpec("tent_write_failures_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "mooncake"),
     MetricSpec("tent_read_failures_total", S.KV_TRANSFER_FAILURES_TOTAL, C, "mooncake"),
     MetricSpec("tent_write_latency_us", S.KV_TRANSFER_S, H, "mooncake", scale=US_TO_S),
+)
+
+
+# Dynamo planner (ai-dynamo/dynamo components/src/dynamo/planner/monitoring/planner_metrics.py,
+# PlannerPrometheusMetrics; no labels of its own, Prometheus adds namespace/pod/instance; latencies
+# in ms). `num_*_replicas` are the replicas the planner saw deployed, `predicted_num_*` the counts
+# it decided on. Earlier releases (planner_core.py, PlannerPrometheusMetrics with prefix
+# "planner") exported `planner:num_p_workers`, `planner:predicted_num_p`, `planner:observed_ttft`
+# (ms), ... with the same meaning. A deployment number: one planner per Dynamo graph.
+def _planner(name: str, signal: str, scale: float = 1.0, note: str = "") -> MetricSpec:
+    return MetricSpec(name, signal, G, "dynamo", scale=scale, aggregate="max",
+                      scope="deployment", note=note)
+
+
+_PLANNER: Final = (
+    _planner("dynamo_planner_num_prefill_replicas", S.PLANNER_PREFILL_REPLICAS),
+    _planner("dynamo_planner_num_decode_replicas", S.PLANNER_DECODE_REPLICAS),
+    _planner("dynamo_planner_predicted_num_prefill_replicas",
+             S.PLANNER_PREDICTED_PREFILL_REPLICAS),
+    _planner("dynamo_planner_predicted_num_decode_replicas", S.PLANNER_PREDICTED_DECODE_REPLICAS),
+    _planner("dynamo_planner_observed_ttft_ms", S.PLANNER_OBSERVED_TTFT_S, MS_TO_S),
+    _planner("dynamo_planner_observed_itl_ms", S.PLANNER_OBSERVED_ITL_S, MS_TO_S),
+    _planner("dynamo_planner_estimated_ttft_ms", S.PLANNER_ESTIMATED_TTFT_S, MS_TO_S),
+    _planner("dynamo_planner_estimated_itl_ms", S.PLANNER_ESTIMATED_ITL_S, MS_TO_S),
+    _planner("dynamo_planner_observed_requests_per_second", S.PLANNER_OBSERVED_RPS),
+    _planner("dynamo_planner_predicted_requests_per_second", S.PLANNER_PREDICTED_RPS),
+    _planner("planner:num_p_workers", S.PLANNER_PREFILL_REPLICAS, note="before dynamo_planner_*"),
+    _planner("planner:num_d_workers", S.PLANNER_DECODE_REPLICAS, note="before dynamo_planner_*"),
+    _planner("planner:predicted_num_p", S.PLANNER_PREDICTED_PREFILL_REPLICAS,
+             note="before dynamo_planner_*"),
+    _planner("planner:predicted_num_d", S.PLANNER_PREDICTED_DECODE_REPLICAS,
+             note="before dynamo_planner_*"),
+    _planner("planner:observed_ttft", S.PLANNER_OBSERVED_TTFT_S, MS_TO_S, "ms"),
+    _planner("planner:observed_itl", S.PLANNER_OBSERVED_ITL_S, MS_TO_S, "ms"),
+    _planner("planner:observed_request_rate", S.PLANNER_OBSERVED_RPS),
+    _planner("planner:predicted_request_rate", S.PLANNER_PREDICTED_RPS),
+)
+
+# LMCache (LMCache/LMCache lmcache/observability.py, PrometheusLogger; labels model_name,
+# worker_id (the TP rank, not an instance: see RANK_WORKER_ID_ENGINES), role,
+# served_model_name; prometheus_client counters get `_total`). In a P/D deployment with LMCache's
+# connector the prefill side stores and the decode side retrieves.
+_LMCACHE: Final = (
+    MetricSpec("lmcache:num_requested_tokens_total", S.LMCACHE_REQUESTED_TOKENS_TOTAL, C,
+               "lmcache"),
+    MetricSpec("lmcache:num_hit_tokens_total", S.LMCACHE_HIT_TOKENS_TOTAL, C, "lmcache"),
+    MetricSpec("lmcache:num_stored_tokens_total", S.LMCACHE_STORED_TOKENS_TOTAL, C, "lmcache"),
+    MetricSpec("lmcache:num_lookup_tokens_total", S.LMCACHE_LOOKUP_TOKENS_TOTAL, C, "lmcache"),
+    MetricSpec("lmcache:num_lookup_hits_total", S.LMCACHE_LOOKUP_HITS_TOTAL, C, "lmcache"),
+    MetricSpec("lmcache:retrieve_hit_rate", S.LMCACHE_RETRIEVE_HIT_RATIO, G, "lmcache",
+               aggregate="mean"),
+    MetricSpec("lmcache:cache_hit_rate", S.LMCACHE_RETRIEVE_HIT_RATIO, G, "lmcache",
+               aggregate="mean", note="older name of retrieve_hit_rate"),
+    MetricSpec("lmcache:lookup_hit_rate", S.LMCACHE_LOOKUP_HIT_RATIO, G, "lmcache",
+               aggregate="mean"),
+    MetricSpec("lmcache:time_to_retrieve", S.LMCACHE_RETRIEVE_S, H, "lmcache"),
+    MetricSpec("lmcache:time_to_store", S.LMCACHE_STORE_S, H, "lmcache"),
+    MetricSpec("lmcache:num_remote_read_bytes_total", S.LMCACHE_REMOTE_READ_BYTES_TOTAL, C,
+               "lmcache"),
+    MetricSpec("lmcache:num_remote_write_bytes_total", S.LMCACHE_REMOTE_WRITE_BYTES_TOTAL, C,
+               "lmcache"),
+)
+
+
+def _stage(stage: str, signal: str) -> MetricSpec:
+    return MetricSpec("sglang:per_stage_req_latency_seconds", signal, H, "sglang",
+                      label_filter=(("stage", stage),))
+
+
+# SGLang's per-stage request latency (python/sglang/srt/observability/metrics_collector.py,
+# SchedulerMetricsCollector.per_stage_req_latency_seconds, label stage = RequestStage values of
+# python/sglang/srt/managers/schedule_batch.py; observed in observability/req_time_stats.py).
+# The P/D stages: prefill_bootstrap (bootstrap queue: handshake with decode, waiting for its
+# memory), prefill_transfer_kv_cache (KV being sent), decode_prepare (prealloc queue),
+# decode_bootstrap, decode_transferred (transfer queue: waiting for the KV), decode_waiting.
+_SGLANG_STAGES: Final = (
+    _stage("prefill_waiting", S.STAGE_PREFILL_WAITING_S),
+    _stage("prefill_forward", S.STAGE_PREFILL_FORWARD_S),
+    _stage("prefill_bootstrap", S.STAGE_PREFILL_BOOTSTRAP_S),
+    _stage("prefill_transfer_kv_cache", S.STAGE_PREFILL_KV_SEND_S),
+    _stage("decode_prepare", S.STAGE_DECODE_PREALLOC_S),
+    _stage("decode_bootstrap", S.STAGE_DECODE_BOOTSTRAP_S),
+    _stage("decode_transferred", S.STAGE_DECODE_KV_WAIT_S),
+    _stage("decode_waiting", S.STAGE_DECODE_WAITING_S),
+)
+
+
+# production-stack router's own per-backend series (vllm-project/production-stack
+# src/vllm_router/services/metrics_service/__init__.py, set in routers/metrics_router.py from
+# its request stats; label server="<backend URL>", which names the backend instance).
+def _router(name: str, signal: str, kind: str = G, aggregate: Aggregation = "sum"
+            ) -> MetricSpec:
+    return MetricSpec(name, signal, kind, "vllm", aggregate=aggregate, instance_label="server",
+                      note="production-stack router, its view of the backend")
+
+
+_ROUTER: Final = (
+    _router("vllm:current_qps", S.ROUTER_QPS),
+    _router("vllm:num_prefill_requests", S.ROUTER_PREFILL_REQUESTS),
+    _router("vllm:num_decoding_requests", S.ROUTER_DECODING_REQUESTS),
+    _router("vllm:avg_latency", S.ROUTER_AVG_LATENCY_S, aggregate="mean"),
+    _router("vllm:avg_itl", S.ROUTER_AVG_ITL_S, aggregate="mean"),
+    _router("vllm:healthy_pods_total", S.ROUTER_BACKEND_HEALTHY, aggregate="max"),
+    _router("vllm:request_errors_total", S.ROUTER_ERRORS_TOTAL, C),
+    _router("vllm:request_latency_seconds", S.ROUTER_LATENCY_S, H),
+)
+
+# llm-d inference scheduler (EPP) routing decisions (llm-d/llm-d-inference-scheduler
+# docs/metrics.md, pkg/metrics/metrics.go; subsystem llm_d_inference_scheduler, labels
+# model_name, decision_type). A deployment number: the scheduler decides for the whole pool.
+_SPLIT: Final = "prefill-decode|encode-prefill-decode"
+_LLM_D: Final = (
+    MetricSpec("llm_d_inference_scheduler_disagg_decision_total", S.DISAGG_DECISIONS_TOTAL, C,
+               "llm-d", scope="deployment"),
+    MetricSpec("llm_d_inference_scheduler_disagg_decision_total", S.DISAGG_SPLIT_DECISIONS_TOTAL,
+               C, "llm-d", scope="deployment", label_filter=(("decision_type", _SPLIT),)),
+    MetricSpec("llm_d_inference_scheduler_pd_decision_total", S.DISAGG_DECISIONS_TOTAL, C,
+               "llm-d", scope="deployment", note="deprecated for disagg_decision_total"),
+    MetricSpec("llm_d_inference_scheduler_pd_decision_total", S.DISAGG_SPLIT_DECISIONS_TOTAL, C,
+               "llm-d", scope="deployment", label_filter=(("decision_type", _SPLIT),),
+               note="deprecated for disagg_decision_total"),
 )
 
 
@@ -339,6 +484,7 @@ _RDMA_EXPORTERS: Final = (
 
 ALL_SPECS: Final[tuple[MetricSpec, ...]] = (
     *_VLLM, *_SGLANG, *_DYNAMO, *_TRTLLM, *_NIXL, *_MOONCAKE, *_NODE, *_RDMA_EXPORTERS,
+    *_PLANNER, *_LMCACHE, *_SGLANG_STAGES, *_ROUTER, *_LLM_D,
 )
 
 
@@ -359,6 +505,14 @@ SUPERSEDED_BY: Final = {
         "dynamo_component_gpu_cache_usage_percent",
     "dynamo_component_kvstats_gpu_prefix_cache_hit_rate": "dynamo_component_kv_cache_hit_rate",
     "dynamo_frontend_inflight_requests": "dynamo_frontend_active_requests",
+    "dynamo_component_kvstats_total_blocks": "dynamo_component_total_blocks",
+    "lmcache:cache_hit_rate": "lmcache:retrieve_hit_rate",
+    "llm_d_inference_scheduler_pd_decision_total":
+        "llm_d_inference_scheduler_disagg_decision_total",
+    "planner:num_p_workers": "dynamo_planner_num_prefill_replicas",
+    "planner:num_d_workers": "dynamo_planner_num_decode_replicas",
+    "planner:predicted_num_p": "dynamo_planner_predicted_num_prefill_replicas",
+    "planner:predicted_num_d": "dynamo_planner_predicted_num_decode_replicas",
 }
 
 
@@ -381,6 +535,12 @@ DECODE_VALUES: Final = frozenset({"decode", "d", "consumer", "kv_consumer", "gen
 # Prometheus' own example Kubernetes scrape config.
 INSTANCE_LABELS: Final = ("instance", "pod", "pod_name", "kubernetes_pod_name", "worker_id",
                           "hostname", "job")
+# Engines whose `worker_id` label is a rank inside one engine (LMCache: the TP rank), not an
+# instance: it never names one.
+RANK_WORKER_ID_ENGINES: Final = frozenset({"lmcache"})
+# Labels that name the deployment of a deployment-scope series (first present wins): Dynamo's
+# namespace, then the Kubernetes namespace Prometheus adds; none: "" (one deployment per input).
+DEPLOYMENT_LABELS: Final = ("dynamo_namespace", "namespace", "kubernetes_namespace")
 # Of those, the ones whose value is a Kubernetes pod name (two namespaces may reuse one).
 POD_LABELS: Final = ("pod", "pod_name", "kubernetes_pod_name")
 # Labels giving the namespace of `pod` (kube-prometheus; Prometheus' example config).
@@ -452,6 +612,9 @@ ROUTER_SERIES: Final = (
     RouterSeries("vllm:gpu_prefix_cache_queries_total", "server", True,
                  "copied from the engine's own counter by the router's engine_stats scraper "
                  "(exported as a gauge, cumulative)"),
+    RouterSeries("vllm:num_requests_swapped", "server", False,
+                 "the router's own request stats (num_swapped_requests), not the V0 engine "
+                 "gauge of the same name"),
 )
 # (catalog key, backend label) of router series that are the router's own view: not read.
 ROUTER_OWN_VIEW: Final = frozenset((normalise_name(r.name), r.label) for r in ROUTER_SERIES
@@ -474,7 +637,8 @@ def engine_of(name: str) -> str | None:
     key = normalise_name(name)
     for prefix, engine in (("vllm_", "vllm"), ("sglang_", "sglang"), ("dynamo_", "dynamo"),
                            ("trtllm_", "trtllm"), ("node_", "node"), ("tent_", "mooncake"),
-                           ("agent_", "nixl")):
+                           ("agent_", "nixl"), ("lmcache_", "lmcache"),
+                           ("llm_d_", "llm-d"), ("planner_", "dynamo")):
         if key.startswith(prefix):
             return engine
     return None

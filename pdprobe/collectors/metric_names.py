@@ -99,7 +99,9 @@ def name_instances(frame: pd.DataFrame, lab: Callable[[str], pd.Series], fallbac
     notes: list[str] = []
 
     spec_label = frame["instance_label"].to_numpy()
-    for label in sorted(set(spec_label) - {""}):
+    for label in sorted(set(spec_label) - {"", *mc.BACKEND_LABEL_NAMES}):
+        # A router's backend label (production-stack's own series, instance_label="server")
+        # names its backend below, normalised like every backend address.
         spec_value = lab(label).to_numpy()
         rows = (spec_label == label) & pd.notna(spec_value)
         inst[rows], kind[rows], origin[rows] = spec_value[rows], BY_SPEC, f"label {label}"
@@ -129,9 +131,12 @@ def name_instances(frame: pd.DataFrame, lab: Callable[[str], pd.Series], fallbac
                      f"{' ' + ', '.join(routers[:SHOWN_EXAMPLES]) if routers else ''} is "
                      f"context, not an instance")
 
+    rank_ids = np.isin(frame["engine"].to_numpy(), list(mc.RANK_WORKER_ID_ENGINES))
     for label in mc.INSTANCE_LABELS:
         label_value = lab(label).to_numpy()
         rows = pd.isna(inst) & pd.notna(label_value)
+        if label == "worker_id":
+            rows &= ~rank_ids  # LMCache's worker_id is a TP rank inside one instance
         inst[rows], kind[rows], origin[rows] = label_value[rows], BY_LABEL, f"label {label}"
 
     namespace = _first(lab, mc.NAMESPACE_LABELS)

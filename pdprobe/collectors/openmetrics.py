@@ -33,6 +33,7 @@ from pdprobe.collectors.names import name_from_file
 from pdprobe.collectors.roles import node_of, role_from_label_value, role_from_name
 from pdprobe.collectors.validate import MAX_METRIC_VALUE, check_times, implausible
 from pdprobe.dataset import (
+    DEPLOYMENT_COLUMNS,
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
     ROLE_FROM_EVIDENCE,
@@ -82,7 +83,8 @@ TP_RANK_LABEL: Final = "tp_rank"
 PRIORITY_LABEL: Final = "priority"
 
 _CUMULATIVE_KINDS: Final = frozenset({S.COUNTER, S.BUCKET, S.HSUM, S.HCOUNT})
-_ENGINE_PREFERENCE: Final = ("vllm", "sglang", "trtllm", "dynamo", "mooncake", "nixl")
+_ENGINE_PREFERENCE: Final = ("vllm", "sglang", "trtllm", "dynamo", "mooncake", "nixl",
+                             "lmcache")
 # `# TYPE` of a sample that may be a catalog counter exported without its `_total` suffix:
 # declared a counter, or not declared at all (None, "untyped", OpenMetrics "unknown").
 _COUNTER_OR_UNTYPED: Final = (S.COUNTER, None, "untyped", "unknown")
@@ -179,18 +181,20 @@ def read_openmetrics(path: Path, ctx: ReadContext) -> Partial:
         return _partial(path, fmt, 0, out)
     ctx.report(f"combining {path.name}", 0.8)
     used, series = expanded
-    metrics, network = _combine(used, series)
+    metrics, network, deployment = _combine(used, series)
     hints, engines, nodes = _instance_facts(series, metrics, path, out)
     keys = mn.instance_keys(series[series["scope"] == "instance"])
     ctx.report(f"read {path.name}", 1.0)
     metrics_df = conform(metrics, METRIC_COLUMNS) if len(metrics) else None
     network_df = conform(network, NETWORK_COLUMNS) if len(network) else None
+    deployment_df = conform(deployment, DEPLOYMENT_COLUMNS) if len(deployment) else None
     rows = len(used)  # samples read into the tables (one per signal they feed)
     source = SourceInfo(path=str(path), kind="metrics", format=fmt, rows=rows,
                         skipped=out.skipped, notes=tuple(dict.fromkeys(out.notes)))
     return Partial(source=source, metrics=metrics_df, network=network_df,
                    role_hints=tuple(hints), nodes=nodes, engines=engines,
-                   warnings=tuple(dict.fromkeys(out.warnings)), keys=keys)
+                   warnings=tuple(dict.fromkeys(out.warnings)), keys=keys,
+                   deployment=deployment_df)
 
 
 def _partial(path: Path, fmt: str, rows: int, out: _Notes) -> Partial:
@@ -580,7 +584,7 @@ def _resolve_name(name: str, types: dict[str, str]) -> tuple[list[tuple[mc.Metri
 def _needed_labels() -> tuple[str, ...]:
     labels: dict[str, None] = dict.fromkeys(
         ("le", "device", "port", TP_RANK_LABEL, PRIORITY_LABEL, *mn.labels_read(),
-         *mc.ROLE_LABELS, *NODE_LABELS, "hostname"))
+         *mc.ROLE_LABELS, *NODE_LABELS, "hostname", *mc.DEPLOYMENT_LABELS))
     for spec in mc.ALL_SPECS:
         for lab, _ in spec.label_filter:
             labels[lab] = None
@@ -721,6 +725,14 @@ def _series_table(keys: list[str], types: dict[str, str], path: Path, ctx: ReadC
     frame["port"] = lab("port").fillna("").to_numpy()
     for label in (*mc.ROLE_LABELS, "job", "pod", "instance"):
         frame[f"l_{label}"] = lab(label).to_numpy()
+    # A deployment-scope series belongs to its deployment, never to an instance: its `instance`
+    # column holds the deployment's name (so the per-instance steps below work per deployment).
+    is_dep = frame["scope"].to_numpy() == "deployment"
+    if is_dep.any():
+        deployment = absent.copy()
+        for label in mc.DEPLOYMENT_LABELS:
+            deployment = deployment.fillna(lab(label))
+        frame.loc[is_dep, "instance"] = deployment.fillna("").to_numpy()[is_dep]
     frame = frame[keep].reset_index(drop=True)
     router_drop, router_notes = mn.router_rows_to_drop(frame)
     out.notes.extend(router_notes)
@@ -940,13 +952,16 @@ def _expand(samples: _Samples, smap: _SeriesMap, ts_all: np.ndarray, out: _Notes
     return pd.DataFrame({"row": row, "ts": ts, "value": values}), series
 
 
-def _combine(used: pd.DataFrame, series: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Combine the sub-series of an instance (engine=, dp_rank=, ...) per timestamp."""
+def _combine(used: pd.DataFrame, series: pd.DataFrame
+             ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Combine the sub-series of an instance (engine=, dp_rank=, ...) per timestamp; the
+    third table holds the deployment-scope rows (their ``instance`` is the deployment)."""
     import pandas as pd
 
-    ident_cols_i = ["instance", "signal", "kind", "le"]
+    ident_cols_i = ["scope", "instance", "signal", "kind", "le"]
     ident_cols_n = ["node", "device", "port", "signal", "kind"]
-    is_net = series["scope"].to_numpy() == "network"
+    scope = series["scope"].to_numpy()
+    is_net = scope == "network"
     ident = np.zeros(len(series), dtype=np.int64)
     inst_part = series.loc[~is_net, ident_cols_i].copy()
     net_part = series.loc[is_net, ident_cols_n].copy()
@@ -1000,15 +1015,24 @@ def _combine(used: pd.DataFrame, series: pd.DataFrame) -> tuple[pd.DataFrame, pd
     first_row = pd.Series(np.arange(len(series))).groupby(ident).first()
     rep = first_row.reindex(combined["gid"].to_numpy()).to_numpy()
     net_rows = is_net[rep]
+    dep_rows = scope[rep] == "deployment"
+    inst_rows = ~net_rows & ~dep_rows
     cols = {c: series[c].to_numpy()[rep] for c in
             ("instance", "node", "device", "port", "signal", "kind", "le")}
     metrics = pd.DataFrame({
-        "ts": combined["ts"].to_numpy()[~net_rows],
-        "instance": cols["instance"][~net_rows],
-        "signal": cols["signal"][~net_rows],
-        "kind": cols["kind"][~net_rows],
-        "le": cols["le"][~net_rows].astype(np.float64),
-        "value": combined["value"].to_numpy()[~net_rows],
+        "ts": combined["ts"].to_numpy()[inst_rows],
+        "instance": cols["instance"][inst_rows],
+        "signal": cols["signal"][inst_rows],
+        "kind": cols["kind"][inst_rows],
+        "le": cols["le"][inst_rows].astype(np.float64),
+        "value": combined["value"].to_numpy()[inst_rows],
+    })
+    deployment = pd.DataFrame({
+        "ts": combined["ts"].to_numpy()[dep_rows],
+        "deployment": cols["instance"][dep_rows],
+        "signal": cols["signal"][dep_rows],
+        "kind": cols["kind"][dep_rows],
+        "value": combined["value"].to_numpy()[dep_rows],
     })
     network = pd.DataFrame({
         "ts": combined["ts"].to_numpy()[net_rows],
@@ -1019,7 +1043,7 @@ def _combine(used: pd.DataFrame, series: pd.DataFrame) -> tuple[pd.DataFrame, pd
         "kind": cols["kind"][net_rows],
         "value": combined["value"].to_numpy()[net_rows],
     })
-    return metrics, network
+    return metrics, network, deployment
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,13 +32,16 @@ import numpy as np
 
 from pdprobe import safe_text
 from pdprobe import signals as S
+from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.metric_catalog import MetricSpec
+from pdprobe.collectors.metric_names import backend_address
 from pdprobe.collectors.metrics_map import MetricsMap, load_metrics_map
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles, role_from_name
 from pdprobe.dataset import (
+    DEPLOYMENT_COLUMNS,
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
     ROLE_FROM_EVIDENCE,
@@ -972,9 +975,17 @@ def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
     import pandas as pd
 
     network = batch.scope == "network"
+    deployment = batch.scope == "deployment"
     inst_label = batch.instance_label
     names = np.array([lab.get("__name__", "") for lab in labels], dtype=object)
-    insts = np.array([lab.get(inst_label, "") for lab in labels], dtype=object)
+    if deployment:  # the deployment's name: first of its labels present, else ""
+        insts = np.array([next((lab[d] for d in mc.DEPLOYMENT_LABELS if lab.get(d)), "")
+                          for lab in labels], dtype=object)
+    else:
+        insts = np.array([lab.get(inst_label, "") for lab in labels], dtype=object)
+        if inst_label in mc.BACKEND_LABEL_NAMES:  # a router's backend URL: host:port
+            addrs = {v: backend_address(str(v)) or "" for v in set(insts.tolist())}
+            insts = np.array([addrs[v] for v in insts], dtype=object)
     name_code, uniq_names = pd.factorize(names)
     # Per distinct name: its kind and the ids of the specs it feeds (ids in first-seen order).
     specs: list[tuple[pp.Family, MetricSpec]] = []
@@ -1000,7 +1011,7 @@ def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
             ids.append(sid)
         name_specs[u] = ids
     kinds = name_kind[name_code]
-    ok = (kinds >= 0) & (insts != "")
+    ok = (kinds >= 0) & ((insts != "") | deployment)
     le = np.full(len(labels), np.nan)
     bucket = ok & (kinds == _KIND_CODE[S.BUCKET])
     if bucket.any():
@@ -1159,6 +1170,18 @@ def select_and_flatten(groups: Sequence[_Groups]) -> tuple[pd.DataFrame, pd.Data
     return metrics, network, keys
 
 
+def deployment_rows(groups: Sequence[_Groups], keys: pd.DataFrame) -> pd.DataFrame:
+    """The deployment-scope rows of the kept group keys (``select_and_flatten``'s third
+    result), in ``DEPLOYMENT_COLUMNS`` (their ``ident`` is the deployment's name)."""
+    import pandas as pd
+
+    kept = keys[keys["scope"] == "deployment"] if len(keys) else keys
+    if kept.empty:
+        return conform(pd.DataFrame(), DEPLOYMENT_COLUMNS)
+    flat = _flatten(groups, kept, METRIC_COLUMNS)
+    return conform(flat.rename(columns={"instance": "deployment"}), DEPLOYMENT_COLUMNS)
+
+
 def _time_order(ts: np.ndarray, grids: Sequence[np.ndarray]) -> np.ndarray:
     """Stable time order of ``ts``, whose values all come from the query grids ``grids``.
 
@@ -1255,8 +1278,7 @@ class _InstanceFacts:
 def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
                metrics_map: MetricsMap | None, source: str) -> _InstanceFacts:
     """Role hints, engines and nodes from the ``group by`` answers (same rules as offline)."""
-    from pdprobe.collectors import metric_catalog as mc
-    from pdprobe.collectors.openmetrics import _label_role
+    from pdprobe.collectors.openmetrics import _label_role, generic_component_hints
 
     facts = _InstanceFacts()
     seen: set[tuple[str, str, str]] = set()
@@ -1264,6 +1286,7 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
     default_inst = (metrics_map.instance_label if metrics_map else None) or "instance"
     node_label = metrics_map.node_label if metrics_map else None
     unified = False
+    labelled: list[tuple[str, str, str]] = []  # every (instance, role label, value) seen
     for rq, vector in results:
         for item in vector:
             lab = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
@@ -1285,6 +1308,7 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
                 if label == "engine_type" and value.lower() in ("unified", "dynamic"):
                     unified = unified or value.lower() == "unified"
                     continue
+                labelled.append((inst, label, value))
                 mapped = metrics_map.role_of_value(value) if metrics_map else None
                 if mapped is not None:
                     facts.hints.append(RoleHint(inst, mapped, f"label {label}={value!r}",
@@ -1316,6 +1340,8 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
                 facts.hosts.add(node)
             elif host and rq.instance_label == "instance":
                 facts.nodes.setdefault(inst, host)
+    # A `backend`/`worker` Dynamo component is decode only beside a prefill one (as offline).
+    facts.hints.extend(generic_component_hints(labelled, source))
     if unified:
         facts.notes.append('SGLang engine_type="unified" names no role (<=0.5.3 printed it even '
                            "in PD mode); roles come from names or behaviour")
@@ -1459,6 +1485,7 @@ def _collect(session: _Session) -> LiveResult:
     batches = pp.plan_batches(pp.analysed(families), window,
                               mmap.instance_label if mmap else None)
     engine_batches = [b for b in batches if b.scope == "instance"]
+    deployment_batches = [b for b in batches if b.scope == "deployment"]
     net_batches = [b for b in batches if b.scope == "network"]
     role_queries = pp.plan_role_queries(families, window, session.selector, mmap)
     source = f"Prometheus {client.shown_url}"
@@ -1509,7 +1536,8 @@ def _collect(session: _Session) -> LiveResult:
         net_matcher = session.network_selector
         if net_batches and not net_matcher and facts.hosts:
             net_matcher = pp.network_host_matcher(facts.hosts)
-        planned = [(b, b.promql(session.selector)) for b in engine_batches]
+        planned = [(b, b.promql(session.selector))
+                   for b in (*engine_batches, *deployment_batches)]
         planned += [(b, b.promql(net_matcher)) for b in net_batches if net_matcher]
         planned.sort(key=lambda bq: pp.batch_cost(bq[0], window), reverse=True)
         futs = {b.id: runner.submit(partial(run_grouped, b, q)) for b, q in planned}
@@ -1565,6 +1593,7 @@ def _collect(session: _Session) -> LiveResult:
                 group_list.append(rg)
         group_list.append(g)
     metrics, network, kept = select_and_flatten(group_list)
+    deployment = deployment_rows(group_list, kept)
     if failed:
         warnings.append(f"Prometheus refused {len(failed)} quer{'y' if len(failed) == 1 else 'ies'}"
                         f"; those signals are missing: {'; '.join(failed[:SHOWN])}")
@@ -1596,7 +1625,8 @@ def _collect(session: _Session) -> LiveResult:
                      rows=len(metrics) + len(network), notes=tuple(dict.fromkeys(notes)))
     piece = Partial(source=src, metrics=metrics, network=network if len(network) else None,
                     role_hints=tuple(dict.fromkeys(hints)), nodes=facts.nodes,
-                    engines=facts.engines, warnings=tuple(dict.fromkeys(warnings)))
+                    engines=facts.engines, warnings=tuple(dict.fromkeys(warnings)),
+                    deployment=deployment if len(deployment) else None)
     ctx.report("collected", 1.0)
     return LiveResult(piece, meta)
 

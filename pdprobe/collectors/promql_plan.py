@@ -33,7 +33,7 @@ from typing import Final
 
 from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
-from pdprobe.collectors.metric_catalog import MetricSpec, normalise_name
+from pdprobe.collectors.metric_catalog import DEPLOYMENT_LABELS, MetricSpec, normalise_name
 from pdprobe.collectors.metrics_map import MetricsMap
 from pdprobe.errors import UsageError
 from pdprobe.signals import Role
@@ -87,13 +87,16 @@ RENAMES: Final[dict[str, str]] = {
 # vllm:* and dynamo_component_*), the engine's own metrics win.
 ENGINE_PRIORITY: Final[dict[str, int]] = {
     "vllm": 0, "sglang": 0, "custom": 0, "node": 0, "trtllm": 1, "rdma-exporter": 1,
-    "dynamo": 2, "mooncake": 3, "nixl": 3,
+    "dynamo": 2, "llm-d": 2, "mooncake": 3, "nixl": 3, "lmcache": 3,
 }
 # Engine families discovery looks for (regex over __name__), by scope.
 # NIXL telemetry's `agent_` prefix is generic: only the catalog's families are looked for.
-ENGINE_NAME_RE: Final = (r"(vllm|sglang)[:_].+|dynamo_.+|trtllm_.+|tent_.+"
+# The pre-1.x Dynamo planner's `planner:` prefix is generic too: its catalog names only.
+ENGINE_NAME_RE: Final = (r"(vllm|sglang|lmcache)[:_].+|dynamo_.+|trtllm_.+|tent_.+"
                          r"|agent_(tx|rx)_(bytes|requests_num)_total|agent_errors_total"
-                         r"|agent_xfer_time_us_(bucket|sum|count)")
+                         r"|agent_xfer_time_us_(bucket|sum|count)|llm_d_inference_scheduler_.+"
+                         r"|planner[:_](num_[pd]_workers|predicted_num_[pd]|observed_(ttft|itl"
+                         r"|request_rate)|predicted_request_rate)")
 NETWORK_NAME_RE: Final = r"node_infiniband_.+|node_network_(receive|transmit)_bytes_total|rdma_.+"
 _HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))
 
@@ -338,6 +341,11 @@ def families_from_names(names: Iterable[str], index: SpecIndex) -> list[Family]:
             # SGLang <=0.5.3 exposes kv_transfer_* as gauges under the later histogram name.
             _add(out, name, S.GAUGE, (index.gauge_variants[key],))
             continue
+        counters = tuple(s for s in index.by_key.get(key + "_total", ()) if s.kind == S.COUNTER)
+        if counters and not name.endswith("_total"):
+            # A counter exported without `_total` (as the offline reader takes it).
+            _add(out, name, S.COUNTER, counters)
+            continue
         for suffix, _ in _HIST_SUFFIXES:
             if name.endswith(suffix):
                 family = name[: -len(suffix)]
@@ -371,7 +379,7 @@ class Batch:
 
     id: str
     kind: str  # gauge | counter | histogram
-    scope: str  # instance | network
+    scope: str  # instance | network | deployment
     engine: str
     aggregate: str  # sum | mean | max (gauges); sum for cumulative kinds
     instance_label: str
@@ -448,6 +456,8 @@ def plan_batches(families: Sequence[Family], window: Window,
         inst = fam.spec.instance_label or instance_label or "instance"
         if fam.scope == "network":
             inst = "instance"
+        elif fam.scope == "deployment":
+            inst = DEPLOYMENT_LABELS[0]  # the rest go in `by`; batch_groups picks the first
         for flt in dict.fromkeys(s.label_filter for s in fam.specs):
             specs = [s for s in fam.specs if s.label_filter == flt]
             aggregate: str = specs[0].aggregate if fam.kind == S.GAUGE else "sum"
@@ -471,6 +481,8 @@ def plan_batches(families: Sequence[Family], window: Window,
                 by = ("le",)
             if scope == "network":
                 by = ("device", "port", *by)
+            elif scope == "deployment":
+                by = (*DEPLOYMENT_LABELS[1:], *by)
             extra = _engine_matchers(engine)
             if scope == "network" and chunk[0].exposed.startswith("node_network_"):
                 extra = f"device!~{promql_string(VIRTUAL_NETDEVS)}"

@@ -150,3 +150,17 @@ def test_newer_format_asks_for_an_upgrade(tmp_path: Path) -> None:
     pq.write_table(table.replace_schema_metadata({CAPTURE_METADATA_KEY: json.dumps(doc)}), newer)
     with pytest.raises(InputError, match="newer than this pdprobe reads"):
         read_capture(newer, ReadContext())
+
+
+def test_roundtrip_keeps_the_deployment_table(tmp_path: Path) -> None:
+    """Deployment rows (a planner's replica counts) survive a capture."""
+    dep = pd.DataFrame({"ts": [1.0, 2.0], "deployment": ["dyn", "dyn"],
+                        "signal": ["planner_decode_replicas"] * 2, "kind": ["gauge"] * 2,
+                        "value": [2.0, 4.0]})
+    original = Partial(source=_partial().source, metrics=_partial().metrics, deployment=dep)
+    info = write_capture(original, tmp_path / "cap.parquet", {})
+    assert info.rows["deployment"] == 2
+    back = read_capture(info.path, ReadContext())
+    assert back.deployment is not None
+    assert back.deployment["value"].tolist() == [2.0, 4.0]
+    assert set(back.deployment["deployment"]) == {"dyn"}
