@@ -157,6 +157,16 @@ class RatioWindow:
     offered_rate_rps: Maybe[float] = Missing("no offered-load data")  # arrivals or started
     served_rate_rps: Maybe[float] = Missing("no completion data")  # completed in the window
     binding: Maybe[str] = Missing("not estimated")  # at the deployed counts, else recommended
+    # A planner's own view over the window (Dynamo dynamo_planner_*; the deployment table), its
+    # last value in the window, summed over deployments (counts) or their worst (latencies).
+    planner_prefill: Maybe[float] = Missing("no planner metrics")  # deployed, as it saw them
+    planner_decode: Maybe[float] = Missing("no planner metrics")
+    planner_predicted_prefill: Maybe[float] = Missing("no planner metrics")  # recommended
+    planner_predicted_decode: Maybe[float] = Missing("no planner metrics")
+    planner_observed_ttft_s: Maybe[float] = Missing("no planner metrics")
+    planner_estimated_ttft_s: Maybe[float] = Missing("no planner metrics")
+    planner_observed_itl_s: Maybe[float] = Missing("no planner metrics")
+    planner_estimated_itl_s: Maybe[float] = Missing("no planner metrics")
 
 
 @dataclass(frozen=True)

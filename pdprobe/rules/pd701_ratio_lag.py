@@ -214,6 +214,10 @@ class RatioLag(BaseRule):
         else:
             follow = f"the deployed ratio followed only after {duration(deployed[1])}"
         pressure = f"; {direction} pressure rose after the shift" if impact else ""
+        # Controller audit: a planner that exports its own view says which half of the loop lagged.
+        audit, audit_evidence = planner_audit(f.capacity, cp.ts, direction)
+        evidence.extend(audit_evidence)
+        pressure += f"; {audit}" if audit else ""
         subject = ("The prompt-to-output token mix" if shift.which == "work"
                    else f"The {shift.which} lengths")
         levels = (f"{cp.before:.3g} to {cp.after:.3g} prompt tokens per output token"
@@ -402,6 +406,62 @@ def _extra_instances(f: ClusterEvidence, cp: ChangePoint, needed: float) -> floa
     if needed > 0:  # prefill short: P x (r1 / r0) prefill instances at the same decode count
         return n_p * needed
     return n_d * (1.0 / (1.0 + needed) - 1.0)  # decode short: D x (r0 / r1)
+
+
+# The planner's recommendation counts as moved once it differs from its pre-shift value by at
+# least half a replica (the gauges hold whole replica counts).
+PLANNER_MOVE_MIN: Final = 0.5
+
+
+def planner_audit(cap: object, shift_ts: float, direction: str) -> tuple[str, list[Evidence]]:
+    """Whether the planner's recommendation or its actuation lagged the shift.
+
+    Reads the capacity windows' planner counts (Dynamo ``dynamo_planner_*``): the recommended
+    (predicted) replicas of the pool that had to grow, and the deployed replicas the planner
+    saw. Returns a clause for the summary ("" without planner data) and the evidence.
+    """
+    windows = getattr(cap, "windows", ()) or ()
+    pred_f, cur_f = f"planner_predicted_{direction}", f"planner_{direction}"
+
+    def known(w: object, name: str) -> float | None:
+        v = getattr(w, name, None)
+        return float(v) if isinstance(v, (int, float)) and np.isfinite(v) else None
+
+    rows = [(w.start_ts, w.end_ts, known(w, pred_f), known(w, cur_f)) for w in windows
+            if known(w, pred_f) is not None]
+    before = [r for r in rows if r[1] <= shift_ts]
+    after = [r for r in rows if r[1] > shift_ts]
+    if not before or not after:
+        return "", []
+    p0, c0, p_last = before[-1][2], before[-1][3], after[-1][2]
+    assert p0 is not None and p_last is not None  # rows keep windows with a recommendation
+    moved = [r for r in after if r[2] is not None and abs(r[2] - p0) >= PLANNER_MOVE_MIN]
+    last = after[-1]
+    evidence = [ev(f"planner's recommended {direction} replicas after the shift", p_last,
+                   "replicas", window=(shift_ts, last[1]), baseline=p0,
+                   source="dynamo_planner_predicted_num_*_replicas, last value per window")]
+    if not moved:
+        return (f"the planner's own recommendation stayed at {p0:.0f} {direction}: its "
+                f"prediction lagged the shift"), evidence
+    rec_ts, target = moved[0][1], moved[0][2]
+    assert target is not None
+    followed = [r for r in after if r[0] >= moved[0][0] and r[3] is not None
+                and abs(r[3] - target) < PLANNER_MOVE_MIN]
+    if last[3] is not None:
+        evidence.append(ev(f"deployed {direction} replicas the planner saw after the shift",
+                           last[3], "replicas", window=(shift_ts, last[1]), baseline=c0,
+                           source="dynamo_planner_num_*_replicas, last value per window"))
+    rec_lag = max(rec_ts - shift_ts, 0.0)
+    if not followed:
+        return (f"the planner recommended {target:.0f} {direction} within {duration(rec_lag)} "
+                f"but the deployed replicas stayed at {last[3]:.0f}: its actuation lagged"
+                if last[3] is not None else
+                f"the planner recommended {target:.0f} {direction} within {duration(rec_lag)}; "
+                f"the deployed replicas are unknown"), evidence
+    act_lag = max(followed[0][1] - rec_ts, 0.0)
+    which = "actuation" if act_lag > rec_lag else "recommendation"
+    return (f"the planner recommended {target:.0f} {direction} after {duration(rec_lag)} and "
+            f"the replicas followed {duration(act_lag)} later: its {which} lagged more"), evidence
 
 
 def _iso(ts: float) -> str:

@@ -156,3 +156,41 @@ def test_real_traces_at_a_constant_adequate_ratio_never_fire(trace: str, tmp_pat
         report = diagnose(DiagnoseRequest(paths=(out,)))
         assert not [f for f in report.findings if f.code == "PD701"], (
             load, [(f.code, f.severity.value, f.summary) for f in report.findings])
+
+
+# --- controller audit (issue 13 item 4): the planner's own view of the shift ----------------
+
+def _planner_windows(pred: list[float], cur: list[float], width: float = 120.0):
+    from types import SimpleNamespace
+
+    wins = [SimpleNamespace(start_ts=i * width, end_ts=(i + 1) * width,
+                            planner_predicted_decode=p, planner_decode=c)
+            for i, (p, c) in enumerate(zip(pred, cur, strict=True))]
+    return SimpleNamespace(windows=tuple(wins))
+
+
+def test_planner_audit_says_the_actuation_lagged():
+    """Predicted decode replicas move at the shift, the deployed ones do not follow
+    (the dynamo_planner.om scenario, tests/fixtures/metrics/families/)."""
+    from pdprobe.rules.pd701_ratio_lag import planner_audit
+
+    cap = _planner_windows([2, 2, 4, 4, 4], [2, 2, 2, 2, 2])
+    text, evidence = planner_audit(cap, 240.0, "decode")
+    assert "recommended 4 decode" in text and "actuation lagged" in text
+    assert [e.value for e in evidence] == [4.0, 2.0]
+
+
+def test_planner_audit_says_the_recommendation_lagged():
+    from pdprobe.rules.pd701_ratio_lag import planner_audit
+
+    text, _ = planner_audit(_planner_windows([2, 2, 2, 2, 2], [2, 2, 2, 2, 2]), 240.0, "decode")
+    assert "recommendation stayed at 2 decode" in text and "prediction lagged" in text
+    late, _ = planner_audit(_planner_windows([2, 2, 2, 2, 4, 4], [2, 2, 2, 2, 2, 4]), 240.0,
+                            "decode")
+    assert "recommendation lagged more" in late
+
+
+def test_planner_audit_is_silent_without_planner_data():
+    from pdprobe.rules.pd701_ratio_lag import planner_audit
+
+    assert planner_audit(None, 240.0, "decode") == ("", [])

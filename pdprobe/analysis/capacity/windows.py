@@ -168,7 +168,7 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     ts = mix.arrival_ts
     if ts is None or len(ts) < 2:
         if dataset is not None and dataset.requests.empty and not dataset.metrics.empty:
-            return metric_windows(dataset, mix, model, slo, window_s)
+            return with_planner(dataset, metric_windows(dataset, mix, model, slo, window_s))
         return ()
     edges = window_edges(float(ts[0]), float(ts[-1]), window_s)
     n_win = len(edges) - 1
@@ -201,6 +201,63 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         sub = mix.subset(np.arange(bounds[w], bounds[w + 1]), n / dur, f"window {w}",
                          slo.ttft_s)
         out.append(_sized(base, sub, model, slo))
+    return with_planner(dataset, tuple(out)) if dataset is not None else tuple(out)
+
+
+# The planner's signals per RatioWindow field, and how deployments combine: counts add up
+# (one planner per Dynamo graph, each sizing its own), latencies take the worst.
+PLANNER_FIELDS: Final = (
+    ("planner_prefill", "planner_prefill_replicas", "sum"),
+    ("planner_decode", "planner_decode_replicas", "sum"),
+    ("planner_predicted_prefill", "planner_predicted_prefill_replicas", "sum"),
+    ("planner_predicted_decode", "planner_predicted_decode_replicas", "sum"),
+    ("planner_observed_ttft_s", "planner_observed_ttft_s", "max"),
+    ("planner_estimated_ttft_s", "planner_estimated_ttft_s", "max"),
+    ("planner_observed_itl_s", "planner_observed_itl_s", "max"),
+    ("planner_estimated_itl_s", "planner_estimated_itl_s", "max"),
+)
+
+
+def planner_by_window(dataset: Dataset, edges: np.ndarray) -> dict[str, np.ndarray]:
+    """Per planner signal: its value at the end of each window (the last sample in it, per
+    deployment, combined over deployments), NaN where the window has none."""
+    dep = dataset.deployment
+    if dep is None or dep.empty:
+        return {}
+    n_win = len(edges) - 1
+    out: dict[str, np.ndarray] = {}
+    win_all = window_index(dep["ts"].to_numpy(dtype=np.float64), edges)
+    signals = dep["signal"].astype(str).to_numpy()
+    for _, signal, how in PLANNER_FIELDS:  # loop over the eight signals, not rows
+        sel = (signals == signal) & (win_all >= 0)
+        if not sel.any():
+            continue
+        part = dep.loc[sel, ["ts", "deployment"]].assign(w=win_all[sel],
+                                                          v=dep["value"].to_numpy()[sel])
+        last = part.sort_values("ts", kind="stable").groupby(["deployment", "w"])["v"].last()
+        per_win = last.groupby(level="w").agg(how)
+        values = np.full(n_win, np.nan)
+        values[per_win.index.to_numpy(dtype=np.int64)] = per_win.to_numpy(dtype=np.float64)
+        out[signal] = values
+    return out
+
+
+def with_planner(dataset: Dataset, windows: tuple[RatioWindow, ...]) -> tuple[RatioWindow, ...]:
+    """``windows`` with the planner's counts and latencies of each (unchanged without any)."""
+    if not windows:
+        return windows
+    edges = np.array([w.start_ts for w in windows] + [windows[-1].end_ts])
+    found = planner_by_window(dataset, edges)
+    if not found:
+        return windows
+    out = []
+    for i, win in enumerate(windows):  # loop over windows (at most MAX_WINDOWS)
+        values: dict[str, float | Missing] = {}
+        for field_name, signal, _ in PLANNER_FIELDS:
+            v = found.get(signal)
+            values[field_name] = (float(v[i]) if v is not None and math.isfinite(v[i])
+                                  else Missing("no planner sample in the window"))
+        out.append(replace(win, **values))  # type: ignore[arg-type]
     return tuple(out)
 
 
