@@ -297,3 +297,30 @@ def test_windows_summary_and_marks() -> None:
     assert view.windows_summary == "6 windows of 10m00s; deployed or recommended counts unknown"
     assert view.windows is not None and not any(row[8].flag for row in view.windows.rows)
     assert build_view(F.metrics_only()).windows_summary is None
+
+
+def test_planner_audit_columns_and_summary() -> None:
+    """Controller audit (issue 13 item 4): with planner counts per window the windows table
+    shows the planner's recommendation and the replicas it saw, and the summary says where they
+    differ (the dynamo_planner.om scenario: recommended 4 decode, 2 still deployed)."""
+    report = F.prefill_bound()
+    cap = report.capacity
+    assert not isinstance(cap, Missing)
+    planned = dataclasses.replace(cap, windows=tuple(
+        dataclasses.replace(w, planner_predicted_prefill=2.0,
+                            planner_predicted_decode=2.0 if i < 3 else 4.0,
+                            planner_prefill=2.0, planner_decode=2.0 if i < 5 else 4.0,
+                            planner_observed_itl_s=0.048, planner_estimated_itl_s=0.025)
+        for i, w in enumerate(cap.windows)))
+    view = build_view(dataclasses.replace(report, capacity=planned))
+    assert view.windows is not None
+    assert view.windows.columns[-3:] == ("planner rec", "planner saw", "planner ITL obs/est")
+    last = view.windows.rows[3]
+    assert (last[-3].text, last[-2].text, last[-1].text) == ("2P:4D", "2P:2D", "48 ms/25 ms")
+    assert last[-3].flag and not view.windows.rows[0][-3].flag
+    assert view.windows_summary is not None
+    assert view.windows_summary.endswith("; the planner's recommendation ≠ what it saw deployed "
+                                         "in 2 of 6 (latest 2P:4D vs 2P:2D)")
+    # without planner data nothing changes
+    assert build_view(report).windows is not None
+    assert "planner rec" not in build_view(report).windows.columns  # type: ignore[union-attr]
