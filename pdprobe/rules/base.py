@@ -1,6 +1,6 @@
 """The rule interface: small classes that turn evidence into findings with root causes.
 
-Each rule has a stable ``code``, the ``cause`` it diagnoses (a CONTRACT.md root-cause name),
+Each rule has a stable ``code``, the ``cause`` it diagnoses (a docs/contract.md root-cause name),
 one ``inputs`` declaration of what it reads (``Inputs``: the inputs in words, the evidence
 names, the live metrics, the roles it needs), and an ``evaluate`` that measures, decides and
 explains: it returns findings carrying the numbers that made them fire. A rule whose inputs
