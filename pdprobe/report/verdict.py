@@ -478,7 +478,7 @@ def verdict_line(report: Report) -> str:
             surplus = surplus_phrase(cap)
             if surplus:
                 text += f"; {surplus}"
-        return f"{status}  {text}" + (f" — {rec}" if rec else "")
+        return f"{status}  {text}" + (f" — {rec}" if rec else "") + more_findings(report, None)
     detail = None
     cap = report.capacity
     if lead.cause in ("prefill-bound", "decode-bound") and not isinstance(cap, Missing):
@@ -490,14 +490,20 @@ def verdict_line(report: Report) -> str:
     line = f"{status}  {lead.cause}: {detail}"
     if rec and lead.cause in ("prefill-bound", "decode-bound", "ratio-lag"):
         line += f" — {rec}"
-    others = [f for f in report.findings if f.severity.rank > 0 and f.is_root_cause
-              and f is not lead]
-    if others:
-        causes = sorted({f.cause for f in others} - {lead.cause})
-        line += f"; +{plural(len(others), 'more finding')}"
-        if causes:
-            line += " (" + ", ".join(causes) + ")"
-    return line
+    return line + more_findings(report, lead)
+
+
+def more_findings(report: Report, lead: Finding | None) -> str:
+    """``; +3 more findings (routing-skew)``: every finding besides the lead is counted (the
+    verdict never hides that there is more below it), the other root causes of warning or
+    worse named; empty when the lead is the only finding."""
+    others = [f for f in report.findings if f is not lead]
+    if not others:
+        return ""
+    text = f"; +{plural(len(others), 'more finding')}"
+    causes = sorted({f.cause for f in others if f.severity.rank > 0 and f.is_root_cause}
+                    - ({lead.cause} if lead is not None else set()))
+    return text + (" (" + ", ".join(causes) + ")" if causes else "")
 
 
 # The verdict is the first line a runbook reads: the finding's full summary follows below it,

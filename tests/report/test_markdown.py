@@ -71,7 +71,7 @@ def test_verdict_is_the_first_quote() -> None:
     out = render(report, RenderOptions())
     assert out.splitlines()[0] == "# pdprobe report: CRITICAL"
     assert out.splitlines()[2] == ("> **CRITICAL** prefill-bound: prefill short by 2 instances — "
-                                   "recommended 4P:4D (deployed 2P:4D)")
+                                   "recommended 4P:4D (deployed 2P:4D); +1 more finding")
     assert render(report, RenderOptions(quiet=True)) == esc(verdict_line(report)) + "\n"
 
 

@@ -140,12 +140,13 @@ def test_role_series_sums_queue_and_averages_ttft() -> None:
 
 
 VERDICTS = {
-    "healthy": "OK  no warning or critical finding — recommended 2P:4D (deployed 2P:4D)",
+    "healthy": "OK  no warning or critical finding — recommended 2P:4D (deployed 2P:4D); "
+               "+1 more finding",
     "prefill_bound": "CRITICAL  prefill-bound: prefill short by 2 instances — recommended "
-                     "4P:4D (deployed 2P:4D)",
+                     "4P:4D (deployed 2P:4D); +1 more finding",
     "routing_skew": "WARNING  routing-skew: The router sends 41% of decode traffic to "
                     "10.1.0.24:8200 (fair share 25%)",
-    "metrics_only": "OK  no warning or critical finding",
+    "metrics_only": "OK  no warning or critical finding; +1 more finding",
 }
 
 
@@ -164,7 +165,8 @@ def test_verdict_counts_further_root_causes() -> None:
     extra = Finding(code="PD401", cause="rdma-retransmits", severity=Severity.WARNING,
                     confidence=0.7, summary="RDMA retransmits on node-2.")
     r2 = dataclasses.replace(r, findings=(*r.findings, extra))
-    assert verdict_line(r2).endswith("(deployed 2P:4D); +1 more finding (rdma-retransmits)")
+    # every other finding is counted (the consequence too), other root causes named
+    assert verdict_line(r2).endswith("(deployed 2P:4D); +2 more findings (rdma-retransmits)")
 
 
 def test_verdict_names_instances_when_summary_does_not() -> None:
@@ -182,7 +184,7 @@ def test_over_provisioned_ok_cluster_says_so() -> None:
     cap = dataclasses.replace(r.capacity, deployed_decode=6)
     r2 = dataclasses.replace(r, capacity=cap)
     assert verdict_line(r2) == ("OK  no warning or critical finding; 2 decode instances more "
-                                "than needed — recommended 2P:4D (deployed 2P:6D)")
+                                "than needed — recommended 2P:4D (deployed 2P:6D); +1 more finding")
 
 
 def test_lead_is_the_worst_root_cause_not_a_consequence() -> None:
