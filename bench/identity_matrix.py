@@ -261,6 +261,15 @@ HELD_OUT_HISTORY = (
 )
 
 
+# Why some counts are not exact although nothing was misnamed.
+IDLE_NOTE = (
+    "In `not-disaggregated` the prefill instances do no work (decode prefills itself): request "
+    "records never name them and idle engines print no stats lines, so requests-only and "
+    "logs-only runs count 0 prefill instances. That is what those inputs can see, not a naming "
+    "failure; metrics (the engines are scraped) and all inputs count them."
+)
+
+
 def report(runs: list[Run], quick: bool, seconds: float) -> str:
     errors = [r for r in runs if r.outcome.status == "error"]
     out = [f"Design `{'quick' if quick else 'full'}`: "
@@ -268,7 +277,7 @@ def report(runs: list[Run], quick: bool, seconds: float) -> str:
            f"{len({r.mix for r in runs})} input mixes = {len(runs)} diagnoses "
            f"({seconds / 60:.1f} min, {len(errors)} crashed). Tuning set: {', '.join(TUNING)}; "
            f"held-out set: {', '.join(HELD_OUT)} (never used to tune); control: default.",
-           "", HELD_OUT_HISTORY,
+           "", HELD_OUT_HISTORY, "", IDLE_NOTE,
            "", "Instance counts exact (prefill and decode equal the truth, no unknown role):",
            "", counts_table(runs)]
     for name, members in SETS.items():
