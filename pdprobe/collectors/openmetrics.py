@@ -424,6 +424,13 @@ def _to_float(tokens: pa.Array) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
+def _most_common(names: np.ndarray) -> str:
+    """``name (count), ...`` for the most frequent metric names, most frequent first."""
+    uniq, cnt = np.unique(names.astype(str), return_counts=True)
+    top = sorted(zip(uniq.tolist(), cnt.tolist(), strict=True), key=lambda x: -x[1])
+    return ", ".join(f"{n} ({c})" for n, c in top[:SHOWN_EXAMPLES])
+
+
 def _timestamps(path: Path, samples: _Samples, comments: _Comments, out: _Notes) -> np.ndarray:
     """Unix seconds per sample: from the samples, from scrape markers, or assumed scrapes."""
     import pyarrow.compute as pc
@@ -899,28 +906,21 @@ def _expand(samples: _Samples, smap: _SeriesMap, ts_all: np.ndarray, out: _Notes
     row = first[sid[take]] + offs
     values, ts, line = values[take], ts[take], line[take]
 
-    # Drop NaN/Inf values (Prometheus staleness markers are NaN), naming the metrics.
-    bad = ~np.isfinite(values)
-    if bad.any():
-        names = series["name"].to_numpy()[row[bad]]
-        uniq, cnt = np.unique(names.astype(str), return_counts=True)
-        top = sorted(zip(uniq.tolist(), cnt.tolist(), strict=True), key=lambda x: -x[1])
-        shown = ", ".join(f"{n} ({c})" for n, c in top[:SHOWN_EXAMPLES])
-        out.warnings.append(f"{path}: dropped {int(bad.sum())} NaN/Inf sample value(s) "
-                            f"(Prometheus staleness markers are NaN): {shown}")
-        keep = ~bad
-        values, ts, line, row = values[keep], ts[keep], line[keep], row[keep]
-    # Every signal read is a count, duration, size, ratio or rate: a negative value or one
-    # beyond any 64-bit counter is not a reading (it would become -820 req/s downstream).
-    bad, why = implausible(values, 0.0, MAX_METRIC_VALUE)
-    if bad.any():
-        names = series["name"].to_numpy()[row[bad]]
-        uniq, cnt = np.unique(names.astype(str), return_counts=True)
-        top = sorted(zip(uniq.tolist(), cnt.tolist(), strict=True), key=lambda x: -x[1])
-        shown = ", ".join(f"{n} ({c})" for n, c in top[:SHOWN_EXAMPLES])
-        out.warnings.append(f"{path}: dropped {int(bad.sum())} sample value(s) no engine "
-                            f"reports ({why}): {shown}")
-        keep = ~bad
+    # Drop NaN/Inf values (Prometheus staleness markers are NaN), naming the metrics; then
+    # values no signal can take: every signal read is a count, duration, size, ratio or rate, so
+    # a negative value or one beyond any 64-bit counter is not a reading (it would become
+    # -820 req/s downstream).
+    names_of_row = series["name"].to_numpy()
+    finite = np.isfinite(values)
+    bad_value, why = implausible(np.where(finite, values, np.nan), 0.0, MAX_METRIC_VALUE)
+    for bad, what in ((~finite, "NaN/Inf sample value(s) (Prometheus staleness markers are NaN)"),
+                      (bad_value,
+                       f"sample value(s) no engine reports ({why})")):
+        if bad.any():
+            out.warnings.append(f"{path}: dropped {int(bad.sum())} {what}: "
+                                f"{_most_common(names_of_row[row[bad]])}")
+    keep = finite & ~bad_value
+    if not keep.all():
         values, ts, line, row = values[keep], ts[keep], line[keep], row[keep]
 
     # Per raw series: time order (warn when the file was not), one sample per timestamp.
