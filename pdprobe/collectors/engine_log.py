@@ -135,6 +135,31 @@ class FamilyOutput:
     lines_used: int = 0
 
 
+class EventRows:
+    """The frame an event line kind's ``parse`` returns, built one (rare) line at a time:
+    columns ``row``, ``error`` (always None: an event line has no value to be malformed),
+    ``event``, ``detail`` and, with ``request_ids``, ``request_id``."""
+
+    def __init__(self, *, request_ids: bool = True) -> None:
+        self.columns: dict[str, list[object]] = {"row": [], "error": [], "event": [],
+                                                 "detail": []}
+        if request_ids:
+            self.columns["request_id"] = []
+
+    def add(self, i: int, event: str, detail: str, rid: str | None = None) -> None:
+        """One event of line ``i``; ``rid`` is the request it names, if any."""
+        c = self.columns
+        c["row"].append(i)
+        c["error"].append(None)
+        c["event"].append(event)
+        c["detail"].append(detail)
+        if "request_id" in c:
+            c["request_id"].append(rid)
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns)
+
+
 def literal_route(markers: Iterable[str]) -> str:
     """An RE2 alternation matching any of ``markers`` literally."""
     return "|".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", m) for m in markers)
@@ -933,6 +958,7 @@ def _engine_hints(instance: str, path: Path, outputs: Mapping[str, FamilyOutput]
 
 
 __all__ = [
+    "EventRows",
     "FamilyOutput",
     "LineKind",
     "SignalSpec",

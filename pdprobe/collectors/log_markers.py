@@ -18,12 +18,8 @@ STATS_MARKERS: Final = (
     "[Metrics] Transfer Engine",
     "Transfer Engine",
 )
-FAILURE_MARKERS: Final = (
-    # SGLang disaggregation (python/sglang/srt/disaggregation/)
-    "transfer failed for request",
-    "bootstrap failed for request",
-    "Losing connection with prefill instance",
-    # vLLM KV connectors and scheduler
+# vLLM KV connectors and scheduler: also the route of vllm_events' failure line kind.
+VLLM_FAILURE_MARKERS: Final = (
     "NIXL transfer failure",
     "Releasing expired KV blocks",
     "Potentially invalid KV blocks",
@@ -36,6 +32,13 @@ FAILURE_MARKERS: Final = (
     "Failed to receive all KVs",
     "Mooncake transfer failed for request",
     "Failed to transfer KV cache for request",
+)
+FAILURE_MARKERS: Final = (
+    # SGLang disaggregation (python/sglang/srt/disaggregation/)
+    "transfer failed for request",
+    "bootstrap failed for request",
+    "Losing connection with prefill instance",
+    *VLLM_FAILURE_MARKERS,
     # Mooncake transfer engine (RDMA worker pool) and Store client
     "Process failed for slice",
     "WR flush error",

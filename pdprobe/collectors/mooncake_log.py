@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from pdprobe import signals as S
 from pdprobe.collectors.engine_log import (
     MIB,
+    EventRows,
     FamilyOutput,
     LineKind,
     SignalSpec,
@@ -236,13 +237,8 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
     A ``transport retry counter exceeded`` slice failure gives two rows: EV_RDMA_SLICE_FAILED
     and EV_RDMA_RETRY_EXCEEDED, with the same detail.
     """
-    out: dict[str, list[object]] = {"row": [], "error": [], "event": [], "detail": []}
-
-    def add(i: int, event: str, detail: str) -> None:
-        out["row"].append(i)
-        out["error"].append(None)
-        out["event"].append(event)
-        out["detail"].append(detail)
+    out = EventRows(request_ids=False)
+    add = out.add
 
     for i, line in enumerate(as_lines(lines).to_pylist()):  # failures: per-line Python is fine
         line = line or ""
@@ -273,7 +269,7 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
                 if pattern.search(line):
                     add(i, S.EV_TRANSPORT_TCP, detail)
                     break
-    return pd.DataFrame(out)
+    return out.frame()
 
 
 def _failure_event(line: str) -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ from pdprobe import signals as S
 from pdprobe.collectors.engine_log import (
     MIN_EVIDENCE_LINES,
     ROLE_FROM_ENGINE_FIELDS,
+    EventRows,
     FamilyOutput,
     LineKind,
     SignalSpec,
@@ -205,15 +206,8 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
 
     Details end with the request and the peer the line names (``signals.event_detail``).
     """
-    out: dict[str, list[object]] = {"row": [], "error": [], "event": [], "detail": [],
-                                    "request_id": []}
-
-    def add(i: int, event: str, detail: str, rid: str | None = None) -> None:
-        out["row"].append(i)
-        out["error"].append(None)
-        out["event"].append(event)
-        out["detail"].append(detail)
-        out["request_id"].append(rid)
+    out = EventRows()
+    add = out.add
 
     for i, line in enumerate(as_lines(lines).to_pylist()):  # rare lines: per-line Python is fine
         line = line or ""
@@ -249,7 +243,7 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
             add(i, S.EV_SESSION_FAILED, S.event_detail(
                 f"could not sync status {hit.group('status')} of room {hit.group('room')} to "
                 f"{hit.group('peer')}: {hit.group('err')}", peer=hit.group("peer")))
-    return pd.DataFrame(out)
+    return out.frame()
 
 
 def subseries_key(frame: pd.DataFrame) -> np.ndarray:

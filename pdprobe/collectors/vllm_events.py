@@ -19,22 +19,10 @@ import pandas as pd
 import pyarrow as pa
 
 from pdprobe import signals as S
-from pdprobe.collectors.engine_log import as_lines
+from pdprobe.collectors.engine_log import EventRows, as_lines
+from pdprobe.collectors.log_markers import VLLM_FAILURE_MARKERS
 
-NIXL_MARKERS: Final = (
-    "Releasing expired KV blocks",
-    "Potentially invalid KV blocks",
-    "NIXL transfer failure",
-    "Declining expired remote read",
-    "Skipping KV post-processing for failed request",
-    "Local NIXL metadata for remote engine",
-    "Got invalid KVTransferParams",
-    "Recovered from KV load failure",
-    "due to KV load failure",
-    "Failed to receive all KVs",
-    "Mooncake transfer failed for request",
-    "Failed to transfer KV cache for request",
-)
+NIXL_MARKERS: Final = VLLM_FAILURE_MARKERS  # one list: sniffing and routing agree
 # vLLM's scheduler after a failed KV load (vllm/v1/core/sched/scheduler.py,
 # kv_load_failure_policy): "recompute" reschedules the requests, whose prompts the decode
 # instance then computes itself; "fail" fails them. The V0 connectors (simple/Mooncake pipe,
@@ -96,15 +84,8 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
     Details end with the request / peer engine / counts the line names
     (``signals.event_detail``); a line naming several requests gives one row per request.
     """
-    out: dict[str, list[object]] = {"row": [], "error": [], "event": [], "detail": [],
-                                    "request_id": []}
-
-    def add(i: int, event: str, detail: str, rid: str | None = None) -> None:
-        out["row"].append(i)
-        out["error"].append(None)
-        out["event"].append(event)
-        out["detail"].append(detail)
-        out["request_id"].append(rid)
+    out = EventRows()
+    add = out.add
 
     for i, line in enumerate(as_lines(lines).to_pylist()):  # rare lines: per-line Python is fine
         line = line or ""
@@ -126,7 +107,7 @@ def parse_events(lines: Sequence[str] | pa.Array) -> pd.DataFrame:
             add(i, event, S.event_detail(template.format(**fields), request=rid_or_none,
                                          peer=fields.get("engine")), rid_or_none)
             break
-    return pd.DataFrame(out)
+    return out.frame()
 
 
 def _other_event(i: int, line: str, add: Callable[..., None]) -> bool:
