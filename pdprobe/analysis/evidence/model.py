@@ -89,19 +89,14 @@ class Slo:
     method: str = ""  # "per-request", "histogram interpolation", ...
     defaulted: tuple[str, ...] = ()  # objectives that are the defaults ("ttft", "tpot")
     since_start: bool = False  # histograms read since engine start (one scrape)
-
-    @property
-    def observed(self) -> float | None:
-        """Attainment judged against ``target``: both per request, else the lower of the two."""
-        if self.both_attainment is not None:
-            return self.both_attainment
-        parts = [a for a in (self.ttft_attainment, self.tpot_attainment) if a is not None]
-        return min(parts) if parts else None
+    # Attainment judged against ``target`` (analysis.base.SloAttainment.observed: both per
+    # request, else the lower of the two), None when nothing was measured.
+    observed: float | None = None
 
     @property
     def missed(self) -> bool:
-        obs = self.observed
-        return obs is not None and obs < self.target
+        """Observed attainment below the target."""
+        return self.observed is not None and self.observed < self.target
 
 
 @dataclass(frozen=True)

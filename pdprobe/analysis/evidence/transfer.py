@@ -117,7 +117,7 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
         tpot_att = None if isinstance(slo.tpot, Missing) else float(slo.tpot)
         both = None if isinstance(slo.both, Missing) else float(slo.both)
         extra = {"target": slo.target, "method": slo.method, "defaulted": slo.defaulted,
-                 "since_start": slo.since_start}
+                 "since_start": slo.since_start, "observed": slo.observed}
     req = ds.requests
     ttft_p90 = tpot_p90 = None
     if "ttft_s" in ds.request_columns and req["ttft_s"].notna().any():
