@@ -221,3 +221,31 @@ def test_instance_node_is_spelled_as_the_network_series_spell_it() -> None:
     ds = fuse([part, node_part])
     (info,) = ds.instances
     assert info.node == "10.0.1.10"
+
+
+def test_real_formats_with_three_namings_are_one_cluster(tmp_path: Path) -> None:
+    """Real producers' layouts, each naming the engines its own way: a `kubectl logs --prefix
+    --timestamps` export (tests/fixtures/logs/streams/, format from kubectl's logs.go), a
+    promtool-style dump with the labels Kubernetes service discovery relabelling gives
+    (`instance` = pod IP:port from `__address__`, `pod`/`namespace` from
+    `__meta_kubernetes_pod_name`/`__meta_kubernetes_namespace`), and gateway records naming pod
+    IPs without a port. Two engines come out, each with its three names."""
+    fixture = Path(__file__).parents[1] / "fixtures" / "logs" / "streams"
+    shutil.copy(fixture / "kubectl_prefix_timestamps.log", tmp_path / "cluster.log")
+    t0 = 1_761_564_060.0  # 2025-10-27T11:21:00Z, the log's own time
+    lines = ["# TYPE vllm:num_requests_running gauge"]
+    for pod, ip, role in (("vllm-prefill-7c9d4-abcde", "10.1.0.5", "prefill"),
+                          ("sglang-decode-0", "10.1.0.6", "decode")):
+        lines += [f'vllm:num_requests_running{{instance="{ip}:8000",job="llm",namespace="llm",'
+                  f'pod="{pod}",role="{role}"}} {k} {t0 + 15 * k}' for k in range(4)]
+    (tmp_path / "metrics.om").write_text("\n".join(lines) + "\n# EOF\n")
+    (tmp_path / "requests.jsonl").write_text("".join(
+        f'{{"arrival_ts": {t0 + i}, "prompt_tokens": 100, "output_tokens": 10, '
+        f'"prefill_instance": "10.1.0.5", "decode_instance": "10.1.0.6"}}\n' for i in range(20)))
+    ds = read_paths([tmp_path])
+    assert [i.name for i in ds.instances_of("prefill")] == ["10.1.0.5:8000"]
+    assert [i.name for i in ds.instances_of("decode")] == ["10.1.0.6:8000"]
+    names = {i.name: {a.name for a in i.aliases} for i in ds.identities}
+    assert names["10.1.0.5:8000"] == {"10.1.0.5:8000", "10.1.0.5", "vllm-prefill-7c9d4-abcde"}
+    assert names["10.1.0.6:8000"] == {"10.1.0.6:8000", "10.1.0.6", "sglang-decode-0"}
+    assert set(ds.requests["decode_instance"]) == {"10.1.0.6:8000"}
