@@ -7,8 +7,8 @@ import dataclasses
 import json
 from typing import Any, Final
 
+from pdprobe.report.cells import fmt_value
 from pdprobe.report.diff_view import FigureChange, InstanceMover, ReportDiff
-from pdprobe.report.verdict import fmt_value
 
 DIFF_SCHEMA_VERSION: Final = 1
 CHANGE_WORDS: Final = {"new": "new", "gone": "gone", "worse": "worse", "better": "milder",

@@ -22,7 +22,21 @@ from pdprobe.analysis.series import (
     RDMA_TX_BANDWIDTH,
 )
 from pdprobe.report.base import RenderOptions
+from pdprobe.report.cells import (
+    FLAG_MARK,
+    ROLE_ORDER,
+    Cell,
+    KeyValue,
+    Table,
+    fmt_ratio,
+    fmt_ts,
+    fmt_value,
+    is_na,
+    pd_pair,
+    plural,
+)
 from pdprobe.report.safe_view import safe_view
+from pdprobe.report.series_view import align_series
 from pdprobe.report.svg_charts import (
     CHART_W,
     CHART_W_WIDE,
@@ -39,27 +53,9 @@ from pdprobe.report.svg_charts import (
     row_label,
     svg_open,
 )
-from pdprobe.report.verdict import (
-    FLAG_MARK,
-    NA,
-    ROLE_ORDER,
-    Cell,
-    KeyValue,
-    ReportView,
-    Table,
-    align_series,
-    build_view,
-    fmt_num,
-    fmt_pct,
-    fmt_ratio,
-    fmt_seconds,
-    fmt_ts,
-    fmt_value,
-    is_na,
-    pd_pair,
-    plural,
-    verdict_line,
-)
+from pdprobe.report.verdict import verdict_line
+from pdprobe.report.view import ReportView, build_view
+from pdprobe.units import NA, fmt_num, fmt_pct, fmt_seconds
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:

@@ -11,21 +11,12 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from pdprobe.report.base import RenderOptions
+from pdprobe.report.cells import FLAG_MARK, Cell, KeyValue, Table, fmt_ts, plural
 from pdprobe.report.safe_view import safe_view
-from pdprobe.report.verdict import (
-    FLAG_MARK,
-    NA,
-    Cell,
-    KeyValue,
-    ReportView,
-    Table,
-    build_view,
-    fmt_ts,
-    plural,
-    series_value,
-    sparkline,
-    verdict_line,
-)
+from pdprobe.report.series_view import series_value, sparkline
+from pdprobe.report.verdict import verdict_line
+from pdprobe.report.view import ReportView, build_view
+from pdprobe.units import NA
 
 if TYPE_CHECKING:
     from pdprobe.report.model import Report

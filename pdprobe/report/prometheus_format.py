@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.report.base import RenderOptions
-from pdprobe.report.verdict import deployed_counts, is_na, unknown_reason
+from pdprobe.report.cells import is_na
+from pdprobe.report.verdict import deployed_counts, unknown_reason
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:

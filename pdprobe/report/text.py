@@ -18,22 +18,12 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from pdprobe.report.base import RenderOptions
+from pdprobe.report.cells import FLAG_MARK, STATUS_WORDS, Cell, KeyValue, Table, fmt_ts
 from pdprobe.report.safe_view import safe_view
-from pdprobe.report.verdict import (
-    FLAG_MARK,
-    NA,
-    STATUS_WORDS,
-    Cell,
-    KeyValue,
-    ReportView,
-    RoleSeries,
-    Table,
-    build_view,
-    fmt_ts,
-    series_value,
-    sparkline,
-    verdict_line,
-)
+from pdprobe.report.series_view import RoleSeries, series_value, sparkline
+from pdprobe.report.verdict import verdict_line
+from pdprobe.report.view import ReportView, build_view
+from pdprobe.units import NA
 
 if TYPE_CHECKING:
     from pdprobe.report.model import Report

@@ -8,30 +8,13 @@ import math
 import pytest
 
 from pdprobe.analysis.base import TimeSeries
-from pdprobe.report.verdict import (
-    NA,
-    align_series,
-    build_view,
-    evidence_phrase,
-    fmt_bytes_per_s,
-    fmt_duration,
-    fmt_num,
-    fmt_pct,
-    fmt_seconds,
-    fmt_ts,
-    fmt_value,
-    is_relative,
-    lead_finding,
-    ordered_findings,
-    pd_pair,
-    resample,
-    role_series,
-    sparkline,
-    verdict_line,
-    window_differs,
-    window_phrase,
-)
+from pdprobe.report.cells import fmt_ts, fmt_value, is_relative, pd_pair, window_phrase
+from pdprobe.report.series_view import align_series, resample, role_series, sparkline
+from pdprobe.report.verdict import evidence_phrase, lead_finding, ordered_findings, verdict_line
+from pdprobe.report.view import build_view
+from pdprobe.report.windows_view import window_differs
 from pdprobe.rules.base import Evidence, Finding, Severity
+from pdprobe.units import NA, fmt_bytes_per_s, fmt_duration, fmt_num, fmt_pct, fmt_seconds
 from pdprobe.values import Missing
 from tests.report import factory as F
 
