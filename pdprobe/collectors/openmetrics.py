@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.promql import correct_counters_grouped
 from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import metric_names as mn
 from pdprobe.collectors.base import ReadContext
@@ -45,6 +44,7 @@ from pdprobe.dataset import (
     conform,
 )
 from pdprobe.errors import InputError
+from pdprobe.promql_math import correct_counters_grouped
 from pdprobe.signals import Role
 
 if TYPE_CHECKING:

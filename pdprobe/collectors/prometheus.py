@@ -1055,7 +1055,7 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
     """
     import pandas as pd
 
-    from pdprobe.analysis.promql import correct_counters_grouped
+    from pdprobe.promql_math import correct_counters_grouped
 
     if not sset.labels:
         return None

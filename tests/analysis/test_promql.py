@@ -1,4 +1,5 @@
-"""Counter and histogram math, checked against hand-worked Prometheus semantics."""
+"""Counter and histogram math (``pdprobe.promql_math`` and the table helpers of
+``pdprobe.analysis.promql``), checked against hand-worked Prometheus semantics."""
 
 from __future__ import annotations
 
@@ -12,21 +13,23 @@ import pandas as pd
 import pytest
 
 from pdprobe.analysis.promql import (
-    correct_counter,
-    correct_counters_grouped,
     counter_increase_by_instance,
     counter_increase_by_window,
-    fraction_below,
     gauge_series,
-    histogram_quantile,
     histogram_quantiles_by_instance,
     histogram_totals_by_window,
     histogram_window,
-    increase,
-    rate,
     rate_series,
 )
 from pdprobe.dataset import METRIC_COLUMNS, NETWORK_COLUMNS, conform
+from pdprobe.promql_math import (
+    correct_counter,
+    correct_counters_grouped,
+    fraction_below,
+    histogram_quantile,
+    increase,
+    rate,
+)
 
 INF = math.inf
 
@@ -324,7 +327,8 @@ tests:
 def test_vectorised_quantiles_match_the_scalar_function() -> None:
     import pandas as pd
 
-    from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_quantiles_matrix
+    from pdprobe.analysis.promql import histogram_quantiles_by_instance
+    from pdprobe.promql_math import histogram_quantiles_matrix
 
     rng = np.random.default_rng(7)
     le = np.array([0.0, 0.1, 0.5, 1.0, 2.5, np.inf])
