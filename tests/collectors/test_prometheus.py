@@ -20,21 +20,18 @@ import pytest
 
 from pdprobe import signals as S
 from pdprobe.collectors import promql_plan as pp
-from pdprobe.collectors.prometheus import (
+from pdprobe.collectors.prometheus import collect_partial, redact
+from pdprobe.collectors.prometheus_client import (
     PromClient,
     PrometheusAuthError,
     PrometheusUnreachable,
-    SeriesSet,
-    _retry_after,
-    batch_groups,
-    collect_partial,
     discover_names,
     display_url,
-    parse_matrix,
-    redact,
-    select_and_flatten,
+    parse_retry_after,
     server_info,
 )
+from pdprobe.collectors.prometheus_decode import SeriesSet, parse_matrix
+from pdprobe.collectors.prometheus_rows import batch_groups, select_and_flatten
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.errors import SourceError, UsageError
 
@@ -261,9 +258,9 @@ def test_too_many_samples_everywhere_gives_up_with_a_step_hint(fake) -> None:
     srv = fake(lambda seen, n: _err(422, "execution", "query processing would load too many "
                                                       "samples into memory"))
     client = _client(srv.url)
-    from pdprobe.collectors.prometheus import _TooLarge
+    from pdprobe.collectors.prometheus_decode import TooLarge
 
-    with pytest.raises(_TooLarge):
+    with pytest.raises(TooLarge):
         client.query_range("x", 0.0, 1000.0, 10.0)
     # Halved three times (the first piece of each split is refused again): bounded, then the
     # caller coarsens the step.
@@ -331,9 +328,9 @@ def test_redact_replaces_longest_first() -> None:
 def test_retry_after_http_date() -> None:
     from email.utils import formatdate
 
-    assert 8 <= (_retry_after(formatdate(time.time() + 10, usegmt=True)) or 0) <= 10
-    assert _retry_after("3") == 3.0
-    assert _retry_after("soon") is None
+    assert 8 <= (parse_retry_after(formatdate(time.time() + 10, usegmt=True)) or 0) <= 10
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after("soon") is None
 
 
 def test_clock_skew_warns_and_the_window_follows_the_server(fake) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pdprobe.collectors.prometheus import PromClient, PrometheusUnreachable
+from pdprobe.collectors.prometheus_client import PromClient, PrometheusUnreachable
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.errors import PdprobeError, SourceError
 from pdprobe.redact import spellings

@@ -1,0 +1,405 @@
+"""Live series -> per-instance group rows -> the dataset's long metric and network tables.
+
+``batch_groups`` turns one batch's answer into groups (instance, node/device/port, signal, kind,
+le) with reset/wrap-corrected, carried-forward cumulative values or aggregated gauges;
+``select_and_flatten`` applies engine precedence and rename chains and emits the long tables in
+time order. Everything is vectorised over series and grid columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from pdprobe import signals as S
+from pdprobe.collectors import metric_catalog as mc
+from pdprobe.collectors import promql_plan as pp
+from pdprobe.collectors.metric_catalog import MetricSpec
+from pdprobe.collectors.metric_names import backend_address
+from pdprobe.collectors.prometheus_decode import SeriesSet
+from pdprobe.collectors.roles import node_of
+from pdprobe.dataset import (
+    DEPLOYMENT_COLUMNS,
+    METRIC_COLUMNS,
+    NETWORK_COLUMNS,
+    conform,
+)
+from pdprobe.errors import SourceError
+from pdprobe.redact import redact as redact  # re-exported for callers of this module
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+_SCALED_ROWS: Final = frozenset({S.GAUGE, S.COUNTER, S.HSUM})
+
+
+@dataclass
+class Groups:
+    """One batch's aggregated rows: a key table, a value matrix and a presence matrix."""
+
+    keys: pd.DataFrame  # one row per group (see _KEY_COLUMNS)
+    values: np.ndarray  # [groups, columns]
+    present: np.ndarray  # [groups, columns] bool
+    ts: np.ndarray  # [columns]
+    reset_idents: set[str]  # instances whose cumulative series dropped (restart or wrap)
+
+
+_KINDS: Final = (S.GAUGE, S.COUNTER, S.BUCKET, S.HSUM, S.HCOUNT)
+
+
+_KIND_CODE: Final = {k: i for i, k in enumerate(_KINDS)}
+
+
+def _grid(sset: SeriesSet) -> tuple[np.ndarray, np.ndarray]:
+    """Column of every sample and the column timestamps: the query's grid, or for raw samples
+    (``step_s == 0``) the distinct sample times."""
+    if sset.points == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    if sset.step_s <= 0:
+        grid = np.unique(sset.ts)
+        return np.searchsorted(grid, sset.ts).astype(np.int64), grid
+    col = np.rint((sset.ts - sset.start_ts) / sset.step_s).astype(np.int64)
+    if col.min() < 0:
+        raise SourceError("Prometheus answered a range query with samples before its start",
+                          hint="check that --prometheus is a Prometheus-compatible API")
+    n = int(col.max()) + 1
+    return col, sset.start_ts + np.arange(n) * sset.step_s
+
+
+def _ffill_rows(m: np.ndarray) -> np.ndarray:
+    """Forward-fill NaN along each row; NaN before a row's first value becomes 0."""
+    valid = ~np.isnan(m)
+    idx = np.where(valid, np.arange(m.shape[1])[None, :], 0)
+    np.maximum.accumulate(idx, axis=1, out=idx)
+    out = m[np.arange(m.shape[0])[:, None], idx]
+    seen = np.maximum.accumulate(valid, axis=1)
+    return np.where(seen, out, 0.0)
+
+
+def _group_ids(*columns: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """Dense group number of each row of the given key columns (vectorised)."""
+    import pandas as pd
+
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:
+        codes, uniques = pd.factorize(np.asarray(col), use_na_sentinel=False)
+        code = code * max(1, len(uniques)) + codes
+    return np.unique(code, return_inverse=True)[1].reshape(-1)
+
+
+@dataclass(frozen=True)
+class _Members:
+    """The (series, spec) pairs of one answer, one array element per pair."""
+
+    specs: list[tuple[pp.Family, MetricSpec]]  # indexed by ``spec``
+    series: np.ndarray  # row in the answer
+    spec: np.ndarray
+    kind: np.ndarray  # _KIND_CODE
+    le: np.ndarray  # scaled bucket bound, NaN for other kinds
+    ident: np.ndarray  # instance (engine scope) or ""
+    node: np.ndarray
+    device: np.ndarray
+    port: np.ndarray
+
+
+def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
+             by_name: Mapping[str, tuple[pp.Family, str]], node_label: str | None
+             ) -> _Members | None:
+    """The (series, spec) pairs of a batch's answer, series-major, as arrays.
+
+    A series counts when its name belongs to the batch, it names an instance and, for a
+    bucket, its ``le`` is a number; it feeds every spec of its family that has the batch's
+    label filter (the server applied that filter). Label lookups run per series in list
+    comprehensions, everything else per distinct name or instance.
+    """
+    import pandas as pd
+
+    network = batch.scope == "network"
+    deployment = batch.scope == "deployment"
+    inst_label = batch.instance_label
+    names = np.array([lab.get("__name__", "") for lab in labels], dtype=object)
+    if deployment:  # the deployment's name: first of its labels present, else ""
+        insts = np.array([next((lab[d] for d in mc.DEPLOYMENT_LABELS if lab.get(d)), "")
+                          for lab in labels], dtype=object)
+    else:
+        insts = np.array([lab.get(inst_label, "") for lab in labels], dtype=object)
+        if inst_label in mc.BACKEND_LABEL_NAMES:  # a router's backend URL: host:port
+            addrs = {v: backend_address(str(v)) or "" for v in set(insts.tolist())}
+            insts = np.array([addrs[v] for v in insts], dtype=object)
+    name_code, uniq_names = pd.factorize(names)
+    # Per distinct name: its kind and the ids of the specs it feeds (ids in first-seen order).
+    specs: list[tuple[pp.Family, MetricSpec]] = []
+    spec_ids: dict[tuple[str, int], int] = {}
+    name_kind = np.full(len(uniq_names), -1, dtype=np.int64)
+    name_specs: list[list[int]] = [[] for _ in range(len(uniq_names))]
+    first_seen = np.full(len(uniq_names), len(labels), dtype=np.int64)
+    np.minimum.at(first_seen, name_code, np.arange(len(labels)))
+    for u in np.argsort(first_seen, kind="stable"):  # loop over names, in series order
+        found = by_name.get(str(uniq_names[u]))
+        if found is None:
+            continue
+        fam, kind = found
+        name_kind[u] = _KIND_CODE[kind]
+        ids = []
+        for j, spec in enumerate(fam.specs):
+            if spec.label_filter != batch.label_filter:
+                continue
+            sid = spec_ids.get((fam.exposed, j))
+            if sid is None:
+                sid = spec_ids[(fam.exposed, j)] = len(specs)
+                specs.append((fam, spec))
+            ids.append(sid)
+        name_specs[u] = ids
+    kinds = name_kind[name_code]
+    ok = (kinds >= 0) & ((insts != "") | deployment)
+    le = np.full(len(labels), np.nan)
+    bucket = ok & (kinds == _KIND_CODE[S.BUCKET])
+    if bucket.any():
+        raw_le = [labels[int(i)].get("le", "nan") for i in np.flatnonzero(bucket)]
+        le[bucket] = pd.to_numeric(pd.Series(raw_le, dtype=object), errors="coerce").to_numpy(
+            dtype=np.float64)
+        ok &= ~(bucket & np.isnan(le))
+    n_specs = np.asarray([len(ids) for ids in name_specs], dtype=np.int64)
+    per_series = np.where(ok, n_specs[name_code], 0)
+    if not per_series.any():
+        return None
+    series = np.repeat(np.arange(len(labels)), per_series)
+    offsets = np.concatenate(([0], np.cumsum(n_specs)))
+    flat_specs = np.asarray([sid for ids in name_specs for sid in ids], dtype=np.int64)
+    within = np.arange(len(series)) - np.repeat(np.cumsum(per_series) - per_series, per_series)
+    spec_of = flat_specs[offsets[name_code[series]] + within]
+    kind_of = kinds[series]
+    scale = np.asarray([sp.scale for _, sp in specs], dtype=np.float64)
+    m_le = np.where(kind_of == _KIND_CODE[S.BUCKET], le[series] * scale[spec_of], np.nan)
+    blank = np.full(len(series), "", dtype=object)
+    rows = series.tolist()
+    if network:
+        inst_code, uniq_insts = pd.factorize(insts[series])
+        hosts = np.array([node_of(str(i)) or str(i) for i in uniq_insts], dtype=object)
+        return _Members(specs, series, spec_of, kind_of, m_le, blank, hosts[inst_code],
+                        np.array([labels[i].get("device", "") for i in rows], dtype=object),
+                        np.array([labels[i].get("port", "") for i in rows], dtype=object))
+    node = (np.array([labels[i].get(node_label, "") for i in rows], dtype=object)
+            if node_label else blank)
+    return _Members(specs, series, spec_of, kind_of, m_le, insts[series], node, blank, blank)
+
+
+def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = None,
+                 raw: bool = False) -> Groups | None:
+    """Turn one batch's series into per-(instance, signal, kind, le) group rows.
+
+    Cumulative rows: each series is reset/wrap-corrected, carried forward across its gaps, and
+    summed over the series of a group (sub-series, filter-label values); gauges are combined
+    with the spec's aggregation. ``raw`` series (un-aggregated, possibly raw sample times) go
+    through the same path.
+    """
+    import pandas as pd
+
+    from pdprobe.promql_math import correct_counters_grouped
+
+    if not sset.labels:
+        return None
+    by_name: dict[str, tuple[pp.Family, str]] = {}
+    for fam in batch.families:
+        for name in fam.series_names():
+            kind = fam.row_kind(name)
+            if kind is not None:
+                by_name[name] = (fam, kind)
+    members = _members(batch, sset.labels, by_name, node_label)
+    if members is None:
+        return None
+    specs, m_le, m_node, m_device, m_port = (members.specs, members.le, members.node,
+                                             members.device, members.port)
+
+    col, grid_ts = _grid(sset)
+    n_series, n_cols = len(sset.labels), len(grid_ts)
+    sample_series = np.repeat(np.arange(n_series), np.diff(sset.offsets))
+    mat = np.full((n_series, n_cols), np.nan)
+    mat[sample_series, col] = sset.values
+    present = ~np.isnan(mat)
+
+    series, spec_of, kind_of, ident = members.series, members.spec, members.kind, members.ident
+    reset_idents: set[str] = set()
+    if batch.cumulative:
+        # Correct each series once (a series feeding two specs has one bit width).
+        bits = np.zeros(n_series)
+        spec_bits = np.asarray([sp.counter_bits or 0 for _, sp in specs], dtype=np.float64)
+        np.maximum.at(bits, series, spec_bits[spec_of])
+        drops = np.zeros(n_series, dtype=bool)
+        if n_cols > 1:
+            drops = np.asarray((np.diff(_ffill_rows(mat), axis=1) < 0).any(axis=1), dtype=bool)
+        if drops.any() and batch.scope != "network":
+            reset_idents = set(ident[drops[series]].tolist())
+        corrected = correct_counters_grouped(
+            np.repeat(np.arange(n_series), n_cols), mat.reshape(-1),
+            np.repeat(bits, n_cols) if bits.any() else None)
+        work = _ffill_rows(corrected.reshape(n_series, n_cols))
+    else:
+        work = mat
+    gid = _group_ids(ident, m_node, m_device, m_port, spec_of, kind_of, m_le)
+    order = np.argsort(gid, kind="stable")
+    gid_sorted = gid[order]
+    starts = np.flatnonzero(np.concatenate(([True], gid_sorted[1:] != gid_sorted[:-1])))
+    rows = series[order]
+    pres = np.add.reduceat(present[rows].astype(np.int64), starts, axis=0)
+    rep = order[starts]
+    rep_specs = [specs[s] for s in spec_of[rep].tolist()]
+    aggs = np.asarray([sp.aggregate if _KINDS[k] == S.GAUGE else "sum"
+                       for (_, sp), k in zip(rep_specs, kind_of[rep].tolist(), strict=True)])
+    if batch.cumulative:
+        vals = np.add.reduceat(work[rows], starts, axis=0)
+    else:
+        filled_vals = np.where(present[rows], work[rows], 0.0)
+        sums = np.add.reduceat(filled_vals, starts, axis=0)
+        maxes = np.maximum.reduceat(np.where(present[rows], work[rows], -np.inf), starts, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = sums / pres
+        vals = np.where((aggs == "max")[:, None], maxes,
+                        np.where((aggs == "mean")[:, None], means, sums))
+    kinds = [_KINDS[k] for k in kind_of[rep].tolist()]
+    scale = np.asarray([sp.scale if k in _SCALED_ROWS else 1.0
+                        for (_, sp), k in zip(rep_specs, kinds, strict=True)])
+    vals = vals * scale[:, None]
+    keys = pd.DataFrame({
+        "ident": ident[rep], "node": m_node[rep], "device": m_device[rep], "port": m_port[rep],
+        "signal": [sp.signal for _, sp in rep_specs], "kind": kinds,
+        "le": m_le[rep], "agg": aggs,
+        "family": [f.exposed for f, _ in rep_specs], "engine": [f.engine for f, _ in rep_specs],
+        "chain": [f.chain for f, _ in rep_specs], "rank": [f.rank for f, _ in rep_specs],
+        "frontend": [f.exposed.startswith("dynamo_frontend_") and not f.spec.instance_label
+                     for f, _ in rep_specs],
+    })
+    keys["scope"] = batch.scope
+    keys["raw"] = raw
+    return Groups(keys, vals, pres > 0, grid_ts, reset_idents)
+
+
+def select_and_flatten(groups: Sequence[Groups]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Choose among alternatives and emit the long ``metrics`` and ``network`` tables.
+
+    Per instance (or node/device/port) and signal, the preferred engine's families win, and in
+    each rename chain the newest name; families that are genuinely different (e.g. failed
+    transfers and failed receives) are added (cumulative) or combined with the spec's
+    aggregation (gauges). Also returns the kept group keys (for roles and summaries).
+    Rows come out in time order; string columns are built from the (few) group keys.
+    """
+    import pandas as pd
+
+    frames: list[pd.DataFrame] = []
+    for i, g in enumerate(groups):
+        frame = g.keys.copy()
+        frame["batch"] = i
+        frame["local"] = np.arange(len(frame))
+        frame["any_present"] = np.asarray(g.present.any(axis=1), dtype=bool)
+        frames.append(frame)
+    if not frames:
+        return (conform(pd.DataFrame(), METRIC_COLUMNS), conform(pd.DataFrame(), NETWORK_COLUMNS),
+                pd.DataFrame())
+    keys = pd.concat(frames, ignore_index=True)
+    keys = keys[keys["any_present"]]
+    if not keys.empty:
+        keys = keys.assign(eprio=keys["engine"].map(pp.ENGINE_PRIORITY).fillna(9))
+        ident = ["scope", "ident", "node", "device", "port", "signal", "kind"]
+        best_engine = keys.groupby(ident, dropna=False)["eprio"].transform("min")
+        keys = keys[keys["eprio"] == best_engine]
+        best_rank = keys.groupby([*ident, "engine", "chain"], dropna=False)["rank"].transform("min")
+        keys = keys[keys["rank"] == best_rank]
+    keys = keys.reset_index(drop=True)
+    metrics = _flatten(groups, keys[keys["scope"] == "instance"], METRIC_COLUMNS)
+    network = _flatten(groups, keys[keys["scope"] == "network"], NETWORK_COLUMNS)
+    return metrics, network, keys
+
+
+def deployment_rows(groups: Sequence[Groups], keys: pd.DataFrame) -> pd.DataFrame:
+    """The deployment-scope rows of the kept group keys (``select_and_flatten``'s third
+    result), in ``DEPLOYMENT_COLUMNS`` (their ``ident`` is the deployment's name)."""
+    import pandas as pd
+
+    kept = keys[keys["scope"] == "deployment"] if len(keys) else keys
+    if kept.empty:
+        return conform(pd.DataFrame(), DEPLOYMENT_COLUMNS)
+    flat = _flatten(groups, kept, METRIC_COLUMNS)
+    return conform(flat.rename(columns={"instance": "deployment"}), DEPLOYMENT_COLUMNS)
+
+
+def _time_order(ts: np.ndarray, grids: Sequence[np.ndarray]) -> np.ndarray:
+    """Stable time order of ``ts``, whose values all come from the query grids ``grids``.
+
+    The grids hold a few hundred distinct times: sorting their 16-bit ranks is a radix sort,
+    several times faster than sorting a million floats. Raw re-reads (other times) fall back.
+    """
+    grid = np.unique(np.concatenate([np.asarray(g, dtype=np.float64) for g in grids]))
+    if len(grid) <= np.iinfo(np.uint16).max:
+        rank = np.searchsorted(grid, ts)
+        if np.array_equal(grid[np.minimum(rank, len(grid) - 1)], ts):
+            return np.argsort(rank.astype(np.uint16), kind="stable")
+    return np.argsort(ts, kind="stable")
+
+
+def _flatten(groups: Sequence[Groups], kept: pd.DataFrame,
+             columns: Mapping[str, str]) -> pd.DataFrame:
+    """The present cells of the kept groups as rows of ``columns`` (time order)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if kept.empty:
+        return conform(pd.DataFrame(), columns)
+    kept = kept.reset_index(drop=True)
+    dest_cols = ["ident", "node", "device", "port", "signal", "kind", "le"]
+    dest = _group_ids(*(kept[c].to_numpy() for c in dest_cols))
+    shared = np.bincount(dest)[dest] > 1
+    ts_parts: list[np.ndarray] = []
+    val_parts: list[np.ndarray] = []
+    row_parts: list[np.ndarray] = []
+    slow: list[pd.DataFrame] = []
+    for b, sel in kept.groupby("batch", sort=True):
+        g = groups[int(str(b))]
+        local = sel["local"].to_numpy()
+        krow = sel.index.to_numpy()
+        gi, cj = np.nonzero(g.present[local])
+        vals = g.values[local][gi, cj]
+        rows = krow[gi]
+        fast = ~shared[rows]
+        ts_parts.append(g.ts[cj][fast])
+        val_parts.append(vals[fast])
+        row_parts.append(rows[fast])
+        if not fast.all():
+            slow.append(pd.DataFrame({"dest": dest[rows[~fast]], "ts": g.ts[cj][~fast],
+                                      "value": vals[~fast], "row": rows[~fast],
+                                      "agg": kept["agg"].to_numpy()[rows[~fast]]}))
+    if slow:
+        # Distinct families feeding one signal of one instance: added (cumulative, sum gauges)
+        # or combined with the gauge's aggregation, per timestamp.
+        part = pd.concat(slow, ignore_index=True)
+        for how, sub in part.groupby("agg", sort=True):
+            func = {"mean": "mean", "max": "max"}.get(str(how), "sum")
+            combined = sub.groupby(["dest", "ts"], sort=False).agg(
+                value=("value", func), row=("row", "first")).reset_index()
+            ts_parts.append(combined["ts"].to_numpy(dtype=np.float64))
+            val_parts.append(combined["value"].to_numpy(dtype=np.float64))
+            row_parts.append(combined["row"].to_numpy(dtype=np.int64))
+    ts = np.concatenate(ts_parts)
+    values = np.concatenate(val_parts)
+    rows = np.concatenate(row_parts)
+    order = _time_order(ts, [g.ts for g in groups])
+    ts, values, rows = ts[order], values[order], rows[order]
+    source = {"instance": "ident"}
+    out: dict[str, object] = {}
+    for name, dtype in columns.items():
+        if name == "ts":
+            out[name] = ts
+        elif name == "value":
+            out[name] = values
+        elif name == "le":
+            out[name] = kept["le"].to_numpy(dtype=np.float64)[rows]
+        else:
+            codes, uniques = pd.factorize(kept[source.get(name, name)].to_numpy(dtype=object))
+            dictionary = pa.DictionaryArray.from_arrays(
+                pa.array(codes[rows].astype(np.int32)), pa.array(list(uniques), type=pa.string()))
+            out[name] = pd.arrays.ArrowStringArray(dictionary.dictionary_decode())
+            assert dtype == "string"
+    return conform(pd.DataFrame(out), columns)
