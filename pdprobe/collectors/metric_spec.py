@@ -7,7 +7,7 @@ build specs without importing the catalog; ``metric_catalog`` re-exports everyth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from pdprobe import signals as S
 
@@ -53,3 +53,5 @@ MS_TO_S = 1e-3
 US_TO_S = 1e-6
 MIB = float(2**20)
 GIB = float(2**30)
+# The series of a classic histogram family and the row kind each becomes (files and live alike).
+HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))

@@ -49,6 +49,7 @@ from pdprobe.collectors.metric_catalog import (
     Scope,
     normalise_name,
 )
+from pdprobe.collectors.metric_spec import HIST_SUFFIXES
 from pdprobe.errors import InputError
 from pdprobe.signals import Role
 
@@ -59,7 +60,6 @@ _LABEL_RE: Final = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _TOP_KEYS: Final = frozenset({"version", "scope", "instances", "roles", "rename", "metric"})
 _METRIC_KEYS: Final = frozenset({"name", "signal", "type", "scale", "aggregate", "labels",
                                  "engine", "scope", "instance_label", "counter_bits", "note"})
-_HIST_SUFFIXES: Final = ("_bucket", "_sum", "_count")
 
 
 def known_signals() -> frozenset[str]:
@@ -236,7 +236,7 @@ def _renames(r: _Reader, table: dict[str, Any]) -> list[MetricSpec]:
         if not _NAME_RE.match(custom):
             raise r.fail(where, "is not a valid metric name")
         base = catalog
-        for suffix in _HIST_SUFFIXES:
+        for suffix, _ in HIST_SUFFIXES:
             if base.endswith(suffix) and normalise_name(base) not in by_key:
                 base = base[: -len(suffix)]
         targets = by_key.get(normalise_name(base))
@@ -245,7 +245,7 @@ def _renames(r: _Reader, table: dict[str, Any]) -> list[MetricSpec]:
                          hint="use a name from docs/live.md's catalog, or a [[metric]] entry")
         new_name = custom
         if targets[0].kind == "histogram":
-            for suffix in _HIST_SUFFIXES:
+            for suffix, _ in HIST_SUFFIXES:
                 if new_name.endswith(suffix):
                     new_name = new_name[: -len(suffix)]
         out.extend(replace(t, name=new_name, note=f"renamed from {t.name} by the metrics map",
@@ -270,7 +270,7 @@ def _custom_spec(r: _Reader, item: object, where: str) -> MetricSpec:
     if kind not in METRIC_TYPES:
         raise r.fail(where, f"type {kind!r} must be gauge, counter or histogram")
     if kind == "histogram":
-        for suffix in _HIST_SUFFIXES:
+        for suffix, _ in HIST_SUFFIXES:
             if name.endswith(suffix):
                 name = name[: -len(suffix)]
     scale = item.get("scale", 1.0)

@@ -16,7 +16,7 @@ per-line regular expression.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -28,15 +28,22 @@ from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import metric_names as mn
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import read_all_bytes
+from pdprobe.collectors.metric_roles import (
+    ENGINE_PREFERENCE,
+    ENGINE_PRIORITY,
+    UNLISTED_ENGINE_PRIORITY,
+    LabelRoles,
+    evidence_hints,
+)
+from pdprobe.collectors.metric_spec import HIST_SUFFIXES
 from pdprobe.collectors.names import name_from_file
-from pdprobe.collectors.roles import node_of, role_from_label_value, role_from_name
+from pdprobe.collectors.roles import node_of, role_from_name
 from pdprobe.collectors.validate import MAX_METRIC_VALUE, check_times, implausible
 from pdprobe.dataset import (
     DEPLOYMENT_COLUMNS,
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
     ROLE_FROM_EVIDENCE,
-    ROLE_FROM_LABEL,
     ROLE_FROM_NAME,
     Partial,
     RoleHint,
@@ -45,7 +52,6 @@ from pdprobe.dataset import (
 )
 from pdprobe.errors import InputError
 from pdprobe.promql_math import correct_counters_grouped
-from pdprobe.signals import Role
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,18 +65,6 @@ MS_TIMESTAMP_THRESHOLD: Final = 1e11
 # down): exporters and scripts also write microseconds and nanoseconds (time.time_ns()).
 TIMESTAMP_UNIT_BOUNDS: Final = ((1e17, 1e-9, "nanoseconds"), (1e14, 1e-6, "microseconds"),
                                 (MS_TIMESTAMP_THRESHOLD, 1e-3, "milliseconds"))
-# Behavioural evidence "one output token per request => prefill" needs enough requests to be
-# more than noise, and a prefill-only instance emits exactly one token per request; 1.5 leaves
-# room for a few requests finishing on a colocated fallback path.
-EVIDENCE_MIN_REQUESTS: Final = 20
-PREFILL_MAX_TOKENS_PER_REQUEST: Final = 1.5
-# Dynamo names worker components freely; `backend`/`worker` is the decode worker's component
-# only in a disaggregated deployment, whose prefill workers register `prefill` (reference §3.3).
-# An aggregated worker is `backend` too, so the generic name is read as decode only when the
-# same input also carries a prefill component; then it is weaker than a name pattern but
-# stronger than behaviour.
-DYNAMO_GENERIC_COMPONENT_STRENGTH: Final = ROLE_FROM_EVIDENCE + 5
-DYNAMO_GENERIC_COMPONENTS: Final = ("backend", "worker")
 # How many offending line numbers / metric names a warning lists.
 SHOWN_EXAMPLES: Final = 5
 SCRAPE_TS_MARKER: Final = "pdprobe-scrape-ts"
@@ -83,12 +77,9 @@ TP_RANK_LABEL: Final = "tp_rank"
 PRIORITY_LABEL: Final = "priority"
 
 _CUMULATIVE_KINDS: Final = frozenset({S.COUNTER, S.BUCKET, S.HSUM, S.HCOUNT})
-_ENGINE_PREFERENCE: Final = ("vllm", "sglang", "trtllm", "dynamo", "mooncake", "nixl",
-                             "lmcache")
 # `# TYPE` of a sample that may be a catalog counter exported without its `_total` suffix:
 # declared a counter, or not declared at all (None, "untyped", OpenMetrics "unknown").
 _COUNTER_OR_UNTYPED: Final = (S.COUNTER, None, "untyped", "unknown")
-_HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))
 
 _NAME_RE: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABELS_RE: Final = r'(?:[^"}]|"(?:[^"\\]|\\.)*")*'
@@ -568,7 +559,7 @@ def _resolve_name(name: str, types: dict[str, str]) -> tuple[list[tuple[mc.Metri
         found = [(s, s.kind) for s in mc.lookup(name, "gauge") if s.kind != mc.H]
     if found:
         return found, False
-    for suffix, kind in _HIST_SUFFIXES:
+    for suffix, kind in HIST_SUFFIXES:
         if name.endswith(suffix):
             family = name[: -len(suffix)]
             specs = [s for s in mc.lookup(family, types.get(family)) if s.kind == mc.H]
@@ -751,14 +742,13 @@ def _series_table(keys: list[str], types: dict[str, str], path: Path, ctx: ReadC
 def _engine_own_first(frame: pd.DataFrame) -> pd.DataFrame:
     """Where several engines feed one signal of an instance (a Dynamo TRT-LLM worker exposes
     trtllm_request_success_total and dynamo_component_requests_total), keep the engine's own
-    series only, as the live collector does (``promql_plan.ENGINE_PRIORITY``)."""
+    series only, as the live collector does (``metric_roles.ENGINE_PRIORITY``)."""
     import pandas as pd
 
-    from pdprobe.collectors.promql_plan import ENGINE_PRIORITY
 
     if frame.empty:
         return frame
-    prio = frame["engine"].map(ENGINE_PRIORITY).fillna(9).to_numpy()
+    prio = frame["engine"].map(ENGINE_PRIORITY).fillna(UNLISTED_ENGINE_PRIORITY).to_numpy()
     key = [frame["scope"], frame["instance"], frame["signal"], frame["kind"]]
     best = pd.Series(prio).groupby(key, dropna=False, sort=False).transform("min").to_numpy()
     return frame[prio == best].reset_index(drop=True) if (prio != best).any() else frame
@@ -818,7 +808,7 @@ def _priority_parts(frame: pd.DataFrame, priority: pd.Series | None, blocks: lis
 def _family(name: str) -> str:
     """The catalog key of an exposed sample name (histogram suffixes stripped)."""
     key = mc.normalise_name(name)
-    for suffix, _ in _HIST_SUFFIXES:
+    for suffix, _ in HIST_SUFFIXES:
         if key.endswith(suffix) and key[: -len(suffix)] in mc.SPECS_BY_KEY:
             return key[: -len(suffix)]
     return key
@@ -851,7 +841,7 @@ def _summarise_unknown(samples: _Samples, smap: _SeriesMap, out: _Notes) -> None
 
     def family(name: str) -> str:
         # An unknown histogram is listed once, by family, not as _bucket/_sum/_count.
-        for suffix, _ in _HIST_SUFFIXES:
+        for suffix, _ in HIST_SUFFIXES:
             base = name[: -len(suffix)]
             if name.endswith(suffix) and base + "_bucket" in unknown_names:
                 return base
@@ -1051,62 +1041,22 @@ def _combine(used: pd.DataFrame, series: pd.DataFrame
 # --------------------------------------------------------------------------------------------
 
 
-def _label_role(label: str, value: str) -> tuple[Role, int] | None:
-    v = value.strip().lower()
-    if label in ("dynamo_component", "component"):
-        if "prefill" in v:
-            return "prefill", ROLE_FROM_LABEL
-        if "decode" in v:
-            return "decode", ROLE_FROM_LABEL
-        return None  # `backend`/`worker` alone: see generic_component_hints
-    role = role_from_label_value(value)
-    return (role, ROLE_FROM_LABEL) if role else None
-
-
-def generic_component_hints(pairs: Sequence[tuple[str, str, str]],
-                            source: str) -> list[RoleHint]:
-    """Decode hints for Dynamo workers whose component is only ``backend``/``worker``.
-
-    ``pairs`` are the (instance, label, value) role labels seen in one input. A generic
-    component is a decode worker only beside a ``prefill`` component (a disaggregated graph); on
-    its own it is an aggregated worker, which is no decode instance: no hint.
-    """
-    comps = [(i, lab, v) for i, lab, v in pairs if lab in ("dynamo_component", "component")]
-    if not any("prefill" in v.lower() for _, _, v in comps):
-        return []
-    return [RoleHint(i, "decode", f"label {lab}={v!r} beside a prefill component",
-                     DYNAMO_GENERIC_COMPONENT_STRENGTH, source)
-            for i, lab, v in comps
-            if "prefill" not in v.lower() and "decode" not in v.lower()
-            and any(g in v.lower() for g in DYNAMO_GENERIC_COMPONENTS)]
-
-
 def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
                     out: _Notes) -> tuple[list[RoleHint], dict[str, str], dict[str, str]]:
     src = str(path)
     inst_rows = series[series["scope"] == "instance"]
+    # Label by label (every instance's `role`, then `engine_type`, ...): the order decides
+    # which of two agreeing hints names the role's source.
+    reader = LabelRoles(src)
     hints: list[RoleHint] = []
-    seen: set[tuple[str, str, str]] = set()
-    labelled: list[tuple[str, str, str]] = []  # every (instance, role label, value)
-    unified = False
     for label in mc.ROLE_LABELS:
-        col = f"l_{label}"
-        pairs = inst_rows[["instance", col]].dropna().drop_duplicates()
+        pairs = inst_rows[["instance", f"l_{label}"]].dropna().drop_duplicates()
         for inst, value in pairs.itertuples(index=False):
-            if label == "engine_type" and str(value).lower() in ("unified", "dynamic"):
-                unified = unified or str(value).lower() == "unified"
-                continue
-            labelled.append((str(inst), label, str(value)))
-            decided = _label_role(label, str(value))
-            if decided is None or (inst, label, value) in seen:
-                continue
-            seen.add((inst, label, value))
-            hints.append(RoleHint(str(inst), decided[0], f"label {label}={value!r}", decided[1],
-                                  src))
-    hints.extend(generic_component_hints(labelled, src))
-    if unified:
-        out.notes.append('SGLang engine_type="unified" names no role (<=0.5.3 printed it even in '
-                         "PD mode); roles come from names or behaviour")
+            hint = reader.add(str(inst), label, str(value))
+            if hint is not None:
+                hints.append(hint)
+    hints.extend(reader.generic_hints())
+    out.notes.extend(reader.notes())
 
     # Name patterns in pod, instance, job (most specific first), for instances named by them;
     # in the backend URL for a router's backends (the router's pod/instance/job are its own).
@@ -1126,13 +1076,14 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
                 break
 
     frontends = sorted(set(inst_rows.loc[inst_rows["frontend"].astype(bool), "instance"]))
-    hints.extend(_evidence_hints(metrics[~metrics["instance"].isin(frontends)], src, out))
+    hints.extend(evidence_hints(metrics[~metrics["instance"].isin(frontends)], src,
+                                out.warnings))
     for inst in frontends:
         hints.append(RoleHint(str(inst), "frontend", "Dynamo frontend metrics (dynamo_frontend_*)",
                               ROLE_FROM_EVIDENCE, src))
 
     engines: dict[str, str] = {}
-    rank = {e: i for i, e in enumerate(_ENGINE_PREFERENCE)}
+    rank = {e: i for i, e in enumerate(ENGINE_PREFERENCE)}
     for inst, eng in inst_rows[["instance", "engine"]].drop_duplicates().itertuples(index=False):
         cur = engines.get(str(inst))
         if cur is None or rank.get(str(eng), 99) < rank.get(cur, 99):
@@ -1159,61 +1110,3 @@ def _instance_facts(series: pd.DataFrame, metrics: pd.DataFrame, path: Path,
             if host:
                 nodes[str(inst)] = host
     return hints, engines, nodes
-
-
-_EVIDENCE_SIGNALS: Final = (S.PREFILL_BOOTSTRAP_QUEUE, S.PREFILL_INFLIGHT_QUEUE,
-                             S.DECODE_PREALLOC_QUEUE, S.DECODE_TRANSFER_QUEUE, S.KV_FETCH_WAITING,
-                             S.KV_RECEIVED_TOKENS_TOTAL, S.GENERATION_TOKENS_TOTAL,
-                             S.REQUESTS_FINISHED_TOTAL)
-
-
-def _evidence_hints(metrics: pd.DataFrame, src: str, out: _Notes) -> list[RoleHint]:
-    """Roles from behaviour: PD queues, KV received over transfer, one token per request."""
-    if metrics.empty:
-        return []
-    found: dict[str, list[tuple[Role, str]]] = {}
-    metrics = metrics[metrics["signal"].isin(_EVIDENCE_SIGNALS)]
-    if metrics.empty:
-        return []
-
-    def add(instances: Iterable[str], role: Role, how: str) -> None:
-        for inst in instances:
-            found.setdefault(str(inst), []).append((role, how))
-
-    by = metrics.groupby(["instance", "signal"], sort=True)["value"]
-    peak = by.max()
-    last = by.last()
-
-    def above_zero(signals: Sequence[str]) -> list[str]:
-        sel = peak[peak.index.get_level_values("signal").isin(signals)]
-        return sorted(set(sel[sel > 0].index.get_level_values("instance")))
-
-    add(above_zero([S.PREFILL_BOOTSTRAP_QUEUE, S.PREFILL_INFLIGHT_QUEUE]), "prefill",
-        "SGLang PD prefill queues (bootstrap/inflight) are in use")
-    add(above_zero([S.DECODE_PREALLOC_QUEUE, S.DECODE_TRANSFER_QUEUE]), "decode",
-        "SGLang PD decode queues (prealloc/transfer) are in use")
-    kv_fetch = peak[peak.index.get_level_values("signal") == S.KV_FETCH_WAITING]
-    add(sorted(set(kv_fetch.index.get_level_values("instance"))), "decode",
-        "vllm:num_requests_kv_fetch_by_stage is exposed (KV consumers only)")
-    add(above_zero([S.KV_RECEIVED_TOKENS_TOTAL]), "decode",
-        'prompt tokens arrive by KV transfer (prompt_tokens_by_source{source="external_kv_transfer"})')
-    gen = last.xs(S.GENERATION_TOKENS_TOTAL, level="signal") if (
-        S.GENERATION_TOKENS_TOTAL in last.index.get_level_values("signal")) else None
-    fin = last.xs(S.REQUESTS_FINISHED_TOTAL, level="signal") if (
-        S.REQUESTS_FINISHED_TOTAL in last.index.get_level_values("signal")) else None
-    if gen is not None and fin is not None:
-        both = gen.to_frame("gen").join(fin.to_frame("fin"), how="inner")
-        one = both[(both["fin"] >= EVIDENCE_MIN_REQUESTS)
-                   & (both["gen"] <= PREFILL_MAX_TOKENS_PER_REQUEST * both["fin"])]
-        add(one.index.tolist(), "prefill", "about one generated token per finished request")
-
-    hints: list[RoleHint] = []
-    for inst, items in sorted(found.items()):
-        roles = {r for r, _ in items}
-        if len(roles) > 1:
-            out.warnings.append(f"{src}: instance {inst!r}: behaviour points to both prefill and "
-                                f"decode "
-                                f"({'; '.join(h for _, h in items)}); not used for its role")
-            continue
-        hints.append(RoleHint(inst, items[0][0], items[0][1], ROLE_FROM_EVIDENCE, src))
-    return hints

@@ -28,6 +28,12 @@ from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.metric_roles import (
+    ROLE_FROM_MAP,
+    LabelRoles,
+    engine_rank,
+    evidence_hints,
+)
 from pdprobe.collectors.metrics_map import MetricsMap, load_metrics_map
 from pdprobe.collectors.prometheus_client import (
     MAX_RAW_PIECES,
@@ -54,7 +60,6 @@ from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles, role_from_name
 from pdprobe.dataset import (
     ROLE_FROM_EVIDENCE,
-    ROLE_FROM_LABEL,
     ROLE_FROM_NAME,
     Dataset,
     InstanceInfo,
@@ -90,9 +95,6 @@ STALE_WARN_S: Final = 300.0
 GAP_WARN_S: Final = 60.0
 SHOWN: Final = 5  # instances/names a warning lists
 
-# A metrics-map role selector is the user's own statement about their labels: it beats the
-# built-in label conventions but not --prefill-match/--decode-match.
-ROLE_FROM_MAP: Final = ROLE_FROM_LABEL + 5
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,15 +114,12 @@ class _InstanceFacts:
 def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
                metrics_map: MetricsMap | None, source: str) -> _InstanceFacts:
     """Role hints, engines and nodes from the ``group by`` answers (same rules as offline)."""
-    from pdprobe.collectors.openmetrics import _label_role, generic_component_hints
-
     facts = _InstanceFacts()
     seen: set[tuple[str, str, str]] = set()
+    reader = LabelRoles(source, metrics_map.role_of_value if metrics_map else None)
     role_labels = (*(metrics_map.role_labels if metrics_map else ()), *mc.ROLE_LABELS)
     default_inst = (metrics_map.instance_label if metrics_map else None) or "instance"
     node_label = metrics_map.node_label if metrics_map else None
-    unified = False
-    labelled: list[tuple[str, str, str]] = []  # every (instance, role label, value) seen
     for rq, vector in results:
         for item in vector:
             lab = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
@@ -130,28 +129,14 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
             if rq.role is not None:
                 facts.hints.append(RoleHint(inst, rq.role, rq.how, ROLE_FROM_MAP, source))
                 continue
-            rank = pp.ENGINE_PRIORITY.get(rq.engine, 9)
             cur = facts.engines.get(inst)
-            if cur is None or rank < pp.ENGINE_PRIORITY.get(cur, 9):
+            if cur is None or engine_rank(rq.engine) < engine_rank(cur):
                 facts.engines[inst] = rq.engine
             for label in role_labels:
                 value = lab.get(label)
-                if not value or (inst, label, value) in seen:
-                    continue
-                seen.add((inst, label, value))
-                if label == "engine_type" and value.lower() in ("unified", "dynamic"):
-                    unified = unified or value.lower() == "unified"
-                    continue
-                labelled.append((inst, label, value))
-                mapped = metrics_map.role_of_value(value) if metrics_map else None
-                if mapped is not None:
-                    facts.hints.append(RoleHint(inst, mapped, f"label {label}={value!r}",
-                                                ROLE_FROM_LABEL, source))
-                    continue
-                decided = _label_role(label, value)
-                if decided is not None:
-                    facts.hints.append(RoleHint(inst, decided[0], f"label {label}={value!r}",
-                                                decided[1], source))
+                hint = reader.add(inst, label, value) if value else None
+                if hint is not None:
+                    facts.hints.append(hint)
             if rq.instance_label == default_inst:
                 for label in ("pod", "instance", "job"):
                     value = lab.get(label)
@@ -175,10 +160,8 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
             elif host and rq.instance_label == "instance":
                 facts.nodes.setdefault(inst, host)
     # A `backend`/`worker` Dynamo component is decode only beside a prefill one (as offline).
-    facts.hints.extend(generic_component_hints(labelled, source))
-    if unified:
-        facts.notes.append('SGLang engine_type="unified" names no role (<=0.5.3 printed it even '
-                           "in PD mode); roles come from names or behaviour")
+    facts.hints.extend(reader.generic_hints())
+    facts.notes.extend(reader.notes())
     # One hint per (instance, how): several engines may repeat a label.
     facts.hints = list(dict.fromkeys(facts.hints))
     return facts
@@ -488,12 +471,7 @@ def _frontend_hints(kept: pd.DataFrame, source: str) -> list[RoleHint]:
 
 def _evidence(metrics: pd.DataFrame, source: str, warnings: list[str]) -> list[RoleHint]:
     """Behavioural role evidence, with the offline reader's rules."""
-    from pdprobe.collectors.openmetrics import _evidence_hints, _Notes
-
-    out = _Notes()
-    hints = _evidence_hints(metrics, source, out)
-    warnings.extend(out.warnings)
-    return hints
+    return evidence_hints(metrics, source, warnings)
 
 
 def _gap_warnings(metrics: pd.DataFrame, window: pp.Window) -> list[str]:

@@ -19,6 +19,7 @@ from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.metric_catalog import MetricSpec
 from pdprobe.collectors.metric_names import backend_address
+from pdprobe.collectors.metric_roles import ENGINE_PRIORITY, UNLISTED_ENGINE_PRIORITY
 from pdprobe.collectors.prometheus_decode import SeriesSet
 from pdprobe.collectors.roles import node_of
 from pdprobe.dataset import (
@@ -302,7 +303,7 @@ def select_and_flatten(groups: Sequence[Groups]) -> tuple[pd.DataFrame, pd.DataF
     keys = pd.concat(frames, ignore_index=True)
     keys = keys[keys["any_present"]]
     if not keys.empty:
-        keys = keys.assign(eprio=keys["engine"].map(pp.ENGINE_PRIORITY).fillna(9))
+        keys = keys.assign(eprio=keys["engine"].map(ENGINE_PRIORITY).fillna(UNLISTED_ENGINE_PRIORITY))
         ident = ["scope", "ident", "node", "device", "port", "signal", "kind"]
         best_engine = keys.groupby(ident, dropna=False)["eprio"].transform("min")
         keys = keys[keys["eprio"] == best_engine]

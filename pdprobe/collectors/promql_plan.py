@@ -34,6 +34,7 @@ from typing import Final
 from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors.metric_catalog import DEPLOYMENT_LABELS, MetricSpec, normalise_name
+from pdprobe.collectors.metric_spec import HIST_SUFFIXES
 from pdprobe.collectors.metrics_map import MetricsMap
 from pdprobe.errors import UsageError
 from pdprobe.signals import Role
@@ -83,12 +84,6 @@ RENAMES: Final[dict[str, str]] = {
     **{normalise_name(s.name): normalise_name(s.name) + "_total"
        for s in mc.ALL_SPECS if s.engine == "rdma-exporter" and not s.name.endswith("_total")},
 }
-# When several engines report the same signal for one instance (a Dynamo vLLM worker exposes
-# vllm:* and dynamo_component_*), the engine's own metrics win.
-ENGINE_PRIORITY: Final[dict[str, int]] = {
-    "vllm": 0, "sglang": 0, "custom": 0, "node": 0, "trtllm": 1, "rdma-exporter": 1,
-    "dynamo": 2, "llm-d": 2, "mooncake": 3, "nixl": 3, "lmcache": 3,
-}
 # Engine families discovery looks for (regex over __name__), by scope.
 # NIXL telemetry's `agent_` prefix is generic: only the catalog's families are looked for.
 # The pre-1.x Dynamo planner's `planner:` prefix is generic too: its catalog names only.
@@ -98,7 +93,6 @@ ENGINE_NAME_RE: Final = (r"(vllm|sglang|lmcache)[:_].+|dynamo_.+|trtllm_.+|tent_
                          r"|planner[:_](num_[pd]_workers|predicted_num_[pd]|observed_(ttft|itl"
                          r"|request_rate)|predicted_request_rate)")
 NETWORK_NAME_RE: Final = r"node_infiniband_.+|node_network_(receive|transmit)_bytes_total|rdma_.+"
-_HIST_SUFFIXES: Final = (("_bucket", S.BUCKET), ("_sum", S.HSUM), ("_count", S.HCOUNT))
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,14 +263,14 @@ class Family:
 
     def series_names(self) -> tuple[str, ...]:
         if self.kind == "histogram":
-            return tuple(self.exposed + suffix for suffix, _ in _HIST_SUFFIXES)
+            return tuple(self.exposed + suffix for suffix, _ in HIST_SUFFIXES)
         return (self.exposed,)
 
     def row_kind(self, series_name: str) -> str | None:
         """``bucket``/``sum``/``count`` for a histogram series name, the kind otherwise."""
         if self.kind != "histogram":
             return self.kind if series_name == self.exposed else None
-        for suffix, kind in _HIST_SUFFIXES:
+        for suffix, kind in HIST_SUFFIXES:
             if series_name == self.exposed + suffix:
                 return kind
         return None
@@ -322,7 +316,7 @@ class SpecIndex:
         for spec in self.custom:
             names = [spec.name]
             if spec.kind == "histogram":
-                names = [spec.name + s for s, _ in _HIST_SUFFIXES]
+                names = [spec.name + s for s, _ in HIST_SUFFIXES]
             out.extend(n for n in names if not engine_re.fullmatch(n) and not net_re.fullmatch(n))
         return sorted(set(out))
 
@@ -346,7 +340,7 @@ def families_from_names(names: Iterable[str], index: SpecIndex) -> list[Family]:
             # A counter exported without `_total` (as the offline reader takes it).
             _add(out, name, S.COUNTER, counters)
             continue
-        for suffix, _ in _HIST_SUFFIXES:
+        for suffix, _ in HIST_SUFFIXES:
             if name.endswith(suffix):
                 family = name[: -len(suffix)]
                 hspecs = tuple(s for s in index.by_key.get(normalise_name(family), ())

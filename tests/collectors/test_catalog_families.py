@@ -23,7 +23,8 @@ from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
-from pdprobe.collectors.openmetrics import generic_component_hints, read_openmetrics
+from pdprobe.collectors.metric_roles import generic_component_hints
+from pdprobe.collectors.openmetrics import read_openmetrics
 
 FAMILIES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "families"
 
