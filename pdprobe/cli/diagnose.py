@@ -35,6 +35,7 @@ from pdprobe.cli.common import (
 )
 from pdprobe.cli.live_options import live_options, parse_duration
 from pdprobe.collectors.prometheus_target import PrometheusTarget
+from pdprobe.collectors.time_window import TimeWindow
 
 YearOpt = Annotated[int | None, typer.Option(
     "--year", envvar=env("year"), min=1970, max=2100,
@@ -99,6 +100,7 @@ def diagnose_command(
     verbose: VerboseOpt = False,
     quiet: QuietOpt = False,
     target: PrometheusTarget | None = None,
+    file_window: TimeWindow | None = None,
 ) -> int:
     """Diagnose a disaggregated cluster from captured files, a live Prometheus, or the sample."""
     from pdprobe.collectors.base import ReadContext
@@ -138,7 +140,8 @@ def diagnose_command(
             report = diagnose(DiagnoseRequest(
                 paths=tuple(paths or ()),
                 prometheus=target,
-                read=ReadContext(year=year, instance=instance, progress=progress),
+                read=ReadContext(year=year, instance=instance, progress=progress,
+                                 window=file_window),
                 roles=RoleOptions(prefill_match=prefill_match, decode_match=decode_match),
                 aliases=alias_map,
                 exclude=tuple(exclude or ()),

@@ -26,11 +26,15 @@ from pdprobe.safe_text import clean
 PrometheusOpt = Annotated[str | None, typer.Option(
     "--prometheus", envvar=env("prometheus"),
     help="Base URL of a Prometheus HTTP API (Prometheus, Thanos, Mimir, VictoriaMetrics).")]
-SinceOpt = Annotated[str, typer.Option(
-    "--since", envvar=env("since"), help="Window length, e.g. 30m, 2h, 900s.")]
+SinceOpt = Annotated[str | None, typer.Option(
+    "--since", envvar=env("since"),
+    help="Window length, e.g. 30m, 2h, 900s, or its start as an ISO 8601 time (live default "
+         "30m; with files the default is the whole capture and a length ends at the "
+         "capture's end).")]
 UntilOpt = Annotated[str | None, typer.Option(
     "--until", envvar=env("until"),
-    help="Window end: ISO 8601 time or Unix timestamp (default now), for a past incident.")]
+    help="Window end: ISO 8601 time or Unix timestamp (default now, or the capture's end "
+         "with files), for a past incident.")]
 StepOpt = Annotated[str | None, typer.Option(
     "--step", envvar=env("step"), help="Query resolution, e.g. 15s (default: from the window).")]
 SelectorOpt = Annotated[str, typer.Option(
@@ -84,7 +88,7 @@ _HEADER_NAME: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 # them by these names.
 LIVE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("prometheus", PrometheusOpt, None),
-    ("since", SinceOpt, "30m"),
+    ("since", SinceOpt, None),  # live: 30m (cli/window.py); files: the whole capture
     ("until", UntilOpt, None),
     ("step", StepOpt, None),
     ("selector", SelectorOpt, ""),
@@ -117,15 +121,25 @@ def live_options(command: F) -> F:
     resolved = typing.get_type_hints(command, include_extras=True)
     signature = inspect.signature(command)
     own = [p.replace(annotation=resolved.get(name, p.annotation))
-           for name, p in signature.parameters.items() if name != "target"]
+           for name, p in signature.parameters.items() if name not in ("target", "file_window")]
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                annotation=annotation)
              for name, annotation, default in LIVE_OPTIONS]
 
+    # A command that also reads captured files (diagnose) takes the window for them as
+    # ``file_window``: --since/--until without --prometheus (cli/window.py).
+    wants_file_window = "file_window" in signature.parameters
+
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         live = {name: kwargs.pop(name, default) for name, _, default in LIVE_OPTIONS}
-        return command(*args, target=build_target(**live), **kwargs)
+        target = build_target(**live)
+        if wants_file_window:
+            from pdprobe.cli.window import file_window
+
+            kwargs["file_window"] = (None if target is not None
+                                     else file_window(live["since"], live["until"]))
+        return command(*args, target=target, **kwargs)
 
     params = [*own, *added]
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -188,7 +202,7 @@ def _read_secret(path: Path | None, env_name: str, what: str) -> str | None:
 
 def build_target(
     prometheus: str | None,
-    since: str = "30m",
+    since: str | None = "30m",
     until: str | None = None,
     step: str | None = None,
     selector: str = "",
@@ -251,8 +265,14 @@ def build_target(
             raise UsageError("--basic-auth-user needs a password",
                              hint="set PDPROBE_BASIC_AUTH_PASSWORD or --basic-auth-password-file")
         _check_credential(password, "the basic-auth password", latin1=False)
-    since_s = parse_duration(since, "--since")
+    from pdprobe.cli.window import DEFAULT_LIVE_SINCE, parse_since
+
+    since = since or DEFAULT_LIVE_SINCE
     until_ts = parse_time(until, "--until") if until else time.time()
+    length_s, since_ts = parse_since(since)
+    since_s = length_s if length_s is not None else until_ts - (since_ts or 0.0)
+    if since_s <= 0:
+        raise UsageError(f"--since {since!r} is not before --until", hint="use e.g. 30m")
     step_s = parse_duration(step, "--step") if step else None
     _check_window(since, since_s, until_ts, step, step_s)
     if not (math.isfinite(timeout) and timeout <= MAX_TIMEOUT_S):

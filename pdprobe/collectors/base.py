@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
+    from pdprobe.collectors.time_window import TimeWindow
     from pdprobe.dataset import Partial
 
 ProgressFn = Callable[[str, float], None]  # (what, fraction 0..1)
@@ -33,6 +34,8 @@ class ReadContext:
     # Work for the calling thread while a live collector waits on the network (run once, on
     # that thread, after the queries are sent): the diagnose service loads the analysis modules.
     while_waiting: Callable[[], None] | None = None
+    # --since/--until for captured files (None: the whole capture); see time_window.py
+    window: TimeWindow | None = None
 
     def report(self, what: str, fraction: float) -> None:
         if self.progress is not None:

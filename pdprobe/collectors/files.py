@@ -132,6 +132,11 @@ def read_paths(
     kept = [i for i in range(len(planned)) if i in read]
     partials = _reread_undated_logs([planned[i] for i in kept], [read[i] for i in kept], ctx)
     ctx.report("read all inputs", 1.0)
+    if partials and ctx.window is not None:
+        from pdprobe.collectors.time_window import apply_window
+
+        partials, window_note = apply_window(partials, ctx.window)
+        notes.append(window_note)
     if not partials:
         if len(errors) == 1 and not found.warnings:
             raise errors[0]  # one input, unusable: its own error says it best
