@@ -1109,7 +1109,21 @@ def _delimited_by_header(path: Path) -> str | None:
 def read_requests(path: Path, ctx: ReadContext) -> Partial:
     """Read one per-request file into a ``Partial`` with the canonical request table."""
     ctx.report(f"reading {path.name}", 0.0)
-    loaded = _load(path)
+    return _as_partial(path, _load(path))
+
+
+# --- hook for collectors/requests_dataset.py (partitioned Parquet read as one table) ----------
+require_columns = _require
+
+
+def partial_from_table(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str) -> Partial:
+    """A ``Partial`` from request records already read into one Arrow table (the columns
+    ``cmap`` maps), with the same checks, notes and canonical table as ``read_requests``."""
+    loaded = _canonicalise(path, table, cmap, fmt, 0, False)
+    return _as_partial(path, loaded)
+
+
+def _as_partial(path: Path, loaded: _Loaded) -> Partial:
     hints: list[RoleHint] = []
     roles: tuple[tuple[str, Role], ...] = (("prefill_instance", "prefill"),
                                            ("decode_instance", "decode"))
