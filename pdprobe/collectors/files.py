@@ -8,7 +8,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from pdprobe.collectors.walk import (  # noqa: F401  (expand_paths, walk_paths: 
 )
 from pdprobe.dataset import Dataset, Partial
 from pdprobe.errors import InputError, InsufficientDataError
+
+if TYPE_CHECKING:
+    from pdprobe.collectors.requests_dataset import Pushdown
 
 IGNORED_NAMES = {"scenario.toml", "truth.toml", "readme.md", "readme.txt", ".ds_store"}
 # The note a log reader leaves when it took the year of year-less lines from the file's
@@ -112,6 +115,7 @@ def read_paths(
         planned.append((path, kind))
     # Logs last: their year may come from the others' time span. The partials keep the order
     # of the inputs, so reports list sources as given.
+    datasets, pushdowns = _read_datasets(found, ctx, errors, skipped_files)
     order = sorted(range(len(planned)), key=lambda i: planned[i][1].kind == "engine-log")
     total = sum(_size(p) for p, _ in planned) or 1
     done = 0
@@ -121,7 +125,7 @@ def read_paths(
         ctx.report(f"reading {path.name}", done / total)
         read_ctx = ctx
         if kind.kind == "engine-log" and ctx.year is None:
-            read_ctx = _with_reference(ctx, list(read.values()))
+            read_ctx = _with_reference(ctx, [*datasets, *read.values()])
         try:
             read[i] = _printable(path, checked_partial(reader_for(kind.kind)(path, read_ctx)))
         except _FILE_ERRORS as exc:
@@ -130,12 +134,15 @@ def read_paths(
             skipped_files.append(f"skipped {err.one_line()}")
         done += _size(path)
     kept = [i for i in range(len(planned)) if i in read]
-    partials = _reread_undated_logs([planned[i] for i in kept], [read[i] for i in kept], ctx)
+    partials = [*datasets, *_reread_undated_logs([planned[i] for i in kept],
+                                                 [read[i] for i in kept], ctx)]
     ctx.report("read all inputs", 1.0)
     if partials and ctx.window is not None:
         from pdprobe.collectors.time_window import apply_window
 
-        partials, window_note = apply_window(partials, ctx.window)
+        partials, window_note = apply_window(
+            partials, ctx.window, outside_unread=sum(p.rows_unread for p in pushdowns),
+            files_unread=sum(p.files - p.files_read for p in pushdowns))
         notes.append(window_note)
     if not partials:
         if len(errors) == 1 and not found.warnings:
@@ -165,6 +172,29 @@ def read_paths(
     if notes:
         dataset = dataset.with_notes(*notes)
     return dataset
+
+
+def _read_datasets(found: Found, ctx: ReadContext, errors: list[InputError],
+                   skipped_files: list[str]) -> tuple[list[Partial], list[Pushdown]]:
+    """Each partitioned Parquet dataset (a folder of ``key=value`` folders, an object-storage
+    URI) read as one input, with the window pushed down; what the window spared."""
+    if not found.datasets:
+        return [], []
+    from pdprobe.collectors.requests_dataset import read_dataset
+
+    partials, pushdowns = [], []
+    for ref in found.datasets:
+        try:
+            done = read_dataset(ref, ctx)
+        except _FILE_ERRORS as exc:
+            err = _as_input_error(Path(ref.root), exc)
+            errors.append(err)
+            skipped_files.append(f"skipped {err.one_line()}")
+            continue
+        partials.append(checked_partial(done.partial))
+        if done.pushdown is not None:
+            pushdowns.append(done.pushdown)
+    return partials, pushdowns
 
 
 def _as_input_error(path: Path, exc: BaseException) -> InputError:

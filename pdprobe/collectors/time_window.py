@@ -128,11 +128,12 @@ def cut(partials: Sequence[Partial], start_ts: float, end_ts: float,
 
 
 def apply_window(partials: Sequence[Partial], window: TimeWindow,
-                 outside_unread: int = 0) -> tuple[list[Partial], str]:
+                 outside_unread: int = 0, files_unread: int = 0) -> tuple[list[Partial], str]:
     """The partials cut to the window and the report's note about it.
 
     ``outside_unread`` counts request records a partitioned dataset left unread because the
-    window was pushed down to its partitions and row groups; they are outside it too. A
+    window was pushed down to its row groups; they are outside it too. ``files_unread``
+    counts the dataset files its partitions' names left unopened (their rows are not known). A
     window that holds nothing at all ends the run (``InsufficientDataError``, exit 3) naming
     the span the capture does cover.
     """
@@ -153,7 +154,11 @@ def apply_window(partials: Sequence[Partial], window: TimeWindow,
             f"nothing in the window {iso(start)} to {iso(end)} ({window.text}): {where}",
             hint="move --since/--until into the capture's span, or drop them to diagnose "
                  "the whole capture")
-    return out, counts.note(window)
+    note = counts.note(window)
+    if files_unread:
+        note += (f"; {files_unread:,} partition file{'s' if files_unread != 1 else ''} not "
+                 "opened (outside it by their partition's time)")
+    return out, note
 
 
 def _span(partials: Sequence[Partial]) -> tuple[float, float] | None:

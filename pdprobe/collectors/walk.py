@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,12 +16,33 @@ from pdprobe.errors import UsageError
 
 
 @dataclass(frozen=True)
+class DatasetRef:
+    """A partitioned Parquet dataset to read as one input (``collectors/requests_dataset.py``):
+    a local folder with ``key=value`` partition folders, or an object-storage URI."""
+
+    root: str  # the folder or URI as shown in the report
+    files: tuple[str, ...] = ()  # local member files; empty for a URI (listed when read)
+    base_dir: str = ""  # where partition folders start (local); "" for a URI
+    uri: bool = False
+
+
+@dataclass(frozen=True)
 class Found:
     """The files under the paths given, and what could not be listed."""
 
     files: list[tuple[Path, bool]]  # (file, named directly)
     warnings: list[str]  # unreadable folders, FIFOs, dangling links, links to folders
     excluded: list[Path] = field(default_factory=list)  # folder members matching --exclude
+    datasets: list[DatasetRef] = field(default_factory=list)  # partitioned Parquet, one input each
+
+
+# A Hive partition folder: `date=2026-11-30`, `hour=13` (key: an identifier; value: no `=`).
+HIVE_SEGMENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^=]+$")
+# What starts every Parquet file (and ends it): members without the `.parquet` suffix (Hive's
+# `000000_0`) are told by it.
+PARQUET_MAGIC: Final = b"PAR1"
+# A URI scheme pyarrow's filesystems open (`s3://bucket/prefix`); a Path keeps it as `s3:`.
+URI_SCHEME: Final = re.compile(r"^([a-z][a-z0-9+.-]*):$")
 
 
 # How many excluded files the grouped note names before it says "and N more".
@@ -86,12 +108,19 @@ def walk_paths(paths: Sequence[Path], exclude: Sequence[str] = ()) -> Found:
         seen[ident] = len(out)
         out.append((p, named))
 
+    datasets: list[DatasetRef] = []
     for path in paths:
+        uri = uri_of(path)
+        if uri is not None:
+            datasets.append(DatasetRef(root=uri, uri=True))
+            continue
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{path}: no such file or folder", hint="check the path")
         if path.is_dir():
             found, problems = _walk_folder(path)
             warnings.extend(problems)
+            found, parts = partitioned(path, found, exclude)
+            datasets.extend(parts)
             for p in found:
                 if exclude and excluded(p.relative_to(path).as_posix(), p.name, exclude):
                     left_out.append(p)
@@ -101,7 +130,65 @@ def walk_paths(paths: Sequence[Path], exclude: Sequence[str] = ()) -> Found:
             add(path, True)
     # a file also named directly, or reached through another folder unexcluded, is read
     kept = {p for p, _ in out}
-    return Found(out, warnings, [p for p in dict.fromkeys(left_out) if p not in kept])
+    return Found(out, warnings, [p for p in dict.fromkeys(left_out) if p not in kept],
+                 list({d.root: d for d in datasets}.values()))
+
+
+def uri_of(path: Path) -> str | None:
+    """The URI a path argument stands for (``s3://bucket/prefix``), or None for a local path.
+
+    ``Path("s3://b/p")`` keeps ``s3:`` as its first part and drops a ``/``; an existing
+    local file or folder of that name is still local."""
+    parts = path.parts
+    if len(parts) < 2 or not URI_SCHEME.match(parts[0]) or path.exists():
+        return None
+    return f"{parts[0]}//{'/'.join(parts[1:])}"
+
+
+def partitioned(top: Path, files: list[Path], exclude: Sequence[str] = ()
+                ) -> tuple[list[Path], list[DatasetRef]]:
+    """Split a folder's files into plain files and Hive-partitioned Parquet datasets.
+
+    A dataset's root is the folder above the first ``key=value`` folder (``top`` itself when
+    ``top`` is a partition folder: its own ``key=value`` names above count as partitions);
+    its members are the Parquet files under partition folders. Other files there (Spark's
+    ``_SUCCESS``, ``_committed_*``, a CSV) stay plain inputs, except ``_``-names, which
+    Hive and Spark write as markers and are skipped quietly. Excluded members stay out.
+    """
+    base = top
+    while HIVE_SEGMENT.match(base.name) and base.parent != base:
+        base = base.parent
+    members: dict[Path, list[str]] = {}
+    plain: list[Path] = []
+    for p in files:
+        rel = p.relative_to(top).parts
+        first = next((i for i, seg in enumerate(rel[:-1]) if HIVE_SEGMENT.match(seg)), None)
+        if first is None and base == top:
+            plain.append(p)
+            continue
+        root = top / Path(*rel[:first]) if first else top
+        if p.name.startswith("_"):
+            continue  # _SUCCESS, _committed_..., _metadata: markers, not data
+        if exclude and excluded(p.relative_to(top).as_posix(), p.name, exclude):
+            plain.append(p)  # the caller leaves it out with the other excluded files
+        elif _is_parquet(p):
+            members.setdefault(root, []).append(str(p))
+        else:
+            plain.append(p)
+    # markers beside the partition folders (Spark's _SUCCESS at the table's root)
+    plain = [p for p in plain if not (p.name.startswith("_") and p.parent in members)]
+    refs = [DatasetRef(root=str(root), files=tuple(names),
+                       base_dir=str(base if root == top else root))
+            for root, names in members.items()]
+    return plain, refs
+
+
+def _is_parquet(p: Path) -> bool:
+    try:
+        with p.open("rb") as fh:
+            return fh.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return False
 
 
 def _walk_folder(top: Path) -> tuple[list[Path], list[str]]:
