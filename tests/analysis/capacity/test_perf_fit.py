@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdprobe.analysis.capacity import perf_fit
+from pdprobe.analysis.capacity import perf_fit, perf_observations, perf_solver
 from pdprobe.analysis.capacity.perf_fit import (
     MIN_FIT_POINTS,
     MIN_SCALE_POINTS,
@@ -208,7 +208,7 @@ def test_decode_concurrency_matches_pairwise_overlaps(monkeypatch: pytest.Monkey
     ctx0 = rng.integers(10, 20_000, len(start)).astype(float)
     growth = rng.integers(1, 2000, len(start)).astype(float)
     group = rng.choice(np.array(["d2", "d0", "d10", "d1"], dtype=object), len(start))
-    monkeypatch.setattr(perf_fit, "SWEEP_BLOCK_REQUESTS", block)  # 7: many blocks
+    monkeypatch.setattr(perf_observations, "SWEEP_BLOCK_REQUESTS", block)  # 7: many blocks
     batch, ctx = decode_concurrency(start, end, ctx0, growth, group)
     ref_b, ref_k = _pairwise_concurrency(start, end, ctx0, growth, group)
     assert batch == pytest.approx(ref_b, rel=1e-9)
@@ -271,7 +271,7 @@ def test_nnls_relative_on_a_sample_matches_the_full_fit(monkeypatch: pytest.Monk
     y = (0.03 * x[:, 0] + 8e-5 * u + 7e-10 * u * u) * rng.lognormal(0, 0.05, n)
     y[rng.random(n) < 0.03] *= 10  # stalls: the reweighting must still damp them
     full = nnls_relative(x, y)
-    monkeypatch.setattr(perf_fit, "NNLS_MAX_POINTS", 1000)
+    monkeypatch.setattr(perf_solver, "NNLS_MAX_POINTS", 1000)
     sampled = nnls_relative(x, y)
     assert sampled.coef == pytest.approx(full.coef, rel=0.03)
     assert sampled.coef == pytest.approx([0.03, 8e-5, 7e-10], rel=0.1)

@@ -1,0 +1,360 @@
+"""What the fits observe in request records and metrics: busy periods, decode concurrency.
+
+Prefill: each instance's prefill intervals grouped into busy periods (``busy_periods``), the
+requests that ran alone (``isolated_prefills``) and segments of busy time against computed
+tokens (``busy_segments``). Decode: the time-averaged batch and context every request saw,
+reconstructed from all requests on its instance (``decode_concurrency``), and per-minute
+(batch, context, ITL) points from metrics when there are no records. Vectorised: no Python
+loop over requests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.analysis.capacity.perf_models import attention_tokens2
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.dataset import Dataset
+
+# Decode requests need at least this many output tokens to have a meaningful TPOT.
+MIN_OUTPUT_FOR_TPOT: Final = 2
+# Busy periods of prefill instances are cut into segments this long (by when their requests
+# finish): many forwards each, so a forward straddling a boundary is a small error.
+BUSY_SEGMENT_S: Final = 10.0
+# Bin width for metric-based decode observations: several scrapes per bin, short enough that
+# the batch size is roughly constant within it.
+METRIC_FIT_STEP_S: Final = 60.0
+
+
+def float_column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """Column ``name`` as float64 (NaN where missing; all NaN when the column is absent)."""
+    if name not in frame:
+        return np.full(len(frame), np.nan)
+    return frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def status_ok(frame: pd.DataFrame) -> np.ndarray:
+    """Whether each request finished ``ok`` (no status counts as ok)."""
+    ok = frame["status"].astype("string").fillna("ok") == "ok"  # vectorised string compare
+    return ok.to_numpy(dtype=bool)
+
+
+@dataclass(frozen=True, eq=False)
+class BusyPeriods:
+    """Prefill intervals sorted by instance and start, each with its busy period."""
+
+    row: np.ndarray  # request position
+    start: np.ndarray
+    end: np.ndarray
+    period: np.ndarray  # int64 id from 1, consecutive along the sort order
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+def sort_by_group(codes: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Permutation sorting by (group code, value), stable: a sort by value, then a radix
+    sort by the (small integer) codes."""
+    order = np.argsort(values, kind="stable")
+    if n_groups < 2**15:
+        codes = codes.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort
+    return order[np.argsort(codes[order], kind="stable")]
+
+
+def busy_periods(requests: pd.DataFrame) -> BusyPeriods:
+    """Prefill intervals grouped into busy periods per instance (overlapping ones merge).
+
+    Sorted by instance (name order) and start; requests without a start, end or instance are
+    left out.
+    """
+    import pandas as pd
+
+    start = float_column(requests, "arrival_ts") + float_column(requests, "queue_s")
+    end = start + float_column(requests, "prefill_s")
+    codes, names = pd.factorize(requests["prefill_instance"].astype("string"), sort=True)
+    codes = np.asarray(codes, dtype=np.int64)
+    valid = np.isfinite(start) & np.isfinite(end) & (codes >= 0)
+    rows = np.flatnonzero(valid)
+    if len(rows) == 0:
+        empty = np.zeros(0)
+        return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
+    order = sort_by_group(codes[rows], len(names), start[rows])
+    rows = rows[order]
+    s, e, g = start[rows], end[rows], codes[rows]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    bounds = np.append(np.flatnonzero(first), len(rows))
+    reach = np.empty(len(rows))
+    for lo, hi in itertools.pairwise(bounds):  # per instance, not per request
+        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
+    new_period = first.copy()
+    new_period[1:] |= s[1:] > reach[:-1]  # starts after everything before it has ended
+    return BusyPeriods(rows, s, e, np.cumsum(new_period))
+
+
+def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
+    """Whether each request's prefill overlapped no other prefill on its instance."""
+    busy = periods if periods is not None else busy_periods(requests)
+    out = np.zeros(len(requests), dtype=bool)
+    if not len(busy):
+        return out
+    size = np.bincount(busy.period)[busy.period]
+    out[busy.row[size == 1]] = True
+    return out
+
+
+def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(computed tokens, attention tokens², busy seconds) per segment of prefill busy time.
+
+    Each busy period is cut into ``BUSY_SEGMENT_S`` segments by when requests finish prefill;
+    a segment's busy time runs from the previous segment's last finish (or the period start)
+    to its own last finish, and is charged to the requests finishing in it. ``periods`` is
+    ``busy_periods(requests)`` when the caller has it already.
+    """
+    busy = periods if periods is not None else busy_periods(requests)
+    if not len(busy):
+        return None
+    rows, period = busy.row, busy.period
+    prompt = float_column(requests, "prompt_tokens")[rows]
+    cached = np.nan_to_num(float_column(requests, "cached_tokens")[rows], nan=0.0)
+    u = np.maximum(prompt - cached, 1.0)
+    attn = attention_tokens2(u, cached)
+    # periods are consecutive runs sorted by start: a period's first row has its earliest start
+    opens = np.flatnonzero(np.diff(period, prepend=0))
+    period_start = busy.start[opens][period - 1]
+    seg = ((busy.end - period_start) // BUSY_SEGMENT_S).astype(np.int64)
+    seg -= seg.min()  # (a negative prefill_s would end before its period starts)
+    key = period * (int(seg.max()) + 1) + seg  # (period, segment) as one sortable integer
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    heads = np.flatnonzero(np.diff(key, prepend=-1))
+    seg_u = np.add.reduceat(u[order], heads)
+    seg_attn = np.add.reduceat(attn[order], heads)
+    last = np.maximum.reduceat(busy.end[order], heads)
+    seg_period = period[order][heads]
+    begin = np.empty(len(heads))
+    begin[1:] = last[:-1]
+    new = np.ones(len(heads), dtype=bool)
+    new[1:] = seg_period[1:] != seg_period[:-1]
+    begin[new] = period_start[order][heads][new]  # a period's first segment starts with it
+    duration = last - begin
+    ok = duration > 0
+    return seg_u[ok], seg_attn[ok], duration[ok]
+
+
+def group_codes(group: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense integer codes ``0..k-1`` for group labels (any dtype), and ``k``."""
+    g = np.asarray(group)
+    if len(g) == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    if g.dtype.kind in "iub":
+        g = g.astype(np.int64)
+        lo, hi = int(g.min()), int(g.max())
+        if hi - lo <= 4 * len(g):  # compact labels (already codes): renumber by counting
+            present = np.bincount(g - lo) > 0
+            remap = np.cumsum(present) - 1
+            return remap[g - lo], int(present.sum())
+        uniq, inv = np.unique(g, return_inverse=True)
+        return inv.astype(np.int64).reshape(-1), len(uniq)
+    import pandas as pd
+
+    codes, uniq = pd.factorize(g, use_na_sentinel=False)  # a hash, not a sort of strings
+    return codes.astype(np.int64), len(uniq)
+
+
+# Requests per block of the decode sweep: whole instances are swept together until a block
+# holds this many, so its working arrays (about 1 MB each) stay in the CPU cache and are
+# reused from block to block instead of being fresh memory.
+SWEEP_BLOCK_REQUESTS: Final = 1 << 16
+
+
+def decode_concurrency(start: np.ndarray, end: np.ndarray, ctx0: np.ndarray,
+                       growth_tokens: np.ndarray,
+                       group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Time-averaged batch size and context tokens each request saw while it decoded.
+
+    Requests ``j`` decode on instance ``group[j]`` from ``start[j]`` to ``end[j]``, their
+    context growing linearly from ``ctx0[j]`` (the prompt) by ``growth_tokens[j]`` over the
+    interval (one token per step). On each
+    instance the batch ``N(t)`` and the context total ``K(t) = A(t) + R(t)·t`` are piecewise
+    linear between start/end events, so their integrals are exact cumulative sums; each
+    request's average is the integral over its own interval divided by its length.
+
+    Requests are sorted by instance (a radix sort) and swept in blocks of whole instances;
+    within a block the start and end events are sorted by (instance, time), running sums and
+    integrals are cumulative sums with the segments between two instances' events zeroed, and
+    each request reads the integrals at its own two events (equal, at tied times, to the last
+    tied event's: tied segments have zero length). ``O(n log n)``, no per-request Python.
+    """
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    n = len(start)
+    batch = np.full(n, np.nan)
+    ctx = np.full(n, np.nan)
+    if n == 0:
+        return batch, ctx
+    codes, n_groups = group_codes(group)
+    small = codes.astype(np.int16) if n_groups < 2**15 else codes
+    by_group = np.argsort(small, kind="stable")  # radix sort: instances contiguous
+    sizes = np.bincount(codes, minlength=n_groups)
+    ends = np.cumsum(sizes)
+    dur = end - start
+    rate = np.divide(np.asarray(growth_tokens, dtype=np.float64), dur, out=np.zeros(n),
+                     where=dur > 0)  # context tokens/s
+    ctx0 = np.asarray(ctx0, dtype=np.float64)
+    lo = 0
+    while lo < n:  # loop over blocks of whole instances, vectorised within each
+        # up to the first instance that ends at least a block's worth past lo (or the last)
+        block_end = int(np.searchsorted(ends, lo + SWEEP_BLOCK_REQUESTS, side="left"))
+        hi = int(ends[min(block_end, n_groups - 1)])
+        idx = by_group[lo:hi]
+        b, k = _sweep(start[idx], end[idx], ctx0[idx], rate[idx], codes[idx], n_groups)
+        batch[idx], ctx[idx] = b, k
+        lo = hi
+    return batch, ctx
+
+
+def _sweep(start: np.ndarray, end: np.ndarray, ctx0: np.ndarray, rate: np.ndarray,
+           codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``decode_concurrency`` for requests sorted by instance (codes non-decreasing)."""
+    n = len(start)
+    first = np.ones(n, dtype=bool)
+    first[1:] = codes[1:] != codes[:-1]
+    heads = np.flatnonzero(first)
+    # times from each instance's first start, so that the t² terms keep their precision
+    origin = np.repeat(np.minimum.reduceat(start, heads), np.diff(np.append(heads, n)))
+    s = start - origin
+    e = end - origin
+    base = ctx0 - rate * s  # K_j(t) = base_j + rate_j·t
+    times = np.concatenate([s, e])
+    local = np.cumsum(first) - 1  # instance number within the block
+    # by instance, then time; stable, so at a tie starts come before ends as in each
+    # instance's own event list
+    order = sort_by_group(np.concatenate([local, local]), len(heads), times)
+    times = times[order]
+    n_t = np.cumsum(np.where(order < n, 1.0, -1.0))  # value on [times[k], times[k+1])
+    a_t = np.cumsum(np.concatenate([base, -base])[order])
+    r_t = np.cumsum(np.concatenate([rate, -rate])[order])
+    # events are grouped by instance: no segment joins two instances' events
+    last = 2 * np.append(heads[1:], n)[:-1] - 1
+    dt = np.diff(times)
+    dt[last] = 0.0
+    t_hi = times[1:].copy()
+    t_hi[last] = times[last]
+    seg_n = n_t[:-1] * dt
+    seg_k = a_t[:-1] * dt + r_t[:-1] * (t_hi**2 - times[:-1] ** 2) / 2.0
+    cum_n = np.concatenate([[0.0], np.cumsum(seg_n)])
+    cum_k = np.concatenate([[0.0], np.cumsum(seg_k)])
+    pos = np.empty(2 * n, dtype=np.int64)
+    pos[order] = np.arange(2 * n)
+    span = np.where(e > s, e - s, np.nan)
+    batch = (cum_n[pos[n:]] - cum_n[pos[:n]]) / span
+    ctx = (cum_k[pos[n:]] - cum_k[pos[:n]]) / span
+    return batch, ctx
+
+
+def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str:
+    """(batch, context tokens, TPOT) per finished request and how the batch was known, or why not.
+
+    A request decodes from its first token (``arrival + ttft_s``) for ``tpot_s · (output - 1)``
+    seconds; the batch it shared is reconstructed from all requests on the same
+    ``decode_instance``.
+    """
+    if not dataset.has_request_column("tpot_s"):
+        return "no tpot_s column in the request records"
+    req = dataset.requests
+    arrival = float_column(req, "arrival_ts")
+    prompt = float_column(req, "prompt_tokens")
+    out = float_column(req, "output_tokens")
+    tpot = float_column(req, "tpot_s")
+    ttft = float_column(req, "ttft_s")
+    e2e = float_column(req, "e2e_s")
+    steps = np.maximum(out - 1.0, 0.0)
+    start = arrival + ttft
+    end = start + tpot * steps
+    no_ttft = ~np.isfinite(start) & np.isfinite(arrival + e2e)
+    end = np.where(no_ttft, arrival + e2e, end)
+    start = np.where(no_ttft, end - tpot * steps, start)
+    usable = np.isfinite(start) & np.isfinite(end) & (end > start) & np.isfinite(prompt)
+    if not usable.any():
+        return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
+    how = "per decode_instance"
+    if dataset.has_request_column("decode_instance") and req["decode_instance"].notna().any():
+        import pandas as pd
+
+        # integer codes straight from the column: no per-row Python strings
+        group = pd.factorize(req["decode_instance"].astype("string").fillna("?"))[0]
+        share = 1.0
+    else:
+        group = np.zeros(len(req), dtype=np.int64)
+        pool = len(dataset.instances_of("decode"))
+        share = 1.0 / pool if pool else 1.0
+        how = (f"pool total split evenly over {pool} decode instances" if pool else
+               "whole pool as one instance (no decode_instance column and no instance count)")
+    batch = np.full(len(req), np.nan)
+    ctx = np.full(len(req), np.nan)
+    b, k = decode_concurrency(start[usable], end[usable], prompt[usable], steps[usable],
+                              np.asarray(group)[usable])
+    batch[usable], ctx[usable] = b * share, k * share
+    fit_ok = usable & (out >= MIN_OUTPUT_FOR_TPOT) & np.isfinite(tpot)
+    if "status" in req:
+        fit_ok &= status_ok(req)
+    return batch[fit_ok], ctx[fit_ok], tpot[fit_ok], how
+
+
+def decode_metric_observations(dataset: Dataset, kv_capacity_tokens: int,
+                               mean_context_tokens: float
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str:
+    """(batch, context, mean ITL) per decode instance and minute from metrics, or why not.
+
+    Batch is the mean running-requests gauge; context the summed sequence lengths gauge, else
+    KV tokens in use (or KV usage × the profile's capacity), else batch × the workload's mean
+    decode context.
+    """
+    from pdprobe import signals as S
+    from pdprobe.analysis.promql import gauge_series, rate_series
+
+    metrics = dataset.metrics
+    decode = {i.name for i in dataset.instances_of("decode")}
+    if metrics.empty or not decode:
+        return "no decode-instance metrics"
+    step = METRIC_FIT_STEP_S
+    itl_sum = rate_series(metrics, S.ITL_S, step, kind="sum")
+    itl_cnt = rate_series(metrics, S.ITL_S, step, kind="count")
+    if itl_sum.empty or itl_cnt.empty:
+        return "no inter-token-latency histogram"
+    itl = itl_sum.merge(itl_cnt, on=["ts", "instance"], suffixes=("_sum", "_count"))
+    itl = itl[itl["instance"].isin(list(decode)) & (itl["rate_count"] > 0)]
+    itl = itl.assign(itl_s=itl["rate_sum"] / itl["rate_count"])
+    running = gauge_series(metrics, S.REQUESTS_RUNNING, step).rename(columns={"value": "batch"})
+    if running.empty:
+        return "no running-requests gauge on decode instances"
+    frame = itl.merge(running, on=["ts", "instance"])
+    how = "summed sequence lengths gauge"
+    ctx_frame = gauge_series(metrics, S.DECODE_CONTEXT_TOKENS, step)
+    scale = 1.0
+    if ctx_frame.empty:
+        ctx_frame, how = gauge_series(metrics, S.KV_USED_TOKENS, step), "KV tokens in use"
+    if ctx_frame.empty:
+        ctx_frame = gauge_series(metrics, S.KV_USAGE_RATIO, step)
+        scale, how = float(kv_capacity_tokens), "KV usage × profile KV capacity"
+    if ctx_frame.empty:
+        frame = frame.assign(ctx=frame["batch"] * mean_context_tokens)
+        how = "batch × mean decode context of the workload"
+    else:
+        ctx_frame = ctx_frame.assign(ctx=ctx_frame["value"] * scale)[["ts", "instance", "ctx"]]
+        frame = frame.merge(ctx_frame, on=["ts", "instance"])
+    if frame.empty:
+        return "decode ITL and gauges share no time bins"
+    return (frame["batch"].to_numpy(dtype=np.float64), frame["ctx"].to_numpy(dtype=np.float64),
+            frame["itl_s"].to_numpy(dtype=np.float64), f"per-minute ITL vs batch ({how})")
+
+
