@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pdprobe.collectors import requests_file
+from pdprobe.collectors import request_formats
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.requests_file import (
     is_request_header,
@@ -363,7 +363,7 @@ def test_recoverable_problems_are_counted(tmp_path: Path) -> None:
 
 def test_non_numeric_value_beyond_first_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                               ) -> None:
-    monkeypatch.setattr(requests_file, "CSV_BLOCK_BYTES", 64)
+    monkeypatch.setattr(request_formats, "CSV_BLOCK_BYTES", 64)
     rows = [f"{i},{i * 10},{i % 7 + 1}" for i in range(200)]
     rows[150] = "150,n/a-ish,3"
     (tmp_path / "r.csv").write_text("arrival_ts,prompt_tokens,output_tokens\n" + "\n".join(rows))
@@ -374,7 +374,7 @@ def test_non_numeric_value_beyond_first_block(tmp_path: Path, monkeypatch: pytes
 
 def test_dictionary_columns_across_csv_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                               ) -> None:
-    monkeypatch.setattr(requests_file, "CSV_BLOCK_BYTES", 128)
+    monkeypatch.setattr(request_formats, "CSV_BLOCK_BYTES", 128)
     statuses = ["OK", " error", "timeout", "499", "stop", "mystery"]
     rows = [f"{i},1,1,d{i % 7},{statuses[i % 6]}" for i in range(300)]
     (tmp_path / "r.csv").write_text("arrival_ts,prompt_tokens,output_tokens,decode_instance,"
