@@ -59,7 +59,7 @@ def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: 
     if not dataset.has_request_column("kv_transfer_s") or req["kv_transfer_s"].isna().all():
         return []
     sub = req[["arrival_ts", "decode_instance", "kv_transfer_s"]].dropna(subset=["kv_transfer_s"])
-    sub = sub.assign(decode_instance=sub["decode_instance"].fillna("all"),
+    sub = sub.assign(decode_instance=sub["decode_instance"].astype("string").fillna("all"),
                      _bin=np.clip(((sub["arrival_ts"] - start) // step).astype("int64"), 0, n_bins - 1))
     # p90 per bin shows the jitter retransmits cause better than a mean would
     table = (sub.groupby(["decode_instance", "_bin"], observed=True)["kv_transfer_s"].quantile(0.9)

@@ -70,7 +70,8 @@ def _union_columns() -> dict[str, str]:
 def _arrow_type(dtype: str) -> pa.DataType:
     import pyarrow as pa
 
-    return {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string()}[dtype]
+    return {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string(),
+            "category": pa.string()}[dtype]  # categoricals are written as their strings
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def write_capture(partial: Partial, output: Path, collection: Mapping[str, Any] 
 def _to_arrow(series: pd.Series, dtype: str) -> pa.Array:
     import pyarrow as pa
 
-    if dtype == "string":
+    if dtype in ("string", "category"):
         values = series.astype(object).where(series.notna(), None).tolist()
         return pa.array(values, type=pa.string())
     if dtype == "int64":

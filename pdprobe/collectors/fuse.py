@@ -21,6 +21,7 @@ from pdprobe.dataset import (
     Partial,
     RoleHint,
     concat_frames,
+    renamed_values,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def _renamed(p: Partial, rename: Mapping[str, str]) -> Partial:
                 uniques = frame[col].dropna().unique()
                 mapping = {u: rename[u] for u in uniques if u in rename}
                 if mapping:
-                    out[col] = frame[col].replace(mapping)
+                    out[col] = renamed_values(frame[col], mapping)
         return frame.assign(**out) if out else frame
 
     return replace(
