@@ -14,6 +14,7 @@ import numpy as np
 
 from pdprobe.collectors.request_columns import (
     AZURE,
+    LOW_CARDINALITY,
     MOONCAKE,
     NUMERIC_COLUMNS,
     RECORDS,
@@ -23,8 +24,8 @@ from pdprobe.collectors.request_columns import (
 from pdprobe.collectors.request_values import (
     QUOTE_FIRST,
     _arrival_seconds,
+    _category_codes,
     _rows_hint,
-    _status_column,
     _to_float,
     _to_text,
     _upper_bound,
@@ -36,6 +37,8 @@ from pdprobe.collectors.validate import (
 )
 from pdprobe.dataset import (
     REQUEST_COLUMNS,
+    canonical_category,
+    category_always,
 )
 from pdprobe.errors import InputError
 
@@ -179,22 +182,27 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
     present = {"arrival_ts", *numeric}
     empty = [c for c in numeric if c not in ("prompt_tokens", "output_tokens")
              and not np.isfinite(arrays[c]).any()]
+    categories: dict[str, tuple[np.ndarray, list[str]]] = {}
     for canonical in STRING_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
             continue
-        if canonical == "status":
-            text, unknown = _status_column(table.column(name))
+        present.add(canonical)
+        if canonical in LOW_CARDINALITY:
+            codes, names, unknown = _category_codes(table.column(name), canonical == "status")
             if unknown:
                 listed = ", ".join(f"{v!r} ({c})" for v, c in list(unknown.items())[:QUOTE_FIRST])
                 warnings.append(f"{label}: status values not understood, treated as unknown: "
                                 f"{listed}")
-        else:
-            text = _to_text(table.column(name))
+            codes = pick(codes)
+            categories[canonical] = (codes, names)
+            if not (codes >= 0).any():
+                empty.append(canonical)
+            continue
+        text = _to_text(table.column(name))
         if take_idx is not None:
             text = text.take(take_idx)
         arrays[canonical] = text
-        present.add(canonical)
         if text.null_count == len(text):
             empty.append(canonical)
     if empty:
@@ -212,13 +220,19 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
     for canonical, dtype in REQUEST_COLUMNS.items():
         if canonical in arrays:
             columns.append(arrays[canonical])
-        elif dtype == "string":
+        elif dtype in ("string", "category"):
             columns.append(pa.nulls(n_kept, pa.string()))
         else:
             columns.append(np.full(n_kept, np.nan))
     frame = pa.table(columns, names=list(REQUEST_COLUMNS)).to_pandas(
         split_blocks=True, self_destruct=True,
         types_mapper={pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}.get)
+    for canonical, dtype in REQUEST_COLUMNS.items():
+        if dtype != "category":
+            continue
+        codes, names = categories.get(canonical, (np.full(n_kept, -1, np.int32), []))
+        frame[canonical] = canonical_category(pd.Series(
+            pd.Categorical.from_codes(codes, categories=pd.Index(names))), category_always(canonical))
 
     hash_ids = None
     if want_hash_ids and cmap.hash_ids and cmap.hash_ids in table.column_names:

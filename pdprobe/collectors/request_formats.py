@@ -66,6 +66,14 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
         wanted = list(dict.fromkeys(cmap.sources.values()))
         if want_hash_ids and cmap.hash_ids:
             wanted.append(cmap.hash_ids)
+        # Instance and status columns repeat a few values: decoded as dictionaries (codes), not
+        # as millions of strings.
+        schema = pf.schema_arrow
+        as_dictionary = [cmap.sources[c] for c in LOW_CARDINALITY if c in cmap.sources
+                         and (pa.types.is_string(schema.field(cmap.sources[c]).type)
+                              or pa.types.is_large_string(schema.field(cmap.sources[c]).type))]
+        if as_dictionary:  # an option of the file object: opened again (the footer only)
+            pf = pq.ParquetFile(source, read_dictionary=as_dictionary)
         table = pf.read(columns=wanted)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",

@@ -20,6 +20,7 @@ from pdprobe.collectors.validate import (
     MAX_KV_BYTES,
     MAX_TOKENS,
 )
+from pdprobe.dataset import REQUEST_STATUSES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -212,32 +213,41 @@ def _clean_text(arr: Any) -> Any:
     return pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, pa.string()), trimmed)
 
 
-def _status_column(arr: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
-    """Status values mapped to ok/error/timeout/aborted; unknown values become null.
+def _category_codes(arr: pa.ChunkedArray, status: bool = False
+                    ) -> tuple[np.ndarray, list[str], dict[str, int]]:
+    """A low-cardinality text column (instances, status) as categorical codes: ``(codes, names,
+    unknown)`` with int32 ``codes`` (-1 for missing) into the sorted ``names``.
 
-    The mapping runs over the distinct values only (a handful), then one ``take`` expands it.
+    Cleaning (trim, empty -> missing) and, for ``status``, the mapping to ok/error/timeout/
+    aborted run over the distinct values only; unknown statuses become missing and are counted
+    in ``unknown``. One numpy gather maps the row codes: no string is made per row.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     encoded = _as_dictionary(arr)
-    dictionary = _clean_text(encoded.dictionary).to_pylist()
-    mapped: list[str | None] = []
-    unknown_idx: list[int] = []
-    for i, value in enumerate(dictionary):
-        status = _status_of(value)
-        mapped.append(status)
-        if status is None and value is not None:
-            unknown_idx.append(i)
-    result = pc.take(pa.array(mapped, pa.string()), encoded.indices)
+    cleaned = _clean_text(encoded.dictionary)
     unknown: dict[str, int] = {}
-    if unknown_idx:
-        indices = encoded.indices
-        valid = indices.is_valid().to_numpy(zero_copy_only=False)
-        counts = np.bincount(indices.to_numpy(zero_copy_only=False)[valid].astype(np.int64),
-                             minlength=len(dictionary))
-        unknown = {str(dictionary[i]): int(counts[i]) for i in unknown_idx}
-    return pa.chunked_array([result]), unknown
+    if status:
+        dictionary = cleaned.to_pylist()
+        mapped = [_status_of(value) for value in dictionary]  # the distinct values only
+        cleaned = pa.array(mapped, pa.string())
+        unknown_idx = [i for i, (v, m) in enumerate(zip(dictionary, mapped, strict=True))
+                       if m is None and v is not None]
+        if unknown_idx:
+            indices = encoded.indices
+            valid = indices.is_valid().to_numpy(zero_copy_only=False)
+            counts = np.bincount(indices.to_numpy(zero_copy_only=False)[valid].astype(np.int64),
+                                 minlength=len(dictionary))
+            unknown = {str(dictionary[i]): int(counts[i]) for i in unknown_idx}
+        names = sorted(REQUEST_STATUSES)
+    else:
+        names = sorted(pc.unique(cleaned.drop_null()).to_pylist())
+    # dictionary entry -> category code, with one extra slot (-1) for missing row codes
+    remap = np.append(pc.fill_null(pc.index_in(cleaned, value_set=pa.array(names, pa.string())),
+                                   -1).to_numpy(zero_copy_only=False), -1).astype(np.int32)
+    row = pc.fill_null(encoded.indices, len(cleaned)).to_numpy(zero_copy_only=False)
+    return remap[row], names, unknown
 
 
 def _status_of(value: str | None) -> str | None:

@@ -383,7 +383,7 @@ def test_dictionary_columns_across_csv_blocks(tmp_path: Path, monkeypatch: pytes
     req = part.requests
     assert req["decode_instance"].tolist() == [f"d{i % 7}" for i in range(300)]
     expected = ["ok", "error", "timeout", "aborted", "ok", None]
-    assert req["status"].fillna("?").tolist() == [expected[i % 6] or "?" for i in range(300)]
+    assert req["status"].astype("string").fillna("?").tolist() == [expected[i % 6] or "?" for i in range(300)]
     assert "'mystery' (50)" in part.warnings[0]
 
 
