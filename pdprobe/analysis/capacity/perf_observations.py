@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
+from pdprobe.analysis.sampling import time_sample
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,8 +43,24 @@ def float_column(frame: pd.DataFrame, name: str) -> np.ndarray:
 
 def status_ok(frame: pd.DataFrame) -> np.ndarray:
     """Whether each request finished ``ok`` (no status counts as ok)."""
-    ok = frame["status"].astype("string").fillna("ok") == "ok"  # vectorised string compare
-    return ok.to_numpy(dtype=bool)
+    status = frame["status"]
+    ok = (status == "ok").fillna(False).to_numpy(dtype=bool)  # on categorical codes
+    return ok | status.isna().to_numpy()
+
+
+def instance_codes(column: pd.Series) -> tuple[np.ndarray, int]:
+    """Integer codes of an instance column in name order (-1 where missing) and how many.
+
+    A canonical categorical column (``dataset.canonical_category``: sorted categories) gives
+    its codes as they are; anything else is factorized with its names sorted.
+    """
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype) and \
+            column.cat.categories.is_monotonic_increasing:
+        return column.cat.codes.to_numpy().astype(np.int64), len(column.cat.categories)
+    codes, names = pd.factorize(column.astype("string"), sort=True)
+    return np.asarray(codes, dtype=np.int64), len(names)
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,18 +91,15 @@ def busy_periods(requests: pd.DataFrame) -> BusyPeriods:
     Sorted by instance (name order) and start; requests without a start, end or instance are
     left out.
     """
-    import pandas as pd
-
     start = float_column(requests, "arrival_ts") + float_column(requests, "queue_s")
     end = start + float_column(requests, "prefill_s")
-    codes, names = pd.factorize(requests["prefill_instance"].astype("string"), sort=True)
-    codes = np.asarray(codes, dtype=np.int64)
+    codes, n_names = instance_codes(requests["prefill_instance"])
     valid = np.isfinite(start) & np.isfinite(end) & (codes >= 0)
     rows = np.flatnonzero(valid)
     if len(rows) == 0:
         empty = np.zeros(0)
         return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
-    order = sort_by_group(codes[rows], len(names), start[rows])
+    order = sort_by_group(codes[rows], n_names, start[rows])
     rows = rows[order]
     s, e, g = start[rows], end[rows], codes[rows]
     first = np.ones(len(rows), dtype=bool)
@@ -288,10 +302,9 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
     if dataset.has_request_column("decode_instance") and req["decode_instance"].notna().any():
-        import pandas as pd
-
-        # integer codes straight from the column: no per-row Python strings
-        group = pd.factorize(req["decode_instance"].astype("string").fillna("?"))[0]
+        # integer codes straight from the column (missing names are one group of their own):
+        # no per-row Python strings
+        group = instance_codes(req["decode_instance"])[0]
         share = 1.0
     else:
         group = np.zeros(len(req), dtype=np.int64)
@@ -301,10 +314,18 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
                "whole pool as one instance (no decode_instance column and no instance count)")
     batch = np.full(len(req), np.nan)
     ctx = np.full(len(req), np.nan)
-    b, k = decode_concurrency(start[usable], end[usable], prompt[usable], steps[usable],
-                              np.asarray(group)[usable])
-    batch[usable], ctx[usable] = b * share, k * share
-    fit_ok = usable & (out >= MIN_OUTPUT_FOR_TPOT) & np.isfinite(tpot)
+    rows = np.flatnonzero(usable)
+    sample = time_sample(start[rows], end[rows], np.asarray(group)[rows])
+    observed = usable
+    if sample is not None:  # exact figures for the sampled requests, from their overlaps
+        observed = np.zeros(len(req), dtype=bool)
+        observed[rows[sample.observed]] = True
+        rows = rows[sample.needed]
+        how = f"{how}; {sample.describe('requests')}"
+    b, k = decode_concurrency(start[rows], end[rows], prompt[rows], steps[rows],
+                              np.asarray(group)[rows])
+    batch[rows], ctx[rows] = b * share, k * share
+    fit_ok = observed & (out >= MIN_OUTPUT_FOR_TPOT) & np.isfinite(tpot)
     if "status" in req:
         fit_ok &= status_ok(req)
     return batch[fit_ok], ctx[fit_ok], tpot[fit_ok], how

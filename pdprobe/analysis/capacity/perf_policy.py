@@ -29,6 +29,7 @@ from pdprobe.analysis.capacity.perf_observations import (
     status_ok,
 )
 from pdprobe.analysis.capacity.perf_solver import FitResult, nnls_relative
+from pdprobe.analysis.sampling import SAMPLED_MARK
 from pdprobe.profiles import Profile
 
 if TYPE_CHECKING:
@@ -174,6 +175,8 @@ def fit_decode(batch: np.ndarray, ctx_tokens: np.ndarray, tpot_s: np.ndarray, pr
     prof_t = base.step_s(bt, k)
     scale = float(np.median(t / prof_t))
     notes: list[str] = []
+    if SAMPLED_MARK in what:  # the reconstruction ran on a sample: say how large
+        notes.append("decode: the fit observes " + what[what.index(SAMPLED_MARK):].removesuffix(")"))
     model: DecodeModel | None = None
     fit: FitResult | None = None
     if n >= MIN_FIT_POINTS and _spread(bt) >= MIN_BATCH_SPREAD:

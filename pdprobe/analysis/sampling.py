@@ -1,0 +1,99 @@
+"""Bounded samples of request records for the capacity model's per-request reconstructions.
+
+Reconstructing the decode batch every request shared sorts every start and end event of a
+capture: at 10 million requests that is most of a diagnosis, while a fit of three coefficients
+is settled by a few hundred thousand observations. Above ``SAMPLE_MAX_REQUESTS`` the fit
+observes the requests that *start* in evenly spread time blocks (every ``k``-th block of
+``SAMPLE_BLOCK_S``): a sample stratified by time window, holding every instance and every
+length that ran in those windows in proportion. Each sampled request's figure stays exact:
+the reconstruction runs on every request of the same instance that overlaps a sampled one,
+which is everything its figure depends on. Counts, sums and quantiles elsewhere keep using all
+rows; only these reconstructions are sampled, and the fit notes say so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+# Above this many requests the reconstructions run on a sample. 400,000 observations pin a
+# three-coefficient fit far below the noise of any capture (the NNLS fit itself already
+# samples 100,000 for its first passes, perf_solver.NNLS_MAX_POINTS), and the sorts over about
+# that many events cost under a second on one core. Every bundled input, simulated scenario
+# and public trace is below it, so their reports are exact.
+SAMPLE_MAX_REQUESTS: Final = 400_000
+# Length of a sampled time block: a minute holds many decode lifetimes (seconds to a minute),
+# so a block's overlap margin stays small against the block, and it is short against a capture
+# of hours, so the blocks fall in every phase of the load.
+SAMPLE_BLOCK_S: Final = 60.0
+# How a sample's description starts (fit policy looks for it to say the fit was sampled).
+SAMPLED_MARK: Final = "a sample of"
+
+
+@dataclass(frozen=True)
+class TimeSample:
+    """Which requests are observed and which the reconstruction needs (boolean masks)."""
+
+    observed: np.ndarray  # requests starting in a sampled block: the fit's observations
+    needed: np.ndarray  # observed ones and every request overlapping a sampled block's span
+    every: int  # one block in ``every`` is sampled
+    total: int  # requests the sample was drawn from
+
+    def describe(self, what: str) -> str:
+        """A note naming the sample: its size, what it was drawn from, how."""
+        return (f"{SAMPLED_MARK} {int(self.observed.sum()):,} of {self.total:,} {what} (those "
+                f"starting in one {SAMPLE_BLOCK_S:g} s block in every {self.every}; exact "
+                "figures for each, from every request overlapping it)")
+
+
+def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None,
+                max_requests: int | None = None,
+                block_s: float = SAMPLE_BLOCK_S) -> TimeSample | None:
+    """Requests of ``[start, end)`` intervals observed in evenly spread time blocks, or None
+    when there are at most ``max_requests`` (default ``SAMPLE_MAX_REQUESTS``; then everything
+    is used).
+
+    Intervals must be finite; ``group`` (integer codes, e.g. the decode instance) limits the
+    overlaps to requests of the same group. Blocks are ``block_s`` long from the earliest
+    start; one in every ``k = ceil(n / max_requests)`` is kept (the middle one of each run of
+    ``k``, so a capture always gives the same sample). ``needed`` marks the observed requests
+    and every request of their group overlapping one of them.
+    """
+    s = np.asarray(start, dtype=np.float64)
+    e = np.asarray(end, dtype=np.float64)
+    n = len(s)
+    max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
+    if n <= max_requests:
+        return None
+    every = math.ceil(n / max_requests)
+    block = ((s - float(s.min())) // block_s).astype(np.int64)
+    observed = block % every == every // 2
+    if not observed.any():  # a capture shorter than the stride of blocks: keep it all
+        return None
+    codes = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+    codes = codes - codes.min()
+    by_group = np.argsort(codes, kind="stable")
+    bounds = np.append(0, np.cumsum(np.bincount(codes)))
+    needed = observed.copy()
+    for lo, hi in itertools.pairwise(bounds):  # per group, not per request
+        rows = by_group[lo:hi]
+        obs = rows[observed[rows]]
+        if not len(obs):
+            continue
+        obs = obs[np.argsort(s[obs], kind="stable")]
+        # the union of the observed intervals: disjoint spans, sorted, ends increasing
+        reach = np.maximum.accumulate(e[obs])
+        new = np.ones(len(obs), dtype=bool)
+        new[1:] = s[obs][1:] > reach[:-1]
+        heads = np.flatnonzero(new)
+        span_lo = s[obs][heads]
+        span_hi = reach[np.append(heads[1:] - 1, len(obs) - 1)]
+        # a request overlaps span i when span_lo[i] < its end and its start < span_hi[i]; of
+        # the spans opening before its end the last reaches furthest
+        i = np.searchsorted(span_lo, e[rows], side="left") - 1
+        needed[rows] |= (i >= 0) & (s[rows] < span_hi[np.maximum(i, 0)])
+    return TimeSample(observed=observed, needed=needed, every=every, total=n)

@@ -1,0 +1,112 @@
+"""Tests for pdprobe/analysis/sampling.py: bounded time-block samples with exact figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity.perf_observations import decode_concurrency
+from pdprobe.analysis.sampling import SAMPLE_BLOCK_S, time_sample
+
+
+def _intervals(n: int, seed: int = 3, hours: float = 1.0
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    start = 1.7e9 + np.sort(rng.uniform(0, 3600 * hours, n))
+    dur = rng.lognormal(np.log(8.0), 1.0, n)
+    dur[rng.random(n) < 0.01] *= 40  # a few very long decodes span several blocks
+    group = rng.integers(0, 6, n)
+    return start, start + dur, group
+
+
+def test_small_inputs_are_not_sampled() -> None:
+    start, end, _ = _intervals(1000)
+    assert time_sample(start, end) is None
+    assert time_sample(start, end, max_requests=1000) is None
+
+
+def test_sample_is_bounded_and_spread_over_the_capture() -> None:
+    start, end, _ = _intervals(60_000)
+    sample = time_sample(start, end, max_requests=10_000)
+    assert sample is not None and sample.every == 6
+    n_obs = int(sample.observed.sum())
+    assert 0.7 * 10_000 <= n_obs <= 1.3 * 10_000
+    # one block in every six, spread over the whole hour
+    blocks = np.unique(((start[sample.observed] - start.min()) // SAMPLE_BLOCK_S).astype(int))
+    assert set(blocks % 6) == {3}
+    assert blocks.min() < 6 and blocks.max() >= 60 - 6
+    assert sample.needed[sample.observed].all()
+    assert "of 60,000 requests" in sample.describe("requests")
+
+
+def test_sampled_requests_get_the_exact_concurrency() -> None:
+    """Every request overlapping a sampled one is in ``needed``: its batch and context, computed
+    on ``needed`` alone, equal the full reconstruction's."""
+    start, end, group = _intervals(40_000, seed=9, hours=4.0)
+    ctx0 = np.random.default_rng(1).integers(10, 8000, len(start)).astype(float)
+    growth = np.maximum((end - start) * 30.0, 1.0)
+    full_b, full_k = decode_concurrency(start, end, ctx0, growth, group)
+    sample = time_sample(start, end, group, max_requests=2_000)
+    assert sample is not None
+    rows = np.flatnonzero(sample.needed)
+    b, k = decode_concurrency(start[rows], end[rows], ctx0[rows], growth[rows], group[rows])
+    at = np.zeros(len(start), dtype=np.int64)
+    at[rows] = np.arange(len(rows))
+    obs = np.flatnonzero(sample.observed)
+    assert b[at[obs]] == pytest.approx(full_b[obs], rel=1e-9)
+    assert k[at[obs]] == pytest.approx(full_k[obs], rel=1e-9)
+    assert len(rows) < 0.5 * len(start)  # the overlap margin is small against the blocks
+
+
+# Tolerance of a sampled fit against the full one (docs/model.md, "Sampled reconstructions"):
+# the same recommended counts, decode capacity and step-time predictions at the median batch
+# within 3 %, median relative error of the fit within 0.02.
+PRED_REL = 0.03
+
+
+@pytest.mark.parametrize("cause", ["decode-bound", "healthy-low"])
+def test_sampled_fit_agrees_with_the_full_fit_on_simulated_scenarios(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cause: str) -> None:
+    """The simulator's scenarios are below the threshold; forcing it to a quarter of their
+    requests must move the decode fit and the recommendation no further than stated."""
+    from pdprobe.services.diagnose import DiagnoseRequest, diagnose
+    from pdprobe.sim.scenarios import run_scenario
+
+    run_scenario(cause, tmp_path / cause)
+    request = DiagnoseRequest(paths=(tmp_path / cause / "requests.jsonl",))
+    full = diagnose(request).capacity
+    n = int(full.fit_quality["decode_n"])
+    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", max(n // 4, 100))
+    sampled = diagnose(request).capacity
+    assert sampled.fit_quality["decode_n"] < 0.6 * n  # it did sample
+    assert any("a sample of" in note for note in sampled.notes)
+    assert (sampled.recommended_prefill, sampled.recommended_decode) == (
+        full.recommended_prefill, full.recommended_decode)
+    assert sampled.decode_capacity_rps == pytest.approx(full.decode_capacity_rps, rel=PRED_REL)
+    assert sampled.fit_quality["decode_median_rel_error"] == pytest.approx(
+        full.fit_quality["decode_median_rel_error"], abs=0.02)
+    # the coefficients themselves
+    from pdprobe.analysis.capacity.perf_fit import decode_observations, fit_decode
+    from pdprobe.collectors.base import ReadContext
+    from pdprobe.collectors.fuse import fuse
+    from pdprobe.collectors.requests_file import read_requests
+    from pdprobe.profiles import DEFAULT_PROFILE, load_profile
+
+    ds = fuse([read_requests(tmp_path / cause / "requests.jsonl", ReadContext())])
+    profile = load_profile(DEFAULT_PROFILE)
+    models = []
+    for limit in (None, max(n // 4, 100)):
+        if limit is not None:
+            monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", limit)
+        else:
+            monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 10**9)
+        obs = decode_observations(ds)
+        assert not isinstance(obs, str)
+        models.append((fit_decode(obs[0], obs[1], obs[2], profile)[0], obs))
+    (m_full, o_full), (m_sampled, _) = models
+    b_med, k_med = float(np.median(o_full[0])), float(np.median(o_full[1]))
+    assert float(m_sampled.step_s(b_med, k_med)) == pytest.approx(
+        float(m_full.step_s(b_med, k_med)), rel=PRED_REL)
