@@ -1,21 +1,23 @@
-"""Benchmark: reading per-request files and summarising them, pdprobe vs. DuckDB.
+"""Benchmark: ``pdprobe diagnose`` of per-request files end to end vs. DuckDB on the same files.
 
 Generates synthetic request records (Parquet, CSV, JSON Lines; 1M and 10M rows by default) into
-bench/out/, then for each file measures, each in a fresh subprocess so peak RSS is per cell:
+bench/out/, then for each file measures, each in a fresh process so CPU and peak RSS are per
+cell (wall and CPU include interpreter start-up and imports):
 
-- pdprobe: ``read_requests`` + ``fuse`` + ``summarize_workload`` + per-decode-instance
-  count and p50/p90/p99 of ttft_s/tpot_s (pandas groupby);
-- DuckDB: the same numbers from the same file (load into a temp table, then SQL);
-- end to end: ``pdprobe diagnose <1M-row parquet> --format json``.
+- pdprobe end to end: ``pdprobe diagnose FILE --format json`` as a user runs it;
+- DuckDB: the workload figures and per-decode-instance count, TTFT p99 and TPOT p50 from the
+  same file (load into a temp table, then SQL);
+- with ``--steps``: pdprobe's ``read_requests`` + ``fuse`` + ``summarize_workload`` + a pandas
+  per-instance groupby timed apart, checked against DuckDB's numbers (relative 1e-6).
 
 Usage (from the repository root)::
 
-    /work/venv/bin/python bench/bench_requests.py                 # 1M and 10M rows
+    /work/venv/bin/python bench/bench_requests.py                 # 1M and 10M rows, all formats
     /work/venv/bin/python bench/bench_requests.py --rows 1000000  # 1M only
-    /work/venv/bin/python bench/bench_requests.py --formats parquet --repeat 3
+    /work/venv/bin/python bench/bench_requests.py --formats parquet --repeat 3 --steps
 
-Prints a Markdown table and writes bench/out/bench_requests_<rows>.json. DuckDB is a bench-only extra
-(``pip install pdprobe[bench]``).
+Prints Markdown tables and writes bench/out/bench_requests_<rows>.json. DuckDB is a bench-only
+extra (``pip install pdprobe[bench]``). The 10M-row CSV and JSON Lines files take 2 and 4 GB.
 """
 
 from __future__ import annotations
@@ -293,15 +295,25 @@ def child_main(tool: str, path: Path, fmt: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _child(args: list[str]) -> dict[str, Any]:
+    """One measured cell in a fresh process: its wall time and CPU time (user + system, all
+    threads and descendants) from start-up to exit, as the parent sees them."""
+    c0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
                           cwd=ROOT, check=False)
     wall = time.perf_counter() - t0
+    cpu = _children_cpu() - c0
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "wall_s": wall}
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["wall_s"] = wall  # includes interpreter start and imports
+    result["cpu_s"] = cpu
     return result
 
 
@@ -316,9 +328,11 @@ def run_end_to_end(path: Path) -> dict[str, Any]:
     parsed_ok = False
     with contextlib.suppress(ValueError):
         parsed_ok = "workload" in json.loads(proc.stdout)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"cmd": " ".join(["pdprobe", *cmd[1:]]), "exit_code": proc.returncode,
             "total_s": wall, "json_ok": parsed_ok,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "total_cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
             "stderr": proc.stderr.decode(errors="replace").strip().splitlines()[-1:]}
 
 
@@ -341,7 +355,9 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the best is kept")
     parser.add_argument("--no-duckdb", action="store_true")
-    parser.add_argument("--no-e2e", action="store_true")
+    parser.add_argument("--steps", action="store_true",
+                        help="also time pdprobe's read/fuse/summary steps apart (a third process "
+                             "per cell) and check that they agree with DuckDB's numbers")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "PATH", "FORMAT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -352,30 +368,26 @@ def main() -> None:
     paths = ensure_files(args.rows, args.formats)
     load_before = os.getloadavg()[0]
     results: list[dict[str, Any]] = []
+    tools = ["e2e", *([] if args.no_duckdb else ["duckdb"]), *(["pdprobe"] if args.steps else [])]
     for (n, fmt), path in paths.items():
-        row: dict[str, Any] = {"rows": n, "format": fmt, "bytes": path.stat().st_size}
-        for tool in ("pdprobe", "duckdb"):
-            if tool == "duckdb" and args.no_duckdb:
-                continue
+        row: dict[str, Any] = {"rows": n, "format": fmt, "bytes": path.stat().st_size,
+                               "load_1min": os.getloadavg()[0]}
+        for tool in tools:
             runs = [_child(["--child", tool, str(path), fmt]) for _ in range(args.repeat)]
             good = [r for r in runs if "error" not in r]
-            row[tool] = min(good, key=lambda r: r["total_s"]) if good else runs[-1]
+            row[tool] = min(good, key=lambda r: r["wall_s"]) if good else runs[-1]
             print(f"{_label(n)} {fmt} {tool}: {json.dumps(_brief(row[tool]))}", file=sys.stderr)
-        if "duckdb" in row and "error" not in row["duckdb"] and "error" not in row["pdprobe"]:
+        if "duckdb" in row and "pdprobe" in row and "error" not in row["duckdb"] \
+                and "error" not in row["pdprobe"]:
             row["same_numbers"] = _agree(row["pdprobe"], row["duckdb"])
         results.append(row)
-    e2e = None
-    parquet_1m = paths.get((1_000_000, "parquet"))
-    if parquet_1m is not None and not args.no_e2e:
-        e2e = _child(["--child", "e2e", str(parquet_1m), "parquet"])
-        print(f"end to end: {json.dumps(e2e)}", file=sys.stderr)
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
                "platform": platform.platform(),
                "load_1min": f"{load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end"}
     name = "_".join(_label(n) for n in args.rows)
     (OUT / f"bench_requests_{name}.json").write_text(json.dumps(
-        {"machine": machine, "results": results, "end_to_end": e2e}, indent=2, default=str))
-    print(markdown(results, e2e, machine))
+        {"machine": machine, "results": results}, indent=2, default=str))
+    print(markdown(results, machine))
 
 
 def _brief(r: dict[str, Any]) -> dict[str, Any]:
@@ -383,39 +395,42 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
             if k != "numbers"}
 
 
-def markdown(results: list[dict[str, Any]], e2e: dict[str, Any] | None,
-             machine: dict[str, Any]) -> str:
+def markdown(results: list[dict[str, Any]], machine: dict[str, Any]) -> str:
+    """The end-to-end table (and the step table when measured)."""
     lines = [f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
              f"load average {machine['load_1min']}",
              "",
-             "| rows | format | size | pdprobe read | fuse | workload | per-instance | pdprobe total "
-             "| pdprobe CPU | pdprobe peak RSS | DuckDB load | DuckDB queries | DuckDB total "
-             "| DuckDB CPU | DuckDB peak RSS | same numbers |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: | ---: | ---: | --- |"]
+             "| rows | format | size | load | pdprobe diagnose wall | CPU | peak RSS | exit "
+             "| DuckDB wall | CPU | peak RSS | pdprobe / DuckDB wall | CPU |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: |"]
+
+    def sec(x: dict[str, Any], key: str) -> str:
+        return f"{x[key]:.1f} s" if key in x else ("error" if "error" in x else "–")
+
+    def mb(x: dict[str, Any]) -> str:
+        return f"{x['peak_rss_mb']:,.0f} MB" if "peak_rss_mb" in x else "–"
+
+    def ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
+        return f"{a[key] / b[key]:.2f}x" if key in a and key in b and b[key] > 0 else "–"
+
     for r in results:
-        p, d = r.get("pdprobe", {}), r.get("duckdb", {})
-
-        def s(x: dict[str, Any], key: str) -> str:
-            return f"{x[key]:.2f} s" if key in x else ("error" if "error" in x else "–")
-
-        def mb(x: dict[str, Any]) -> str:
-            return f"{x['peak_rss_mb']:,.0f} MB" if "peak_rss_mb" in x else "–"
-
-        dq = (f"{d['summary_s'] + d['per_instance_s']:.2f} s" if "summary_s" in d else "–")
+        e, d = r.get("e2e", {}), r.get("duckdb", {})
         lines.append(
-            f"| {r['rows']:,} | {r['format']} | {r['bytes'] / 2**20:,.0f} MiB | {s(p, 'read_s')} "
-            f"| {s(p, 'fuse_s')} | {s(p, 'summary_s')} | {s(p, 'per_instance_s')} "
-            f"| {s(p, 'total_s')} | {s(p, 'total_cpu_s')} | {mb(p)} | {s(d, 'read_s')} | {dq} "
-            f"| {s(d, 'total_s')} | {s(d, 'total_cpu_s')} | {mb(d)} "
-            f"| {r.get('same_numbers', '–')} |")
-    if e2e is not None:
-        if "error" in e2e:
-            lines += ["", f"End to end: could not run ({e2e['error']})"]
-        else:
-            lines += ["", f"End to end `{e2e['cmd']}`: exit code {e2e['exit_code']}, "
-                          f"{e2e['total_s']:.2f} s wall, peak RSS {e2e['peak_rss_mb']:,.0f} MB"
-                          + ("" if e2e["json_ok"] else f" (failed: {' '.join(e2e['stderr'])})")]
+            f"| {r['rows']:,} | {r['format']} | {r['bytes'] / 2**20:,.0f} MiB "
+            f"| {r['load_1min']:.1f} | {sec(e, 'wall_s')} | {sec(e, 'cpu_s')} | {mb(e)} "
+            f"| {e.get('exit_code', '–')} | {sec(d, 'wall_s')} | {sec(d, 'cpu_s')} | {mb(d)} "
+            f"| {ratio(e, d, 'wall_s')} | {ratio(e, d, 'cpu_s')} |")
+    if any("pdprobe" in r for r in results):
+        lines += ["", "| rows | format | pdprobe read | fuse | workload | per-instance | steps "
+                      "total | steps CPU | peak RSS | same numbers as DuckDB |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for r in results:
+            p = r.get("pdprobe", {})
+            lines.append(
+                f"| {r['rows']:,} | {r['format']} | {sec(p, 'read_s')} | {sec(p, 'fuse_s')} "
+                f"| {sec(p, 'summary_s')} | {sec(p, 'per_instance_s')} | {sec(p, 'total_s')} "
+                f"| {sec(p, 'total_cpu_s')} | {mb(p)} | {r.get('same_numbers', '–')} |")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -45,6 +45,12 @@ from pdprobe.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+
+
+# Above this many rows the request_id values are checked for duplicates and then released:
+# no analysis reads them, and 10M distinct ids hold about 200 MB (the column stays declared,
+# every value unknown).
+KEEP_REQUEST_IDS_MAX_ROWS: Final = 1_000_000
 
 
 @dataclass
@@ -215,6 +221,10 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
         dup = len(ids) - len(pc.unique(ids))  # hash-based; a third faster than pandas here
         if dup:
             warnings.append(f"{label}: {dup} duplicate request_id value(s); rows kept")
+        if len(arrays["request_id"]) > KEEP_REQUEST_IDS_MAX_ROWS:
+            del arrays["request_id"]  # checked; no analysis reads the values
+            notes.append(f"request_id values checked for duplicates, not kept in memory (more "
+                         f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
     n_kept = int(keep.size)
     columns = []
     for canonical, dtype in REQUEST_COLUMNS.items():

@@ -1,0 +1,56 @@
+"""Tests for pdprobe/collectors/request_canonical.py: categorical columns, released ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pdprobe.collectors import request_canonical
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.requests_file import read_requests
+from pdprobe.dataset import REQUEST_STATUSES
+
+
+def _write(tmp_path: Path, n: int = 40) -> Path:
+    path = tmp_path / "r.parquet"
+    pq.write_table(pa.table({
+        "request_id": [f"req-{i % (n - 1)}" for i in range(n)],  # one duplicate
+        "arrival_ts": [1.75e9 + i for i in range(n)],
+        "prompt_tokens": [100 + i for i in range(n)],
+        "output_tokens": [10] * n,
+        "decode_instance": [f" d{(7 * i) % 3} " for i in range(n)],  # untrimmed, unsorted
+        "prefill_instance": ["p1" if i % 2 else "" for i in range(n)],  # "" is missing
+        "status": ["200" if i % 5 else "ERROR" for i in range(n)],
+    }), path)
+    return path
+
+
+def test_instance_and_status_columns_are_sorted_categoricals(tmp_path: Path) -> None:
+    req = read_requests(_write(tmp_path), ReadContext()).requests
+    for col in ("prefill_instance", "decode_instance", "status"):
+        assert isinstance(req[col].dtype, pd.CategoricalDtype)
+    assert list(req["decode_instance"].cat.categories) == ["d0", "d1", "d2"]
+    assert req["decode_instance"].tolist()[:4] == ["d0", "d1", "d2", "d0"]
+    assert list(req["prefill_instance"].cat.categories) == ["p1"]
+    assert req["prefill_instance"].isna().sum() == 20
+    # every status is a category, so filling in "ok" never needs a new one
+    assert sorted(req["status"].cat.categories) == sorted(REQUEST_STATUSES)
+    assert (req["status"] == "error").sum() == 8
+    assert req["status"].fillna("ok").notna().all()
+
+
+def test_request_ids_of_big_files_are_checked_then_released(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path)
+    kept = read_requests(path, ReadContext())
+    assert kept.requests["request_id"].notna().all()
+    monkeypatch.setattr(request_canonical, "KEEP_REQUEST_IDS_MAX_ROWS", 10)
+    part = read_requests(path, ReadContext())
+    assert part.requests["request_id"].isna().all()
+    assert "request_id" in part.request_columns
+    assert any("1 duplicate request_id" in w for w in part.warnings)
+    assert any("not kept in memory" in note for note in part.source.notes)
