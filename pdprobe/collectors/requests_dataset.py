@@ -159,10 +159,15 @@ def read_dataset(ref: DatasetRef, ctx: ReadContext) -> DatasetRead:
         return _read(ref, ctx, label)
     except (pa.ArrowException, OSError) as exc:
         what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = ("check the path and that every part file is complete Parquet" if not ref.uri
-                else "check the URI and the credentials (AWS_ACCESS_KEY_ID, "
-                     "AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL for an "
-                     "S3-compatible server)")
+        if not ref.uri:
+            hint = "check the path and that every part file is complete Parquet"
+        elif ref.root.startswith(("s3:", "s3a:")):
+            hint = ("check the URI and the credentials (AWS_ACCESS_KEY_ID, "
+                    "AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL for an "
+                    "S3-compatible server)")
+        else:
+            hint = ("check the URI, the credentials, and that this pyarrow build reads "
+                    "that filesystem (s3:// is tested)")
         raise InputError(f"{label}: cannot read the Parquet dataset ({what[:300]})",
                          hint=hint) from exc
 
