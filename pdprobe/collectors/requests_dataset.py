@@ -63,8 +63,8 @@ class Pushdown:
 
     def note(self) -> str:
         """For the source's notes."""
-        return (f"window pushed down: read {self.files_read:,} of {self.files:,} files "
-                f"(partitions), {self.row_groups_read:,} of {self.row_groups:,} row groups "
+        return (f"window pushed down: opened {self.files_read:,} of {self.files:,} files "
+                f"(partitions), decoded {self.row_groups_read:,} of {self.row_groups:,} row groups "
                 f"in them (statistics)")
 
 

@@ -143,7 +143,7 @@ def test_a_length_ends_at_the_dataset_end_from_statistics(lake: Path) -> None:
     data = read_paths([lake], ReadContext(window=TimeWindow(length_s=3600, text="1h")))
     end = T0 + 3600 * HOURS
     assert data.requests["arrival_ts"].min() >= end - 3600 - 3600  # last hour (+ the edge)
-    assert "read 2 of 6 files" in data.sources[0].notes[1]
+    assert "opened 2 of 6 files" in data.sources[0].notes[1]
 
 
 def test_timestamp_columns_from_pyarrow_write_dataset(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_timestamp_columns_from_pyarrow_write_dataset(tmp_path: Path) -> None:
     data = read_paths([tmp_path / "lake"], ReadContext(window=window))
     assert data.requests["arrival_ts"].between(T0 + 3600, T0 + 4200).all()
     assert len(data.requests) > 0
-    assert "read 1 of 3 files" in data.sources[0].notes[1]
+    assert "opened 1 of 3 files" in data.sources[0].notes[1]
 
 
 def test_a_broken_part_file_is_one_line_naming_the_dataset(lake: Path) -> None:
@@ -212,7 +212,7 @@ def test_object_storage_reads_the_same_with_the_window_pushed_down(s3_lake: str)
     window = TimeWindow(since_ts=T0 + 7200, until_ts=T0 + 7200 + 1800, text="w")
     data = read_paths([Path(s3_lake)], ReadContext(window=window))
     assert [s.path for s in data.sources] == [s3_lake.rstrip("/")]
-    assert "read 1 of 6 files" in data.sources[0].notes[1]
+    assert "opened 1 of 6 files" in data.sources[0].notes[1]
     assert data.requests["arrival_ts"].between(T0 + 7200, T0 + 9000).all()
     assert len(data.requests) > 0
 
