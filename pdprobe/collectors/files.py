@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -142,7 +142,8 @@ def read_paths(
 
         partials, window_note = apply_window(
             partials, ctx.window, outside_unread=sum(p.rows_unread for p in pushdowns),
-            files_unread=sum(p.files - p.files_read for p in pushdowns))
+            files_unread=sum(p.files - p.files_read for p in pushdowns),
+            unread_span=_span_of(p.span_ts for p in pushdowns))
         notes.append(window_note)
     if not partials:
         if len(errors) == 1 and not found.warnings:
@@ -195,6 +196,11 @@ def _read_datasets(found: Found, ctx: ReadContext, errors: list[InputError],
         if done.pushdown is not None:
             pushdowns.append(done.pushdown)
     return partials, pushdowns
+
+
+def _span_of(spans: Iterable[tuple[float, float] | None]) -> tuple[float, float] | None:
+    known = [s for s in spans if s is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else None
 
 
 def _as_input_error(path: Path, exc: BaseException) -> InputError:

@@ -60,6 +60,7 @@ class Pushdown:
     row_groups: int  # in the files opened
     row_groups_read: int
     rows_unread: int  # rows of the row groups skipped in the files opened
+    span_ts: tuple[float, float] | None = None  # what the partition names cover (UTC)
 
     def note(self) -> str:
         """For the source's notes."""
@@ -245,7 +246,9 @@ def _windowed(dataset: ds.FileSystemDataset, fs: Any, arrival: str, scale: float
     # whole row groups: the exact cut (time_window.py) then counts what was outside
     sub = ds.FileSystemDataset(pieces, dataset.schema, dataset.format, filesystem=fs)
     table = sub.to_table(columns=wanted)
-    return table, Pushdown(len(fragments), len(keep), groups, read, unread)
+    named = [r for r in ranges if r is not None]
+    span = (min(r[0] for r in named), max(r[1] for r in named)) if named else None
+    return table, Pushdown(len(fragments), len(keep), groups, read, unread, span)
 
 
 def _scale(time_type: pa.DataType, scale: float | None, sample_max: float | None) -> float | None:

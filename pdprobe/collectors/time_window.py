@@ -128,12 +128,15 @@ def cut(partials: Sequence[Partial], start_ts: float, end_ts: float,
 
 
 def apply_window(partials: Sequence[Partial], window: TimeWindow,
-                 outside_unread: int = 0, files_unread: int = 0) -> tuple[list[Partial], str]:
+                 outside_unread: int = 0, files_unread: int = 0,
+                 unread_span: tuple[float, float] | None = None) -> tuple[list[Partial], str]:
     """The partials cut to the window and the report's note about it.
 
     ``outside_unread`` counts request records a partitioned dataset left unread because the
     window was pushed down to its row groups; they are outside it too. ``files_unread``
-    counts the dataset files its partitions' names left unopened (their rows are not known). A
+    counts the dataset files its partitions' names left unopened (their rows are not known);
+    ``unread_span`` is the time the datasets' partition names cover, for the message when
+    nothing was in the window. A
     window that holds nothing at all ends the run (``InsufficientDataError``, exit 3) naming
     the span the capture does cover.
     """
@@ -148,8 +151,11 @@ def apply_window(partials: Sequence[Partial], window: TimeWindow,
         counts.dropped["requests"] = counts.dropped.get("requests", 0) + outside_unread
         counts.kept.setdefault("requests", 0)
     if not any(counts.kept.values()):
-        where = (f"the capture spans {iso(span[0])} to {iso(span[1])}" if span
-                 else "the inputs carry no times")
+        lo_hi = [t for t in (span, unread_span) if t is not None]
+        where = "the inputs carry no times"
+        if lo_hi:
+            where = (f"the capture spans {iso(min(t[0] for t in lo_hi))} to "
+                     f"{iso(max(t[1] for t in lo_hi))}")
         raise InsufficientDataError(
             f"nothing in the window {iso(start)} to {iso(end)} ({window.text}): {where}",
             hint="move --since/--until into the capture's span, or drop them to diagnose "

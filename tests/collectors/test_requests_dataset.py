@@ -231,3 +231,13 @@ def test_a_missing_prefix_exits_3_in_one_line(s3_lake: str,
     code = run(["diagnose", s3_lake + "nothing-here/"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3 and len(err) == 1 and "no Parquet files under this prefix" in err[0]
+
+
+def test_a_window_outside_the_partitions_names_their_span(lake: Path) -> None:
+    from pdprobe.errors import InsufficientDataError
+
+    window = TimeWindow(since_ts=T0 + 86400, text="--since 2026-12-01T12:00:00Z")
+    with pytest.raises(InsufficientDataError) as err:
+        read_paths([lake], ReadContext(window=window))
+    assert ("the capture spans 2026-11-30T12:00:00Z to 2026-11-30T18:00:00Z"
+            in err.value.one_line())
