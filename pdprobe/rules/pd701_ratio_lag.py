@@ -110,8 +110,10 @@ class RatioLag(BaseRule):
     (prefill queue, wait or TTFT; or decode TPOT, KV usage, admission queue) at >= 1.5x its
     pre-shift level after the shift (and not already rising before it), or a backlog whose
     rising trend starts at the shift (a late follow counts only when that pressure rose before
-    it arrived). Without that consequence there is no finding: the workload changed, nothing
-    lagged. Warning; critical when the SLO collapses after the shift.
+    it arrived), and, where request records measure it, fewer than the SLO target's share of
+    the requests after the shift within that pool's objective (TTFT for prefill, TPOT for
+    decode; at least 20 requests). Without that consequence there is no finding: the workload
+    changed, nothing lagged. Warning; critical when the SLO collapses after the shift.
 
     What to do: make the planner size each pool from the length mix it sees (prefill demand
     from prompt tokens, decode demand from output tokens x context), not from request counts;
@@ -194,6 +196,17 @@ class RatioLag(BaseRule):
             # lagging: the consequence (queue, latency, KV pressure on the pool that became
             # short) must be observed after the shift.
             return []
+        after_att = _attainment_after(ctx, cp.ts, until, direction)
+        if after_att is not None:
+            label = "TTFT" if direction == "prefill" else "TPOT"
+            if after_att[0] >= f.slo.target:
+                # Pressure rose but the objective still held on the pool that became short:
+                # the counts absorbed the new mix (e.g. the fewest that meet it), nothing lags.
+                return []
+            evidence.append(ev(f"requests within the {label} objective after the shift",
+                               100 * after_att[0], "%", window=(cp.ts, until),
+                               baseline=100 * f.slo.target,
+                               source=f"request records ({after_att[1]} requests)"))
         agree += 1
         cap_mismatch = self._capacity_mismatch(f, cp, evidence)
         if cap_mismatch:
@@ -406,6 +419,30 @@ def _extra_instances(f: ClusterEvidence, cp: ChangePoint, needed: float) -> floa
     if needed > 0:  # prefill short: P x (r1 / r0) prefill instances at the same decode count
         return n_p * needed
     return n_d * (1.0 / (1.0 + needed) - 1.0)  # decode short: D x (r0 / r1)
+
+
+# Attainment after the shift is judged on at least this many requests; fewer say nothing.
+MIN_AFTER_REQUESTS: Final = 20
+
+
+def _attainment_after(ctx: RuleContext, start_ts: float, end_ts: float,
+                      direction: str) -> tuple[float, int] | None:
+    """Share of the requests arriving in ``[start_ts, end_ts)`` within the objective of the
+    pool that became short (TTFT for prefill, TPOT for decode), and how many were judged;
+    None without request records carrying it or without the objective."""
+    slo = ctx.evidence.slo
+    column, objective = (("ttft_s", slo.ttft_slo_s) if direction == "prefill"
+                         else ("tpot_s", slo.tpot_slo_s))
+    req = ctx.dataset.requests
+    if objective is None or not len(req) or column not in req.columns:
+        return None
+    ts = req["arrival_ts"].to_numpy(dtype="float64")
+    values = req[column].to_numpy(dtype="float64")
+    inside = (ts >= start_ts) & (ts < end_ts) & np.isfinite(values)
+    n = int(inside.sum())
+    if n < MIN_AFTER_REQUESTS:
+        return None
+    return float(np.mean(values[inside] <= objective)), n
 
 
 # The planner's recommendation counts as moved once it differs from its pre-shift value by at
