@@ -7,6 +7,7 @@ from typing import Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
@@ -43,6 +44,40 @@ CONGESTION_SLOWDOWN: Final = 1.5
 ACHIEVED_LOW_SHARE: Final = 0.2
 # The capacity model's transfer demand at this share of the usable bandwidth counts.
 CAPACITY_TRANSFER_SHARE: Final = 0.8
+# Decode at or beyond its capacity at the deployed counts (the capacity model's utilisation):
+# KV handed over to it waits for a slot, so transfer time and busy decode-side links are the
+# decode pool's shortage showing, not the fabric's.
+DECODE_OVERLOADED: Final = 1.0
+
+
+def decode_explains_transfer(cap: CapacityResult | None) -> str | None:
+    """Why slow or busy KV transfer is the decode pool being short, or None when it is not.
+
+    Two ways, both from the capacity model at the deployed counts: decode is the binding stage
+    at or beyond its capacity (KV waits for decode to admit it, so the measured transfer time
+    holds that wait) while the links are below ``CAPACITY_TRANSFER_SHARE`` of their usable
+    bandwidth; or every transfer converges on fewer decode than prefill instances and, at the
+    recommended counts (more decode), the per-node transfer demand falls below that share.
+    """
+    if cap is None or cap.binding_basis != "deployed counts":
+        return None
+    raw = (cap.deployed_decode_utilization, cap.deployed_transfer_utilization,
+           cap.deployed_prefill, cap.deployed_decode, cap.recommended_decode)
+    if not all(isinstance(v, (int, float)) for v in raw):
+        return None
+    ud, ux = float(raw[0]), float(raw[1])  # type: ignore[arg-type]
+    dep_p, dep_d, rec_d = int(raw[2]), int(raw[3]), int(raw[4])  # type: ignore[arg-type]
+    rec_x = cap.transfer_utilization
+    if cap.binding == "decode" and ud >= DECODE_OVERLOADED and ux < CAPACITY_TRANSFER_SHARE:
+        return (f"decode runs at {pct(ud)} of its capacity at the deployed {dep_d} instances "
+                f"while the links carry {pct(ux)} of their usable bandwidth: KV waits for "
+                "decode to admit it")
+    if dep_d < dep_p and rec_d > dep_d and isinstance(rec_x, float) \
+            and ux >= CAPACITY_TRANSFER_SHARE > rec_x:
+        return (f"every transfer converges on the {dep_d} decode instances' links; at the "
+                f"recommended {rec_d} decode the per-node transfer demand falls to {pct(rec_x)} "
+                "of the usable bandwidth")
+    return None
 
 
 class KvTransferBandwidth(BaseRule):
@@ -67,7 +102,12 @@ class KvTransferBandwidth(BaseRule):
     finding says so: then hand-over overhead (small blocks, staging, per-request setup), not
     the link, is the bottleneck. When decode KV usage (p90) is at 85 % or more, measured
     transfer times include waiting for decode memory, so only link utilisation counts; with
-    neither the link rate nor decode KV usage known, a long hand-off alone is info. Retransmissions (PD401) and TCP fallback (PD402) are
+    neither the link rate nor decode KV usage known, a long hand-off alone is info. When the
+    capacity model explains it by too few decode instances (decode the binding stage at or
+    beyond its capacity while the links are under 80 % of their usable bandwidth, or every
+    transfer converging on fewer decode than prefill instances with the recommended decode
+    count bringing the per-node demand under 80 %), the finding is info and says so:
+    decode-bound leads. Retransmissions (PD401) and TCP fallback (PD402) are
     checked separately and, when present, are reported as the root of this symptom.
 
     What to do: place prefill and decode instances so KV stays on NVLink or the fastest rail;
@@ -194,6 +234,11 @@ class KvTransferBandwidth(BaseRule):
         confidence = evidence_confidence(max(agree, 1), max(available, 1))
         if not strong:
             confidence = min(confidence, 0.4)
+        decode_short = decode_explains_transfer(cap)
+        if decode_short:
+            # The links are busy (or the hand-off slow) because decode is short: that is
+            # decode-bound's finding; say what was seen, as information.
+            severity, confidence = Severity.INFO, min(confidence, 0.4)
         overhead = achieved_share is not None and achieved_share < ACHIEVED_LOW_SHARE and \
             not util_high and not decode_pressure
         # Without the link rate and without decode KV usage, a long hand-off may be the link or
@@ -205,11 +250,15 @@ class KvTransferBandwidth(BaseRule):
                 severity = Severity.INFO  # a long hand-off, cause undetermined: say less
         instances = self._instances_on(f, util_nodes) if util_nodes else \
             list(f.role("prefill").index.astype(str)) + list(f.role("decode").index.astype(str))
-        return [self.finding(severity, confidence,
-                             self._summary(util, util_nodes, share, congested, overhead,
-                                           t.achieved_bytes_per_s, link, blind),
-                             instances=instances, evidence=evidence,
-                             next_steps=self._next_steps(overhead))]
+        summary = self._summary(util, util_nodes, share, congested, overhead,
+                                t.achieved_bytes_per_s, link, blind)
+        steps = self._next_steps(overhead)
+        if decode_short:
+            summary += f"; explained by too few decode instances: {decode_short} (decode-bound)"
+            steps.insert(0, "Add decode instances first (see the recommendation): the KV "
+                            "hand-off waits for decode, not for the links.")
+        return [self.finding(severity, confidence, summary, instances=instances,
+                             evidence=evidence, next_steps=steps)]
 
     @staticmethod
     def _decode_pressure(f: ClusterEvidence) -> float:

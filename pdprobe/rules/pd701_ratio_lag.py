@@ -112,7 +112,9 @@ class RatioLag(BaseRule):
     rising trend starts at the shift (a late follow counts only when that pressure rose before
     it arrived), and, where request records measure it, fewer than the SLO target's share of
     the requests after the shift within that pool's objective (TTFT for prefill, TPOT for
-    decode; at least 20 requests). Without that consequence there is no finding: the workload
+    decode; at least 20 requests) and, when it was already missed before the shift, at least
+    10 points worse after it (else the shortage was standing, not a lag). Without that
+    consequence there is no finding: the workload
     changed, nothing lagged. Warning; critical when the SLO collapses after the shift.
 
     What to do: make the planner size each pool from the length mix it sees (prefill demand
@@ -202,6 +204,12 @@ class RatioLag(BaseRule):
             if after_att[0] >= f.slo.target:
                 # Pressure rose but the objective still held on the pool that became short:
                 # the counts absorbed the new mix (e.g. the fewest that meet it), nothing lags.
+                return []
+            before_att = _attainment_after(ctx, f.window.start_ts, cp.ts, direction)
+            if before_att is not None and before_att[0] < f.slo.target and \
+                    after_att[0] > before_att[0] - WORSE_AFTER:
+                # Missing already before the shift and no worse after it: a standing shortage
+                # (the capacity findings' to name), not a ratio that failed to follow.
                 return []
             evidence.append(ev(f"requests within the {label} objective after the shift",
                                100 * after_att[0], "%", window=(cp.ts, until),
@@ -423,6 +431,9 @@ def _extra_instances(f: ClusterEvidence, cp: ChangePoint, needed: float) -> floa
 
 # Attainment after the shift is judged on at least this many requests; fewer say nothing.
 MIN_AFTER_REQUESTS: Final = 20
+# When the objective was already missed before the shift, the shift must make it this much
+# worse (10 points of attainment) to be the cause rather than a standing shortage.
+WORSE_AFTER: Final = 0.1
 
 
 def _attainment_after(ctx: RuleContext, start_ts: float, end_ts: float,

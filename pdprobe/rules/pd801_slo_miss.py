@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Final
 from pdprobe import signals as S
 from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, ev, pct, secs, whole
+from pdprobe.rules.pd301_kv_transfer_bandwidth import decode_explains_transfer
 from pdprobe.rules.thresholds import SLO_CRITICAL
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ class SloMiss(BaseRule):
     (prefill_s) → KV transfer (kv_transfer_s) → decode admission and the first decode step
     (the rest of ttft_s); each stage's excess is its mean over the requests that missed minus
     its median over those that met. Wait or compute → prefill-bound; the transfer →
-    kv-transfer-bandwidth (or the fabric cause behind it); decode admission, or a TPOT miss →
+    kv-transfer-bandwidth (or the fabric cause behind it), unless the capacity model at the
+    deployed counts explains it by too few decode instances (PD301's test: decode at or beyond
+    its capacity with the links under 80 % busy, or transfers converging on fewer decode than
+    prefill instances) → decode-bound; decode admission, or a TPOT miss →
     decode-bound (preemptions shown apart). Confidence 0.45 + 0.5 x the leading stage's share.
     Without records the histogram means (queue, prefill, KV transfer, TTFT) stand in; a single
     scrape is read since engine start. Misses are "in bursts" when >= 50 % of them arrived in
@@ -120,8 +124,16 @@ class SloMiss(BaseRule):
             per_request = shape.source == "per-request"
             conf = (0.45 + 0.5 * top.share) if per_request else (0.35 + 0.4 * top.share)
             what = "of the missed requests' excess TTFT" if per_request else "of the mean TTFT"
-            return cause, conf, (f"{STAGE_WORDS[top.stage]} holds {pct(top.share)} {what} "
-                                 f"({secs(top.missed_mean_s)} on average): {cause}")
+            why = (f"{STAGE_WORDS[top.stage]} holds {pct(top.share)} {what} "
+                   f"({secs(top.missed_mean_s)} on average)")
+            decode_short = decode_explains_transfer(f.capacity) \
+                if top.stage == "kv-transfer" else None
+            if decode_short:
+                # KV handed over to a saturated decode pool waits there: the transfer time
+                # holds decode's shortage (the capacity model at the deployed counts says so).
+                return "decode-bound", conf - 0.1, (f"{why}, but {decode_short}: "
+                                                    "decode-bound")
+            return cause, conf, f"{why}: {cause}"
         return _fallback(f, "TTFT misses most and no stage timing splits it")
 
     @staticmethod

@@ -65,3 +65,25 @@ def test_healthy_cluster_gets_nothing(mix: str) -> None:
 def test_inconclusive_from_logs_without_transfer_lines() -> None:
     [res] = RULE.evaluate(scenario_context("healthy", "logs"))
     assert isinstance(res, Inconclusive) and "kv_transfer_s" in res.needs
+
+
+def test_links_busy_for_lack_of_decode_instances_are_info() -> None:
+    """8P:1D: every transfer converges on one decode instance's links (90 % busy); at the
+    recommended 2 decode the per-node demand halves to 45 %: decode-bound's finding, PD301 only
+    informs and says why."""
+    from dataclasses import replace
+
+    from pdprobe.rules.pd301_kv_transfer_bandwidth import decode_explains_transfer
+    from tests.rules.builders import capacity
+
+    cap = replace(capacity(rec_p=8, rec_d=2, dep_p=8, dep_d=1, binding="transfer"),
+                  binding_basis="deployed counts", deployed_decode_utilization=0.8,
+                  deployed_transfer_utilization=0.9, transfer_utilization=0.45)
+    assert "converges on the 1 decode" in (decode_explains_transfer(cap) or "")
+    # as many decode as prefill instances: the links are the fabric's problem
+    assert decode_explains_transfer(replace(cap, deployed_decode=8, recommended_decode=9)) is None
+    # decode saturated, links idle: KV waits for decode
+    idle = replace(cap, binding="decode", deployed_decode_utilization=1.5,
+                   deployed_transfer_utilization=0.1)
+    assert "KV waits for decode" in (decode_explains_transfer(idle) or "")
+    assert decode_explains_transfer(replace(cap, binding_basis="recommended counts")) is None

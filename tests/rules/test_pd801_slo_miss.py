@@ -60,6 +60,34 @@ def test_transfer_excess_names_kv_transfer() -> None:
     assert f.cause == "kv-transfer-bandwidth" and f.component == "kv-connector"
 
 
+def _decode_short(dep_d: int = 1, ud: float = 1.48, ux: float = 0.12):  # type: ignore[no-untyped-def]
+    """The capacity model at 8P:1D of the backtest's Azure conversation x5 decode-short case:
+    decode at 148 % of its capacity, the links at 12 % of their usable bandwidth."""
+    from dataclasses import replace
+
+    from tests.rules.builders import capacity
+
+    return replace(capacity(rec_p=8, rec_d=2, dep_p=8, dep_d=dep_d, binding="decode"),
+                   binding_basis="deployed counts", deployed_decode_utilization=ud,
+                   deployed_transfer_utilization=ux, transfer_utilization=ux / 2)
+
+
+def test_transfer_excess_of_a_saturated_decode_pool_is_decode_bound() -> None:
+    """KV handed to a decode pool at 148 % of its capacity waits there, so the transfer stage
+    holds the excess; the links are idle: decode-bound (the backtest named it
+    kv-transfer-bandwidth in two decode-short cases)."""
+    req = _requests(miss_share=0.3, stage="kv-transfer")
+    ctx = make_context(make_dataset(req), slo_ttft_s=2.0, slo_tpot_s=0.1,
+                       capacity=_decode_short())
+    [f] = only(RULE.evaluate(ctx), "PD801")
+    assert f.cause == "decode-bound" and "decode runs at 148%" in f.summary.replace(" %", "%")
+    # decode within its capacity: the transfer itself is slow
+    ctx = make_context(make_dataset(req), slo_ttft_s=2.0, slo_tpot_s=0.1,
+                       capacity=_decode_short(ud=0.7))
+    [f] = only(RULE.evaluate(ctx), "PD801")
+    assert f.cause == "kv-transfer-bandwidth"
+
+
 def test_admission_excess_names_decode_bound() -> None:
     [f] = only(RULE.evaluate(_ctx(_requests(miss_share=0.3, stage="decode-admission"))),
                "PD801")
