@@ -105,7 +105,8 @@ class RatioLag(BaseRule):
     the pre-shift median); the needed ratio moving by >= 25 % (the capacity model's per-window
     theoretical ratio, else the prompt/output work proxy) and by more than one instance's
     worth (the pool that became short needs more than one extra instance at the other pool's
-    deployed count); the deployed instance counts per bin not moving in that direction within
+    deployed count; when the shift only took work off the other pool, as falling outputs do
+    off decode, that pool must have more than one instance to give); the deployed instance counts per bin not moving in that direction within
     3 bins of the shift; and the consequence observed: pressure on the side that became short
     (prefill queue, wait or TTFT; or decode TPOT, KV usage, admission queue) at >= 1.5x its
     pre-shift level after the shift (and not already rising before it), or a backlog whose
@@ -178,6 +179,12 @@ class RatioLag(BaseRule):
         direction = "prefill" if needed > 0 else "decode"  # the pool that needs to grow
         deployed = self._deployed(f, cp, direction, evidence)
         extra = _extra_instances(f, cp, needed)
+        freed = _freed_instances(f, shift, direction)
+        if freed is not None and freed <= MIN_EXTRA_INSTANCES:
+            # The shift took work off the other pool (outputs fell, or prompts did) and did not
+            # add any to this one: the planner could have moved less than one instance across,
+            # so pressure here comes from elsewhere (load, a standing shortage), not the mix.
+            return []
         if extra is not None:
             if extra <= MIN_EXTRA_INSTANCES:
                 return []  # the new mix is within one instance of the deployed split
@@ -454,6 +461,22 @@ def _attainment_after(ctx: RuleContext, start_ts: float, end_ts: float,
     if n < MIN_AFTER_REQUESTS:
         return None
     return float(np.mean(values[inside] <= objective)), n
+
+
+def _freed_instances(f: ClusterEvidence, shift: _Shift, direction: str) -> float | None:
+    """Instances the other pool could give up when the shift only took work off it (outputs
+    fell: decode's work per request falls with them; prompts fell: prefill's), None when the
+    shift adds work to the pool that became short itself (or the counts are unknown)."""
+    other = {("output", "prefill"): "decode", ("prompt", "decode"): "prefill"}.get(
+        (shift.which, direction))
+    cp = shift.cp
+    if other is None or not cp.before or cp.after >= cp.before:
+        return None
+    alive = f.cluster_column(f"{other}_alive")
+    n = float(alive[f.cluster.index < cp.ts].median()) if alive is not None else float("nan")
+    if not (np.isfinite(n) and n > 0):
+        n = float(len(f.names(other)))
+    return n * (1.0 - cp.after / cp.before) if n > 0 else None
 
 
 # The planner's recommendation counts as moved once it differs from its pre-shift value by at

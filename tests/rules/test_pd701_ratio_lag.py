@@ -135,6 +135,19 @@ def test_a_shift_the_objective_still_held_through_is_not_ratio_lag() -> None:
     assert float(after.value) < 50 and after.baseline == 90
 
 
+def test_falling_outputs_do_not_explain_prefill_pressure_with_nothing_to_move() -> None:
+    """Outputs fall by a third at 4P:2D while the prefill queue grows: the decode pool could
+    give up 0.7 of an instance, so the prefill pressure is not the mix's doing (the backtest's
+    Azure conversation x5 at one prefill short, whose arrivals rose 31 % at the same time).
+    With 4 decode instances there is more than one to move across: ratio-lag."""
+    kw = dict(duration_s=600, n_prefill=4, output_mean=step(240, 156, at=0.5),
+              prefill_queue=step(0.3, 25, at=0.5))
+    assert only(RULE.evaluate(Cluster(n_decode=2, **kw).context(("requests",))),  # type: ignore[arg-type]
+                "PD701") == []
+    [f] = only(RULE.evaluate(Cluster(n_decode=4, **kw).context(("requests",))), "PD701")  # type: ignore[arg-type]
+    assert f.summary.startswith("The output lengths fell")
+
+
 def test_the_extra_instances_are_evidence() -> None:
     [f] = only(RULE.evaluate(scenario_context("ratio")), "PD701")
     extra = next(e for e in f.evidence if e.what == "extra prefill instances the new mix needs")
