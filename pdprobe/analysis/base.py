@@ -242,3 +242,13 @@ class CapacityResult:
     observed_ttft_p90_s: Maybe[float] = Missing("not compared")
     model_check: str = ""  # agreement of predicted and observed, and what was done about it
     conditional_on: tuple[str, ...] = ()  # finding codes the recommendation assumes fixed
+    # The prediction at the deployed counts recalibrated with the window's measured waits
+    # (analysis/capacity/calibrate.py); ``recalibrated`` when it replaced the raw one.
+    calibrated_ttft_attainment_estimate: Maybe[float] = Missing("not recalibrated")
+    calibrated_ttft_p90_estimate_s: Maybe[float] = Missing("not recalibrated")
+    wait_scale: Maybe[float] = Missing("not recalibrated")  # measured / model mean wait
+    recalibrated: bool = False
+    # TPOT at the deployed decode count, and the window's own p90 (set by the service).
+    deployed_tpot_p90_estimate_s: Maybe[float] = Missing("not estimated")
+    deployed_tpot_attainment_estimate: Maybe[float] = Missing("not estimated")
+    observed_tpot_p90_s: Maybe[float] = Missing("not compared")

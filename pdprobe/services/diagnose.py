@@ -122,7 +122,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         capacity = check_against_window(
             capacity, observed_attainment=evidence.slo.ttft_attainment,
             observed_p90_s=evidence.slo.ttft_p90_s, slo_missed=evidence.slo.missed,
-            short_pools=short_pools(findings))
+            short_pools=short_pools(findings), observed_tpot_p90_s=evidence.slo.tpot_p90_s)
     start, end = _window(dataset, workload)
     counts = RoleCounts(
         prefill=len(dataset.instances_of("prefill")) or None,

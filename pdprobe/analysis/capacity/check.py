@@ -28,7 +28,8 @@ def _num(value: Maybe[float] | Maybe[int] | None) -> float | None:
 
 def check_against_window(cap: CapacityResult, *, observed_attainment: float | None,
                          observed_p90_s: float | None, slo_missed: bool,
-                         short_pools: Mapping[str, tuple[str, ...]]) -> CapacityResult:
+                         short_pools: Mapping[str, tuple[str, ...]],
+                         observed_tpot_p90_s: float | None = None) -> CapacityResult:
     """``cap`` with the observed figures, the model check and the SLO-miss guard applied.
 
     ``short_pools``: "prefill"/"decode" whose stage the findings name, each with the codes of
@@ -46,13 +47,34 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                  + (f" (p90 {pred_p90:.2f} s)" if pred_p90 is not None else "")
                  + f"; the window observed {observed_attainment:.1%}"
                  + (f" (p90 {observed_p90_s:.2f} s)" if observed_p90_s is not None else ""))
+        cal = _num(cap.calibrated_ttft_attainment_estimate)
         if abs(gap) <= MODEL_TOLERANCE:
             check += f": they agree within {MODEL_TOLERANCE * 100:.0f} points"
+        elif cap.recalibrated and cal is not None:
+            direction = "optimistic" if gap > 0 else "pessimistic"
+            cal_p90 = _num(cap.calibrated_ttft_p90_estimate_s)
+            left = cal - observed_attainment
+            check += (f": the model is {direction} by {abs(gap) * 100:.0f} points, beyond the "
+                      f"{MODEL_TOLERANCE * 100:.0f}-point tolerance, so it was recalibrated "
+                      f"with the window's measured waits (scale "
+                      f"{_num(cap.wait_scale) or 1.0:.2g}): {cal:.1%}"
+                      + (f" (p90 {cal_p90:.2f} s)" if cal_p90 is not None else "")
+                      + (f", within {MODEL_TOLERANCE * 100:.0f} points of the window"
+                         if abs(left) <= MODEL_TOLERANCE else
+                         f", still {abs(left) * 100:.0f} points "
+                         f"{'above' if left > 0 else 'below'} the window: the waits' shape "
+                         "(when and how long) differs from the model's, not only their level"))
         else:
             direction = "optimistic" if gap > 0 else "pessimistic"
             check += (f": the model is {direction} by {abs(gap) * 100:.0f} points, beyond the "
-                      f"{MODEL_TOLERANCE * 100:.0f}-point tolerance, so its counts are checked "
-                      "against the observed miss below")
+                      f"{MODEL_TOLERANCE * 100:.0f}-point tolerance, and the inputs carry no "
+                      "per-request waits to recalibrate it with (queue_s, ttft_s), so its "
+                      "counts are checked against the observed miss below")
+    tpot_p90 = _num(cap.deployed_tpot_p90_estimate_s)
+    if tpot_p90 is not None and observed_tpot_p90_s is not None:
+        tpot_gap = "; TPOT p90: model " + f"{tpot_p90 * 1000:.0f} ms, window " \
+            f"{observed_tpot_p90_s * 1000:.0f} ms"
+        check = (check + tpot_gap) if check else tpot_gap[2:]
     rec_p, rec_d = cap.recommended_prefill, cap.recommended_decode
     conditional: tuple[str, ...] = ()
     if slo_missed:
@@ -85,4 +107,6 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                    else Missing("no observed TTFT attainment"),
                    observed_ttft_p90_s=observed_p90_s if observed_p90_s is not None
                    else Missing("no observed TTFT p90"),
+                   observed_tpot_p90_s=observed_tpot_p90_s if observed_tpot_p90_s is not None
+                   else Missing("no observed TPOT p90"),
                    model_check=check, conditional_on=conditional, notes=tuple(notes))

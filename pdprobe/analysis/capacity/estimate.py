@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import CapacityResult, RatioWindow, WorkloadSummary
+from pdprobe.analysis.capacity.calibrate import Calibration, measured_parts, tpot_at
 from pdprobe.analysis.capacity.mix import (
     WorkloadMix,
     mix_from_histograms,
@@ -189,7 +190,10 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                      f"token context of profile {built.profile.name}; they are counted at that "
                      "length (an engine would reject or truncate them)")
     work = LengthWork.of(mix, model, slo)  # shared with the band's load cases
-    rec = recommend(mix, model, slo, work, deployed_prefill=deployed_prefill)
+    measured = measured_parts(dataset.requests, mix) \
+        if dataset is not None and len(dataset.requests) else None
+    rec = recommend(mix, model, slo, work, deployed_prefill=deployed_prefill,
+                    measured=measured, deployed_decode=deployed_decode)
     mb = mean_based(mix, model, slo, rec.rates)
     bands = band(mix, model, slo, hit_rate_known=hit_rate_known, work=work)
     windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()
@@ -222,6 +226,11 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                                      model.link_bytes_per_s)
         deployed = {"p": up, "d": ud, "x": ux}
         binding, basis = binding_stage(up, ud, ux), "deployed counts"
+    cal = rec.calibration
+    if rec.recalibrated and cal is not None:
+        notes.append(recalibration_note(cal, rec.uncalibrated_prefill, rec.prefill))
+    tpot = tpot_at(mix, model.decode, mix.rate_rps, deployed_decode, slo.tpot_s,
+                   work.occupancy) if deployed_decode else None
     rec_prefill, rec_decode = rec.prefill, rec.decode
     rec_util = (rec.prefill_utilization, rec.decode_utilization, rec.transfer_utilization)
     current = current_window(windows)
@@ -301,7 +310,38 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                                             "deployed prefill count unknown"),
         kv_bytes_source=model.kv.source,
         transfer_capacity_source=built.link_source,
+        calibrated_ttft_attainment_estimate=cal.attainment if cal is not None
+        else Missing("no measured waits to recalibrate with (queue_s, ttft_s)"),
+        calibrated_ttft_p90_estimate_s=cal.p90_s if cal is not None and math.isfinite(cal.p90_s)
+        else Missing("no measured waits to recalibrate with (queue_s, ttft_s)"
+                     if cal is None else "the calibrated TTFT tail has no end"),
+        wait_scale=cal.wait_scale if cal is not None
+        else Missing("no measured waits to recalibrate with (queue_s, ttft_s)"),
+        recalibrated=rec.recalibrated,
+        deployed_tpot_p90_estimate_s=tpot.p90_s if tpot is not None
+        else Missing("deployed decode count unknown" if not deployed_decode
+                     else "decode overloaded at the deployed count: requests wait for "
+                          "admission, TPOT has no steady state"),
+        deployed_tpot_attainment_estimate=tpot.attainment if tpot is not None
+        else Missing("deployed decode count unknown" if not deployed_decode
+                     else "decode overloaded at the deployed count"),
     )
+
+
+def recalibration_note(cal: Calibration, uncalibrated: int | None, prefill: int) -> str:
+    """What the recalibration measured and did, in one note."""
+    text = (f"recalibrated against the window: its mean wait before prefill is "
+            f"{cal.observed_mean_wait_s:.2f} s against the model's "
+            f"{cal.model_mean_wait_s:.2f} s, so every wait is scaled by {cal.wait_scale:.2g}"
+            + (" (the bound)" if cal.bounded else "")
+            + f", and each request's measured rest of TTFT (prefill, transfer, decode "
+            f"admission) replaces the model's; {cal.requests} requests")
+    if uncalibrated is not None:
+        text += (f"; with the scaled waits {prefill} prefill instances meet the objective "
+                 f"(the model alone said {uncalibrated})")
+    elif cal.wait_scale < 1.0:
+        text += "; the model's waits are longer than measured, so its counts are kept"
+    return text
 
 
 def _maybe(value: float | None, reason: str) -> float | Missing:

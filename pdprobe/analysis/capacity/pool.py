@@ -25,6 +25,7 @@ Without arrival times the pool is stationary (one window, no fluid part).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,6 +157,9 @@ class PrefillPool:
         self.rate = float(rate_rps)
         self.ca2 = float(ca2)
         self.moments = moments
+        # Waits (fluid and stochastic) multiplied by this: 1 is the model; a recalibration
+        # against the window's measured waits sets another (``calibrate.py``).
+        self.wait_scale = 1.0
         self.fluid = load is not None and arrival_ts is not None and len(arrival_ts) > 1
         if not self.fluid or load is None or arrival_ts is None:
             self.share = np.ones(1)
@@ -178,6 +182,12 @@ class PrefillPool:
                                         len(self.share) - 1)
         self.window_s = load.width_s * compress
 
+    def scaled(self, factor: float) -> PrefillPool:
+        """The same pool with every wait multiplied by ``factor`` (a burst scale)."""
+        other = copy.copy(self)
+        other.wait_scale = float(factor)
+        return other
+
     def waits(self, servers: int, n: int = 1) -> PoolWaits:
         """Waits in a pool of ``servers``; ``n`` sizes the request arrays when stationary."""
         c = max(int(servers), 1)
@@ -197,12 +207,16 @@ class PrefillPool:
         tail = (self.ca2 + cs2) * service / (2.0 * c * (1.0 - capped))
         p_wait = np.where(lam > 0, np.clip(p_wait, 0.0, 1.0), 0.0)
         tail = np.where(lam > 0, tail, 0.0)
+        if self.wait_scale != 1.0:
+            tail = tail * self.wait_scale
         if self.fluid and self.window_of is not None:
             net = self.window_s * (util - 1.0)  # backlog growth (s of work per instance)
             level = np.cumsum(net)
             backlog = level - np.minimum.accumulate(np.minimum(level, 0.0))  # Lindley
             before = np.concatenate([[0.0], backlog[:-1]])
             found = np.maximum(before + net / 2.0, 0.0)  # mid-window: half its growth
+            if self.wait_scale != 1.0:
+                found = found * self.wait_scale
             return PoolWaits(c, util, p_wait, tail, found, self.window_of)
         return PoolWaits(c, util, p_wait, tail, np.zeros(1), np.zeros(n, dtype=np.int64))
 

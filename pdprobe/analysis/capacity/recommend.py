@@ -20,6 +20,12 @@ from typing import Final
 import numpy as np
 
 from pdprobe.analysis.base import RatioBandEntry
+from pdprobe.analysis.capacity.calibrate import (
+    Calibration,
+    calibrate,
+    observed_ttft_attainment,
+)
+from pdprobe.analysis.capacity.check import MODEL_TOLERANCE
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
 from pdprobe.analysis.capacity.queueing import md1_ttft_s
@@ -178,6 +184,12 @@ class Recommendation(Sizing):
     # The same predictions at the deployed prefill count (None when not asked for).
     deployed_ttft_attainment: float | None = None
     deployed_ttft_p90_s: float | None = None
+    # The deployed prediction recalibrated with the window's measured waits (None without
+    # them); ``recalibrated`` when the raw prediction was beyond MODEL_TOLERANCE of what the
+    # window observed, so the calibrated one stands (and may have raised ``prefill``).
+    calibration: Calibration | None = None
+    recalibrated: bool = False
+    uncalibrated_prefill: int | None = None  # the model's own count when recalibration raised it
 
 
 def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -245,11 +257,15 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
 
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
               work: LengthWork | None = None,
-              deployed_prefill: int | None = None) -> Recommendation:
+              deployed_prefill: int | None = None,
+              measured: tuple[np.ndarray, np.ndarray] | None = None,
+              deployed_decode: int | None = None) -> Recommendation:
     """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives.
 
     With ``deployed_prefill`` it also predicts TTFT attainment and p90 at that count, for the
-    check of the model against what the window observed.
+    check of the model against what the window observed; with ``measured`` (the window's
+    wait and rest of TTFT per request, ``calibrate.measured_parts``) it recalibrates that
+    prediction and, when the raw one is beyond ``MODEL_TOLERANCE`` of the window, uses it.
     """
     work = work or LengthWork.of(mix, model, slo)
     s, pool, sample = _size(mix, model, slo, work)
@@ -257,6 +273,36 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
     moments = work.moments
     notes = list(s.notes)
     prefill = s.prefill
+    at_deployed = _at_deployed(pool, sample, slo, deployed_prefill)
+    cal, recalibrated, uncalibrated = None, False, None
+    if measured is not None and deployed_prefill:
+        cal = calibrate(pool, deployed_prefill, measured, work.bare, slo.ttft_s,
+                        slo.attainment)
+        raw = at_deployed.get("deployed_ttft_attainment")
+        observed = observed_ttft_attainment(measured, slo.ttft_s)
+        recalibrated = cal is not None and raw is not None and observed is not None and \
+            abs(raw - observed) > MODEL_TOLERANCE
+        # Waits behind a decode pool at or beyond its capacity are its back-pressure, not the
+        # prefill pool's shortage: they recalibrate the prediction, not the prefill count.
+        backpressure = bool(deployed_decode) and s.rates.decode_capacity_rps > 0 and \
+            lam / (deployed_decode * s.rates.decode_capacity_rps) >= 1.0  # type: ignore[operator]
+        if cal is not None and recalibrated and cal.wait_scale > 1.0 and backpressure:
+            notes.append("the waits before prefill include the decode pool's back-pressure "
+                         "(decode at or beyond its capacity at the deployed counts), so the "
+                         "recalibration does not raise the prefill count")
+        if cal is not None and recalibrated and cal.wait_scale > 1.0 and not backpressure:
+            try:
+                scaled = pool.scaled(cal.wait_scale).smallest(
+                    s.ttft_target_s - sample, 1.0 - slo.attainment, at_least=prefill)
+            except ValueError:  # no count meets it with these waits: keep the model's
+                scaled = prefill
+            if scaled > prefill:
+                uncalibrated, prefill = prefill, scaled
+                up, ud, ux, per_node = utilizations(s.rates, lam, prefill, s.decode,
+                                                   model.link_bytes_per_s)
+                s = replace(s, prefill=prefill, prefill_utilization=up, decode_utilization=ud,
+                            transfer_utilization=ux, binding=binding_stage(up, ud, ux),
+                            transfer_required_bytes_per_s=per_node)
     overloaded = pool.overloaded_share(prefill)
     if overloaded > 0:
         notes.append(f"{overloaded:.1%} of requests arrive in {pool_window(mix)} windows whose "
@@ -277,7 +323,8 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + float(work.bare.mean()),
         md1_ttft_s=md1_ttft_s(mean_service, lam / prefill),
         ttft_attainment=attainment, infeasible_ttft_fraction=s.infeasible_ttft_fraction,
-        **_at_deployed(pool, sample, slo, deployed_prefill),
+        **at_deployed, calibration=cal, recalibrated=recalibrated,
+        uncalibrated_prefill=uncalibrated,
         transfer_required_bytes_per_s=s.transfer_required_bytes_per_s, notes=tuple(notes),
     )
 

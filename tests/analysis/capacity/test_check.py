@@ -46,3 +46,22 @@ def test_no_miss_no_change() -> None:
     out = check_against_window(_cap(), observed_attainment=0.97, observed_p90_s=1.0,
                                slo_missed=False, short_pools={"prefill": ()})
     assert out.recommended_prefill == 4
+
+
+def test_recalibrated_prediction_is_reported_next_to_the_raw_one() -> None:
+    """Beyond the tolerance with measured waits: the recalibrated figure, its wait scale and
+    whether it now agrees with the window; the TPOT p90 of the model and the window."""
+    cap = replace(_cap(pred=1.0), recalibrated=True, calibrated_ttft_attainment_estimate=0.044,
+                  calibrated_ttft_p90_estimate_s=101.6, wait_scale=64.0,
+                  deployed_tpot_p90_estimate_s=0.041)
+    out = check_against_window(cap, observed_attainment=0.041, observed_p90_s=123.5,
+                               slo_missed=True, short_pools={}, observed_tpot_p90_s=0.042)
+    assert "optimistic by 96 points" in out.model_check
+    assert "recalibrated with the window's measured waits (scale 64): 4.4%" in out.model_check
+    assert "within 5 points of the window" in out.model_check
+    assert "TPOT p90: model 41 ms, window 42 ms" in out.model_check
+    assert out.observed_tpot_p90_s == 0.042
+    # no measured waits: said so
+    out = check_against_window(_cap(pred=1.0), observed_attainment=0.041, observed_p90_s=None,
+                               slo_missed=True, short_pools={})
+    assert "no per-request waits to recalibrate it with" in out.model_check

@@ -1,0 +1,187 @@
+"""The capacity model recalibrated against the window it diagnoses (issue 16).
+
+At the deployed counts the model predicts TTFT attainment and p90 from its own waits and bare
+TTFTs (``recommend._at_deployed``). When request records carry the measured stages, the same
+prediction is repeated with what the window measured:
+
+- **wait scale** (burst scale): the measured mean wait before prefill (``queue_s``) over the
+  model's mean wait at the deployed prefill count. Every wait of the pool (fluid backlog and
+  stochastic tail) is multiplied by it, so the model keeps the *shape* of its waits over time
+  and across requests, and takes their *level* from the window;
+- **the rest of TTFT** per request: measured ``ttft_s − queue_s`` (prefill compute with its
+  batch-mates, KV transfer, decode admission and the first step) instead of the model's bare
+  prefill + transfer.
+
+The calibrated attainment is then ``1 − mean_i P(k·W_i > SLO − R_i)``. It is not the observed
+attainment restated: only the mean wait is taken from the window, so a model whose waits have
+the wrong shape (misses in the wrong windows, a wrong tail) still disagrees. When the raw
+prediction misses the observed attainment by more than ``check.MODEL_TOLERANCE``, the
+calibrated one is used: it is reported, and when the scale is above 1 the prefill count is
+re-sized with the scaled waits (never lowered: a pessimistic model keeps its counts).
+
+TPOT at the deployed decode count (``tpot_at``): per instance, the batch is the Poisson count
+of sequences in flight (M/G/∞, mean ``r·E[O]·τ``), each step ``a + (b·κ + c)·B``; its p90 is
+the step at the batch's mean + 1.28 σ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.analysis.capacity.rates import OccupancyMoments, decode_occupancy
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.capacity.mix import WorkloadMix
+    from pdprobe.analysis.capacity.perf_fit import DecodeModel
+    from pdprobe.analysis.capacity.pool import PrefillPool
+
+# The wait scale is kept within these bounds: beyond them the model's waits have nothing in
+# common with the window's (a queue the model cannot see at all, or one it invents), and the
+# note says the bound was hit.
+WAIT_SCALE_MIN: Final = 1.0 / 64.0
+WAIT_SCALE_MAX: Final = 64.0
+# Fewer requests with a measured wait and TTFT than this: no recalibration (a mean of a few
+# waits says little about the level).
+MIN_CALIBRATION_REQUESTS: Final = 50
+# A model mean wait below this (1 ms) is "no queue": a scale against it is meaningless.
+MIN_MODEL_WAIT_S: Final = 1e-3
+# Normal quantile of the p90 used for the decode batch's spread.
+P90_Z: Final = 1.2816
+
+
+# The wait statistic matched: 0 = the mean; else this quantile of the waits.
+WAIT_QUANTILE: Final = 0.9
+
+
+def _wait_level(pool: PrefillPool, servers: int, n: int) -> float:
+    """The model's mean wait, or its ``WAIT_QUANTILE`` over the requests."""
+    if not WAIT_QUANTILE:
+        return pool.mean_wait_s(servers, n)
+    try:
+        return float(pool.ttft_quantile(servers, np.zeros(n), WAIT_QUANTILE))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return math.inf
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The model's TTFT prediction at the deployed counts, recalibrated with the window."""
+
+    wait_scale: float  # measured mean wait / the model's (bounded)
+    observed_mean_wait_s: float
+    model_mean_wait_s: float
+    attainment: float  # calibrated share of requests within the TTFT objective
+    p90_s: float  # calibrated TTFT p90 (inf when the tail has no end)
+    requests: int  # requests with a measured wait and TTFT
+    bounded: bool  # the scale hit WAIT_SCALE_MIN or WAIT_SCALE_MAX
+
+
+def measured_parts(requests: pd.DataFrame, mix: WorkloadMix) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per request, in the mix's order: (wait before prefill, rest of TTFT), NaN where unknown.
+
+    The mix keeps the records with a prompt, an output and an arrival time, sorted by arrival
+    (``mix.mix_from_requests``): the same filter and order apply here. None when the records
+    lack ``queue_s`` or ``ttft_s`` or the rows do not line up.
+    """
+    if "queue_s" not in requests.columns or "ttft_s" not in requests.columns:
+        return None
+    prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    output = requests["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ok = np.isfinite(prompt) & np.isfinite(output) & (prompt >= 1) & np.isfinite(ts)
+    queue = requests["queue_s"].to_numpy(dtype=np.float64, na_value=np.nan)[ok]
+    ttft = requests["ttft_s"].to_numpy(dtype=np.float64, na_value=np.nan)[ok]
+    ts = ts[ok]
+    if len(ts) != mix.size:
+        return None
+    if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
+        order = np.argsort(ts, kind="stable")
+        queue, ttft = queue[order], ttft[order]
+    known = np.isfinite(queue) & np.isfinite(ttft) & (queue >= 0) & (ttft >= queue)
+    return np.where(known, queue, np.nan), np.where(known, ttft - queue, np.nan)
+
+
+def calibrate(pool: PrefillPool, servers: int, parts: tuple[np.ndarray, np.ndarray],
+              bare: np.ndarray, slo_ttft_s: float, attainment: float) -> Calibration | None:
+    """The TTFT prediction at ``servers`` prefill instances with the window's wait level and
+    measured rest of TTFT (``parts`` from ``measured_parts``; ``bare``: the model's bare TTFT
+    per request, standing in where a request's rest was not measured)."""
+    queue, rest = parts
+    known = np.isfinite(queue)
+    n = int(known.sum())
+    if n < MIN_CALIBRATION_REQUESTS:
+        return None
+    model_wait = _wait_level(pool, servers, len(bare))
+    observed_wait = float(np.quantile(queue[known], WAIT_QUANTILE)) if WAIT_QUANTILE \
+        else float(np.mean(queue[known]))
+    if not math.isfinite(model_wait):
+        return None  # an unbounded queue in the model: no scale brings it to the window
+    if model_wait < MIN_MODEL_WAIT_S:
+        scale = WAIT_SCALE_MAX if observed_wait > MIN_MODEL_WAIT_S else 1.0
+    else:
+        scale = observed_wait / model_wait
+    bounded = not WAIT_SCALE_MIN <= scale <= WAIT_SCALE_MAX
+    scale = min(max(scale, WAIT_SCALE_MIN), WAIT_SCALE_MAX)
+    scaled = pool.scaled(scale)
+    due = np.where(known, rest, bare)
+    waits = scaled.waits(servers, len(due))
+    miss = waits.exceed(slo_ttft_s - due)
+    att = float(1.0 - np.mean(miss[known]))
+    try:
+        p90 = float(scaled.ttft_quantile(servers, due, attainment))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        p90 = math.inf
+    return Calibration(wait_scale=scale, observed_mean_wait_s=observed_wait,
+                       model_mean_wait_s=float(model_wait), attainment=att, p90_s=p90,
+                       requests=n, bounded=bounded)
+
+
+def observed_ttft_attainment(parts: tuple[np.ndarray, np.ndarray],
+                             slo_ttft_s: float) -> float | None:
+    """Share of the requests with a measured wait and TTFT that met the TTFT objective."""
+    queue, rest = parts
+    known = np.isfinite(queue)
+    if int(known.sum()) < MIN_CALIBRATION_REQUESTS:
+        return None
+    return float(np.mean(queue[known] + rest[known] <= slo_ttft_s))
+
+
+@dataclass(frozen=True)
+class TpotEstimate:
+    """TPOT at a decode count: p90, attainment of the objective, and the mean batch."""
+
+    p90_s: float
+    attainment: float
+    batch_mean: float
+
+
+def tpot_at(mix: WorkloadMix, model: DecodeModel, rate_rps: float, decode: int,
+            slo_tpot_s: float, moments: OccupancyMoments | None = None) -> TpotEstimate | None:
+    """TPOT p90 and attainment at ``decode`` instances, None when decode is overloaded there
+    (the batch grows without bound: requests wait for admission instead)."""
+    if decode < 1 or rate_rps <= 0:
+        return None
+    m = moments or OccupancyMoments.of(mix)
+    r = rate_rps / decode
+    occ = decode_occupancy(mix, model, r, m)
+    if not math.isfinite(occ.step_s):
+        return None
+    batch = r * m.mean_output_tokens * occ.step_s
+    per_seq = model.b_s_per_ctx_token * m.kappa + model.c_s_per_seq
+    sd = math.sqrt(max(batch, 0.0))
+    p90 = model.a_s + per_seq * min(batch + P90_Z * sd, float(model.max_batch))
+    if per_seq <= 0:
+        att = 1.0 if model.a_s <= slo_tpot_s else 0.0
+    else:
+        limit = (slo_tpot_s - model.a_s) / per_seq  # the largest batch within the objective
+        if sd <= 0:
+            att = 1.0 if batch <= limit else 0.0
+        else:
+            att = 0.5 * (1.0 + math.erf((limit - batch) / (sd * math.sqrt(2.0))))
+    return TpotEstimate(p90_s=float(p90), attainment=float(att), batch_mean=float(batch))

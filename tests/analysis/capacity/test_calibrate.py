@@ -1,0 +1,133 @@
+"""The capacity model recalibrated against the window (issue 16): wait scale, calibrated
+attainment at the deployed counts, the prefill count re-sized, TPOT at the deployed decode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis.capacity.calibrate import (
+    MIN_CALIBRATION_REQUESTS,
+    WAIT_SCALE_MAX,
+    calibrate,
+    measured_parts,
+    observed_ttft_attainment,
+    tpot_at,
+)
+from pdprobe.analysis.capacity.mix import arrival_profile, mix_from_requests
+from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
+from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
+
+from ._data import mix, simple_model
+
+
+def _pool(n: int = 2000, seed: int = 0) -> tuple[PrefillPool, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.uniform(0, 600, n))
+    cv2, _, load = arrival_profile(ts, 2.0)
+    alone = rng.gamma(2.0, 0.1, n)
+    return PrefillPool((n - 1) / 600, cv2, ServiceMoments.of(alone, 0.8 * alone), load,
+                       ts), alone
+
+
+def test_scaled_pool_multiplies_every_wait() -> None:
+    pool, bare = _pool()
+    w1, w3 = pool.waits(1, len(bare)), pool.scaled(3.0).waits(1, len(bare))
+    assert np.allclose(w3.tail_s, 3 * w1.tail_s) and np.allclose(w3.fluid_s, 3 * w1.fluid_s)
+    assert np.array_equal(w3.p_wait, w1.p_wait)
+    assert pool.wait_scale == 1.0  # the original is untouched
+
+
+def test_measured_parts_follow_the_mix_order() -> None:
+    """Records out of arrival order and one without an output length: the parts line up with
+    the mix (filtered, sorted by arrival), as the prediction pairs them per request."""
+    req = pd.DataFrame({"arrival_ts": [3.0, 1.0, 2.0, 4.0], "prompt_tokens": [10, 20, 30, 40],
+                        "output_tokens": [5, 5, np.nan, 5], "queue_s": [0.3, 0.1, 0.2, 0.4],
+                        "ttft_s": [1.3, 1.1, 1.2, np.nan]})
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    parts = measured_parts(req, m)
+    assert parts is not None
+    queue, rest = parts
+    assert np.allclose(queue[:2], [0.1, 0.3]) and np.allclose(rest[:2], [1.0, 1.0])
+    assert math.isnan(queue[2]) and math.isnan(rest[2])  # no TTFT: unknown
+    assert measured_parts(req.drop(columns="queue_s"), m) is None
+
+
+def test_wait_scale_takes_the_window_level_and_keeps_the_shape() -> None:
+    pool, bare = _pool()
+    n = len(bare)
+    model_p90 = pool.ttft_quantile(1, np.zeros(n), 0.9)
+    rng = np.random.default_rng(1)
+    queue = rng.exponential(1.0, n)
+    queue *= 2.0 * model_p90 / np.quantile(queue, 0.9)  # the window waits twice as long
+    cal = calibrate(pool, 1, (queue, np.full(n, 0.5)), bare, 2.0, 0.9)
+    assert cal is not None and cal.wait_scale == pytest.approx(2.0, rel=1e-6)
+    assert not cal.bounded and cal.requests == n
+    raw = 1.0 - pool.miss_share(1, 2.0 - np.full(n, 0.5))
+    assert cal.attainment < raw  # longer waits, fewer within the objective
+    # too few measured waits: no recalibration
+    few = np.full(n, np.nan)
+    few[: MIN_CALIBRATION_REQUESTS - 1] = 1.0
+    assert calibrate(pool, 1, (few, few), bare, 2.0, 0.9) is None
+    # a window with waits where the model has none: the bound, said so
+    idle, _ = _pool(n=200)
+    cal = calibrate(idle, 50, (np.full(200, 5.0), np.full(200, 0.5)), np.full(200, 0.1), 2.0,
+                    0.9)
+    assert cal is not None and cal.wait_scale == WAIT_SCALE_MAX
+
+
+def test_observed_attainment_of_the_measured_parts() -> None:
+    queue = np.r_[np.zeros(90), np.full(10, 3.0), np.full(5, np.nan)]
+    rest = np.r_[np.full(100, 0.5), np.full(5, np.nan)]
+    assert observed_ttft_attainment((queue, rest), 2.0) == pytest.approx(0.9)
+    assert observed_ttft_attainment((queue[:10], rest[:10]), 2.0) is None
+
+
+def test_recommend_recalibrates_only_beyond_the_tolerance_and_raises_prefill() -> None:
+    """Poisson arrivals at the model's own count: when the window's waits are far longer than
+    the model's and its attainment far below the prediction, the calibrated prediction stands and the prefill
+    count is re-sized with the scaled waits; waits as the model says change nothing."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    ts = np.sort(rng.uniform(0, 600, n))
+    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": rng.integers(500, 3000, n),
+                        "output_tokens": 100})
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    model = simple_model(pb=6e-5)
+    slo = Slo(2.0, 0.1)
+    work = LengthWork.of(m, model, slo)
+    dep = recommend(m, model, slo, work).prefill
+    from pdprobe.analysis.capacity.recommend import _size
+
+    _, pool, _ = _size(m, model, slo, work)
+    pool_p90 = pool.ttft_quantile(dep, np.zeros(n), 0.9)
+    rest = work.bare
+    same = (np.full(n, pool_p90), rest)  # p90 of a constant: the model's own level
+    rec = recommend(m, model, slo, work, deployed_prefill=dep, measured=same)
+    assert rec.calibration is not None and not rec.recalibrated and rec.prefill == dep
+    waits = rng.exponential(1.0, n)
+    waits *= 2.5 / np.quantile(waits, 0.9)  # a tenth of the requests wait over 2.5 s
+    rec = recommend(m, model, slo, work, deployed_prefill=dep, measured=(waits, rest))
+    assert rec.recalibrated and rec.calibration is not None
+    assert rec.calibration.wait_scale > 1
+    assert rec.prefill > dep and rec.uncalibrated_prefill == dep
+
+
+def test_tpot_at_the_deployed_decode_count() -> None:
+    """Step 10 ms + 0.05 ms per sequence: more decode instances, smaller batches, lower TPOT;
+    one instance beyond its capacity has no steady TPOT."""
+    m = mix([1000.0] * 100, [200.0] * 100)
+    dm = simple_model(da=0.01, dc=5e-5).decode
+    one, four = tpot_at(m, dm, 100.0, 2, 0.1), tpot_at(m, dm, 100.0, 8, 0.1)
+    assert one is not None and four is not None
+    assert four.p90_s < one.p90_s and four.batch_mean < one.batch_mean
+    assert 0.0 <= one.attainment <= four.attainment <= 1.0
+    # by hand at 8: tau = a / (1 - c r E[O]) with r = 12.5/s; batch = r E[O] tau
+    tau = 0.01 / (1 - 5e-5 * 12.5 * 200)
+    assert four.batch_mean == pytest.approx(12.5 * 200 * tau)
+    assert four.p90_s == pytest.approx(0.01 + 5e-5 * (four.batch_mean
+                                                      + 1.2816 * math.sqrt(four.batch_mean)))
+    assert tpot_at(m, dm, 100.0, 1, 0.1) is None  # c r E[O] = 1: overloaded
