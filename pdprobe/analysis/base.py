@@ -248,7 +248,12 @@ class CapacityResult:
     calibrated_ttft_p90_estimate_s: Maybe[float] = Missing("not recalibrated")
     wait_scale: Maybe[float] = Missing("not recalibrated")  # measured / model mean wait
     recalibrated: bool = False
+    calibrated_prefill: Maybe[int] = Missing("not recalibrated")  # with the window's waits
     # TPOT at the deployed decode count, and the window's own p90 (set by the service).
     deployed_tpot_p90_estimate_s: Maybe[float] = Missing("not estimated")
     deployed_tpot_attainment_estimate: Maybe[float] = Missing("not estimated")
     observed_tpot_p90_s: Maybe[float] = Missing("not compared")
+    # KV capacity per decode instance the model used, and where it came from ("measured: ..."
+    # from the engines' usage ratio against tokens held, or "profile NAME").
+    kv_capacity_tokens: Maybe[int] = Missing("not estimated")
+    kv_capacity_source: str = ""

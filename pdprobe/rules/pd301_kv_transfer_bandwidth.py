@@ -53,11 +53,11 @@ DECODE_OVERLOADED: Final = 1.0
 def decode_explains_transfer(cap: CapacityResult | None) -> str | None:
     """Why slow or busy KV transfer is the decode pool being short, or None when it is not.
 
-    Two ways, both from the capacity model at the deployed counts: decode is the binding stage
-    at or beyond its capacity (KV waits for decode to admit it, so the measured transfer time
-    holds that wait) while the links are below ``CAPACITY_TRANSFER_SHARE`` of their usable
-    bandwidth; or every transfer converges on fewer decode than prefill instances and, at the
-    recommended counts (more decode), the per-node transfer demand falls below that share.
+    Only when the capacity model puts decode at or beyond its capacity at the deployed counts,
+    in two ways: the links are below ``CAPACITY_TRANSFER_SHARE`` of their usable bandwidth (KV
+    waits for decode to admit it, so the measured transfer time holds that wait); or they are
+    above it because every transfer converges on fewer decode than prefill instances and, at
+    the recommended counts (more decode), the per-node demand falls below that share.
     """
     if cap is None or cap.binding_basis != "deployed counts":
         return None
@@ -68,7 +68,9 @@ def decode_explains_transfer(cap: CapacityResult | None) -> str | None:
     ud, ux = float(raw[0]), float(raw[1])  # type: ignore[arg-type]
     dep_p, dep_d, rec_d = int(raw[2]), int(raw[3]), int(raw[4])  # type: ignore[arg-type]
     rec_x = cap.transfer_utilization
-    if cap.binding == "decode" and ud >= DECODE_OVERLOADED and ux < CAPACITY_TRANSFER_SHARE:
+    if ud < DECODE_OVERLOADED:
+        return None  # decode keeps up: the hand-off is the fabric's (or the connector's)
+    if ux < CAPACITY_TRANSFER_SHARE:
         return (f"decode runs at {pct(ud)} of its capacity at the deployed {dep_d} instances "
                 f"while the links carry {pct(ux)} of their usable bandwidth: KV waits for "
                 "decode to admit it")
@@ -103,10 +105,10 @@ class KvTransferBandwidth(BaseRule):
     the link, is the bottleneck. When decode KV usage (p90) is at 85 % or more, measured
     transfer times include waiting for decode memory, so only link utilisation counts; with
     neither the link rate nor decode KV usage known, a long hand-off alone is info. When the
-    capacity model explains it by too few decode instances (decode the binding stage at or
-    beyond its capacity while the links are under 80 % of their usable bandwidth, or every
-    transfer converging on fewer decode than prefill instances with the recommended decode
-    count bringing the per-node demand under 80 %), the finding is info and says so:
+    capacity model explains it by too few decode instances (decode at or beyond its capacity,
+    with the links under 80 % of their usable bandwidth, or busier only because every transfer
+    converges on fewer decode than prefill instances and the recommended decode count brings
+    the per-node demand under 80 %), the finding is info and says so:
     decode-bound leads. Retransmissions (PD401) and TCP fallback (PD402) are
     checked separately and, when present, are reported as the root of this symptom.
 

@@ -58,8 +58,8 @@ class SloMiss(BaseRule):
     its median over those that met. Wait or compute → prefill-bound; the transfer →
     kv-transfer-bandwidth (or the fabric cause behind it), unless the capacity model at the
     deployed counts explains it by too few decode instances (PD301's test: decode at or beyond
-    its capacity with the links under 80 % busy, or transfers converging on fewer decode than
-    prefill instances) → decode-bound; decode admission, or a TPOT miss →
+    its capacity, with the links under 80 % busy or busier only because transfers converge on
+    fewer decode than prefill instances) → decode-bound; decode admission, or a TPOT miss →
     decode-bound (preemptions shown apart). Confidence 0.45 + 0.5 x the leading stage's share.
     Without records the histogram means (queue, prefill, KV transfer, TTFT) stand in; a single
     scrape is read since engine start. Misses are "in bursts" when >= 50 % of them arrived in

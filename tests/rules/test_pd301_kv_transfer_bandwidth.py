@@ -68,18 +68,20 @@ def test_inconclusive_from_logs_without_transfer_lines() -> None:
 
 
 def test_links_busy_for_lack_of_decode_instances_are_info() -> None:
-    """8P:1D: every transfer converges on one decode instance's links (90 % busy); at the
-    recommended 2 decode the per-node demand halves to 45 %: decode-bound's finding, PD301 only
-    informs and says why."""
+    """8P:1D, decode at 120 % of its capacity: every transfer converges on one decode
+    instance's links (90 % busy); at the recommended 2 decode the per-node demand halves to
+    45 %: decode-bound's finding, PD301 only informs and says why. A decode pool that keeps up
+    (the kv-transfer-bandwidth scenario: 16 %) leaves the links the fabric's problem."""
     from dataclasses import replace
 
     from pdprobe.rules.pd301_kv_transfer_bandwidth import decode_explains_transfer
     from tests.rules.builders import capacity
 
     cap = replace(capacity(rec_p=8, rec_d=2, dep_p=8, dep_d=1, binding="transfer"),
-                  binding_basis="deployed counts", deployed_decode_utilization=0.8,
+                  binding_basis="deployed counts", deployed_decode_utilization=1.2,
                   deployed_transfer_utilization=0.9, transfer_utilization=0.45)
     assert "converges on the 1 decode" in (decode_explains_transfer(cap) or "")
+    assert decode_explains_transfer(replace(cap, deployed_decode_utilization=0.16)) is None
     # as many decode as prefill instances: the links are the fabric's problem
     assert decode_explains_transfer(replace(cap, deployed_decode=8, recommended_decode=9)) is None
     # decode saturated, links idle: KV waits for decode

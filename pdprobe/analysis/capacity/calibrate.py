@@ -4,8 +4,8 @@ At the deployed counts the model predicts TTFT attainment and p90 from its own w
 TTFTs (``recommend._at_deployed``). When request records carry the measured stages, the same
 prediction is repeated with what the window measured:
 
-- **wait scale** (burst scale): the measured mean wait before prefill (``queue_s``) over the
-  model's mean wait at the deployed prefill count. Every wait of the pool (fluid backlog and
+- **wait scale** (burst scale): the measured p90 wait before prefill (``queue_s``) over the
+  model's p90 wait at the deployed prefill count. Every wait of the pool (fluid backlog and
   stochastic tail) is multiplied by it, so the model keeps the *shape* of its waits over time
   and across requests, and takes their *level* from the window;
 - **the rest of TTFT** per request: measured ``ttft_s − queue_s`` (prefill compute with its
@@ -13,11 +13,13 @@ prediction is repeated with what the window measured:
   prefill + transfer.
 
 The calibrated attainment is then ``1 − mean_i P(k·W_i > SLO − R_i)``. It is not the observed
-attainment restated: only the mean wait is taken from the window, so a model whose waits have
+attainment restated: only the wait's p90 is taken from the window, so a model whose waits have
 the wrong shape (misses in the wrong windows, a wrong tail) still disagrees. When the raw
 prediction misses the observed attainment by more than ``check.MODEL_TOLERANCE``, the
 calibrated one is used: it is reported, and when the scale is above 1 the prefill count is
-re-sized with the scaled waits (never lowered: a pessimistic model keeps its counts).
+re-sized with the scaled waits (``calibrated_prefill``), applied by ``check.py`` only when the
+findings name the prefill pool short (waits behind a short decode pool are its back-pressure);
+never lowered: a pessimistic model keeps its counts.
 
 TPOT at the deployed decode count (``tpot_at``): per instance, the batch is the Poisson count
 of sequences in flight (M/G/∞, mean ``r·E[O]·τ``), each step ``a + (b·κ + c)·B``; its p90 is
@@ -185,3 +187,16 @@ def tpot_at(mix: WorkloadMix, model: DecodeModel, rate_rps: float, decode: int,
         else:
             att = 0.5 * (1.0 + math.erf((limit - batch) / (sd * math.sqrt(2.0))))
     return TpotEstimate(p90_s=float(p90), attainment=float(att), batch_mean=float(batch))
+
+
+def recalibration_note(cal: Calibration) -> str:
+    """What the recalibration measured and did, in one note."""
+    text = (f"recalibrated against the window: its p{WAIT_QUANTILE * 100:.0f} wait before "
+            f"prefill is {cal.observed_mean_wait_s:.2f} s against the model's "
+            f"{cal.model_mean_wait_s:.2f} s, so every wait is scaled by {cal.wait_scale:.2g}"
+            + (" (the bound)" if cal.bounded else "")
+            + ", and each request's measured rest of TTFT (prefill, transfer, decode "
+            f"admission) replaces the model's; {cal.requests} requests")
+    if cal.wait_scale < 1.0:
+        text += "; the model's waits are longer than measured, so its counts are kept"
+    return text

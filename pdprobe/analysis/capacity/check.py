@@ -84,7 +84,15 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
             explained_by = short_pools[pool]
             rec = _num(rec_p if pool == "prefill" else rec_d)
             dep = dep_p if pool == "prefill" else dep_d
-            if rec is None or dep is None or rec > dep:
+            if rec is None or dep is None:
+                continue
+            if rec > dep:
+                cal_p = _num(cap.calibrated_prefill) if pool == "prefill" else None
+                if not explained_by and cal_p is not None and cal_p > rec:
+                    notes.append(f"the prefill stage misses the SLO; with the recalibrated "
+                                 f"waits {int(cal_p)} prefill meet the objective (the model "
+                                 f"alone said {int(rec)})")
+                    rec_p = int(cal_p)
                 continue
             if explained_by:
                 conditional = tuple(sorted(set(conditional) | set(explained_by)))
@@ -93,9 +101,16 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                              f"{', '.join(conditional)} is fixed")
                 continue
             raised = int(dep) + 1
-            notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
-                         f"instances, so {raised} {pool} are recommended (the model alone "
-                         f"said {int(rec)})")
+            cal_p = _num(cap.calibrated_prefill) if pool == "prefill" else None
+            if cal_p is not None and cal_p > raised:
+                raised = int(cal_p)
+                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                             f"instances; with the recalibrated waits {raised} {pool} meet "
+                             f"the objective (the model alone said {int(rec)})")
+            else:
+                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                             f"instances, so {raised} {pool} are recommended (the model alone "
+                             f"said {int(rec)})")
             if pool == "prefill":
                 rec_p = raised
             else:

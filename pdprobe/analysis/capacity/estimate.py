@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import CapacityResult, RatioWindow, WorkloadSummary
-from pdprobe.analysis.capacity.calibrate import Calibration, measured_parts, tpot_at
+from pdprobe.analysis.capacity.calibrate import measured_parts, recalibration_note, tpot_at
+from pdprobe.analysis.capacity.kv_capacity import MeasuredKv, measured_kv_capacity
 from pdprobe.analysis.capacity.mix import (
     WorkloadMix,
     mix_from_histograms,
@@ -71,6 +72,7 @@ class BuiltModel:
     fit_quality: dict[str, float]
     notes: tuple[str, ...]
     link_source: str = ""
+    kv_capacity_source: str = ""  # "measured: ..." or "profile NAME"
 
 
 def choose_profile(name: str | None, dataset: Dataset | None, *,
@@ -113,6 +115,7 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
     """
     notes: list[str] = []
     quality: dict[str, float] = {}
+    kv_source = f"profile {profile.name}"
     if dataset is None:
         prefill = prefill_from_profile(profile)
         decode = decode_from_profile(profile)
@@ -140,10 +143,12 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
             else:
                 what = "per-request prefill_s" if obs[3] == BUSY_SEGMENTS else obs[3]
                 prefill, pfit = fit_prefill(obs[0], obs[1], profile, cached=obs[2], what=what)
+        kv_cap = measured_kv_capacity(dataset)
+        capacity_tokens = round(kv_cap.tokens) if isinstance(kv_cap, MeasuredKv) \
+            else profile.kv_capacity_tokens
         dobs = decode_observations(dataset)
         if isinstance(dobs, str):
-            mobs = decode_metric_observations(dataset, profile.kv_capacity_tokens,
-                                              decode_context(mix))
+            mobs = decode_metric_observations(dataset, capacity_tokens, decode_context(mix))
             if isinstance(mobs, str):
                 decode, dfit = decode_from_profile(profile), RoleFit("profile", 0, notes=(
                     f"decode: {dobs} and {mobs}: profile {profile.name} is used",))
@@ -155,6 +160,15 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
                                       what=f"per-request tpot_s (batch {dobs[3]})")
         quality.update(_fit_quality("prefill", pfit))
         quality.update(_fit_quality("decode", dfit))
+        if isinstance(kv_cap, MeasuredKv):
+            decode = replace(decode, kv_capacity_tokens=capacity_tokens)
+            kv_source = (f"measured: {capacity_tokens:,} tokens per decode instance from the "
+                         f"{kv_cap.source}, median of {kv_cap.instances}")
+            notes.append(f"KV capacity per decode instance: {kv_source}; used instead of "
+                         f"profile {profile.name}'s {profile.kv_capacity_tokens:,}")
+        else:
+            notes.append(f"KV capacity per decode instance: profile {profile.name}'s "
+                         f"{profile.kv_capacity_tokens:,} tokens (not measured: {kv_cap})")
     notes.extend(pfit.notes)
     notes.extend(dfit.notes)
     kv = kv_bytes_from_profile(profile)
@@ -173,7 +187,7 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
     inputs = ModelInputs(prefill, decode, kv, link.bytes_per_s, profile.link_base_latency_s)
     notes.append(f"KV bytes per token: {kv.bytes_per_token:,.0f} ({kv.source}); link: "
                  f"{link.bytes_per_s / 1e9:.1f} GB/s per instance ({link.source})")
-    return BuiltModel(inputs, profile, source, quality, tuple(notes), link.source)
+    return BuiltModel(inputs, profile, source, quality, tuple(notes), link.source, kv_source)
 
 
 def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
@@ -193,7 +207,7 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     measured = measured_parts(dataset.requests, mix) \
         if dataset is not None and len(dataset.requests) else None
     rec = recommend(mix, model, slo, work, deployed_prefill=deployed_prefill,
-                    measured=measured, deployed_decode=deployed_decode)
+                    measured=measured)
     mb = mean_based(mix, model, slo, rec.rates)
     bands = band(mix, model, slo, hit_rate_known=hit_rate_known, work=work)
     windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()
@@ -228,7 +242,7 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         binding, basis = binding_stage(up, ud, ux), "deployed counts"
     cal = rec.calibration
     if rec.recalibrated and cal is not None:
-        notes.append(recalibration_note(cal, rec.uncalibrated_prefill, rec.prefill))
+        notes.append(recalibration_note(cal))
     tpot = tpot_at(mix, model.decode, mix.rate_rps, deployed_decode, slo.tpot_s,
                    work.occupancy) if deployed_decode else None
     rec_prefill, rec_decode = rec.prefill, rec.decode
@@ -310,6 +324,8 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                                             "deployed prefill count unknown"),
         kv_bytes_source=model.kv.source,
         transfer_capacity_source=built.link_source,
+        kv_capacity_tokens=model.decode.kv_capacity_tokens,
+        kv_capacity_source=built.kv_capacity_source,
         calibrated_ttft_attainment_estimate=cal.attainment if cal is not None
         else Missing("no measured waits to recalibrate with (queue_s, ttft_s)"),
         calibrated_ttft_p90_estimate_s=cal.p90_s if cal is not None and math.isfinite(cal.p90_s)
@@ -318,6 +334,8 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         wait_scale=cal.wait_scale if cal is not None
         else Missing("no measured waits to recalibrate with (queue_s, ttft_s)"),
         recalibrated=rec.recalibrated,
+        calibrated_prefill=rec.calibrated_prefill if rec.calibrated_prefill is not None
+        else Missing("no recalibration raised the prefill count"),
         deployed_tpot_p90_estimate_s=tpot.p90_s if tpot is not None
         else Missing("deployed decode count unknown" if not deployed_decode
                      else "decode overloaded at the deployed count: requests wait for "
@@ -326,22 +344,6 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         else Missing("deployed decode count unknown" if not deployed_decode
                      else "decode overloaded at the deployed count"),
     )
-
-
-def recalibration_note(cal: Calibration, uncalibrated: int | None, prefill: int) -> str:
-    """What the recalibration measured and did, in one note."""
-    text = (f"recalibrated against the window: its mean wait before prefill is "
-            f"{cal.observed_mean_wait_s:.2f} s against the model's "
-            f"{cal.model_mean_wait_s:.2f} s, so every wait is scaled by {cal.wait_scale:.2g}"
-            + (" (the bound)" if cal.bounded else "")
-            + f", and each request's measured rest of TTFT (prefill, transfer, decode "
-            f"admission) replaces the model's; {cal.requests} requests")
-    if uncalibrated is not None:
-        text += (f"; with the scaled waits {prefill} prefill instances meet the objective "
-                 f"(the model alone said {uncalibrated})")
-    elif cal.wait_scale < 1.0:
-        text += "; the model's waits are longer than measured, so its counts are kept"
-    return text
 
 
 def _maybe(value: float | None, reason: str) -> float | Missing:

@@ -189,7 +189,7 @@ class Recommendation(Sizing):
     # window observed, so the calibrated one stands (and may have raised ``prefill``).
     calibration: Calibration | None = None
     recalibrated: bool = False
-    uncalibrated_prefill: int | None = None  # the model's own count when recalibration raised it
+    calibrated_prefill: int | None = None  # prefill count with the recalibrated waits
 
 
 def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -258,8 +258,7 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
               work: LengthWork | None = None,
               deployed_prefill: int | None = None,
-              measured: tuple[np.ndarray, np.ndarray] | None = None,
-              deployed_decode: int | None = None) -> Recommendation:
+              measured: tuple[np.ndarray, np.ndarray] | None = None) -> Recommendation:
     """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives.
 
     With ``deployed_prefill`` it also predicts TTFT attainment and p90 at that count, for the
@@ -274,7 +273,7 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
     notes = list(s.notes)
     prefill = s.prefill
     at_deployed = _at_deployed(pool, sample, slo, deployed_prefill)
-    cal, recalibrated, uncalibrated = None, False, None
+    cal, recalibrated, calibrated_prefill = None, False, None
     if measured is not None and deployed_prefill:
         cal = calibrate(pool, deployed_prefill, measured, work.bare, slo.ttft_s,
                         slo.attainment)
@@ -282,27 +281,15 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         observed = observed_ttft_attainment(measured, slo.ttft_s)
         recalibrated = cal is not None and raw is not None and observed is not None and \
             abs(raw - observed) > MODEL_TOLERANCE
-        # Waits behind a decode pool at or beyond its capacity are its back-pressure, not the
-        # prefill pool's shortage: they recalibrate the prediction, not the prefill count.
-        backpressure = bool(deployed_decode) and s.rates.decode_capacity_rps > 0 and \
-            lam / (deployed_decode * s.rates.decode_capacity_rps) >= 1.0  # type: ignore[operator]
-        if cal is not None and recalibrated and cal.wait_scale > 1.0 and backpressure:
-            notes.append("the waits before prefill include the decode pool's back-pressure "
-                         "(decode at or beyond its capacity at the deployed counts), so the "
-                         "recalibration does not raise the prefill count")
-        if cal is not None and recalibrated and cal.wait_scale > 1.0 and not backpressure:
+        if cal is not None and recalibrated and cal.wait_scale > 1.0:
+            # The prefill count with the window's waits. Applied only where the findings name
+            # the prefill pool short (``check.check_against_window``): the waits may be
+            # another pool's back-pressure, which more prefill instances do not remove.
             try:
-                scaled = pool.scaled(cal.wait_scale).smallest(
+                calibrated_prefill = pool.scaled(cal.wait_scale).smallest(
                     s.ttft_target_s - sample, 1.0 - slo.attainment, at_least=prefill)
-            except ValueError:  # no count meets it with these waits: keep the model's
-                scaled = prefill
-            if scaled > prefill:
-                uncalibrated, prefill = prefill, scaled
-                up, ud, ux, per_node = utilizations(s.rates, lam, prefill, s.decode,
-                                                   model.link_bytes_per_s)
-                s = replace(s, prefill=prefill, prefill_utilization=up, decode_utilization=ud,
-                            transfer_utilization=ux, binding=binding_stage(up, ud, ux),
-                            transfer_required_bytes_per_s=per_node)
+            except ValueError:  # no count meets it with these waits
+                calibrated_prefill = None
     overloaded = pool.overloaded_share(prefill)
     if overloaded > 0:
         notes.append(f"{overloaded:.1%} of requests arrive in {pool_window(mix)} windows whose "
@@ -324,7 +311,7 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         md1_ttft_s=md1_ttft_s(mean_service, lam / prefill),
         ttft_attainment=attainment, infeasible_ttft_fraction=s.infeasible_ttft_fraction,
         **at_deployed, calibration=cal, recalibrated=recalibrated,
-        uncalibrated_prefill=uncalibrated,
+        calibrated_prefill=calibrated_prefill,
         transfer_required_bytes_per_s=s.transfer_required_bytes_per_s, notes=tuple(notes),
     )
 

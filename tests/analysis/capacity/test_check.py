@@ -65,3 +65,17 @@ def test_recalibrated_prediction_is_reported_next_to_the_raw_one() -> None:
     out = check_against_window(_cap(pred=1.0), observed_attainment=0.041, observed_p90_s=None,
                                slo_missed=True, short_pools={})
     assert "no per-request waits to recalibrate it with" in out.model_check
+
+
+def test_recalibrated_prefill_count_applies_only_to_a_prefill_pool_named_short() -> None:
+    """The recalibrated waits need 7 prefill where the model said 4 (deployed 4): raised when
+    a finding names prefill short with nothing else explaining it; kept when the short pool is
+    decode (the waits are its back-pressure)."""
+    cap = replace(_cap(), recalibrated=True, calibrated_prefill=7)
+    out = check_against_window(cap, observed_attainment=0.6, observed_p90_s=9.0,
+                               slo_missed=True, short_pools={"prefill": ()})
+    assert out.recommended_prefill == 7
+    assert any("with the recalibrated waits 7 prefill" in n for n in out.notes)
+    out = check_against_window(cap, observed_attainment=0.6, observed_p90_s=9.0,
+                               slo_missed=True, short_pools={"decode": ()})
+    assert out.recommended_prefill == 4 and out.recommended_decode == 4
