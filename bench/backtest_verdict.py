@@ -68,8 +68,11 @@ class Run:
     top_severity: str = ""
     warnings: int = 0  # warning or critical findings
     findings: list[tuple[str, str, str]] = field(default_factory=list)
-    predicted_ttft_attainment: float = math.nan
+    predicted_ttft_attainment: float = math.nan  # recalibrated where the model recalibrated
+    raw_predicted_ttft_attainment: float = math.nan  # the model before recalibration
     observed_ttft_attainment: float = math.nan
+    recalibrated: bool = False
+    wait_scale: float = math.nan
     error: str = ""
 
     @property
@@ -148,11 +151,17 @@ def _diagnose(cfg, slo_ttft: float, run: Run) -> None:  # type: ignore[no-untype
         run.warnings = sum(f.severity.value in ("warning", "critical") for f in report.findings)
         cap = report.capacity
         if not isinstance(cap, Missing):
-            for name, attr in (("predicted_ttft_attainment", "deployed_ttft_attainment_estimate"),
-                               ("observed_ttft_attainment", "observed_ttft_attainment")):
+            for name, attr in (("raw_predicted_ttft_attainment",
+                                "deployed_ttft_attainment_estimate"),
+                               ("observed_ttft_attainment", "observed_ttft_attainment"),
+                               ("wait_scale", "wait_scale")):
                 v = getattr(cap, attr)
                 if not isinstance(v, Missing):
                     setattr(run, name, float(v))
+            run.recalibrated = bool(cap.recalibrated)
+            cal = cap.calibrated_ttft_attainment_estimate
+            run.predicted_ttft_attainment = float(cal) if cap.recalibrated and not isinstance(
+                cal, Missing) else run.raw_predicted_ttft_attainment
     except Exception as exc:  # a crash is a result too
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -189,7 +198,8 @@ def run_case(trace_name: str, load: float) -> Case:
 
 def markdown(cases: list[Case], wall_s: float, jobs: int) -> str:
     lines = ["| trace | load | TTFT SLO | adequate | sim att. | verdict | 1 P short: att. → top "
-             "cause | 1 D short: att. → top cause | predicted / observed TTFT att. (adequate) |",
+             "cause | 1 D short: att. → top cause | predicted (raw → recalibrated) / observed TTFT "
+             "att. (adequate) |",
              "| --- | ---: | ---: | --- | ---: | --- | --- | --- | --- |"]
     for c in cases:
         by = {r.kind: r for r in c.runs}
@@ -205,6 +215,7 @@ def markdown(cases: list[Case], wall_s: float, jobs: int) -> str:
                      f"{a.prefill}P:{a.decode}D | {a.sim_attainment:.0%} | {a.status}"
                      f"{' (' + ', '.join(f'{x[1]}/{x[2]}' for x in a.findings if x[2] != 'info') + ')' if a.warnings else ''} | "
                      f"{cell(by.get('prefill short'))} | {cell(by.get('decode short'))} | "
+                     f"{_pct(a.raw_predicted_ttft_attainment)} → "
                      f"{_pct(a.predicted_ttft_attainment)} / {_pct(a.observed_ttft_attainment)} |")
     short = [r for c in cases for r in c.runs if r.kind != "adequate" and r.misses]
     named = [r for r in short if r.top == CAUSE_OF[r.kind.split()[0]]]
@@ -214,6 +225,11 @@ def markdown(cases: list[Case], wall_s: float, jobs: int) -> str:
             for c in cases for r in c.runs
             if math.isfinite(r.predicted_ttft_attainment)
             and math.isfinite(r.observed_ttft_attainment)]
+    raw_gaps = [abs(r.raw_predicted_ttft_attainment - r.observed_ttft_attainment)
+                for c in cases for r in c.runs
+                if math.isfinite(r.raw_predicted_ttft_attainment)
+                and math.isfinite(r.observed_ttft_attainment)]
+    recal = sum(r.recalibrated for c in cases for r in c.runs)
     errors = [f"{c.trace} x{c.load:g} {r.kind}: {r.error}" for c in cases for r in c.runs
               if r.error]
     try:
@@ -225,7 +241,9 @@ def markdown(cases: list[Case], wall_s: float, jobs: int) -> str:
               f"- adequate counts with no warning or critical finding: "
               f"{_rate(len(clean), len(adequate))} (target 100 %)",
               f"- predicted vs observed TTFT attainment at the deployed counts: mean absolute "
-              f"gap {np.mean(gaps) * 100:.1f} points over {len(gaps)} runs (target <= 5)"
+              f"gap {np.mean(gaps) * 100:.1f} points over {len(gaps)} runs (target <= 5), "
+              f"{recal} of them recalibrated against the window; before recalibration "
+              f"{np.mean(raw_gaps) * 100:.1f} points"
               if gaps else "- predicted vs observed TTFT attainment: no run had both",
               f"- {len(cases)} cases, {sum(c.sims for c in cases)} simulator runs, "
               f"{sum(len(c.runs) for c in cases)} diagnoses in {wall_s / 60:.1f} min with "
