@@ -74,7 +74,9 @@ def _select(table: pd.DataFrame, signal: str, kinds: Collection[str],
     if instances is not None:
         mask &= table[key_cols[0]].isin(list(instances))
     mask &= table["value"].notna()
-    return table.loc[mask.fillna(False).to_numpy(dtype=bool)]
+    keep = mask.fillna(False).to_numpy(dtype=bool)
+    # Most selections keep every row of the signal: skip the copy (a take of every column).
+    return table if keep.all() else table.loc[keep]
 
 
 def counter_increase_by_instance(metrics: pd.DataFrame, signal: str,

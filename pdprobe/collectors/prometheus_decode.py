@@ -214,8 +214,11 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
         counts = np.zeros(0, dtype=np.int64)
         ts = vals = np.empty(0)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    lab = [{str(k): str(v) for k, v in d.items()} for d in labels]
-    return SeriesSet(lab, ts, vals, offsets, start_ts, step_s), env
+    # JSON object keys are strings; values are too from any Prometheus-compatible server, and
+    # checking that is a third of the cost of rebuilding ~100k label dicts per answer.
+    if not all(type(v) is str for d in labels for v in d.values()):
+        labels = [{str(k): str(v) for k, v in d.items()} for d in labels]
+    return SeriesSet(labels, ts, vals, offsets, start_ts, step_s), env
 
 
 def _check_success(env: dict[str, Any], what: str) -> None:
