@@ -77,7 +77,8 @@ def _from_requests(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float
 
 def _histogram_instances(dataset: Dataset, signal: str, prefer: tuple[str, ...]) -> list[str] | None:
     """Instances whose histogram best covers whole requests (frontend first, then by role)."""
-    present = set(dataset.metrics.loc[dataset.metrics["signal"] == signal, "instance"].dropna())
+    present = set(dataset.metrics.loc[dataset.metrics["signal"] == signal, "instance"].dropna()
+                  .unique())
     for role in prefer:
         names = [i.name for i in dataset.instances_of(role) if i.name in present]  # type: ignore[arg-type]
         if names:
