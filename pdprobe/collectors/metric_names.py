@@ -19,7 +19,7 @@ play no part: they are summed or averaged into their instance later.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -269,6 +269,41 @@ def _row_facts(rec: dict[str, object]) -> list[tuple[str, str]]:
     return out
 
 
+def name_label_sets(labels: Sequence[Mapping[str, str]], names: np.ndarray,
+                    signals: np.ndarray, spec_label: str, engine: str,
+                    present: Iterable[str]) -> tuple[np.ndarray, list[str]]:
+    """Instance names of series given as label dicts (the live collector's answers).
+
+    The same naming as the file reader's (``name_instances`` then ``router_rows_to_drop``):
+    ``spec_label`` is the spec's instance label ("" for none), ``names``/``signals`` the series
+    name and signal per series, ``present`` the labels the answer can carry (a ``sum by``
+    keeps only its grouping labels). Returns the instance per series, "" for a series that
+    names none or is a router series not read, and the naming notes.
+    """
+    import pandas as pd
+
+    n = len(labels)
+    kept = set(present)
+    cache: dict[str, pd.Series] = {}
+
+    def lab(label: str) -> pd.Series:
+        if label not in cache:
+            values = ([d.get(label) for d in labels] if label in kept else [None] * n)
+            cache[label] = pd.Series(values, dtype=object)
+        return cache[label]
+
+    frame = pd.DataFrame({"instance_label": np.full(n, spec_label, dtype=object),
+                          "engine": np.full(n, engine, dtype=object), "name": names,
+                          "signal": signals})
+    named, notes = name_instances(frame, lab, "", "no instance label")
+    frame = frame.assign(instance=named["instance"].to_numpy(),
+                         name_kind=named["name_kind"].to_numpy(),
+                         origin=named["origin"].to_numpy())
+    drop, drop_notes = router_rows_to_drop(frame)
+    insts = np.where(drop, "", named["instance"].fillna("").to_numpy(dtype=object))
+    return insts.astype(object), [*notes, *drop_notes]
+
+
 __all__ = [
     "BY_BACKEND",
     "BY_FALLBACK",
@@ -278,5 +313,6 @@ __all__ = [
     "instance_keys",
     "labels_read",
     "name_instances",
+    "name_label_sets",
     "router_rows_to_drop",
 ]

@@ -15,26 +15,16 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
-from pdprobe.collectors.metric_roles import (
-    ROLE_FROM_MAP,
-    LabelRoles,
-    engine_rank,
-    evidence_hints,
-)
-from pdprobe.collectors.metrics_map import MetricsMap, load_metrics_map
 from pdprobe.collectors.prometheus_client import (
     MAX_RAW_PIECES,
     MAX_STEP_DOUBLINGS,
@@ -42,29 +32,30 @@ from pdprobe.collectors.prometheus_client import (
     PromClient,
     PrometheusAuthError,
     PrometheusUnreachable,
-    QueryRecord,
-    Runner,
-    ServerInfo,
-    discover_names,
     display_url,
-    server_info,
 )
 from pdprobe.collectors.prometheus_decode import HttpError, SeriesSet, TooLarge
+from pdprobe.collectors.prometheus_roles import behaviour_hints, frontend_hints, role_facts
 from pdprobe.collectors.prometheus_rows import (
     Groups,
     batch_groups,
     deployment_rows,
     select_and_flatten,
 )
+from pdprobe.collectors.prometheus_session import (
+    LiveMeta,
+    LiveResult,
+    Probe,
+    Runner,
+    Session,
+    iso_time,
+    summary_notes,
+)
 from pdprobe.collectors.prometheus_target import PrometheusTarget
-from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles, role_from_name
+from pdprobe.collectors.roles import RoleOptions, resolve_roles
 from pdprobe.dataset import (
-    ROLE_FROM_EVIDENCE,
-    ROLE_FROM_NAME,
     Dataset,
-    InstanceInfo,
     Partial,
-    RoleHint,
     SourceInfo,
 )
 from pdprobe.errors import InsufficientDataError, SourceError, UsageError
@@ -85,9 +76,6 @@ _TooLarge = TooLarge
 
 
 # --- data checks -----------------------------------------------------------------------------
-# A server clock further from ours than this makes "now" ambiguous: warn (the window follows the
-# server's clock). NTP-synced hosts agree within milliseconds.
-CLOCK_SKEW_WARN_S: Final = 10.0
 # No sample in the last this-many seconds of the window: the cluster or its scraping stopped.
 STALE_WARN_S: Final = 300.0
 # An instance without samples for this long inside the window had a scrape gap worth a warning
@@ -96,182 +84,15 @@ GAP_WARN_S: Final = 60.0
 SHOWN: Final = 5  # instances/names a warning lists
 
 
-
-# --------------------------------------------------------------------------------------------
-# Roles
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _InstanceFacts:
-    hints: list[RoleHint] = field(default_factory=list)
-    engines: dict[str, str] = field(default_factory=dict)
-    nodes: dict[str, str] = field(default_factory=dict)
-    hosts: set[str] = field(default_factory=set)  # hosts of `instance` labels (network join)
-    notes: list[str] = field(default_factory=list)
-
-
-def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
-               metrics_map: MetricsMap | None, source: str) -> _InstanceFacts:
-    """Role hints, engines and nodes from the ``group by`` answers (same rules as offline)."""
-    facts = _InstanceFacts()
-    seen: set[tuple[str, str, str]] = set()
-    reader = LabelRoles(source, metrics_map.role_of_value if metrics_map else None)
-    role_labels = (*(metrics_map.role_labels if metrics_map else ()), *mc.ROLE_LABELS)
-    default_inst = (metrics_map.instance_label if metrics_map else None) or "instance"
-    node_label = metrics_map.node_label if metrics_map else None
-    for rq, vector in results:
-        for item in vector:
-            lab = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
-            inst = lab.get(rq.instance_label, "")
-            if not inst:
-                continue
-            if rq.role is not None:
-                facts.hints.append(RoleHint(inst, rq.role, rq.how, ROLE_FROM_MAP, source))
-                continue
-            cur = facts.engines.get(inst)
-            if cur is None or engine_rank(rq.engine) < engine_rank(cur):
-                facts.engines[inst] = rq.engine
-            for label in role_labels:
-                value = lab.get(label)
-                hint = reader.add(inst, label, value) if value else None
-                if hint is not None:
-                    facts.hints.append(hint)
-            if rq.instance_label == default_inst:
-                for label in ("pod", "instance", "job"):
-                    value = lab.get(label)
-                    role = role_from_name(value) if value else None
-                    if role and (inst, "name", label) not in seen:
-                        seen.add((inst, "name", label))
-                        facts.hints.append(RoleHint(inst, role, f"name pattern in {label} "
-                                                    f"{value!r}", ROLE_FROM_NAME, source))
-                        break
-            node = ""
-            for label in (*((node_label,) if node_label else ()), *pp.NODE_LABELS):
-                if lab.get(label):
-                    node = lab[label]
-                    break
-            host = node_of(lab.get("instance", "")) if lab.get("instance") else None
-            if host:
-                facts.hosts.add(host)
-            if node:
-                facts.nodes.setdefault(inst, node)
-                facts.hosts.add(node)
-            elif host and rq.instance_label == "instance":
-                facts.nodes.setdefault(inst, host)
-    # A `backend`/`worker` Dynamo component is decode only beside a prefill one (as offline).
-    facts.hints.extend(reader.generic_hints())
-    facts.notes.extend(reader.notes())
-    # One hint per (instance, how): several engines may repeat a label.
-    facts.hints = list(dict.fromkeys(facts.hints))
-    return facts
-
-
 # --------------------------------------------------------------------------------------------
 # The collection
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LiveMeta:
-    """How a live collection went (for the capture file, ``check`` and the benchmark)."""
-
-    url: str  # without credentials
-    window: pp.Window
-    selector: str
-    network_selector: str | None
-    server_version: str | None
-    clock_skew_s: float
-    discovery: str
-    found: pp.Found
-    queries: tuple[QueryRecord, ...]
-    elapsed_s: float
-    metrics_map: str | None = None
-
-
-@dataclass(frozen=True)
-class LiveResult:
-    partial: Partial
-    meta: LiveMeta
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What ``pdprobe check`` needs: reachability, families, roles, without the data queries."""
-
-    meta: LiveMeta
-    instances: tuple[InstanceInfo, ...]
-    role_warnings: tuple[str, ...]
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
-    batches: tuple[pp.Batch, ...]
-
-
-class _Session:
-    """Shared setup of ``collect_partial`` and ``probe``: client, window, discovery, plan."""
-
-    def __init__(self, target: PrometheusTarget, ctx: ReadContext) -> None:
-        # Imported here, once: worker threads importing pandas on first use would queue
-        # behind the import lock and their query timings would include it.
-        import pandas  # noqa: F401
-
-        self.t0 = time.monotonic()
-        self.target = target
-        self.ctx = ctx
-        self.mmap = load_metrics_map(target.metrics_map) if target.metrics_map else None
-        self.selector = pp.combine_selectors(target.selector,
-                                             self.mmap.selector if self.mmap else "")
-        net = self.mmap.network_selector if self.mmap else None
-        self.network_selector = pp.combine_selectors(net) if net else None
-        self.client = PromClient(target, self.t0 + target.timeout_s)
-        self.warnings: list[str] = []
-        self.notes: list[str] = []
-        if target.insecure:
-            self.warnings.append("TLS certificate verification is off (--insecure)")
-
-    def close(self) -> None:
-        self.client.close()
-
-    def prepare(self) -> tuple[ServerInfo, pp.Window, list[pp.Family], str]:
-        self.ctx.report("contacting Prometheus", 0.0)
-        info = server_info(self.client)
-        until = self.target.until_ts if self.target.until_ts is not None else info.now_ts
-        if abs(info.clock_skew_s) > CLOCK_SKEW_WARN_S:
-            ahead = "ahead of" if info.clock_skew_s > 0 else "behind"
-            self.warnings.append(f"Prometheus' clock is {abs(info.clock_skew_s):.0f} s {ahead} "
-                                 f"this machine's: the window follows the server's clock")
-        if until > info.now_ts:
-            # No data exists after the server's "now"; a clamp beyond clock noise is worth a note.
-            if until - info.now_ts > CLOCK_SKEW_WARN_S:
-                self.notes.append(f"window end moved from {_iso(until)} to the server's time "
-                                  f"{_iso(info.now_ts)} (no data exists after it)")
-            until = info.now_ts
-        window = pp.choose_window(self.target.since_s, until, self.target.step_s)
-        if self.target.step_s is not None and abs(window.span_s - self.target.since_s) > 1e-6:
-            self.notes.append(f"window shortened to {window.span_s:g} s, a whole number of "
-                              f"--step {self.target.step_s:g} s steps")
-        index = pp.SpecIndex.build(self.mmap)
-        engine_match, net_match = pp.discovery_matchers(self.selector, self.network_selector,
-                                                        index)
-        self.ctx.report("discovering metric families", 0.05)
-        names, how = discover_names(self.client, window, engine_match, net_match)
-        families = pp.families_from_names(names, index)
-        return info, window, families, how
-
-    def meta(self, info: ServerInfo, window: pp.Window, families: Sequence[pp.Family],
-             how: str) -> LiveMeta:
-        return LiveMeta(
-            url=self.client.shown_url, window=window, selector=self.selector,
-            network_selector=self.network_selector, server_version=info.version,
-            clock_skew_s=info.clock_skew_s, discovery=how, found=pp.summarise(families),
-            queries=tuple(self.client.records), elapsed_s=time.monotonic() - self.t0,
-            metrics_map=self.target.metrics_map)
-
-
 def collect_partial(target: PrometheusTarget, ctx: ReadContext | None = None) -> LiveResult:
     """Query Prometheus and build the ``Partial`` (see the module docstring)."""
     ctx = ctx or ReadContext()
-    session = _Session(target, ctx)
+    session = Session(target, ctx)
     try:
         return _collect(session)
     except (SourceError, UsageError, InsufficientDataError):
@@ -288,7 +109,7 @@ def collect_partial(target: PrometheusTarget, ctx: ReadContext | None = None) ->
         session.close()
 
 
-def _collect(session: _Session) -> LiveResult:
+def _collect(session: Session) -> LiveResult:
     client, ctx, mmap = session.client, session.ctx, session.mmap
     info, window, families, how = session.prepare()
     found = pp.summarise(families)
@@ -296,7 +117,7 @@ def _collect(session: _Session) -> LiveResult:
         where = f" matching {{{session.selector}}}" if session.selector else ""
         raise InsufficientDataError(
             f"Prometheus at {client.shown_url} has no vLLM, SGLang or Dynamo metrics{where} "
-            f"between {_iso(window.start_ts)} and {_iso(window.end_ts)}",
+            f"between {iso_time(window.start_ts)} and {iso_time(window.end_ts)}",
             hint="check --selector, --since/--until, or map custom names with --metrics-map")
     batches = pp.plan_batches(pp.analysed(families), window,
                               mmap.instance_label if mmap else None)
@@ -408,6 +229,7 @@ def _collect(session: _Session) -> LiveResult:
             if rg is not None:
                 group_list.append(rg)
         group_list.append(g)
+    notes.extend(n for g in group_list for n in g.notes)
     metrics, network, kept = select_and_flatten(group_list)
     deployment = deployment_rows(group_list, kept)
     if failed:
@@ -427,16 +249,16 @@ def _collect(session: _Session) -> LiveResult:
     if metrics.empty:
         raise InsufficientDataError(
             f"Prometheus at {client.shown_url} returned no samples of the {len(families)} metric "
-            f"families found between {_iso(window.start_ts)} and {_iso(window.end_ts)}",
+            f"families found between {iso_time(window.start_ts)} and {iso_time(window.end_ts)}",
             hint="check --since/--until and --selector")
     warnings.extend(_gap_warnings(metrics, window))
     hints = list(facts.hints)
-    hints.extend(_frontend_hints(kept, source))
-    hints.extend(_evidence(metrics, source, warnings))
+    hints.extend(frontend_hints(kept, source))
+    hints.extend(behaviour_hints(metrics, source, warnings))
     warnings.extend(client.warnings)
     notes.extend(client.infos)
     meta = session.meta(info, window, families, how)
-    notes[0:0] = _summary_notes(meta)
+    notes[0:0] = summary_notes(meta)
     src = SourceInfo(path=client.shown_url, kind="prometheus", format="prometheus-api",
                      rows=len(metrics) + len(network), notes=tuple(dict.fromkeys(notes)))
     piece = Partial(source=src, metrics=metrics, network=network if len(network) else None,
@@ -459,19 +281,6 @@ def _families_text(batch: pp.Batch) -> str:
 def _shown(items: Any) -> str:
     lst = sorted(set(items))
     return ", ".join(lst[:SHOWN]) + (f" and {len(lst) - SHOWN} more" if len(lst) > SHOWN else "")
-
-
-def _frontend_hints(kept: pd.DataFrame, source: str) -> list[RoleHint]:
-    if kept.empty:
-        return []
-    fronts = kept.loc[kept["frontend"].astype(bool) & (kept["scope"] == "instance"), "ident"]
-    return [RoleHint(str(i), "frontend", "Dynamo frontend metrics (dynamo_frontend_*)",
-                     ROLE_FROM_EVIDENCE, source) for i in sorted(set(fronts))]
-
-
-def _evidence(metrics: pd.DataFrame, source: str, warnings: list[str]) -> list[RoleHint]:
-    """Behavioural role evidence, with the offline reader's rules."""
-    return evidence_hints(metrics, source, warnings)
 
 
 def _gap_warnings(metrics: pd.DataFrame, window: pp.Window) -> list[str]:
@@ -504,27 +313,9 @@ def _gap_warnings(metrics: pd.DataFrame, window: pp.Window) -> list[str]:
     last = float(metrics["ts"].max())
     if window.end_ts - last >= STALE_WARN_S:
         out.append(f"the newest sample is {(window.end_ts - last) / 60:.0f} min before the window "
-                   f"end {_iso(window.end_ts)}: the cluster or its scraping may have stopped "
+                   f"end {iso_time(window.end_ts)}: the cluster or its scraping may have stopped "
                    f"(pass --until for a past incident)")
     return out
-
-
-def _summary_notes(meta: LiveMeta) -> list[str]:
-    w = meta.window
-    out = [f"window {_iso(w.start_ts)} to {_iso(w.end_ts)} at a {w.step_s:g} s step "
-           f"(counters and histograms {w.coarse_step_s:g} s)"]
-    if meta.selector:
-        out.append(f"selector {{{meta.selector}}}")
-    by_engine = meta.found.by_engine()
-    found = "; ".join(f"{e}: {len(v)}" for e, v in sorted(by_engine.items()))
-    out.append(f"metric families found ({meta.discovery}): {found}")
-    if meta.server_version:
-        out.append(f"server version {meta.server_version}")
-    return out
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def collect_live(target: PrometheusTarget, ctx: ReadContext, roles: RoleOptions,
@@ -543,7 +334,7 @@ def probe(target: PrometheusTarget, ctx: ReadContext | None = None,
           roles: RoleOptions | None = None) -> Probe:
     """Connectivity, discovery and roles without the data queries (``pdprobe check``)."""
     ctx = ctx or ReadContext()
-    session = _Session(target, ctx)
+    session = Session(target, ctx)
     try:
         info, window, families, how = session.prepare()
         mmap = session.mmap

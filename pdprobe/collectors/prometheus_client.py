@@ -8,24 +8,22 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from pdprobe import safe_text
 from pdprobe.collectors import promql_plan as pp
-from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.prometheus_decode import (
     HttpError,
     SeriesSet,
@@ -44,9 +42,6 @@ from pdprobe.redact import redact as redact  # re-exported for callers of this m
 if TYPE_CHECKING:
 
     pass
-
-
-T = TypeVar("T")
 
 
 # Transient answers worth another try: rate limiting and gateway/overload errors. 500 is
@@ -518,106 +513,3 @@ def parse_retry_after(value: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - time.time())
-
-
-class Runner:
-    """A bounded thread pool whose waits end at the client's deadline."""
-
-    def __init__(self, client: PromClient, workers: int, ctx: ReadContext) -> None:
-        self.client = client
-        self.pool = cf.ThreadPoolExecutor(max_workers=max(1, workers),
-                                          thread_name_prefix="pdprobe-prom")
-        self.ctx = ctx
-        self.done = 0
-        self.total = 0
-
-    def submit(self, fn: Callable[[], T]) -> cf.Future[T]:
-        self.total += 1
-        return self.pool.submit(fn)
-
-    def wait(self, futures: Sequence[cf.Future[Any]], what: str) -> None:
-        pending = set(futures)
-        while pending:
-            remaining = self.client.remaining()
-            if remaining <= 0:
-                self.close()
-                raise self.client._timeout_error(f"{what} ({self.done} of {self.total} queries "
-                                                 f"done)")
-            finished, pending = cf.wait(pending, timeout=remaining,
-                                        return_when=cf.FIRST_COMPLETED)
-            for fut in finished:
-                exc = fut.exception()
-                if exc is not None:
-                    self.close()
-                    raise exc
-                self.done += 1
-                self.ctx.report(f"querying Prometheus ({self.done}/{self.total})",
-                                min(0.95, self.done / max(1, self.total)))
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    now_ts: float
-    clock_skew_s: float  # server minus local
-    version: str | None
-
-
-def server_info(client: PromClient) -> ServerInfo:
-    """Server time (connectivity, authentication, clock skew) and, when offered, the version."""
-    t0 = time.time()
-    try:
-        result = client.query("time()")
-    except HttpError as exc:
-        raise SourceError(f"no Prometheus query API at {client.shown_url} (HTTP {exc.status} for "
-                          f"/api/v1/query: {client._clean(exc.message)[:120]})",
-                          hint="--prometheus is the base URL, e.g. http://prometheus:9090 or "
-                               "https://mimir/prometheus, without /api/v1") from None
-    t1 = time.time()
-    try:
-        now = float(result[0]["value"][0])
-        if not (math.isfinite(now) and 0 < now < 253402300799.0):  # 1970 .. year 9999
-            raise ValueError(now)
-    except (IndexError, KeyError, TypeError, ValueError, OverflowError):
-        raise SourceError(f"Prometheus at {client.shown_url} answered time() oddly",
-                          hint="check that --prometheus is a Prometheus-compatible API") from None
-    version = None
-    try:
-        env = client.api_json("/api/v1/status/buildinfo", [], "build info", allow_post=False)
-        data = env.get("data")
-        version = (safe_text.clean(str(data.get("version") or ""))[:60] or None
-                   if isinstance(data, dict) else None)
-    except (HttpError, SourceError):
-        pass  # Thanos, Mimir and VictoriaMetrics do not all offer it
-    return ServerInfo(now_ts=now, clock_skew_s=now - (t0 + t1) / 2, version=version)
-
-
-def discover_names(client: PromClient, window: pp.Window, engine_match: str,
-                   network_match: str) -> tuple[list[str], str]:
-    """Metric names present in the window (engine names scoped by the selector).
-
-    ``/api/v1/label/__name__/values`` with ``match[]``; when that endpoint is restricted (some
-    multi-tenant gateways deny it), one ``group by (__name__)`` range query per scope.
-    """
-    try:
-        names = client.label_values("__name__", [engine_match, network_match], window.start_ts,
-                                    window.end_ts)
-        return sorted(set(names)), "label values (/api/v1/label/__name__/values)"
-    except HttpError:
-        pass
-    out: set[str] = set()
-    step = max(window.step_s, window.span_s / 10)
-    for match in (engine_match, network_match):
-        try:
-            sset = client.query_range(f"group by (__name__) ({match})", window.start_ts,
-                                      window.end_ts, step)
-        except (HttpError, TooLarge) as exc:
-            raise SourceError(f"Prometheus at {client.shown_url} refused the discovery of metric "
-                              f"names ({client._clean(str(exc))[:200]})",
-                              hint="narrow --selector, or check the permissions of the "
-                                   "credentials") from None
-        out.update(lab.get("__name__", "") for lab in sset.labels)
-    out.discard("")
-    return sorted(out), "group by (__name__) range queries (label values endpoint unavailable)"

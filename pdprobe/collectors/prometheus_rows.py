@@ -18,7 +18,7 @@ from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.metric_catalog import MetricSpec
-from pdprobe.collectors.metric_names import backend_address
+from pdprobe.collectors.metric_names import name_label_sets
 from pdprobe.collectors.metric_roles import ENGINE_PRIORITY, UNLISTED_ENGINE_PRIORITY
 from pdprobe.collectors.prometheus_decode import SeriesSet
 from pdprobe.collectors.roles import node_of
@@ -47,6 +47,7 @@ class Groups:
     present: np.ndarray  # [groups, columns] bool
     ts: np.ndarray  # [columns]
     reset_idents: set[str]  # instances whose cumulative series dropped (restart or wrap)
+    notes: tuple[str, ...] = ()  # how router series were named (metric_names.name_label_sets)
 
 
 _KINDS: Final = (S.GAUGE, S.COUNTER, S.BUCKET, S.HSUM, S.HCOUNT)
@@ -105,6 +106,7 @@ class _Members:
     node: np.ndarray
     device: np.ndarray
     port: np.ndarray
+    notes: tuple[str, ...] = ()
 
 
 def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
@@ -122,15 +124,22 @@ def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
     network = batch.scope == "network"
     deployment = batch.scope == "deployment"
     inst_label = batch.instance_label
+    notes: list[str] = []
     names = np.array([lab.get("__name__", "") for lab in labels], dtype=object)
     if deployment:  # the deployment's name: first of its labels present, else ""
         insts = np.array([next((lab[d] for d in mc.DEPLOYMENT_LABELS if lab.get(d)), "")
                           for lab in labels], dtype=object)
     else:
         insts = np.array([lab.get(inst_label, "") for lab in labels], dtype=object)
-        if inst_label in mc.BACKEND_LABEL_NAMES:  # a router's backend URL: host:port
-            addrs = {v: backend_address(str(v)) or "" for v in set(insts.tolist())}
-            insts = np.array([addrs[v] for v in insts], dtype=object)
+        backend = [b for b in batch.by_labels if b in mc.BACKEND_LABEL_NAMES]
+        if not network and (inst_label in mc.BACKEND_LABEL_NAMES
+                            or any(lab.get(b) for b in backend for lab in labels)):
+            # Router series about their backends: named as the file reader names them.
+            signals = np.array([by_name[n][0].spec.signal if n in by_name else ""
+                                for n in names.tolist()], dtype=object)
+            spec_label = "" if inst_label == "instance" else inst_label
+            insts, notes = name_label_sets(labels, names, signals, spec_label, batch.engine,
+                                           ("__name__", inst_label, *batch.by_labels))
     name_code, uniq_names = pd.factorize(names)
     # Per distinct name: its kind and the ids of the specs it feeds (ids in first-seen order).
     specs: list[tuple[pp.Family, MetricSpec]] = []
@@ -186,7 +195,8 @@ def _members(batch: pp.Batch, labels: Sequence[dict[str, str]],
                         np.array([labels[i].get("port", "") for i in rows], dtype=object))
     node = (np.array([labels[i].get(node_label, "") for i in rows], dtype=object)
             if node_label else blank)
-    return _Members(specs, series, spec_of, kind_of, m_le, insts[series], node, blank, blank)
+    return _Members(specs, series, spec_of, kind_of, m_le, insts[series], node, blank, blank,
+                    tuple(notes))
 
 
 def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = None,
@@ -276,7 +286,7 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
     })
     keys["scope"] = batch.scope
     keys["raw"] = raw
-    return Groups(keys, vals, pres > 0, grid_ts, reset_idents)
+    return Groups(keys, vals, pres > 0, grid_ts, reset_idents, members.notes)
 
 
 def select_and_flatten(groups: Sequence[Groups]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

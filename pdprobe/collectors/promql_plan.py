@@ -60,6 +60,14 @@ BATCH_FAMILIES: Final = 8
 # this many the raw reads would cost more than the aggregated queries saved.
 MAX_RAW_INSTANCES: Final = 32
 
+# The backend labels of the routers whose /metrics re-export engine metric names per backend
+# (production-stack `server`, SGLang's gateway `worker_addr`, SGLang's router `worker`; see
+# metric_catalog.BACKEND_LABELS): kept in every engine query so that those series are named by
+# their backend (metric_names.name_instances), not summed into the router's own instance. The
+# generic proxy labels of BACKEND_LABELS are left out: `endpoint` is on every series that
+# prometheus-operator scrapes, and grouping by a label that splits an engine's own series would
+# average a mean gauge per part.
+ROUTER_BACKEND_LABELS: Final = ("server", "worker_addr", "worker")
 # Labels read for roles and names (besides the instance label and ROLE_LABELS).
 NAME_LABELS: Final = ("job", "pod", "pod_name")
 NODE_LABELS: Final = ("node", "kubernetes_node", "nodename")
@@ -471,8 +479,12 @@ def plan_batches(families: Sequence[Family], window: Window,
             chunks = [fams[i:i + BATCH_FAMILIES] for i in range(0, len(fams), BATCH_FAMILIES)]
         for i, chunk in enumerate(chunks):
             by: tuple[str, ...] = ()
+            if scope == "instance" and not chunk[0].spec.instance_label:
+                # A router's per-backend series carry the router's `instance`: keeping the
+                # backend label lets them be named by their backend, as the file reader does.
+                by = ROUTER_BACKEND_LABELS
             if kind == "histogram":
-                by = ("le",)
+                by = (*by, "le")
             if scope == "network":
                 by = ("device", "port", *by)
             elif scope == "deployment":
@@ -554,8 +566,9 @@ def plan_role_queries(families: Sequence[Family], window: Window, selector: str,
     span = f"{max(1, round(window.span_s))}s"
     for (engine, inst), fams in sorted(groups.items()):
         rep = _representative(fams)
+        backends = ROUTER_BACKEND_LABELS if inst == default_inst else ()
         labels = tuple(dict.fromkeys((inst, *extra_roles, *mc.ROLE_LABELS, *NAME_LABELS,
-                                      "instance", *node_labels)))
+                                      "instance", *node_labels, *backends)))
         sel = _selector(f"__name__={promql_string(rep)}", selector)
         promql = f"group by ({', '.join(labels)}) (last_over_time({sel}[{span}]))"
         out.append(RoleQuery(engine, inst, rep, labels, promql))

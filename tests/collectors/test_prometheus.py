@@ -25,13 +25,12 @@ from pdprobe.collectors.prometheus_client import (
     PromClient,
     PrometheusAuthError,
     PrometheusUnreachable,
-    discover_names,
     display_url,
     parse_retry_after,
-    server_info,
 )
 from pdprobe.collectors.prometheus_decode import SeriesSet, parse_matrix
 from pdprobe.collectors.prometheus_rows import batch_groups, select_and_flatten
+from pdprobe.collectors.prometheus_session import discover_names, server_info
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.errors import SourceError, UsageError
 
@@ -335,7 +334,7 @@ def test_retry_after_http_date() -> None:
 
 def test_clock_skew_warns_and_the_window_follows_the_server(fake) -> None:
     from pdprobe.collectors.base import ReadContext
-    from pdprobe.collectors.prometheus import _Session
+    from pdprobe.collectors.prometheus_session import Session
 
     server_now = time.time() - 100.0  # the server's clock is 100 s behind ours
 
@@ -348,7 +347,7 @@ def test_clock_skew_warns_and_the_window_follows_the_server(fake) -> None:
 
     srv = fake(respond)
     target = PrometheusTarget(url=srv.url, since_s=600.0, until_ts=time.time(), timeout_s=5.0)
-    session = _Session(target, ReadContext())
+    session = Session(target, ReadContext())
     try:
         _info, window, families, _how = session.prepare()
     finally:
@@ -493,7 +492,7 @@ def test_counter_reset_and_sub_series_are_corrected_and_summed() -> None:
 def test_filtered_specs_get_their_own_server_side_batch() -> None:
     b = _batch(["vllm:request_success_total"], label_filter=(("finished_reason", "abort|error"),))
     assert 'finished_reason=~"abort|error"' in b.promql("")
-    assert b.promql("").startswith("sum by (__name__, instance) (")
+    assert b.promql("").startswith("sum by (__name__, instance, server, worker_addr, worker) (")
     sset = _sset([({"__name__": "vllm:request_success_total", "instance": "d:1"}, [1, 1, 3])])
     metrics, _, _ = select_and_flatten([batch_groups(b, sset)])
     assert metrics["signal"].unique().tolist() == [S.REQUESTS_FAILED_TOTAL]
@@ -523,7 +522,7 @@ def test_gauges_use_the_spec_aggregation() -> None:
     running = metrics[metrics["signal"] == S.REQUESTS_RUNNING]
     assert running["ts"].tolist() == [0.0]  # absent at 15 s: no row, never a 0
     mean = _batch(["vllm:kv_cache_usage_perc"], "gauge")
-    assert mean.aggregate == "mean" and mean.promql("").startswith("avg by (__name__, instance)")
+    assert mean.aggregate == "mean" and mean.promql("").startswith("avg by (__name__, instance, server, worker_addr, worker)")
     raw = _sset([({"__name__": "vllm:kv_cache_usage_perc", "instance": "d:1", "engine": "0"},
                   [0.2, 0.4]),
                  ({"__name__": "vllm:kv_cache_usage_perc", "instance": "d:1", "engine": "1"},

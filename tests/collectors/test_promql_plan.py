@@ -94,19 +94,19 @@ def test_batches_aggregate_on_the_server_and_do_not_depend_on_instances() -> Non
     by_kind = {(b.scope, b.kind, b.aggregate, b.label_filter): b for b in batches}
     gauge_sum = by_kind[("instance", "gauge", "sum", ())]
     assert gauge_sum.promql('namespace="llm"') == (
-        'sum by (__name__, instance) ({__name__=~"vllm:num_requests_running|'
+        'sum by (__name__, instance, server, worker_addr, worker) ({__name__=~"vllm:num_requests_running|'
         'vllm:num_requests_waiting", namespace="llm"})')
     assert gauge_sum.step_s == w.step_s
     deferred = by_kind[("instance", "gauge", "sum", (("reason", "deferred"),))]
-    assert deferred.promql("") == ('sum by (__name__, instance) ({__name__=~'
+    assert deferred.promql("") == ('sum by (__name__, instance, server, worker_addr, worker) ({__name__=~'
                                    '"vllm:num_requests_waiting_by_reason", reason=~"deferred"})')
     assert by_kind[("instance", "gauge", "mean", ())].promql("").startswith(
-        'avg by (__name__, instance) ({__name__=~"vllm:kv_cache_usage_perc"')
+        'avg by (__name__, instance, server, worker_addr, worker) ({__name__=~"vllm:kv_cache_usage_perc"')
     hists = [b for b in batches if b.kind == "histogram"]
     assert len(hists) == 2 and all(b.step_s == w.coarse_step_s for b in hists)
-    assert hists[0].promql("").startswith("sum by (__name__, instance, le) (")
+    assert hists[0].promql("").startswith("sum by (__name__, instance, server, worker_addr, worker, le) (")
     counters = by_kind[("instance", "counter", "sum", ())]
-    assert counters.by_labels == () and counters.step_s == w.coarse_step_s
+    assert counters.by_labels == pp.ROUTER_BACKEND_LABELS and counters.step_s == w.coarse_step_s
     assert "vllm:request_success_total" in counters.name_regex()
     failed = by_kind[("instance", "counter", "sum", (("finished_reason", "abort|error"),))]
     assert failed.name_regex() == "vllm:request_success_total"
@@ -122,7 +122,7 @@ def test_batches_aggregate_on_the_server_and_do_not_depend_on_instances() -> Non
 def test_sglang_batches_keep_tp_rank_0_and_priority_total() -> None:
     fams = pp.families_from_names(["sglang:num_running_reqs"], pp.SpecIndex.build())
     (b,) = pp.plan_batches(fams, pp.choose_window(600.0, 1000.0))
-    assert b.promql("") == ('sum by (__name__, instance) ({__name__=~"sglang:num_running_reqs", '
+    assert b.promql("") == ('sum by (__name__, instance, server, worker_addr, worker) ({__name__=~"sglang:num_running_reqs", '
                             'tp_rank=~"0|", priority=""})')
 
 
