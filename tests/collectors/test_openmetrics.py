@@ -18,7 +18,8 @@ from pdprobe.analysis.promql import counter_increase_by_instance, histogram_wind
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.fuse import fuse
 from pdprobe.collectors.io import sniff
-from pdprobe.collectors.openmetrics import DEFAULT_SCRAPE_INTERVAL_S, read_openmetrics
+from pdprobe.collectors.openmetrics import read_openmetrics
+from pdprobe.collectors.openmetrics_time import DEFAULT_SCRAPE_INTERVAL_S
 from pdprobe.dataset import (
     METRIC_COLUMNS,
     NETWORK_COLUMNS,
