@@ -13,19 +13,17 @@ into counters.
 Nothing in a log is fatal: lines that are not understood, carry a malformed value or no timestamp
 are counted in ``SourceInfo.skipped`` and reported with their line numbers in a warning.
 
-The family modules import the shared helpers below; this module imports them lazily inside
+The family modules import the shared helpers (``log_toolkit``, ``log_time``, re-exported here);
+this module imports the family modules lazily inside
 ``read_engine_log`` so there is no import cycle.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -35,11 +33,41 @@ import pyarrow.compute as pc
 from pdprobe import signals as S
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import GZIP_MAGIC, open_binary
+
+# The family modules' toolkit and the timestamp reading live in their own modules; their names
+# are re-exported here, where the family modules (vllm_log, sglang_log, ...) import them.
+from pdprobe.collectors.log_time import (
+    TimeParts,
+    YearChoice,
+    assign_years,
+    extract_time_parts,
+    unix_seconds,
+)
+from pdprobe.collectors.log_toolkit import (
+    MIB,
+    MIN_EVIDENCE_LINES,
+    ROLE_FROM_ENGINE_FIELDS,
+    STALE_AFTER_S,
+    EventRows,
+    FamilyOutput,
+    KeyValues,
+    LineKind,
+    SignalSpec,
+    as_lines,
+    combine_subseries,
+    extract,
+    first_bad,
+    group,
+    interval_events,
+    literal_route,
+    matched,
+    numeric,
+    parse_key_values,
+)
 from pdprobe.collectors.roles import name_hints
 from pdprobe.dataset import (
     EVENT_COLUMNS,
     METRIC_COLUMNS,
-    ROLE_FROM_LABEL,
     InstanceKey,
     Partial,
     RoleHint,
@@ -47,7 +75,6 @@ from pdprobe.dataset import (
     conform,
     empty_frame,
 )
-from pdprobe.signals import Role
 
 # Read this many (decompressed) bytes at a time so a multi-GB log never sits in memory whole;
 # only the lines a route matches are kept.
@@ -56,480 +83,19 @@ CHUNK_BYTES: Final = 32 * 2**20
 READ_BYTES: Final = 256 * 2**10
 # Lines parsed per call: bounds the memory of the vectorised intermediates on multi-GB logs.
 PARSE_BATCH_LINES: Final = 200_000
-# A sub-series (engine, DP rank, transfer-engine thread) silent for longer than this is left out
-# of the instance total: vLLM logs stats at DEBUG when idle and SGLang logs only when it runs
-# batches, so carrying an old value forward would overstate the load. Six default vLLM intervals.
-STALE_AFTER_S: Final = 60.0
-# A line cannot postdate the file's last write; one day of slack covers clock skew and the log
-# being in local time (up to UTC+14) while the modification time is UTC.
-MTIME_SLACK_S: Final = 86400.0
-# Month-of-year jumping back by at least this much between consecutive year-less lines means the
-# log crossed a new year (Dec -> Jan); jumping forward as much is a late line from the old year.
-ROLLOVER_MONTHS: Final = 6
-# The timestamp sits in the prefix: search this many leading characters first (a long
-# VLLM_LOGGING_PREFIX or Ray prefix still fits; lines without a match are searched whole).
-TIMESTAMP_HEAD_CHARS: Final = 160
 # Warnings list at most this many line numbers.
 MAX_LISTED_LINES: Final = 5
 # Notes name at most this many streams of a merged log.
 MAX_LISTED_STREAMS: Final = 8
-# PD-only fields in stats lines (SGLang #bootstrap-req, vLLM "KV fetch:") are printed only by an
-# engine running in that PD mode, so they outrank a name pattern; an explicit label is the
-# operator's declared intent and still wins, hence just below ROLE_FROM_LABEL.
-ROLE_FROM_ENGINE_FIELDS: Final = ROLE_FROM_LABEL - 5
-# Behavioural role evidence (e.g. no generation at all) needs at least this many active stats
-# lines, so a short or idle log does not decide a role.
-MIN_EVIDENCE_LINES: Final = 5
-
-MIB: Final = float(2**20)
-_NUMBER: Final = r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$"
-# One leftmost match finds the line's timestamp wherever the prefix puts it: ISO date with year
-# (SGLang, kubectl --timestamps, custom formats), glog ``Lmmdd``/``Lyyyymmdd`` (Mooncake), or the
-# year-less ``mm-dd HH:MM:SS`` of vLLM.
-_TIMESTAMP: Final = (
-    r"(?P<iy>\d{4})-(?P<imo>\d\d)-(?P<id>\d\d)[ T](?P<iH>\d\d):(?P<iM>\d\d):(?P<iS>\d\d)"
-    r"(?:[.,](?P<if>\d{1,9}))?"
-    r"|\b[IWEF](?P<gy>\d{4})?(?P<gmo>\d\d)(?P<gd>\d\d) (?P<gH>\d\d):(?P<gM>\d\d):(?P<gS>\d\d)"
-    r"\.(?P<gf>\d{1,9})"
-    r"|\b(?P<vmo>\d\d)-(?P<vd>\d\d) (?P<vH>\d\d):(?P<vM>\d\d):(?P<vS>\d\d)"
-)
 
 
 # --- shared pieces for the family modules ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SignalSpec:
-    """How one column of a parsed frame becomes one instance signal."""
-
-    column: str
-    signal: str
-    kind: str = S.GAUGE  # GAUGE, COUNTER, BUCKET or HCOUNT
-    combine: Literal["sum", "mean"] = "sum"  # across sub-series (engines, DP ranks, threads)
-    per_interval: bool = False  # the value counts what happened since the last line: cumsum it
-    zero_if_absent: bool = False  # printed only when non-zero: absent means 0 once seen in the file
-    le: float = math.nan  # bucket bound in seconds for kind == BUCKET
-
-
-@dataclass(frozen=True)
-class LineKind:
-    """One kind of log line: how to route it (an RE2 regex) and how to parse it."""
-
-    name: str
-    family: str  # vllm | sglang | mooncake
-    label: str  # for messages: "vLLM stats", "SGLang failure", ...
-    route: str
-    parse: Callable[[pa.Array], pd.DataFrame]  # -> frame with `row` and `error` columns
-    high_volume: bool = False  # periodic stats: routed first, so rare kinds scan what is left
-
-
-@dataclass(frozen=True)
-class FamilyOutput:
-    """What a family made of its parsed lines (no instance yet; engine_log adds it)."""
-
-    metrics: pd.DataFrame | None = None  # ts, signal, kind, le, value
-    events: pd.DataFrame | None = None  # ts, event, detail, line
-    hints: tuple[tuple[Role, str, int], ...] = ()  # (role, how, strength)
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    lines_used: int = 0
-
-
-class EventRows:
-    """The frame an event line kind's ``parse`` returns, built one (rare) line at a time:
-    columns ``row``, ``error`` (always None: an event line has no value to be malformed),
-    ``event``, ``detail`` and, with ``request_ids``, ``request_id``."""
-
-    def __init__(self, *, request_ids: bool = True) -> None:
-        self.columns: dict[str, list[object]] = {"row": [], "error": [], "event": [],
-                                                 "detail": []}
-        if request_ids:
-            self.columns["request_id"] = []
-
-    def add(self, i: int, event: str, detail: str, rid: str | None = None) -> None:
-        """One event of line ``i``; ``rid`` is the request it names, if any."""
-        c = self.columns
-        c["row"].append(i)
-        c["error"].append(None)
-        c["event"].append(event)
-        c["detail"].append(detail)
-        if "request_id" in c:
-            c["request_id"].append(rid)
-
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.columns)
-
-
-def literal_route(markers: Iterable[str]) -> str:
-    """An RE2 alternation matching any of ``markers`` literally."""
-    return "|".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", m) for m in markers)
-
-
-def as_lines(lines: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A pyarrow string array from a list of lines (tests) or an array (the reader)."""
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
-    if isinstance(lines, pa.Array):
-        return lines if pa.types.is_large_string(lines.type) else lines.cast(pa.large_string())
-    return pa.array(list(lines), type=pa.large_string())
-
-
-def extract(lines: pa.Array, pattern: str) -> pa.StructArray:
-    """``pc.extract_regex`` (leftmost match, named groups; null where nothing matched)."""
-    return pc.extract_regex(lines, pattern)
-
-
-def group(struct: pa.StructArray, name: str) -> pa.Array:
-    """A named group as strings: '' where the group did not take part or the row did not match."""
-    return pc.fill_null(pc.struct_field(struct, name), "")
-
-
-def matched(struct: pa.StructArray) -> np.ndarray:
-    return np.asarray(struct.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def numeric(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Floats from strings; '' or null is NaN (absent), anything else but a finite number is NaN
-    and flagged bad (``nan`` and ``inf`` included: no engine prints them for a real value)."""
-    values = pc.utf8_trim_whitespace(values)
-    present = pc.fill_null(pc.not_equal(values, ""), False)
-    clean = pc.if_else(present, values, pa.scalar(None, values.type))
-    try:  # the common case: every present value is a number
-        out = pc.cast(clean, pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        ok = pc.fill_null(pc.match_substring_regex(values, _NUMBER), False)
-        out = pc.cast(pc.if_else(ok, values, pa.scalar(None, values.type)), pa.float64())
-    result = np.array(out.to_numpy(zero_copy_only=False), dtype=float)
-    present_np = np.asarray(present.to_numpy(zero_copy_only=False), dtype=bool)
-    bad = present_np & ~np.isfinite(result)
-    result[bad] = np.nan
-    return result, bad
-
-
-def first_bad(names: Sequence[str], raw: Mapping[str, pa.Array], bad: Mapping[str, np.ndarray],
-              n: int, labels: Mapping[str, str] | None = None) -> list[str | None]:
-    """Per row, a message naming the first field with a malformed value (None if all are fine).
-
-    ``labels`` gives the field's name as the log prints it, for the message.
-    """
-    errors: list[str | None] = [None] * n
-    any_bad = np.zeros(n, dtype=bool)
-    for name in names:
-        any_bad |= bad[name]
-    for i in np.flatnonzero(any_bad):  # rare rows only
-        for name in names:
-            if bad[name][i]:
-                label = (labels or {}).get(name, name)
-                errors[i] = f"{label} {raw[name][i].as_py()!r} is not a number"
-                break
-    return errors
-
-
-@dataclass(frozen=True)
-class KeyValues:
-    """``key: value`` pairs parsed generically from one body per row."""
-
-    columns: dict[str, np.ndarray]  # column -> scaled float values, NaN where absent
-    known: np.ndarray  # per row: how many known keys were found
-    unknown_per_row: np.ndarray  # per row: how many items had a key no mapping names
-    errors: list[str | None]  # per row: first known key whose value is not a number
-    unknown_keys: tuple[str, ...]  # distinct keys that no mapping names (tolerated)
-
-
-def parse_key_values(bodies: pa.Array, *, separator: str, assign: str,
-                     keys: Mapping[str, tuple[str, float]], strip: str = " ") -> KeyValues:
-    """Split each body into items at ``separator``, items into key and value at the first
-    ``assign``, and map known keys to columns.
-
-    ``keys`` maps a key to (column, scale); keys are stripped of the characters in ``strip``
-    (and whitespace). All work is vectorised over the flattened items
-    (plain substring splits, no regex); only rows with a malformed value get a Python message.
-    """
-    n = len(bodies)
-    items = pc.split_pattern(bodies, separator)
-    parents = np.asarray(pc.list_parent_indices(items).to_numpy(zero_copy_only=False))
-    pairs = pc.split_pattern(pc.list_flatten(items), assign, max_splits=1)
-    ok = np.asarray(pc.fill_null(pc.equal(pc.list_value_length(pairs), 2), False)
-                    .to_numpy(zero_copy_only=False), dtype=bool)
-    pairs = pairs.filter(pa.array(ok))
-    k = pc.utf8_trim(pc.list_element(pairs, 0), characters=strip + " \t")
-    v = pc.list_element(pairs, 1)
-    parents = parents[ok]
-    key_names = list(keys)
-    index = pc.index_in(k, value_set=pa.array(key_names, type=k.type))
-    idx = np.asarray(pc.fill_null(index, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
-    column_names = list(dict.fromkeys(col for col, _ in keys.values()))
-    col_of_key = np.array([column_names.index(keys[name][0]) for name in key_names], dtype=np.int64)
-    scale_of_key = np.array([keys[name][1] for name in key_names], dtype=float)
-    sel = np.flatnonzero(idx >= 0)
-    values, bad = numeric(v.take(pa.array(sel)))
-    rows = parents[sel]
-    wide = np.full((n, len(column_names)), np.nan)
-    wide[rows, col_of_key[idx[sel]]] = values * scale_of_key[idx[sel]]
-    known = np.bincount(rows, minlength=n) if n else np.zeros(0, dtype=np.int64)
-    errors: list[str | None] = [None] * n
-    for j in np.flatnonzero(bad):  # rare: malformed values only
-        row = int(rows[j])
-        if errors[row] is None:
-            key = key_names[int(idx[sel[j]])]
-            errors[row] = f"{key} {v[int(sel[j])].as_py()!r} is not a number"
-    unknown_mask = idx < 0
-    unknown_rows = (np.bincount(parents[unknown_mask], minlength=n) if n
-                    else np.zeros(0, dtype=np.int64))
-    unknown = pc.unique(k.filter(pa.array(unknown_mask))).to_pylist() if unknown_mask.any() else []
-    return KeyValues(
-        columns={name: wide[:, i] for i, name in enumerate(column_names)},
-        known=known,
-        unknown_per_row=unknown_rows,
-        errors=errors,
-        unknown_keys=tuple(sorted(str(x) for x in unknown if x)),
-    )
-
-
 # --- timestamps ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TimeParts:
-    """Timestamp fields found in each line; NaN where absent (``year`` alone for year-less logs)."""
-
-    year: np.ndarray
-    month: np.ndarray
-    day: np.ndarray
-    second_of_day: np.ndarray  # with the fraction
-
-    @property
-    def found(self) -> np.ndarray:
-        return ~np.isnan(self.month)
-
-
-def extract_time_parts(lines: Sequence[str] | pa.Array) -> TimeParts:
-    """The leftmost timestamp of each line (ISO with year, glog, or vLLM ``mm-dd HH:MM:SS``).
-
-    The prefix carrying it is short, so the regex first runs over the lines' heads; only lines
-    without a timestamp there (SGLang 0.4.9's trailing ``timestamp:`` field) are searched whole.
-    """
-    arr = as_lines(lines)
-    if len(arr) > PARSE_BATCH_LINES:  # keep the 19-group match structs small
-        batches = [extract_time_parts(arr.slice(i, PARSE_BATCH_LINES))
-                   for i in range(0, len(arr), PARSE_BATCH_LINES)]
-        return TimeParts(*(np.concatenate([getattr(b, f) for b in batches])
-                           for f in ("year", "month", "day", "second_of_day")))
-    m = extract(pc.utf8_slice_codeunits(arr, 0, TIMESTAMP_HEAD_CHARS), _TIMESTAMP)
-    ok = matched(m)
-    if len(arr) and not ok.all():
-        retry = np.flatnonzero(~ok)
-        again = extract(arr.take(pa.array(retry)), _TIMESTAMP)
-        order = np.concatenate([np.flatnonzero(ok), retry])
-        merged = pa.concat_arrays([m.filter(pa.array(ok)), again])
-        m = merged.take(pa.array(np.argsort(order, kind="stable")))
-
-    def num(*names: str) -> np.ndarray:
-        out = np.full(len(arr), np.nan)
-        for name in names:
-            values, _ = numeric(group(m, name))
-            out = np.where(np.isnan(out), values, out)
-        return out
-
-    frac = pc.binary_join_element_wise(group(m, "if"), group(m, "gf"),
-                                       pa.scalar("", pa.large_string()))
-    frac = pc.utf8_slice_codeunits(pc.utf8_rpad(frac, 9, "0"), 0, 9)
-    fraction = np.asarray(pc.cast(frac, pa.int64()).to_numpy(zero_copy_only=False)) / 1e9
-    hour, minute, sec = num("iH", "gH", "vH"), num("iM", "gM", "vM"), num("iS", "gS", "vS")
-    valid = (hour < 24) & (minute < 60) & (sec < 61)
-    month = np.where(valid, num("imo", "gmo", "vmo"), np.nan)
-    return TimeParts(
-        year=np.where(valid, num("iy", "gy"), np.nan),
-        month=month,
-        day=np.where(valid, num("id", "gd", "vd"), np.nan),
-        second_of_day=np.where(valid, hour * 3600 + minute * 60 + sec + fraction, np.nan),
-    )
-
-
-def unix_seconds(year: np.ndarray, month: np.ndarray, day: np.ndarray,
-                 second_of_day: np.ndarray) -> np.ndarray:
-    """UTC Unix seconds; NaN for missing parts or impossible dates (Feb 30, Feb 29 of 2025)."""
-    year = np.asarray(year, dtype=float)
-    ok = ~(np.isnan(year) | np.isnan(month) | np.isnan(day) | np.isnan(second_of_day))
-    ok &= (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
-    out = np.full(len(year), np.nan)
-    if not ok.any():
-        return out
-    months = ((year[ok] - 1970) * 12 + month[ok] - 1).astype(np.int64).astype("datetime64[M]")
-    days = months.astype("datetime64[D]") + (day[ok].astype(np.int64) - 1)
-    same_month = days.astype("datetime64[M]") == months
-    seconds = days.astype(np.int64) * 86400.0 + second_of_day[ok]
-    out[ok] = np.where(same_month, seconds, np.nan)
-    return out
-
-
-@dataclass(frozen=True)
-class YearChoice:
-    """The year of every line and what was assumed to get it."""
-
-    year: np.ndarray
-    notes: tuple[str, ...] = ()
-
-
-def assign_years(parts: TimeParts, line_numbers: np.ndarray, *, given_year: int | None,
-                 mtime_s: float | None, reference_s: tuple[float, float] | None = None,
-                 reference_source: str = "") -> YearChoice:
-    """Years for year-less lines (vLLM, old glog), in file order, across Dec -> Jan rollovers.
-
-    The base year comes from, in order: ``--year`` (the year of the first year-less line);
-    lines of the same file that carry a year (a collector's RFC 3339 stamp included); the
-    capture's other inputs (``reference_s``, their time span: the year that puts the year-less
-    lines inside or nearest it); the file's modification time (the last year-less line is
-    taken to be no later than the last write).
-    """
-    year = parts.year.copy()
-    undated = np.flatnonzero(np.isnan(year) & parts.found)
-    if not len(undated):
-        return YearChoice(year)
-    month = parts.month[undated]
-    step = np.zeros(len(undated), dtype=np.int64)
-    jump = np.diff(month)
-    step[1:] = (jump <= -ROLLOVER_MONTHS).astype(np.int64) - (jump >= ROLLOVER_MONTHS)
-    offset = np.cumsum(step)
-    notes: list[str] = []
-    dated = np.flatnonzero(~np.isnan(year) & parts.found)
-    spanned = (_year_in_span(parts, undated, offset, reference_s)
-               if reference_s is not None and given_year is None and not len(dated) else None)
-    if given_year is not None:
-        base = int(given_year)
-        notes.append(f"year {base} for log lines without one taken from --year")
-    elif len(dated):
-        anchor = int(dated[0])
-        before = undated[undated < anchor]
-        pos = len(before) - 1 if len(before) else 0
-        gap = month[pos] - parts.month[anchor]
-        guess = int(year[anchor]) - (gap >= ROLLOVER_MONTHS) + (gap <= -ROLLOVER_MONTHS)
-        base = guess - int(offset[pos])
-        notes.append(f"year {base} for log lines without one taken from dated lines in the same "
-                     f"file (line {int(line_numbers[anchor])}); pass --year to override")
-    elif spanned is not None:
-        base = spanned
-        notes.append(f"year {base} taken from the other inputs of the capture "
-                     f"({reference_source or 'their time span'}); pass --year to override")
-    else:
-        mtime = mtime_s if mtime_s is not None else datetime.now(UTC).timestamp()
-        last_year = datetime.fromtimestamp(mtime, UTC).year
-        last = int(undated[-1])
-        end = unix_seconds(np.array([float(last_year)]), parts.month[[last]], parts.day[[last]],
-                           parts.second_of_day[[last]])[0]
-        if not np.isnan(end) and end > mtime + MTIME_SLACK_S:
-            last_year -= 1
-        base = last_year - int(offset[-1])
-        notes.append(f"year {base} taken from the file's modification time; pass --year")
-    year[undated] = base + offset
-    # Only a first entry into a later year is a crossing (not the return after a late line).
-    reached = np.maximum.accumulate(np.concatenate([[0], offset[:-1]]))
-    crossings = np.flatnonzero(offset > reached)
-    if len(crossings):
-        where = ", ".join(str(int(line_numbers[undated[i]])) for i in crossings[:MAX_LISTED_LINES])
-        notes.append(f"timestamps cross into a new year at line {where}")
-    return YearChoice(year, tuple(notes))
-
-
-def _year_in_span(parts: TimeParts, undated: np.ndarray, offset: np.ndarray,
-                  span: tuple[float, float]) -> int | None:
-    """The base year that puts the year-less lines inside ``span`` or, failing that, nearest
-    to it (most overlap first, then smallest gap); None if no candidate gives a valid date."""
-    lo, hi = float(min(span)), float(max(span))
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return None
-    first = datetime.fromtimestamp(lo, UTC).year - int(offset.max()) - 1
-    last = datetime.fromtimestamp(hi, UTC).year - int(offset.min()) + 1
-    best: tuple[float, float, int] | None = None
-    for base in range(first, last + 1):  # a handful of candidate years
-        ts = unix_seconds((base + offset).astype(float), parts.month[undated], parts.day[undated],
-                          parts.second_of_day[undated])
-        if np.isnan(ts).all():
-            continue
-        start, end = float(np.nanmin(ts)), float(np.nanmax(ts))
-        overlap = max(0.0, min(end, hi) - max(start, lo))
-        gap = max(0.0, lo - end, start - hi)
-        rank = (-overlap, gap, base)
-        if best is None or rank < best:
-            best = rank
-    return None if best is None else best[2]
-
-
 # --- combining sub-series into instance series ---------------------------------------------------
-
-
-def combine_subseries(frame: pd.DataFrame, specs: Iterable[SignalSpec],
-                      stale_s: float = STALE_AFTER_S) -> pd.DataFrame:
-    """Long metric rows (ts, signal, kind, le, value) from a frame with ``ts``, ``sub`` and values.
-
-    Gauges: at every time any sub-series reports, the sum (or mean) of each sub-series' latest
-    value, leaving out those silent for more than ``stale_s``. Counters: per-interval values are
-    accumulated per sub-series (time order), cumulative ones reset-corrected; the instance total
-    is the sum of the latest cumulative value of each sub-series.
-    """
-    parts = []
-    for spec in specs:
-        if spec.column not in frame.columns:
-            continue
-        values = pd.to_numeric(frame[spec.column], errors="coerce").astype(float)
-        if not values.notna().any():
-            continue
-        sel = pd.DataFrame({"ts": frame["ts"].to_numpy(dtype=float),
-                            "sub": frame["sub"].to_numpy(), "v": values.to_numpy()})
-        sel = sel[sel["ts"].notna()]
-        sel = sel.assign(v=sel["v"].fillna(0.0)) if spec.zero_if_absent else sel[sel["v"].notna()]
-        if sel.empty:
-            continue
-        sel = sel.sort_values("ts", kind="stable")
-        if spec.kind == S.GAUGE:
-            series = _gauge_total(sel, spec.combine, stale_s)
-        else:
-            if spec.per_interval:
-                sel = sel.assign(v=sel.groupby("sub", sort=False)["v"].cumsum())
-            else:
-                sel = sel.assign(v=_reset_corrected(sel))
-            series = _counter_total(sel)
-        parts.append(pd.DataFrame({"ts": series.index.to_numpy(dtype=float), "signal": spec.signal,
-                                   "kind": spec.kind, "le": spec.le,
-                                   "value": series.to_numpy(dtype=float)}))
-    if not parts:
-        return pd.DataFrame({"ts": [], "signal": [], "kind": [], "le": [], "value": []})
-    return pd.concat(parts, ignore_index=True)
-
-
-def _gauge_total(sel: pd.DataFrame, how: str, stale_s: float) -> pd.Series:
-    if sel["sub"].nunique() == 1:
-        return sel.groupby("ts", sort=True)["v"].mean()
-    wide = sel.groupby(["ts", "sub"], sort=True)["v"].mean().unstack("sub")
-    index = wide.index.to_numpy(dtype=float)
-    seen = pd.DataFrame(np.where(wide.notna().to_numpy(), index[:, None], np.nan)).ffill()
-    fresh = (index[:, None] - seen.to_numpy()) <= stale_s
-    filled = wide.ffill().where(fresh)
-    total = filled.sum(axis=1, min_count=1) if how == "sum" else filled.mean(axis=1)
-    return total.dropna()
-
-
-def _counter_total(sel: pd.DataFrame) -> pd.Series:
-    if sel["sub"].nunique() == 1:
-        return sel.groupby("ts", sort=True)["v"].last()
-    wide = sel.groupby(["ts", "sub"], sort=True)["v"].last().unstack("sub")
-    return wide.ffill().fillna(0.0).sum(axis=1)
-
-
-def _reset_corrected(sel: pd.DataFrame) -> pd.Series:
-    """Cumulative values made monotonic: a drop is a restart counting again from zero."""
-    step = sel.groupby("sub", sort=False)["v"].diff()
-    step = step.where(step.notna() & (step >= 0), sel["v"])
-    return step.groupby(sel["sub"], sort=False).cumsum()
-
-
-def interval_events(frame: pd.DataFrame, column: str, event: str,
-                    detail: Callable[[pd.DataFrame], pd.Series]) -> pd.DataFrame:
-    """One event row per line whose ``column`` is positive (e.g. preemptions in an interval)."""
-    hit = frame[pd.to_numeric(frame[column], errors="coerce").fillna(0) > 0]
-    return pd.DataFrame({"ts": hit["ts"].to_numpy(dtype=float), "event": event,
-                         "detail": detail(hit).to_numpy(dtype=object),
-                         "line": hit["line"].to_numpy()})
 
 
 # --- the reader ----------------------------------------------------------------------------------
@@ -958,16 +524,29 @@ def _engine_hints(instance: str, path: Path, outputs: Mapping[str, FamilyOutput]
 
 
 __all__ = [
+    "MIB",
+    "MIN_EVIDENCE_LINES",
+    "ROLE_FROM_ENGINE_FIELDS",
+    "STALE_AFTER_S",
     "EventRows",
     "FamilyOutput",
+    "KeyValues",
     "LineKind",
     "SignalSpec",
     "TimeParts",
     "YearChoice",
+    "as_lines",
     "assign_years",
     "combine_subseries",
+    "extract",
     "extract_time_parts",
+    "first_bad",
+    "group",
     "instance_for",
+    "interval_events",
+    "literal_route",
+    "matched",
+    "numeric",
     "parse_key_values",
     "read_engine_log",
     "scan_lines",
