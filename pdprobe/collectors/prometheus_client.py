@@ -257,17 +257,18 @@ class PromClient:
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                     requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
                     HTTPException, OSError) as exc:
-                if dog.fired or self.remaining() <= 0.05:
-                    raise self._timeout_error(what) from None
                 reason = self._short_reason(exc)
+                refused = PrometheusUnreachable(
+                    f"cannot reach Prometheus at {self.shown_url} ({reason})",
+                    hint="check --prometheus, the network path and that the server is up")
+                if dog.fired or reason == "timed out":
+                    raise self._timeout_error(what) from None
                 wait = self._backoff(attempt, None)
                 if attempt >= MAX_ATTEMPTS or wait >= self.remaining():
-                    if reason == "timed out":
-                        raise self._timeout_error(what) from None
-                    raise PrometheusUnreachable(
-                        f"cannot reach Prometheus at {self.shown_url} ({reason})",
-                        hint="check --prometheus, the network path and that the server is "
-                             "up") from None
+                    raise refused from None
+                # If the budget ends while waiting (a loaded machine oversleeps), the refusal is
+                # the news, not a timeout.
+                last_refusal = refused
                 time.sleep(wait)
                 continue
             except requests.exceptions.RequestException as exc:
