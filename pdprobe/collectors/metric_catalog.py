@@ -456,11 +456,7 @@ def lookup(name: str, type_hint: str | None = None) -> tuple[MetricSpec, ...]:
 
 
 def engine_of(name: str) -> str | None:
-    key = normalise_name(name)
-    for prefix, engine in (("vllm_", "vllm"), ("sglang_", "sglang"), ("dynamo_", "dynamo"),
-                           ("trtllm_", "trtllm"), ("node_", "node"), ("tent_", "mooncake"),
-                           ("agent_", "nixl"), ("lmcache_", "lmcache"),
-                           ("llm_d_", "llm-d"), ("planner_", "dynamo")):
-        if key.startswith(prefix):
-            return engine
-    return None
+    """The engine of an exposed metric name (``engines.ENGINES`` prefixes); None when unknown."""
+    from pdprobe.collectors.engines import engine_of as by_prefix
+
+    return by_prefix(normalise_name(name))

@@ -10,7 +10,7 @@ pair of engines or a queue gauge says about an instance is decided here, once:
   ``metric_catalog.ROLE_LABELS``), Dynamo's generic components, SGLang's ``unified`` note;
 - ``evidence_hints``: roles from behaviour (PD queues, KV received over transfer, one output
   token per request);
-- ``ENGINE_PRIORITY`` / ``preferred_engine``: which engine's families win for one instance.
+- ``engine_rank``: which engine's families win for one instance (``engines.ENGINE_PRIORITY``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from pdprobe import signals as S
+from pdprobe.collectors.engines import ENGINE_PREFERENCE as ENGINE_PREFERENCE
+from pdprobe.collectors.engines import ENGINE_PRIORITY as ENGINE_PRIORITY
 from pdprobe.collectors.roles import role_from_label_value
 from pdprobe.dataset import ROLE_FROM_EVIDENCE, ROLE_FROM_LABEL, RoleHint
 from pdprobe.signals import Role
@@ -26,17 +28,8 @@ from pdprobe.signals import Role
 if TYPE_CHECKING:
     import pandas as pd
 
-# When several engines report the same signal for one instance (a Dynamo vLLM worker exposes
-# vllm:* and dynamo_component_*), the engine's own metrics win; lower is preferred.
-ENGINE_PRIORITY: Final[dict[str, int]] = {
-    "vllm": 0, "sglang": 0, "custom": 0, "node": 0, "trtllm": 1, "rdma-exporter": 1,
-    "dynamo": 2, "llm-d": 2, "mooncake": 3, "nixl": 3, "lmcache": 3,
-}
 # Priority of an engine the table does not list (a metrics map's own engine name).
 UNLISTED_ENGINE_PRIORITY: Final = 9
-# The engine an instance is reported as when several expose its series (files): the same order
-# as ``ENGINE_PRIORITY``, with ties broken vLLM before SGLang (one instance never runs both).
-ENGINE_PREFERENCE: Final = ("vllm", "sglang", "trtllm", "dynamo", "mooncake", "nixl", "lmcache")
 # A metrics-map role selector is the user's own statement about their labels: it beats the
 # built-in label conventions but not --prefill-match/--decode-match.
 ROLE_FROM_MAP: Final = ROLE_FROM_LABEL + 5

@@ -33,6 +33,7 @@ from typing import Final
 
 from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
+from pdprobe.collectors.engines import DISCOVERY_RE, VERSION_HINTS
 from pdprobe.collectors.metric_catalog import DEPLOYMENT_LABELS, MetricSpec, normalise_name
 from pdprobe.collectors.metric_spec import HIST_SUFFIXES
 from pdprobe.collectors.metrics_map import MetricsMap
@@ -92,14 +93,9 @@ RENAMES: Final[dict[str, str]] = {
     **{normalise_name(s.name): normalise_name(s.name) + "_total"
        for s in mc.ALL_SPECS if s.engine == "rdma-exporter" and not s.name.endswith("_total")},
 }
-# Engine families discovery looks for (regex over __name__), by scope.
-# NIXL telemetry's `agent_` prefix is generic: only the catalog's families are looked for.
-# The pre-1.x Dynamo planner's `planner:` prefix is generic too: its catalog names only.
-ENGINE_NAME_RE: Final = (r"(vllm|sglang|lmcache)[:_].+|dynamo_.+|trtllm_.+|tent_.+"
-                         r"|agent_(tx|rx)_(bytes|requests_num)_total|agent_errors_total"
-                         r"|agent_xfer_time_us_(bucket|sum|count)|llm_d_inference_scheduler_.+"
-                         r"|planner[:_](num_[pd]_workers|predicted_num_[pd]|observed_(ttft|itl"
-                         r"|request_rate)|predicted_request_rate)")
+# Engine families discovery looks for (regex over __name__): one alternative per engine and
+# family pattern of engines.ENGINES.
+ENGINE_NAME_RE: Final = DISCOVERY_RE
 NETWORK_NAME_RE: Final = r"node_infiniband_.+|node_network_(receive|transmit)_bytes_total|rdma_.+"
 
 
@@ -600,28 +596,13 @@ def discovery_matchers(selector: str, network_selector: str | None,
 # What was found
 # --------------------------------------------------------------------------------------------
 
-# (engine, condition on normalised names present, what it says). First match per engine wins.
-_VERSION_HINTS: Final[tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...]] = (
-    ("vllm", ("vllm_num_requests_waiting_by_reason",), (), "vLLM 0.33-era names"),
-    ("vllm", ("vllm_kv_cache_usage_perc",), ("vllm_time_per_output_token_seconds",),
-     "vLLM >= 0.14 names"),
-    ("vllm", ("vllm_kv_cache_usage_perc",), (), "vLLM 0.9.2-0.13 names (deprecated names kept)"),
-    ("vllm", ("vllm_gpu_cache_usage_perc",), (), "vLLM < 0.9.2 names"),
-    ("sglang", ("sglang_num_prefill_bootstrap_queue_reqs",), (), "SGLang >= 0.5.23 names"),
-    ("sglang", ("sglang_num_prefill_infight_queue_reqs",), (), "SGLang 0.4.x names"),
-    ("sglang", ("sglang_num_prefill_prealloc_queue_reqs",), (), "SGLang 0.5.3-0.5.10 names"),
-    ("dynamo", ("dynamo_component_gpu_cache_usage_percent",), (), "Dynamo 1.6-era names"),
-    ("dynamo", ("dynamo_component_kvstats_gpu_cache_usage_percent",), (),
-     "Dynamo <= 0.6 / early 1.x names (kvstats_*)"),
-)
-
-
 def version_hints(families: Sequence[Family]) -> dict[str, str]:
     keys = {normalise_name(f.exposed) for f in families}
     out: dict[str, str] = {}
-    for engine, need, absent, text in _VERSION_HINTS:
-        if engine not in out and all(n in keys for n in need) and not any(a in keys for a in absent):
-            out[engine] = text
+    for engine, hint in VERSION_HINTS:  # engines.ENGINES: first match per engine wins
+        if engine not in out and all(n in keys for n in hint.need) \
+                and not any(a in keys for a in hint.absent):
+            out[engine] = hint.text
     return out
 
 

@@ -150,7 +150,7 @@ def test_network_host_matcher_and_discovery() -> None:
     assert pp.network_host_matcher(["10.0.0.2", "10.0.0.1"]) == \
         'instance=~"(10\\\\.0\\\\.0\\\\.1|10\\\\.0\\\\.0\\\\.2)(:[0-9]+)?"'
     engine, network = pp.discovery_matchers('namespace="llm"', None, pp.SpecIndex.build())
-    assert engine.endswith(', namespace="llm"}') and "vllm|sglang" in engine
+    assert engine.endswith(', namespace="llm"}') and "vllm[:_].+|sglang[:_].+" in engine
     assert network.startswith('{__name__=~"node_infiniband_') and "namespace" not in network
 
 
