@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.collectors import promql_found as pf
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.prometheus_client import (
@@ -112,7 +113,7 @@ def collect_partial(target: PrometheusTarget, ctx: ReadContext | None = None) ->
 def _collect(session: Session) -> LiveResult:
     client, ctx, mmap = session.client, session.ctx, session.mmap
     info, window, families, how = session.prepare()
-    found = pp.summarise(families)
+    found = pf.summarise(families)
     if not found.engines:
         where = f" matching {{{session.selector}}}" if session.selector else ""
         raise InsufficientDataError(
@@ -235,7 +236,7 @@ def _collect(session: Session) -> LiveResult:
     if failed:
         warnings.append(f"Prometheus refused {len(failed)} quer{'y' if len(failed) == 1 else 'ies'}"
                         f"; those signals are missing: {'; '.join(failed[:SHOWN])}")
-    miss_w, miss_n = pp.missing_warnings(found)
+    miss_w, miss_n = pf.missing_warnings(found)
     warnings.extend(miss_w)
     notes.extend(miss_n)
     if net_batches and not net_asked:
@@ -355,8 +356,8 @@ def probe(target: PrometheusTarget, ctx: ReadContext | None = None,
         names.discard("")
         instances, role_warnings = resolve_roles(names, facts.hints, roles or RoleOptions(),
                                                  facts.nodes, facts.engines)
-        found = pp.summarise(families)
-        miss_w, miss_n = pp.missing_warnings(found)
+        found = pf.summarise(families)
+        miss_w, miss_n = pf.missing_warnings(found)
         meta = session.meta(info, window, families, how)
         return Probe(meta=meta, instances=instances, role_warnings=role_warnings,
                      warnings=tuple(dict.fromkeys([*session.warnings, *miss_w,

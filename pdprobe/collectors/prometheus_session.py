@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pdprobe import safe_text
+from pdprobe.collectors import promql_found as pf
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.metrics_map import load_metrics_map
@@ -49,7 +50,7 @@ class LiveMeta:
     server_version: str | None
     clock_skew_s: float
     discovery: str
-    found: pp.Found
+    found: pf.Found
     queries: tuple[QueryRecord, ...]
     elapsed_s: float
     metrics_map: str | None = None
@@ -129,7 +130,7 @@ class Session:
         return LiveMeta(
             url=self.client.shown_url, window=window, selector=self.selector,
             network_selector=self.network_selector, server_version=info.version,
-            clock_skew_s=info.clock_skew_s, discovery=how, found=pp.summarise(families),
+            clock_skew_s=info.clock_skew_s, discovery=how, found=pf.summarise(families),
             queries=tuple(self.client.records), elapsed_s=time.monotonic() - self.t0,
             metrics_map=self.target.metrics_map)
 

@@ -25,35 +25,32 @@ Query design (docs/live.md has the full table):
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
-from pdprobe.collectors.engines import DISCOVERY_RE, VERSION_HINTS
+from pdprobe.collectors.engines import DISCOVERY_RE
 from pdprobe.collectors.metric_catalog import DEPLOYMENT_LABELS, MetricSpec, normalise_name
 from pdprobe.collectors.metric_spec import HIST_SUFFIXES
 from pdprobe.collectors.metrics_map import MetricsMap
-from pdprobe.errors import UsageError
+
+# Matchers/escaping and the time grid live in promql_text and promql_window; their public names
+# are re-exported here, the module callers plan queries with.
+from pdprobe.collectors.promql_text import Matcher as Matcher
+from pdprobe.collectors.promql_text import combine_selectors as combine_selectors
+from pdprobe.collectors.promql_text import parse_matchers as parse_matchers
+from pdprobe.collectors.promql_text import promql_string, re2_escape, selector_text
+from pdprobe.collectors.promql_window import MAX_POINTS_PER_SERIES as MAX_POINTS_PER_SERIES
+from pdprobe.collectors.promql_window import TARGET_POINTS as TARGET_POINTS
+from pdprobe.collectors.promql_window import Window
+from pdprobe.collectors.promql_window import choose_window as choose_window
+from pdprobe.collectors.promql_window import chunk_ranges as chunk_ranges
 from pdprobe.signals import Role
 
 # --- steps and sizes -------------------------------------------------------------------------
-# The most common scrape interval: a finer step only repeats the same samples.
-MIN_STEP_S: Final = 15.0
-# Points per gauge/counter series over the window: enough for distributions and trends (the
-# analyses bin by minutes), small enough that 500 instances answer in a few MB.
-TARGET_POINTS: Final = 120
-# Points per engine counter and histogram series: one per ~5 min of a 1 h window. Raw cumulative
-# values lose nothing between points (increases stay exact), only the time resolution of rates;
-# histogram buckets are ~20 series per instance and family and dominate the answers' size
-# (Prometheus spends ~2.5 us per returned point).
-COARSE_TARGET_POINTS: Final = 12
-# Prometheus refuses range queries with more points per series than this
-# (web/api/v1: "exceeded maximum resolution of 11,000 points per timeseries").
-MAX_POINTS_PER_SERIES: Final = 11_000
 # Families per gauge/counter query: few enough that one slow or refused query loses little,
 # many enough that a cluster's ~40 families take a handful of round trips.
 BATCH_FAMILIES: Final = 8
@@ -97,145 +94,6 @@ RENAMES: Final[dict[str, str]] = {
 # family pattern of engines.ENGINES.
 ENGINE_NAME_RE: Final = DISCOVERY_RE
 NETWORK_NAME_RE: Final = r"node_infiniband_.+|node_network_(receive|transmit)_bytes_total|rdma_.+"
-
-
-# --------------------------------------------------------------------------------------------
-# Label matchers and escaping
-# --------------------------------------------------------------------------------------------
-
-_MATCHER_RE: Final = re.compile(
-    r"""\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)\s*(?:,|$)""")
-
-
-@dataclass(frozen=True)
-class Matcher:
-    label: str
-    op: str
-    value: str  # unescaped
-
-    def render(self) -> str:
-        return f"{self.label}{self.op}{promql_string(self.value)}"
-
-
-def _unquote(literal: str) -> str:
-    body = literal[1:-1]
-    if literal[0] == "`":
-        return body
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
-
-
-def parse_matchers(text: str, where: str = "--selector") -> tuple[Matcher, ...]:
-    """``namespace="llm", job=~"vllm-.*"`` -> matchers; ``UsageError`` when it is not that."""
-    body = text.strip()
-    if body.startswith("{") and body.endswith("}"):
-        body = body[1:-1]
-    out: list[Matcher] = []
-    pos = 0
-    body = body.strip()
-    while pos < len(body):
-        m = _MATCHER_RE.match(body, pos)
-        if m is None or m.end() == pos:
-            raise UsageError(f"{where} {text!r} is not a list of PromQL label matchers "
-                             f"(stuck at {body[pos:pos + 20]!r})",
-                             hint='use e.g. namespace="llm", job=~"vllm-.*"')
-        out.append(Matcher(m.group(1), m.group(2), _unquote(m.group(3))))
-        pos = m.end()
-        while pos < len(body) and body[pos].isspace():
-            pos += 1
-    return tuple(out)
-
-
-def promql_string(value: str) -> str:
-    """A double-quoted PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def re2_escape(value: str) -> str:
-    """Escape ``value`` for a (fully anchored) RE2 regular expression."""
-    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", value)
-
-
-def combine_selectors(*parts: str | None) -> str:
-    """Matchers joined with commas, normalised; empty parts dropped."""
-    out: list[str] = []
-    for part in parts:
-        if part and part.strip().strip("{}").strip():
-            out.extend(m.render() for m in parse_matchers(part))
-    return ", ".join(dict.fromkeys(out))
-
-
-def _selector(*parts: str) -> str:
-    return "{" + ", ".join(p for p in parts if p) + "}"
-
-
-# --------------------------------------------------------------------------------------------
-# Window
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Window:
-    """The evaluation grid: ``start_ts + k * step_s`` for ``k = 0..points-1`` ends at ``end_ts``."""
-
-    start_ts: float
-    end_ts: float
-    step_s: float
-    coarse_step_s: float
-
-    @property
-    def span_s(self) -> float:
-        return self.end_ts - self.start_ts
-
-    @property
-    def points(self) -> int:
-        return round(self.span_s / self.step_s) + 1
-
-    @property
-    def coarse_points(self) -> int:
-        return round(self.span_s / self.coarse_step_s) + 1
-
-
-def choose_window(since_s: float, until_ts: float, step_s: float | None = None) -> Window:
-    """The grid for a window of ``since_s`` ending at ``until_ts``.
-
-    Without ``step_s`` the step is ``since_s / TARGET_POINTS`` but at least ``MIN_STEP_S``,
-    adjusted so that the window is a whole number of steps (both ends are evaluated, so a
-    counter's increase over the window is exact). With ``step_s`` the step is kept and the
-    window shortened by less than one step to fit. The coarse step (engine counters and
-    histograms) is a whole multiple of the step, giving about ``COARSE_TARGET_POINTS`` points.
-    """
-    if since_s <= 0:
-        raise UsageError(f"--since {since_s:g} s must be positive", hint="use e.g. 30m")
-    if step_s is not None:
-        if step_s <= 0:
-            raise UsageError(f"--step {step_s:g} s must be positive", hint="use e.g. 15s")
-        n = max(1, math.floor(since_s / step_s + 1e-9))
-        step = step_s
-    else:
-        wanted = max(MIN_STEP_S, since_s / TARGET_POINTS)
-        n = max(1, math.floor(since_s / wanted + 1e-9))
-        step = since_s / n
-    k = 1
-    if n > COARSE_TARGET_POINTS:
-        # The largest divisor of n that still leaves at least COARSE_TARGET_POINTS intervals.
-        k = max(d for d in range(1, n // COARSE_TARGET_POINTS + 1) if n % d == 0)
-    return Window(start_ts=until_ts - n * step, end_ts=until_ts, step_s=step,
-                  coarse_step_s=step * k)
-
-
-def chunk_ranges(start_ts: float, end_ts: float, step_s: float,
-                 max_points: int = MAX_POINTS_PER_SERIES) -> list[tuple[float, float]]:
-    """Split ``[start, end]`` on the step grid into pieces of at most ``max_points`` points."""
-    n = round((end_ts - start_ts) / step_s) + 1
-    if n <= max_points:
-        return [(start_ts, end_ts)]
-    out = []
-    k = 0
-    while k < n:
-        last = min(n - 1, k + max_points - 1)
-        out.append((start_ts + k * step_s, start_ts + last * step_s))
-        k = last + 1
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,7 +253,7 @@ class Batch:
         filters = ", ".join(
             f"{label}=~{promql_string('|'.join(re2_escape(v) for v in allowed.split('|')))}"
             for label, allowed in self.label_filter)
-        return _selector(f"__name__=~{promql_string(self.name_regex())}", selector,
+        return selector_text(f"__name__=~{promql_string(self.name_regex())}", selector,
                          self.extra_matchers, filters, *more)
 
     def series_names(self) -> tuple[str, ...]:
@@ -565,11 +423,11 @@ def plan_role_queries(families: Sequence[Family], window: Window, selector: str,
         backends = ROUTER_BACKEND_LABELS if inst == default_inst else ()
         labels = tuple(dict.fromkeys((inst, *extra_roles, *mc.ROLE_LABELS, *NAME_LABELS,
                                       "instance", *node_labels, *backends)))
-        sel = _selector(f"__name__={promql_string(rep)}", selector)
+        sel = selector_text(f"__name__={promql_string(rep)}", selector)
         promql = f"group by ({', '.join(labels)}) (last_over_time({sel}[{span}]))"
         out.append(RoleQuery(engine, inst, rep, labels, promql))
         for rs in (metrics_map.role_selectors if metrics_map else ()):
-            sel = _selector(f"__name__={promql_string(rep)}", selector, rs.matchers)
+            sel = selector_text(f"__name__={promql_string(rep)}", selector, rs.matchers)
             out.append(RoleQuery(engine, inst, rep, (inst,),
                                  f"group by ({inst}) (last_over_time({sel}[{span}]))",
                                  role=rs.role, how=f"metrics map selector {{{rs.matchers}}}"))
@@ -587,76 +445,6 @@ def discovery_matchers(selector: str, network_selector: str | None,
     """``match[]`` selectors for the engine and network families (label-values discovery)."""
     custom = index.custom_names()
     engine_re = ENGINE_NAME_RE + "".join("|" + re2_escape(n) for n in custom)
-    engine = _selector(f"__name__=~{promql_string(engine_re)}", selector)
-    network = _selector(f"__name__=~{promql_string(NETWORK_NAME_RE)}", network_selector or "")
+    engine = selector_text(f"__name__=~{promql_string(engine_re)}", selector)
+    network = selector_text(f"__name__=~{promql_string(NETWORK_NAME_RE)}", network_selector or "")
     return engine, network
-
-
-# --------------------------------------------------------------------------------------------
-# What was found
-# --------------------------------------------------------------------------------------------
-
-def version_hints(families: Sequence[Family]) -> dict[str, str]:
-    keys = {normalise_name(f.exposed) for f in families}
-    out: dict[str, str] = {}
-    for engine, hint in VERSION_HINTS:  # engines.ENGINES: first match per engine wins
-        if engine not in out and all(n in keys for n in hint.need) \
-                and not any(a in keys for a in hint.absent):
-            out[engine] = hint.text
-    return out
-
-
-@dataclass(frozen=True)
-class Found:
-    """What discovery found, per engine, for notes, warnings and ``pdprobe check``."""
-
-    families: tuple[Family, ...]
-    engines: tuple[str, ...]  # engines with at least one family (instance scope)
-    signals: frozenset[str]
-    versions: dict[str, str] = field(default_factory=dict)
-
-    def has_any(self, signals: Iterable[str]) -> bool:
-        return any(s in self.signals for s in signals)
-
-    def by_engine(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for fam in self.families:
-            out.setdefault(fam.engine, []).append(fam.exposed)
-        return out
-
-
-def summarise(families: Sequence[Family]) -> Found:
-    engines = tuple(sorted({f.engine for f in families if f.scope == "instance"}))
-    signals = frozenset(s.signal for f in families for s in f.specs)
-    return Found(tuple(families), engines, signals, version_hints(families))
-
-
-def catalog_families(engine: str) -> list[str]:
-    """Catalog names of one engine (for "missing" lists)."""
-    return sorted({s.name for s in mc.ALL_SPECS if s.engine == engine})
-
-
-def missing_warnings(found: Found) -> tuple[list[str], list[str]]:
-    """(warnings, notes) about what the cluster does not expose and what that costs."""
-    warnings: list[str] = []
-    notes: list[str] = []
-    rdma = [*S.RETRANSMIT_SIGNALS, *S.CONGESTION_SIGNALS, S.RDMA_TX_BYTES_TOTAL,
-            S.RDMA_RX_BYTES_TOTAL]
-    if not found.has_any(rdma):
-        warnings.append("no node_infiniband_* or RDMA-exporter series for the cluster's nodes: "
-                        "rdma-retransmits and no-rdma findings will be inconclusive")
-    elif not found.has_any(S.RETRANSMIT_SIGNALS):
-        warnings.append("node_infiniband_* has port counters but no hw_counters (needs "
-                        "node_exporter >= 1.11): RDMA retransmissions cannot be judged")
-    kv = (S.KV_TRANSFER_S, S.KV_TRANSFER_BYTES, S.KV_TRANSFER_BYTES_PER_S,
-          S.KV_TRANSFER_LATENCY_S_GAUGE, S.KV_RDMA_BYTES_TOTAL)
-    if found.engines and not found.has_any(kv):
-        notes.append("no KV-connector transfer metrics (vllm:nixl_*/vllm:mooncake_*, "
-                     "sglang:kv_transfer_*, tent_*): KV-transfer time is judged from network "
-                     "counters and queues only")
-    if found.engines and not found.has_any((S.TTFT_S, S.ITL_S, S.TPOT_S)):
-        warnings.append("no TTFT/ITL/TPOT histograms: SLO attainment and straggler findings "
-                        "will be inconclusive")
-    for engine, text in sorted(found.versions.items()):
-        notes.append(f"{engine}: {text}")
-    return warnings, notes

@@ -31,6 +31,7 @@ import pytest
 
 from pdprobe import signals as S
 from pdprobe.collectors import metric_catalog as mc
+from pdprobe.collectors import promql_found as pf
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.fuse import fuse
@@ -153,5 +154,5 @@ def test_live_plan_and_check_know_the_new_families(name, signal):
     assert signal in {s.signal for f in fams for s in f.specs}
     assert re.fullmatch(pp.ENGINE_NAME_RE, name), name
     assert pp.analysed(fams)
-    found = pp.summarise(fams)
+    found = pf.summarise(fams)
     assert found.has_any([signal])

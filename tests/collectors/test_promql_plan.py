@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pdprobe import signals as S
+from pdprobe.collectors import promql_found as pf
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.errors import UsageError
 
@@ -155,23 +156,23 @@ def test_network_host_matcher_and_discovery() -> None:
 
 
 def test_missing_warnings_name_the_consequence() -> None:
-    found = pp.summarise(pp.families_from_names(VLLM_033, pp.SpecIndex.build()))
-    warnings, notes = pp.missing_warnings(found)
+    found = pf.summarise(pp.families_from_names(VLLM_033, pp.SpecIndex.build()))
+    warnings, notes = pf.missing_warnings(found)
     assert any("no node_infiniband_*" in w and "rdma-retransmits and no-rdma" in w
                for w in warnings)
     assert any("no KV-connector transfer metrics" in n for n in notes)
     assert "vllm: vLLM 0.33-era names" in notes
-    port_only = pp.summarise(pp.families_from_names(
+    port_only = pf.summarise(pp.families_from_names(
         [*VLLM_033, "node_infiniband_port_data_received_bytes_total"], pp.SpecIndex.build()))
-    assert any("no hw_counters" in w for w in pp.missing_warnings(port_only)[0])
+    assert any("no hw_counters" in w for w in pf.missing_warnings(port_only)[0])
 
 
 def test_version_hints() -> None:
     index = pp.SpecIndex.build()
     old = pp.families_from_names(["vllm:gpu_cache_usage_perc"], index)
-    assert pp.version_hints(old) == {"vllm": "vLLM < 0.9.2 names"}
+    assert pf.version_hints(old) == {"vllm": "vLLM < 0.9.2 names"}
     sg = pp.families_from_names(["sglang:num_prefill_infight_queue_reqs"], index)
-    assert pp.version_hints(sg) == {"sglang": "SGLang 0.4.x names"}
+    assert pf.version_hints(sg) == {"sglang": "SGLang 0.4.x names"}
 
 
 def test_analysed_drops_only_what_no_analysis_reads() -> None:
