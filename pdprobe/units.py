@@ -1,12 +1,10 @@
 """Numbers with units, worded one way everywhere (bottom layer: no pandas, no project imports).
 
-Two registers, both here so they cannot drift apart unnoticed:
-
-- table cells and report prose (``fmt_*``, used by ``report/verdict.py`` and every renderer):
-  "93.4%", "1.24 s", "12m30s", "4.1 GB/s";
-- finding sentences and evidence wording (``pct``, ``secs``, ``duration``, ``rate_bytes``,
-  ``names``, used by the rules): "41 %", "850 ms", "12 min", "4.1 GB/s". Findings are part of
-  the JSON report and of every golden file, so their wording is kept as it is.
+One register for table cells, report prose and finding sentences alike: "93.4%", "1.24 s",
+"12m30s", "4.12 GB/s", "p < 0.001", "3 instances". The report's cells (``report/cells.py``)
+and every renderer call the ``fmt_*`` functions; the rules call the same functions by their
+short names (``pct``, ``secs``, ``duration``, ``rate_bytes``, re-exported by
+``rules/common.py``), so a finding and the table beside it print a number identically.
 """
 
 from __future__ import annotations
@@ -129,37 +127,12 @@ def fmt_bytes_per_s(x: float) -> str:
     return _si(float(x), "B/s")
 
 
-def pct(ratio: float) -> str:
-    """0.413 -> "41 %"; values under 10 % keep one decimal (finding wording)."""
-    v = 100.0 * ratio
-    return f"{v:.1f} %" if abs(v) < 10 else f"{v:.0f} %"
-
-
-def secs(value: float) -> str:
-    """A latency in finding wording: 85 µs, 8.5 ms, 850 ms, 1.2 s, 120 s."""
-    if value < 1e-3:
-        return f"{value * 1e6:.0f} µs"
-    if value < 0.01:
-        return f"{value * 1000:.1f} ms"
-    if value < 1.0:
-        return f"{value * 1000:.0f} ms"
-    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
-
-
-def duration(value: float) -> str:
-    """A span in finding wording: 45 s, 12 min, 1.5 h."""
-    if value >= 5400:
-        return f"{value / 3600:.1f} h"
-    if value >= 90:
-        return f"{value / 60:.0f} min"
-    return f"{value:.0f} s"
-
-
-def rate_bytes(value: float) -> str:
-    """Bytes per second in decimal GB/s (MB/s below 1 GB/s), finding wording."""
-    if value >= 1e9:
-        return f"{value / 1e9:.1f} GB/s"
-    return f"{value / 1e6:.0f} MB/s"
+# The short names the rules' sentences use: the same functions as the table cells, so a finding
+# says "41.3%" and "1.24 s" exactly as the instance table beside it does.
+pct: Final = fmt_pct
+secs: Final = fmt_seconds
+duration: Final = fmt_duration
+rate_bytes: Final = fmt_bytes_per_s
 
 
 def names(items: Sequence[str], limit: int = 4) -> str:
