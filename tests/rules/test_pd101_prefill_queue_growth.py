@@ -21,8 +21,8 @@ def test_fires_on_growing_prefill_queues_with_the_numbers() -> None:
     assert depth.value > 25 and depth.baseline is not None and float(depth.baseline) < 3
     # The ramp starts at 30 % of the 600 s window; the onset is found within two bins.
     assert depth.window_start_ts == pytest.approx(T0 + 180, abs=30)
-    assert "grew for 7 min" in f.summary
-    assert "decode KV usage stayed under 45 %" in f.summary
+    assert "grew for 6m45s" in f.summary
+    assert "decode KV usage stayed under 45.0%" in f.summary
     assert "the length mix did not change" in f.summary
 
 

@@ -16,7 +16,7 @@ def test_kv_over_tcp_with_no_rdma_devices_is_critical() -> None:
     assert f.cause == "no-rdma" and f.component == "network-fabric"
     assert f.severity is Severity.CRITICAL  # KV transfer is most of TTFT at 2 GB/s
     assert f.confidence >= 0.8
-    assert "100 % of the connector's KV bytes went over TCP" in f.summary
+    assert "100.0% of the connector's KV bytes went over TCP" in f.summary
     assert set(f.instances) >= {"prefill-0", "prefill-1"}
     assert any(e.what == "RDMA series on serving nodes" and e.value == "none"
                for e in f.evidence)

@@ -24,7 +24,7 @@ def test_one_decode_with_41_percent_and_slower_tokens() -> None:
     assert f.severity is Severity.WARNING
     assert f.instances == ("decode-0",)
     assert f.summary.startswith("decode-0 gets 4")  # 41 % +- sampling
-    assert "(fair share 25 %)" in f.summary and f.summary.endswith("not the P/D ratio")
+    assert "(fair share 25.0%)" in f.summary and f.summary.endswith("not the P/D ratio")
     share = next(e for e in f.evidence if e.what == "share of decode traffic to decode-0")
     assert share.value == pytest.approx(41, abs=2.5) and share.baseline == 25
     chi = next(e for e in f.evidence if e.what.startswith("chi-square"))
@@ -37,7 +37,7 @@ def test_hit_rate_named_when_the_overloaded_instance_also_misses_its_cache() -> 
                 hit_by_decode={"decode-2": 0.03})
     [f] = only(RULE.evaluate(c.context(("requests",))), "PD501")
     assert "decode-2 gets 4" in f.summary
-    assert "prefix-hit rate against 62 % on its peers" in f.summary
+    assert "prefix-hit rate against 61.9% on its peers" in f.summary
 
 
 def test_skew_without_impact_is_info_below_twice_the_fair_share() -> None:
@@ -49,7 +49,7 @@ def test_skew_without_impact_is_info_below_twice_the_fair_share() -> None:
 def test_twice_the_fair_share_warns_without_impact() -> None:
     c = Cluster(duration_s=600, n_decode=3, decode_shares=[0.7, 0.15, 0.15])
     [f] = only(RULE.evaluate(c.context(("requests",))), "PD501")
-    assert f.severity is Severity.WARNING and "70 %" in f.summary
+    assert f.severity is Severity.WARNING and "70.2%" in f.summary
 
 
 def test_instances_joining_mid_window_are_not_skew() -> None:

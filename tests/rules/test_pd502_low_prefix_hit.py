@@ -14,7 +14,7 @@ def test_low_hit_decode_while_prefill_queues_back_up() -> None:
     assert f.cause == "routing-skew" and f.severity is Severity.WARNING
     assert f.instances == ("decode-2",)
     assert f.summary.startswith("decode-2 has a ")
-    assert "against 62 % on its decode peers while the prefill queues back up" in f.summary
+    assert "against 62.0% on its decode peers while the prefill queues back up" in f.summary
     hit = next(e for e in f.evidence if e.what == "prefix-cache hit rate on decode-2")
     assert float(hit.value) < 6 and float(hit.baseline) > 58  # type: ignore[arg-type]
     assert hit.source.startswith("prefix-cache counters")

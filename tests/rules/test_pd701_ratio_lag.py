@@ -17,7 +17,7 @@ def test_prompt_shift_with_prefill_pressure_and_no_scaling() -> None:
     assert f.cause == "ratio-lag" and f.component == "scheduler/predictor"
     assert f.severity is Severity.WARNING
     assert f.summary.startswith("The prompt lengths rose by")
-    assert "the deployed ratio did not follow for the remaining 5 min" in f.summary
+    assert "the deployed ratio did not follow for the remaining 5m00s" in f.summary
     assert "prefill pressure rose after the shift" in f.summary
     shift = f.evidence[0]
     assert shift.what == "mean prompt length after the shift"
@@ -40,7 +40,7 @@ def test_deployment_that_follows_late_is_reported() -> None:
                 deployed_prefill=step(2, 4, at=0.85),
                 prefill_queue=step(0.3, 25, at=0.45))
     [f] = only(RULE.evaluate(c.context()), "PD701")
-    assert "the deployed ratio followed only after 4 min" in f.summary
+    assert "the deployed ratio followed only after 4m30s" in f.summary
 
 
 def test_output_shift_moves_the_need_towards_decode() -> None:

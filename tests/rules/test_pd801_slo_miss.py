@@ -49,7 +49,7 @@ def test_queue_excess_names_prefill_bound() -> None:
     [f] = only(RULE.evaluate(_ctx(_requests(miss_share=0.3))), "PD801")
     assert f.cause == "prefill-bound" and f.severity is Severity.WARNING
     assert "SLO missed" in f.summary and "the wait before prefill holds" in f.summary
-    assert "target of 90%" in f.summary.replace(" %", "%")
+    assert "target of 90.0%" in f.summary.replace(" %", "%")
     att = next(e for e in f.evidence if e.what.startswith("SLO attainment"))
     assert 60 < float(att.value) < 80 and att.baseline == 90
     assert f.confidence >= 0.9  # the queue holds all of the excess
