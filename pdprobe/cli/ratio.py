@@ -69,10 +69,12 @@ def ratio_command(
         "--list-profiles", help="List the built-in profiles and exit.")] = False,
 ) -> int:
     """Theoretical and recommended P/D for a workload, a model x GPU profile and SLOs."""
-    from pdprobe.services.ratio import RatioRequest, plan_ratio, render_plan, render_profiles
+    from pdprobe.report.ratio_plan import render_plan, render_profiles
+    from pdprobe.services.ratio import RatioRequest, plan_ratio
+    from pdprobe.services.ratio import list_profiles as builtin_profiles
 
     if list_profiles:
-        write_output(render_profiles(fmt.value), output, inputs=[trace] if trace else ())
+        write_output(render_profiles(builtin_profiles(), fmt.value), output, inputs=[trace] if trace else ())
         return 0
     plan = plan_ratio(RatioRequest(
         trace=trace, prompt_mean=prompt_mean, prompt_p90=prompt_p90, output_mean=output_mean,

@@ -10,22 +10,18 @@ what-ifs and the comparison with a mean-based planner.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.errors import InputError, UsageError
-from pdprobe.values import Missing
+from pdprobe.report.ratio_plan import LengthSummary, PlanWorkload, RatioPlan
 
 if TYPE_CHECKING:
-    from pdprobe.analysis.base import CapacityResult
     from pdprobe.profiles import Profile
 
 FORMATS: Final = ("text", "json", "markdown")
-PLAN_SCHEMA_VERSION: Final = 1
 
 
 @dataclass(frozen=True)
@@ -44,39 +40,6 @@ class RatioRequest:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     verify: bool = False
-
-
-@dataclass(frozen=True)
-class LengthSummary:
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-
-
-@dataclass(frozen=True)
-class PlanWorkload:
-    """The workload the plan is for, as summarised for the reader."""
-
-    source: str
-    requests: int  # requests in the trace, or the size of the synthetic sample
-    arrival_rate_rps: float
-    arrival_cv2: float
-    arrival_cv2_source: str
-    prompt_tokens: LengthSummary
-    output_tokens: LengthSummary
-    hit_rate: float
-    prompt_output_corr: float | None
-
-
-@dataclass(frozen=True)
-class RatioPlan:
-    """The answer of ``pdprobe ratio``."""
-
-    workload: PlanWorkload
-    profile: str
-    profile_description: str
-    capacity: CapacityResult
 
 
 def _validate(req: RatioRequest) -> None:
@@ -227,204 +190,3 @@ def list_profiles() -> list[Profile]:
     from pdprobe.profiles import BUILTIN_PROFILES
 
     return [BUILTIN_PROFILES[k] for k in sorted(BUILTIN_PROFILES)]
-
-
-def render_profiles(fmt: str) -> str:
-    """The built-in profiles as a table (text/markdown) or JSON."""
-    from pdprobe.profiles import DEFAULT_PROFILE
-
-    profiles = list_profiles()
-    if fmt == "json":
-        return json.dumps([dict(p.to_dict(), kv_bytes_per_token=p.kv_bytes_per_token,
-                                default=p.name == DEFAULT_PROFILE) for p in profiles],
-                          indent=2) + "\n"
-    rows = [(p.name + (" (default)" if p.name == DEFAULT_PROFILE else ""),
-             f"{p.gpus_per_instance}× {p.gpu}", f"{p.kv_bytes_per_token:,}",
-             f"{p.kv_capacity_tokens:,}", f"{p.link_bytes_per_s / 1e9:.0f}", p.description)
-            for p in profiles]
-    head = ("profile", "GPUs", "KV B/token", "KV tokens", "link GB/s", "description")
-    return _table(head, rows, fmt)
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
-
-
-def _fmt(value: Any, spec: str = ".3g", unit: str = "") -> str:
-    if isinstance(value, Missing) or value is None:
-        return "n/a"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "∞"
-    return f"{value:{spec}}{unit}"
-
-
-def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]], fmt: str) -> str:
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines) + "\n"
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(out) + "\n"
-
-
-def _ratio_words(ratio: Any) -> str:
-    if isinstance(ratio, Missing):
-        return "n/a"
-    return f"{ratio:.2f} prefill per decode" if ratio >= 1 else \
-        f"1 prefill per {1 / ratio:.2f} decode"
-
-
-def _sections(plan: RatioPlan) -> list[tuple[str, list[tuple[str, str]]]]:
-    c = plan.capacity
-    w = plan.workload
-    gbps = 1e9
-    from pdprobe.analysis.base import SloAttainment
-
-    verified: object = c.verified
-    if isinstance(verified, SloAttainment):
-        ver = (f"simulated TTFT within SLO {_fmt(verified.ttft, '.1%')}, "
-               f"TPOT within SLO {_fmt(verified.tpot, '.1%')} ({verified.method})")
-    else:
-        ver = verified.reason if isinstance(verified, Missing) else "not verified"
-    corr = "n/a" if w.prompt_output_corr is None else f"{w.prompt_output_corr:+.2f}"
-    return [
-        ("Workload", [
-            ("source", w.source),
-            ("requests", f"{w.requests:,}"),
-            ("arrival rate", f"{w.arrival_rate_rps:.3g} req/s (ca² {w.arrival_cv2:.2f}: "
-                             f"{w.arrival_cv2_source})"),
-            ("prompt tokens", f"mean {w.prompt_tokens.mean:,.0f} / p50 {w.prompt_tokens.p50:,.0f}"
-                              f" / p90 {w.prompt_tokens.p90:,.0f} / p99 {w.prompt_tokens.p99:,.0f}"),
-            ("output tokens", f"mean {w.output_tokens.mean:,.0f} / p50 {w.output_tokens.p50:,.0f}"
-                              f" / p90 {w.output_tokens.p90:,.0f} / p99 {w.output_tokens.p99:,.0f}"),
-            ("prefix hit rate", f"{w.hit_rate:.0%}"),
-            ("prompt×output correlation", corr),
-        ]),
-        ("Model", [
-            ("profile", f"{plan.profile}: {plan.profile_description}"),
-            ("performance", c.model_source),
-            ("objectives", f"TTFT {c.slo_ttft_s:g} s, TPOT {c.slo_tpot_s:g} s at p90"
-                           + (f" (default: {', '.join(c.slo_defaulted)})" if c.slo_defaulted
-                              else "")),
-        ]),
-        ("Answer", [
-            ("theoretical ratio", f"{_fmt(c.theoretical_ratio, '.3f')} "
-                                  f"({_ratio_words(c.theoretical_ratio)})"),
-            ("recommended", f"{_fmt(c.recommended_prefill, 'd')} prefill + "
-                            f"{_fmt(c.recommended_decode, 'd')} decode instances"),
-            ("binding stage", f"{_fmt(c.binding, 's')} (utilisation prefill "
-                              f"{_fmt(c.prefill_utilization, '.0%')}, decode "
-                              f"{_fmt(c.decode_utilization, '.0%')}, transfer "
-                              f"{_fmt(c.transfer_utilization, '.1%')})"),
-            ("prefill sized by", f"{_fmt(c.prefill_limit, 's')}; est. TTFT p90 "
-                                 f"{_fmt(c.ttft_estimate_p90_s, '.2f', ' s')}, mean "
-                                 f"{_fmt(c.ttft_estimate_mean_s, '.2f', ' s')} (M/D/1 "
-                                 f"{_fmt(c.md1_ttft_s, '.2f', ' s')}); within SLO "
-                                 f"{_fmt(c.ttft_attainment_estimate, '.1%')}"),
-            ("decode sized by", f"{_fmt(c.decode_limit, 's')}; batch "
-                                f"{_fmt(c.decode_batch_size, '.0f')} limited by "
-                                f"{_fmt(c.decode_batch_limit, 's')}, step "
-                                f"{_fmt(c.decode_step_s, '.3f', ' s')}, context "
-                                f"{_fmt(c.decode_context_tokens, ',.0f')} tokens/seq"),
-            ("per-instance capacity", f"prefill {_fmt(c.prefill_capacity_rps, '.3g')} req/s, "
-                                      f"decode {_fmt(c.decode_capacity_rps, '.3g')} req/s"),
-            ("KV transfer", f"{_fmt(c.kv_bytes_per_token, ',.0f')} B/token; needs "
-                            f"{_fmt(_div(c.transfer_required_bytes_per_s, gbps), '.2f')} of "
-                            f"{_fmt(_div(c.transfer_capacity_bytes_per_s, gbps), '.1f')} GB/s "
-                            "per node"),
-            ("verified by simulation", ver),
-        ]),
-        ("Mean-based planner (f(mean ISL), ctx = ISL + OSL/2)", [
-            ("ratio", f"{_fmt(c.mean_based_ratio, '.3f')}"),
-            ("counts", f"{_fmt(c.mean_based_prefill, 'd')} prefill + "
-                       f"{_fmt(c.mean_based_decode, 'd')} decode"),
-            ("Jensen gap", f"prefill work {_fmt(c.jensen_gap_prefill, '+.1%')}, decode context "
-                           f"{_fmt(c.jensen_gap_decode, '+.1%')}"),
-        ]),
-    ]
-
-
-def _div(value: Any, by: float) -> Any:
-    return value if isinstance(value, Missing) else value / by
-
-
-def _band_rows(plan: RatioPlan) -> list[tuple[str, str, str, str, str]]:
-    c = plan.capacity
-    rows = [("as given", _fmt(c.recommended_prefill, "d"), _fmt(c.recommended_decode, "d"),
-             _fmt(c.theoretical_ratio, ".3f"), _fmt(c.binding, "s"))]
-    rows += [(b.label, str(b.prefill), str(b.decode), f"{b.theoretical_ratio:.3f}",
-              b.binding or "n/a") for b in c.band]
-    return rows
-
-
-def render_plan(plan: RatioPlan, fmt: str) -> str:
-    """The plan as text, markdown or JSON."""
-    if fmt == "json":
-        return json.dumps(plan_to_json(plan), indent=2, allow_nan=False) + "\n"
-    md = fmt == "markdown"
-    out: list[str] = ["# pdprobe ratio plan\n" if md else "pdprobe ratio plan\n"]
-    for title, items in _sections(plan):
-        if md:
-            out.append(f"\n## {title}\n\n" + _table(("", ""), [(f"**{k}**", v) for k, v in items],
-                                                    "markdown"))
-        else:
-            width = max(len(k) for k, _ in items)
-            out.append(f"\n{title}\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in items)
-                       + "\n")
-    head = ("what-if", "prefill", "decode", "theoretical", "binding")
-    band = _table(head, list(_band_rows(plan)), "markdown" if md else "text")
-    out.append(("\n## Band\n\n" if md else "\nBand\n") + band)
-    if plan.capacity.notes:
-        bullet = "- " if md else "  - "
-        out.append(("\n## Notes\n\n" if md else "\nNotes\n")
-                   + "\n".join(bullet + n for n in plan.capacity.notes) + "\n")
-    return "".join(out)
-
-
-def plan_to_json(plan: RatioPlan) -> dict[str, Any]:
-    """The plan as plain JSON data; Missing values are null with reasons under ``missing``."""
-    missing: dict[str, str] = {}
-
-    def value(obj: Any, path: str) -> Any:
-        if isinstance(obj, Missing):
-            missing[path] = obj.reason
-            return None
-        if isinstance(obj, float):
-            return obj if math.isfinite(obj) else None
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return {f.name: value(getattr(obj, f.name), f"{path}.{f.name}")
-                    for f in dataclasses.fields(obj)}
-        if isinstance(obj, dict):
-            return {str(k): value(v, f"{path}.{k}") for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [value(v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        if hasattr(obj, "item"):
-            return value(obj.item(), path)
-        return obj
-
-    c = plan.capacity
-    out = {
-        "schema_version": PLAN_SCHEMA_VERSION,
-        "kind": "ratio-plan",
-        "profile": plan.profile,
-        "slo": {"ttft_s": c.slo_ttft_s, "tpot_s": c.slo_tpot_s, "attainment": 0.9,
-                "defaulted": list(c.slo_defaulted)},
-        "workload": value(plan.workload, "workload"),
-        "ratio": {
-            "theoretical": value(c.theoretical_ratio, "ratio.theoretical"),
-            "recommended": {"prefill": value(c.recommended_prefill, "ratio.recommended.prefill"),
-                            "decode": value(c.recommended_decode, "ratio.recommended.decode")},
-            "binding": value(c.binding, "ratio.binding"),
-            "mean_based": {"theoretical": value(c.mean_based_ratio, "ratio.mean_based.theoretical"),
-                           "prefill": value(c.mean_based_prefill, "ratio.mean_based.prefill"),
-                           "decode": value(c.mean_based_decode, "ratio.mean_based.decode")},
-        },
-        "band": value(c.band, "band"),
-        "capacity": value(c, "capacity"),
-        "notes": list(c.notes),
-    }
-    out["missing"] = dict(sorted(missing.items()))
-    return out

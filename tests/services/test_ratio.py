@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pdprobe.cli.app import app
 from pdprobe.errors import InputError, UsageError
-from pdprobe.services.ratio import RatioRequest, plan_ratio, render_plan, render_profiles
+from pdprobe.services.ratio import RatioRequest, plan_ratio
 
 runner = CliRunner()
 TRACES = ("AzureLLMInferenceTrace_code.csv", "AzureLLMInferenceTrace_conv.csv",
@@ -86,23 +86,6 @@ def test_trace_timings_calibrate_the_plan(tmp_path: Path) -> None:
     assert "fit to" in plan.capacity.model_source
     assert plan.capacity.fit_quality["prefill_scale_vs_profile"] == pytest.approx(2.5, rel=0.05)
     assert any("slower than profile" in n for n in plan.capacity.notes)
-
-
-def test_render_formats() -> None:
-    plan = plan_ratio(RatioRequest(prompt_mean=2000, prompt_p90=5000, output_mean=300,
-                                   output_p90=600, rate_rps=20.0))
-    text = render_plan(plan, "text")
-    assert "theoretical ratio" in text and "Mean-based planner" in text and "Band" in text
-    md = render_plan(plan, "markdown")
-    assert md.startswith("# pdprobe ratio plan") and "| what-if |" in md
-    data = json.loads(render_plan(plan, "json"))
-    assert data["ratio"]["recommended"]["prefill"] == plan.capacity.recommended_prefill
-    assert data["ratio"]["theoretical"] == pytest.approx(plan.capacity.theoretical_ratio)
-    assert data["ratio"]["mean_based"]["prefill"] == plan.capacity.mean_based_prefill
-    assert len(data["band"]) == len(plan.capacity.band)
-    assert data["missing"]["capacity.verified"].startswith("not verified")
-    assert "qwen3-235b-h20-tp8" in render_profiles("text")
-    assert json.loads(render_profiles("json"))[0]["kv_bytes_per_token"] > 0
 
 
 def test_cli_list_profiles_and_errors() -> None:
