@@ -43,7 +43,8 @@ def check_command(
 ) -> int:
     """Check that pdprobe can diagnose a live cluster, and what it will be able to judge."""
     from pdprobe.collectors.roles import RoleOptions
-    from pdprobe.services.check import check, render_text, to_json
+    from pdprobe.report.check_view import render_text, to_json
+    from pdprobe.services.check import check
 
     live = require_target("check", target)
     if output is not None and not is_stdout(output):

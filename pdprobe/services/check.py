@@ -8,10 +8,8 @@ queries.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -20,7 +18,9 @@ from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.errors import PdprobeError
 from pdprobe.redact import Redactor
+from pdprobe.report.check_view import Capability, CheckResult
 from pdprobe.safe_text import clean
+from pdprobe.units import fmt_duration
 
 if TYPE_CHECKING:
     from pdprobe.collectors.promql_plan import Window
@@ -37,39 +37,6 @@ _PREFERRED: Final = re.compile(r"num_requests_running|requests_running|num_runni
 # How a role was decided, without the value: "label tier='ctx'" counts as "label tier".
 _ROLE_HOW: Final = re.compile(r"(label [\w-]+|name pattern in \w+|metrics map selector|--\w+-match|"
                               r"no label, name pattern or evidence)")
-
-
-@dataclass(frozen=True)
-class Capability:
-    code: str
-    name: str
-    cause: str
-    verdict: str  # yes | partial | no
-    reason: str
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The doctor's answer; ``usable`` decides the exit code (0 usable, 3 not)."""
-
-    url: str
-    usable: bool
-    reachable: bool
-    authenticated: bool
-    problem: str | None = None  # one line when not usable
-    server_version: str | None = None
-    clock_skew_s: float | None = None
-    window: dict[str, Any] = field(default_factory=dict)
-    discovery: str = ""
-    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    roles: dict[str, list[str]] = field(default_factory=dict)
-    role_sources: dict[str, int] = field(default_factory=dict)
-    capabilities: tuple[Capability, ...] = ()
-    planned_queries: int = 0
-    issued_queries: int = 0
-    elapsed_s: float = 0.0
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
 
 
 def check(target: PrometheusTarget, ctx: ReadContext | None = None,
@@ -198,15 +165,8 @@ def _span_text(start_ts: float, end_ts: float) -> str:
 
 
 def _ago(seconds: float) -> str:
-    """A distance in time for people: ``45 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
+    """A distance in time in the units module's wording: ``45s``, ``12m30s``, ``3h05m``."""
+    return fmt_duration(max(0.0, seconds))
 
 
 def capabilities(signals: frozenset[str], by_role: dict[str, list[str]]) -> tuple[Capability, ...]:
@@ -248,52 +208,6 @@ def capabilities(signals: frozenset[str], by_role: dict[str, list[str]]) -> tupl
             reason = f"lacks {', '.join(n.label for n in unmet)}"
         out.append(Capability(rule.code, rule.name, rule.cause, verdict, reason))
     return tuple(out)
-
-
-def to_json(result: CheckResult) -> str:
-    doc = asdict(result)
-    doc["schema"] = "pdprobe-check/1"
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-def render_text(result: CheckResult) -> str:
-    lines = [f"pdprobe check: {result.url}: {'usable' if result.usable else 'NOT usable'}"]
-    if result.problem:
-        lines.append(f"  problem         {result.problem}")
-    lines.append(f"  connectivity    {'ok' if result.reachable else 'FAILED'}"
-                 + (f" (server {result.server_version})" if result.server_version else ""))
-    if result.reachable:
-        lines.append(f"  authentication  {'ok' if result.authenticated else 'FAILED'}")
-    if result.clock_skew_s is not None:
-        lines.append(f"  clock           server {result.clock_skew_s:+.1f} s from this machine")
-    if result.window:
-        w = result.window
-        lines.append(f"  window          {w['start']} to {w['end']}, step {w['step_s']:g} s "
-                     f"(counters and histograms {w['coarse_step_s']:g} s)")
-    if result.discovery:
-        lines.append(f"  discovery       {result.discovery}")
-    for engine, info in result.engines.items():
-        version = f" ({info['version']})" if info.get("version") else ""
-        lines.append(f"  {engine:<15} {len(info['families'])} families{version}")
-    if result.roles or (result.reachable and result.authenticated and result.window):
-        counts = ", ".join(f"{len(v)} {k}" for k, v in result.roles.items()) or "no instances"
-        lines.append(f"  roles           {counts}")
-        for how, n in sorted(result.role_sources.items(), key=lambda kv: -kv[1]):
-            lines.append(f"                  {n} by {how}")
-    if result.capabilities:
-        lines.append("What a diagnosis can judge from these metrics:")
-        for cap in result.capabilities:
-            lines.append(f"  {cap.verdict:<8}{cap.code} {cap.name} ({cap.cause}): {cap.reason}")
-    if result.planned_queries:
-        lines.append(f"A diagnosis would issue about {result.planned_queries} queries; this "
-                     f"check issued {result.issued_queries} in {result.elapsed_s:.2f} s.")
-    if result.warnings:
-        lines.append("Warnings:")
-        lines.extend(f"  - {w}" for w in result.warnings)
-    if result.notes:
-        lines.append("Notes:")
-        lines.extend(f"  - {n}" for n in result.notes)
-    return "\n".join(lines) + "\n"
 
 
 def _iso(ts: float) -> str:
