@@ -44,6 +44,8 @@ class NodeSpec:
 
     @property
     def exporter_instance(self) -> str:
+        """The node_exporter target of this node (``host:9100``), as a Prometheus ``instance``
+        label."""
         return f"{self.host}:{NODE_EXPORTER_PORT}"
 
 
@@ -73,10 +75,12 @@ class InstanceSpec:
 
 @dataclass(frozen=True)
 class Layout:
+    """Where every simulated engine runs: the nodes and the instances placed on them."""
     nodes: tuple[NodeSpec, ...]
     instances: tuple[InstanceSpec, ...]
 
     def of_role(self, role: str) -> tuple[InstanceSpec, ...]:
+        """The instances of one role (``prefill`` or ``decode``), in placement order."""
         return tuple(i for i in self.instances if i.role == role)
 
 

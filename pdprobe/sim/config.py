@@ -71,6 +71,8 @@ class LengthDist:
         return (1 - self.weight2) * m1 + self.weight2 * m2
 
     def describe(self) -> str:
+        """The distribution in the ``--prompt``/``--output`` syntax it was parsed from
+        (``lognormal:median=2000,sigma=0.6``)."""
         if self.kind == "fixed":
             return f"fixed:{int(self.median)}"
         base = f"{self.kind}:median={self.median:g},sigma={self.sigma:g}"
@@ -117,6 +119,8 @@ def parse_length_dist(text: str, what: str) -> LengthDist:
 
 
 def validate_length_dist(dist: LengthDist, what: str) -> None:
+    """Reject a length distribution the sampler cannot draw from (unknown kind, lengths under one
+    token, bad spread), naming the option ``what``."""
     if dist.kind not in LENGTH_KINDS:
         raise UsageError(f"{what}: unknown distribution {dist.kind!r}",
                          hint=f"use one of {', '.join(LENGTH_KINDS)}")
@@ -215,12 +219,15 @@ class Fault:
     params: tuple[tuple[str, float | str], ...] = ()
 
     def get(self, key: str) -> Any:
+        """A fault parameter: the value given, else the fault kind's default."""
         for k, v in self.params:
             if k == key:
                 return v
         return FAULT_KINDS[self.kind].defaults[key]
 
     def describe(self) -> str:
+        """The fault in the ``--fault`` syntax (``kind:key=value,...``), for scenario files and
+        summaries."""
         if not self.params:
             return self.kind
         return self.kind + ":" + ",".join(f"{k}={v}" for k, v in self.params)
@@ -292,22 +299,28 @@ class SimConfig:
 
     # --- derived views ---
     def faults_of(self, kind: str) -> tuple[Fault, ...]:
+        """Every configured fault of one kind (a kind may be given more than once)."""
         return tuple(f for f in self.faults if f.kind == kind)
 
     def fault(self, kind: str) -> Fault | None:
+        """The first configured fault of one kind, or None when it is not injected."""
         found = self.faults_of(kind)
         return found[0] if found else None
 
     @property
     def transport(self) -> str:
+        """The KV-transfer transport: ``tcp`` under the no-rdma fault, else ``rdma``."""
         return "tcp" if self.fault("no-rdma") else "rdma"
 
     @property
     def instances_per_node(self) -> int:
+        """Engine instances one node holds: its GPUs over the profile's GPUs per instance (at least
+        one)."""
         return max(1, self.gpus_per_node // max(1, self.profile.gpus_per_instance))
 
     @property
     def model_name(self) -> str:
+        """The served model's name, as the engines report it in metrics and logs."""
         return self.profile.model.name
 
     # --- persistence ---
@@ -339,6 +352,8 @@ class SimConfig:
 
     @classmethod
     def from_toml(cls, path: Path) -> SimConfig:
+        """Read a ``scenario.toml`` written by ``to_toml``; a missing or malformed file is a
+        ``UsageError`` naming it."""
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError as exc:

@@ -35,6 +35,8 @@ RESUME_STEPS: Final = 32
 
 
 class DecodeInstance:
+    """One simulated decode engine: admits requests whose KV has arrived, runs continuous-batching
+    steps, preempts under KV pressure and keeps the counters its metrics and logs report."""
     __slots__ = (
         "B",
         "J",
@@ -235,14 +237,20 @@ class DecodeInstance:
         return req.prompt[rid] + self.preempted.get(rid, 0)
 
     def enqueue(self, eng: Engine, rid: int) -> None:
+        """Queue a request for admission and admit what fits now."""
         self.admit_q.append(rid)
         self.sync(eng.now)
         self.try_admit(eng)
 
     def occupancy(self) -> int:
+        """Sequences holding KV here: running, being transferred in, and arrived but not yet
+        batched."""
         return self.B + self.n_xfer + len(self.pending)
 
     def try_admit(self, eng: Engine) -> None:
+        """Admit queued requests in order while the batch has room and their KV fits under the
+        watermark (a preempted one only with room to run); remote-KV admissions start their
+        transfer, local and resumed ones rejoin the batch."""
         rejoined = False
         while self.admit_q:
             rid = self.admit_q[0]
@@ -267,6 +275,8 @@ class DecodeInstance:
             self._schedule_join(eng)
 
     def on_kv_ready(self, eng: Engine, rid: int) -> None:
+        """A request's KV has arrived: count the externally computed tokens and queue it to join the
+        batch."""
         self.n_xfer -= 1
         req = eng.req
         self.ctr_external += req.prompt[rid] - req.cached_d[rid]
@@ -275,6 +285,7 @@ class DecodeInstance:
         self._schedule_join(eng)
 
     def on_kv_failed(self, eng: Engine, rid: int) -> None:
+        """A KV transfer failed: free its reservation, count the error and admit the next request."""
         self.n_xfer -= 1
         self.used -= self._need(eng, rid)
         self.ctr_err += 1
@@ -297,6 +308,8 @@ class DecodeInstance:
 
     # --- boundaries ---
     def on_wake(self, eng: Engine, version: int) -> None:
+        """A scheduled wake-up: advance the batch by the steps planned, unless the plan was
+        superseded (``version``)."""
         if version != self.version:
             return
         n = self.wake_steps
@@ -305,6 +318,8 @@ class DecodeInstance:
         self.process_boundary(eng)
 
     def process_boundary(self, eng: Engine) -> None:
+        """At a step boundary: finish the sequences whose last token is due, admit and join the
+        pending ones, preempt the newest on KV pressure and plan the next wake-up."""
         req = eng.req
         heap = self.heap
         while heap and heap[0][0] <= self.step:
@@ -410,12 +425,15 @@ class DecodeInstance:
 
     # --- views for ticks ---
     def context_tokens(self) -> int:
+        """Tokens of context held by the running batch now (prompt plus generated)."""
         return self.P + self.step * self.B - self.J
 
     def busy_until(self, now: float) -> float:
+        """Busy seconds accumulated so far (for utilisation)."""
         return self.busy_s
 
     def generated_of(self, rid: int) -> int:
+        """Tokens generated so far for a request (kept across a preemption)."""
         if rid in self.join:
             return self.step - self.join[rid]
         return self.preempted.get(rid, 0)

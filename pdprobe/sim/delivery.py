@@ -94,9 +94,11 @@ class Delivery:
 
     @property
     def is_default(self) -> bool:
+        """True for the default delivery (every file written in the engines' own layout)."""
         return self == Delivery()
 
     def describe(self) -> str:
+        """The delivery in the ``--delivery`` syntax (``key=value,...``), for scenario files."""
         return ",".join(f"{f.name}={str(getattr(self, f.name)).lower()}" for f in fields(self))
 
 

@@ -90,10 +90,13 @@ class SimResult:
 
     @property
     def n_requests(self) -> int:
+        """Requests in the simulated run."""
         return int(self.requests["arrival_s"].size)
 
 
 class Engine:
+    """The discrete-event loop: arrivals, routing, prefill passes, KV transfers and decode steps of
+    one simulated cluster, with the scrapes and log events its writers turn into captures."""
     def __init__(self, config: SimConfig, itl_bounds: tuple[float, ...]) -> None:
         self.config = config
         self.rng = np.random.default_rng(config.seed)
@@ -159,10 +162,12 @@ class Engine:
 
     # --- helpers the components call ---
     def next_token(self) -> int:
+        """A fresh token for invalidating scheduled events (a newer plan supersedes an older one)."""
         self._token += 1
         return self._token
 
     def blocks_of(self, rid: int) -> list[int]:
+        """A request's prefix-cache block ids (cached per request; the trace stores them flat)."""
         lst = self._block_lists.get(rid)
         if lst is None:
             assert self.blocks is not None and self._block_off is not None
@@ -171,9 +176,12 @@ class Engine:
         return lst
 
     def log_event(self, t: float, gidx: int, kind: str, rid: int, detail: int = 0) -> None:
+        """Record one engine-log event (time, instance, kind, request, detail) for the log writers."""
         self.log.append((t, gidx, kind, rid, detail))
 
     def on_prefilled(self, rid: int) -> None:
+        """A prefill pass finished a request: hand it to its decode instance (SGLang transfers
+        first, vLLM admits first)."""
         d = self.decodes[self.req.d_inst[rid]]
         if self.sglang:
             self._start_transfer(rid, d)
@@ -181,6 +189,8 @@ class Engine:
             d.enqueue(self, rid)
 
     def on_decode_admitted(self, rid: int, d: DecodeInstance) -> None:
+        """A decode instance admitted a request: stamp the admission, count the prefix-cache hit and
+        start its KV transfer."""
         req = self.req
         req.t_admit[rid] = self.now
         prompt = req.prompt[rid]
@@ -208,11 +218,13 @@ class Engine:
         self.links.start(self, rid, p.node, d.node, nbytes)
 
     def on_finished(self, rid: int) -> None:
+        """A request produced its last token: release its routing load and drop its block list."""
         self.router.release(self.req.d_inst[rid], self.req.prompt[rid])
         self.req.done += 1
         self._block_lists.pop(rid, None)
 
     def stop_instance(self, inst: PrefillInstance | DecodeInstance) -> None:
+        """Take an instance out of service (scale-in or a crash fault) at the current time."""
         inst.alive = False
         inst.stop_s = self.now
 
@@ -346,6 +358,8 @@ class Engine:
             req.done += 1
 
     def run(self) -> SimResult:
+        """Run every event to the end of the configured duration and return the requests, scrapes
+        and logs."""
         started = time.perf_counter()
         cfg = self.config
         req = self.req

@@ -53,10 +53,13 @@ class Effective:
     local_prefill_share: float = 0.0  # not-disaggregated: requests decode prefills itself
 
     def speed_factor(self, role: str, role_index: int) -> float:
+        """How much slower one instance runs (1.0 unless the straggler fault names it)."""
         return self.stragglers.get((role, role_index), 1.0)
 
 
 def effective(config: SimConfig) -> Effective:
+    """The configured faults resolved into the numbers the engine uses (KV capacity, link bandwidth,
+    retransmit rate, routing skew, stragglers)."""
     p = config.profile
     small = config.fault("small-kv")
     contended = config.fault("contended-link")

@@ -32,11 +32,13 @@ SUMMARY_QUANTILES: Final = (50.0, 90.0, 99.0)
 
 @dataclass(frozen=True)
 class Percentiles:
+    """Three latency percentiles of a simulated run, for the summary."""
     p50: float
     p90: float
     p99: float
 
     def fmt(self, scale: float = 1.0, unit: str = "s", digits: int = 3) -> str:
+        """``p50 1.234s  p90 ...`` with the values scaled (``1e3`` for ms) and ``digits`` decimals."""
         return (f"p50 {self.p50 * scale:.{digits}f}{unit}  p90 {self.p90 * scale:.{digits}f}{unit}"
                 f"  p99 {self.p99 * scale:.{digits}f}{unit}")
 
@@ -116,6 +118,8 @@ def run_simulation(config: SimConfig) -> SimResult:
 
 def summarize(result: SimResult, output_dir: Path | None = None,
               files: tuple[str, ...] = ()) -> SimSummary:
+    """The run's headline numbers (requests, SLO attainment, utilisation, latencies) and the files
+    written."""
     cfg = result.config
     r = result.requests
     n = r["arrival_s"].size

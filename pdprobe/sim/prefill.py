@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 class PrefillInstance:
+    """One simulated prefill engine: chunked-prefill passes over a queue, a prefix cache, and the
+    counters its metrics and logs report."""
     __slots__ = (
         "a",
         "active",
@@ -97,6 +99,7 @@ class PrefillInstance:
 
     # --- queue ---
     def enqueue(self, eng: Engine, rid: int) -> None:
+        """Queue a request for prefill (its cached prefix skipped) and start a pass when idle."""
         req = eng.req
         prompt = req.prompt[rid]
         cached = 0
@@ -157,6 +160,8 @@ class PrefillInstance:
                                  self.outstanding - tokens))
 
     def on_pass_done(self, eng: Engine) -> None:
+        """A prefill pass ended: account busy time, hand finished requests on and start the next
+        pass."""
         req = eng.req
         now = eng.now
         self.busy_s += now - self.pass_start
@@ -195,13 +200,18 @@ class PrefillInstance:
 
     # --- views for ticks ---
     def running(self) -> int:
+        """Requests in the current pass."""
         return len(self.batch)
 
     def waiting(self) -> int:
+        """Requests queued behind the current pass."""
         return len(self.queue) - len(self.batch)
 
     def busy_until(self, now: float) -> float:
+        """Busy seconds so far, the running pass included."""
         return self.busy_s + (now - self.pass_start if self.batch else 0.0)
 
     def is_empty(self) -> bool:
+        """True when nothing is queued, in flight or waiting to bootstrap (a stopped instance may
+        then leave)."""
         return not self.queue and self.inflight == 0 and self.bootstrap_waiting == 0

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 
 class Router:
+    """The simulated router: picks a prefill and a decode instance per request by policy
+    (least-tokens, round-robin or kv-aware), skewed when the routing-skew fault is injected."""
     def __init__(self, policy: str, eff: Effective, rng: np.random.Generator,
                  prefills: list[PrefillInstance], decodes: list[DecodeInstance]) -> None:
         self.policy = policy
@@ -41,6 +43,8 @@ class Router:
         self.use_hits = policy == "kv-aware" and not eff.ignore_kv_hits
 
     def route(self, eng: Engine, rid: int) -> tuple[PrefillInstance, DecodeInstance]:
+        """Choose the prefill and decode instance for a request and book its prompt on the decode's
+        load."""
         prompt = eng.req.prompt[rid]
         ids = eng.blocks_of(rid) if (self.use_hits and eng.blocks is not None) else None
         p = self._pick_prefill(eng, prompt, ids)
@@ -49,6 +53,7 @@ class Router:
         return p, d
 
     def release(self, d_idx: int, prompt: int) -> None:
+        """Take a finished request's prompt off its decode instance's load."""
         self.d_load[d_idx] -= prompt
 
     def _pick_prefill(self, eng: Engine, prompt: int, ids: list[int] | None) -> PrefillInstance:

@@ -38,10 +38,12 @@ class EventQueue:
         self._seq = 0
 
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
+        """Schedule an event of ``kind`` at time ``t`` (ties run in insertion order)."""
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, a, b))
 
     def pop(self) -> tuple[float, int, int, int, int]:
+        """The next event: ``(t, seq, kind, a, b)``."""
         return heapq.heappop(self._heap)
 
     def __len__(self) -> int:
@@ -109,6 +111,8 @@ class PrefixCache:
         return n
 
     def insert(self, ids: list[int]) -> None:
+        """Add blocks to the cache as most recently used, evicting the least recently used beyond
+        capacity."""
         blocks = self._blocks
         for b in ids:
             if b in blocks:

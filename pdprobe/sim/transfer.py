@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 
 class Transfer:
+    """One KV transfer in flight: source and destination node, bytes left, its share of the link and
+    whether it will fail."""
     __slots__ = ("delay", "dst", "fail", "last", "rate", "remaining", "rid", "src", "version")
 
     def __init__(self, rid: int, src: int, dst: int, nbytes: float, delay: float,
@@ -60,6 +62,8 @@ class Links:
         self._next = 0
 
     def start(self, eng: Engine, rid: int, src: int, dst: int, nbytes: float) -> None:
+        """Start a request's KV transfer between two nodes (after any retransmit timeouts); the
+        link's bandwidth is shared by the transfers on it."""
         eff = self.eff
         timeouts = 0
         fail = False
@@ -111,6 +115,7 @@ class Links:
         return True
 
     def on_begin(self, eng: Engine, tid: int) -> None:
+        """A transfer's bytes begin to flow: stamp it and re-plan the link's rates."""
         tr = self.active[tid]
         eng.req.t_xfer[tr.rid] = eng.now
         if tr.remaining <= 0:
@@ -122,6 +127,7 @@ class Links:
         self._reshare(eng, tr.src, tr.dst)
 
     def on_done(self, eng: Engine, tid: int, version: int) -> None:
+        """A transfer's planned completion: finish it unless it was re-planned since (``version``)."""
         tr = self.active.get(tid)
         if tr is None or tr.version != version:
             return
@@ -168,4 +174,5 @@ class Links:
                 self._credit(tr, now)
 
     def in_flight_to(self, node: int) -> int:
+        """Transfers currently arriving at a node."""
         return len(self.on_node[node])

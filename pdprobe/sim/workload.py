@@ -43,6 +43,7 @@ class Workload:
 
     @property
     def n(self) -> int:
+        """Requests in the workload."""
         return int(self.arrival_s.size)
 
 

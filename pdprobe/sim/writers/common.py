@@ -41,6 +41,7 @@ def open_out(path: Path, compress: bool) -> IO[str]:
 
 
 def out_name(path: Path, compress: bool) -> Path:
+    """The output path, with ``.gz`` appended when compressing."""
     return path.with_name(path.name + ".gz") if compress else path
 
 

@@ -72,6 +72,7 @@ def fixed(values: npt.NDArray[np.float64], decimals: int) -> pa.Array:
 
 
 def ints(values: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> pa.Array:
+    """Values as an int64 Arrow array (floats rounded), for log columns printed as integers."""
     import pyarrow as pa
 
     arr = np.asarray(values)

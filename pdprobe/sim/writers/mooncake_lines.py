@@ -27,10 +27,14 @@ NIC_INACTIVE_LINENO: Final = 287  # worker_pool.cpp "Too many errors found in lo
 
 
 def uses_mooncake(result: SimResult) -> bool:
+    """True when the run's KV moves through Mooncake (SGLang, or vLLM with the Mooncake connector),
+    so Mooncake transfer-engine log lines are written."""
     return result.config.engine == "sglang" or result.config.kv_connector == "mooncake"
 
 
 def mooncake_lines(result: SimResult, inst: int, tid: int) -> tuple[npt.NDArray[np.float64], pa.Array]:
+    """The Mooncake transfer-engine log lines of one instance: their times and texts (empty when
+    Mooncake is not used)."""
     import pyarrow as pa
 
     if not uses_mooncake(result):

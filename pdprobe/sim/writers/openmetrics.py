@@ -145,15 +145,18 @@ def _scalar_family(sc: Scrapes, name: str, kind: str, help_text: str, roles: tup
 
 
 def f(field: str) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
+    """A metric's value from one scrape column (``F[field]``) of the scrape matrix."""
     col = F[field]
     return lambda X: X[:, col]
 
 
 def zero(X: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """A metric that is always zero (a family the engine exports but the simulation does not drive)."""
     return np.zeros(X.shape[0])
 
 
 def ratio(num: str, den: str) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
+    """A metric that is the ratio of two scrape columns (zero where the denominator is)."""
     a, b = F[num], F[den]
     return lambda X: np.divide(X[:, a], X[:, b], out=np.zeros(X.shape[0]), where=X[:, b] > 0)
 
