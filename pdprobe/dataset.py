@@ -87,6 +87,8 @@ EVENT_COLUMNS: Final[Mapping[str, str]] = {
 
 
 def empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:
+    """An empty frame with the given columns and dtypes (so a source without rows still has the
+    canonical schema)."""
     import pandas as pd
 
     return pd.DataFrame({name: pd.Series(pd.Categorical([], categories=sorted(
@@ -315,12 +317,16 @@ class Dataset:
     deployment: pd.DataFrame | None = None  # DEPLOYMENT_COLUMNS rows; None when no input had any
 
     def has_request_column(self, name: str) -> bool:
+        """True when an input really carried this request column (not just the canonical NaN
+        filler)."""
         return name in self.request_columns
 
     def instances_of(self, role: Role) -> tuple[InstanceInfo, ...]:
+        """The instances of one role, in dataset order."""
         return tuple(i for i in self.instances if i.role == role)
 
     def role_of(self, instance: str) -> Role:
+        """An instance's role, ``unknown`` for a name the dataset does not list."""
         for info in self.instances:
             if info.name == instance:
                 return info.role
@@ -328,9 +334,11 @@ class Dataset:
 
     @property
     def is_empty(self) -> bool:
+        """True when no input gave a request, a metric sample or a network sample."""
         return self.requests.empty and self.metrics.empty and self.network.empty
 
     def with_notes(self, *notes: str) -> Dataset:
+        """The dataset with notes appended (frozen: a new object)."""
         return replace(self, notes=self.notes + tuple(notes))
 
 

@@ -19,6 +19,7 @@ class PdprobeError(Exception):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
+        """The message and its hint on one line, as the CLI prints it."""
         return f"{self.message}: {self.hint}" if self.hint else self.message
 
 

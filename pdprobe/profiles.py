@@ -41,6 +41,8 @@ class ModelShape:
 
     @property
     def is_mla(self) -> bool:
+        """True for multi-head latent attention (DeepSeek-style): KV is one compressed latent per
+        layer."""
         return self.kv_lora_rank > 0
 
     def kv_bytes_per_token_logical(self) -> int:
@@ -89,6 +91,8 @@ class Profile:
 
     @property
     def kv_bytes_per_token(self) -> int:
+        """Physical KV bytes per token on one instance (all its GPUs together), as held and
+        transferred."""
         return self.model.kv_bytes_per_token_physical(self.gpus_per_instance)
 
     def prefill_time_s(self, tokens: float, tokens_sq: float | None = None) -> float:
@@ -97,9 +101,12 @@ class Profile:
         return self.prefill_a_s + self.prefill_b_s_per_token * tokens + self.prefill_c_s_per_token2 * sq
 
     def decode_step_s(self, batch: float, context_tokens: float) -> float:
+        """Seconds of one decode step for ``batch`` sequences holding ``context_tokens`` in all: a
+        fixed cost plus one per context token and one per sequence."""
         return self.decode_a_s + self.decode_b_s_per_ctx_token * context_tokens + self.decode_c_s_per_seq * batch
 
     def to_dict(self) -> dict[str, Any]:
+        """The profile as plain data (for ``--list-profiles --format json`` and scenario files)."""
         return asdict(self)
 
 

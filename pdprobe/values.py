@@ -29,6 +29,7 @@ Maybe: TypeAlias = Union[T, Missing]  # noqa: UP007 (mypy needs Union for a gene
 
 
 def is_missing(value: object) -> bool:
+    """True when ``value`` is a ``Missing`` (a type guard for ``Maybe`` values)."""
     return isinstance(value, Missing)
 
 
