@@ -23,6 +23,7 @@ from pdprobe.collectors.prometheus_target import PrometheusTarget
 
 
 class CheckFormat(StrEnum):
+    """``pdprobe check --format``: text for people, JSON for scripts."""
     text = "text"
     json = "json"
 
@@ -56,4 +57,5 @@ def check_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe check`` to the application."""
     app.command("check")(check_command)

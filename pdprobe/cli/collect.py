@@ -46,4 +46,5 @@ def collect_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe collect`` to the application."""
     app.command("collect")(collect_command)

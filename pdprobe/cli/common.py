@@ -37,6 +37,7 @@ def env(option: str) -> str:
 
 
 class OutputFormat(StrEnum):
+    """Report output formats, each a renderer registered in ``report/base.py``."""
     text = "text"
     json = "json"
     markdown = "markdown"
@@ -45,6 +46,7 @@ class OutputFormat(StrEnum):
 
 
 class FailOn(StrEnum):
+    """``--fail-on``: the lowest finding severity that makes the exit code non-zero."""
     warning = "warning"
     critical = "critical"
 
@@ -344,6 +346,7 @@ def write_report(report: Report, fmt: str, output: Path | None,
 
 
 def use_color() -> bool:
+    """Whether to colour standard output: a terminal, without ``NO_COLOR`` and not ``TERM=dumb``."""
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
@@ -372,6 +375,7 @@ class StderrProgress:
         self._progress.update(self._task, completed=fraction, description=what)
 
     def close(self) -> None:
+        """Stop the progress display (idempotent)."""
         if self._progress is not None:
             self._progress.stop()
 

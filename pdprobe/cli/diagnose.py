@@ -166,4 +166,5 @@ def diagnose_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe diagnose`` to the application."""
     app.command("diagnose")(diagnose_command)

@@ -19,6 +19,7 @@ from pdprobe.cli.common import (
 
 
 class DiffFormat(StrEnum):
+    """``pdprobe diff --format``: text, Markdown (for a pull request) or JSON."""
     text = "text"
     markdown = "markdown"
     json = "json"
@@ -63,4 +64,5 @@ def diff_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe diff`` to the application."""
     app.command("diff")(diff_command)

@@ -31,5 +31,6 @@ def rules_command() -> int:
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe explain`` and ``pdprobe rules`` to the application."""
     app.command("explain")(explain_command)
     app.command("rules")(rules_command)

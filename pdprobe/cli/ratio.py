@@ -20,6 +20,7 @@ from pdprobe.cli.common import (
 
 
 class PlanFormat(StrEnum):
+    """``pdprobe ratio --format``: text, JSON or Markdown."""
     text = "text"
     json = "json"
     markdown = "markdown"
@@ -87,4 +88,5 @@ def ratio_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe ratio`` to the application."""
     app.command("ratio")(ratio_command)

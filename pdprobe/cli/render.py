@@ -51,4 +51,5 @@ def render_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe render`` to the application."""
     app.command("render")(render_command)

@@ -13,11 +13,14 @@ from pdprobe.cli.common import env, info
 
 
 class EngineChoice(StrEnum):
+    """``--engine``: whose metric names, labels and log lines the capture is written in."""
     vllm = "vllm"
     sglang = "sglang"
 
 
 class NamingChoice(StrEnum):
+    """``--naming``: how the capture tells roles apart (a role label, the instance name, the engine
+    type or the pod name)."""
     role_label = "role-label"
     name = "name"
     engine_type = "engine-type"
@@ -26,22 +29,26 @@ class NamingChoice(StrEnum):
 
 
 class RouterChoice(StrEnum):
+    """``--router``: the simulated router's policy."""
     least_tokens = "least-tokens"
     round_robin = "round-robin"
     kv_aware = "kv-aware"
 
 
 class ConnectorChoice(StrEnum):
+    """``--kv-connector``: the KV-transfer library whose metrics and log lines are written."""
     mooncake = "mooncake"
     nixl = "nixl"
 
 
 class RequestsFormat(StrEnum):
+    """``--requests-format``: the request records' file format."""
     jsonl = "jsonl"
     parquet = "parquet"
 
 
 class BenchmarkFormat(StrEnum):
+    """``--benchmark-format``: write the requests as this load generator's output as well."""
     vllm_bench = "vllm-bench"
     sglang_bench = "sglang-bench"
     aiperf = "aiperf"
@@ -184,4 +191,5 @@ def simulate_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe simulate`` to the application."""
     app.command("simulate")(simulate_command)

@@ -96,4 +96,5 @@ def watch_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``pdprobe watch`` to the application."""
     app.command("watch")(watch_command)

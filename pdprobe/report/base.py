@@ -32,6 +32,7 @@ class RenderOptions:
 
 
 def renderer_for(fmt: str) -> RenderFn:
+    """The render function of a format, imported only when it is used (the CLI stays light)."""
     module_name, func = FORMATS[fmt].split(":")
     fn: RenderFn = getattr(importlib.import_module(module_name), func)
     return fn

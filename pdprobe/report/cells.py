@@ -106,6 +106,7 @@ def baseline_phrase(value: Any, baseline: Any, unit: str) -> str:
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 instance`` / ``3 instances`` (``words`` for an irregular plural)."""
     return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
@@ -131,6 +132,7 @@ def is_relative(start_ts: float | None) -> bool:
 
 
 def fmt_offset(seconds: float) -> str:
+    """A time relative to the window's start: ``+12m30s`` (a sign, then the duration)."""
     return "+" + fmt_duration(seconds) if seconds >= 0 else fmt_duration(seconds)
 
 
@@ -170,6 +172,7 @@ class Cell:
 
     @property
     def is_na(self) -> bool:
+        """True when the cell is n/a (it carries the reason why)."""
         return self.reason is not None
 
 
@@ -196,6 +199,7 @@ def quantile_cell(q: Any, attr: str, fmt: Callable[[Any], str]) -> Cell:
 
 @dataclass(frozen=True)
 class Table:
+    """A titled table of cells; ``numeric`` right-aligns columns, ``note`` prints under it."""
     title: str
     columns: tuple[str, ...]
     rows: tuple[tuple[Cell, ...], ...]
@@ -220,6 +224,7 @@ class Table:
 
 @dataclass(frozen=True)
 class KeyValue:
+    """One labelled value of a key/value section (summary, workload, capacity, SLO)."""
     label: str
     value: Cell
 
@@ -230,6 +235,7 @@ FLAG_MARK: Final = " !"
 
 
 def first_reason(*values: Any) -> str | None:
+    """The reason of the first ``Missing`` among ``values`` (None when all are known)."""
     for v in values:
         if isinstance(v, Missing):
             return v.reason
@@ -237,10 +243,12 @@ def first_reason(*values: Any) -> str | None:
 
 
 def name_list(names: Sequence[str], limit: int) -> str:
+    """Names joined by commas, the first ``limit`` shown and the rest counted (``a, b +3 more``)."""
     shown = ", ".join(names[:limit])
     return shown + (f" +{len(names) - limit} more" if len(names) > limit else "")
 
 
 
 def join_nonempty(parts: Iterable[str], sep: str = "; ") -> str:
+    """The non-empty parts joined by ``sep``."""
     return sep.join(p for p in parts if p)

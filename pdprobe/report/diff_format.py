@@ -46,6 +46,8 @@ def _columns(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
 
 
 def render_text(d: ReportDiff) -> str:
+    """The diff for a terminal: the verdict line, both reports' labels and status, then the findings
+    that changed."""
     d = _safe(d)
     out = [d.verdict,
            f"before {d.before_label} ({d.before_status})  →  after {d.after_label} "
@@ -84,6 +86,7 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
 
 
 def render_markdown(d: ReportDiff) -> str:
+    """The diff as Markdown, for a pull request or a deploy log."""
     d = _safe(d)
     out = [f"**{_md_cell(d.verdict)}**", "",
            f"before `{d.before_label}` ({d.before_status}) → after `{d.after_label}` "
@@ -108,6 +111,7 @@ def render_markdown(d: ReportDiff) -> str:
 
 
 def render_json(d: ReportDiff) -> str:
+    """The diff as JSON (``diff_schema_version``) for scripts."""
     data = {"diff_schema_version": DIFF_SCHEMA_VERSION, "verdict": d.verdict,
             **dataclasses.asdict(d)}
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

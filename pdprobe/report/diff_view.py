@@ -55,6 +55,8 @@ class InstanceMover:
 
 @dataclass(frozen=True)
 class ReportDiff:
+    """What changed between two reports (labels, statuses, findings that changed); ``verdict`` words
+    it as BETTER, WORSE or SAME."""
     before_label: str
     after_label: str
     before_status: str

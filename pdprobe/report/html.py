@@ -50,6 +50,7 @@ def _css() -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG, no script)."""
     view = safe_view(build_view(report))
     status = report.status
     title = f"pdprobe: {verdict_line(report)}"

@@ -19,6 +19,7 @@ from pdprobe.values import Missing
 
 
 def iso(ts: float | None) -> str | None:
+    """A Unix time as ISO 8601 UTC (``2023-11-16T18:17:03Z``), None when unknown."""
     if ts is None or (isinstance(ts, float) and not math.isfinite(ts)):
         return None
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
@@ -151,6 +152,7 @@ def to_json_dict(report: Report) -> dict[str, Any]:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    """The report as indented JSON, in the layout ``report.schema.json`` describes."""
     # orjson: indented output of a 10 MB report (a 512-instance cluster) in a few hundredths of
     # a second; the standard library's encoder falls back to pure Python when indenting.
     import orjson

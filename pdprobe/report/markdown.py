@@ -43,6 +43,7 @@ def _code_safe(text: str) -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    """The report as GitHub-flavoured Markdown (the verdict line alone with ``--quiet``)."""
     if options.quiet:
         return esc(verdict_line(report)) + "\n"
     view = safe_view(build_view(report))

@@ -34,6 +34,7 @@ class IdentityEntry:
 
 @dataclass(frozen=True)
 class RoleCounts:
+    """Instances found per role (None when a role's count is unknown)."""
     prefill: int | None
     decode: int | None
     unknown: int = 0
@@ -41,6 +42,8 @@ class RoleCounts:
 
 @dataclass(frozen=True)
 class Report:
+    """The diagnosis: status, findings, the analyses they rest on and the inputs used; every
+    renderer and the JSON schema read this."""
     schema_version: int
     status: Status
     pdprobe_version: str
@@ -64,10 +67,12 @@ class Report:
 
     @property
     def root_causes(self) -> tuple[Finding, ...]:
+        """The findings that are root causes (not consequences of another finding)."""
         return tuple(f for f in self.findings if f.is_root_cause)
 
     @property
     def worst_severity(self) -> Severity | None:
+        """The worst severity of any finding, None without findings."""
         if not self.findings:
             return None
         return max((f.severity for f in self.findings), key=lambda s: s.rank)
@@ -86,4 +91,5 @@ def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
 
 
 def unknown_capacity(reason: str) -> Missing:
+    """The capacity section's value when the model gave no answer, with the reason."""
     return Missing(reason)

@@ -39,10 +39,13 @@ def escape_label(value: str) -> str:
 
 
 def escape_help(text: str) -> str:
+    """A HELP text escaped for the Prometheus text format (backslashes and newlines)."""
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def fmt_sample(value: float | int) -> str:
+    """A sample value in the Prometheus text format (booleans as 0/1, ``NaN``/``+Inf`` spelt its
+    way)."""
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -110,6 +113,8 @@ def _reason(text: str) -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    """The report as Prometheus text-format metrics (for the node_exporter textfile collector or
+    ``watch``'s ``/metrics``)."""
     ex = _Exposition()
     ex.family("pdprobe_status", _STATUS_HELP,
               [({"status": report.status}, STATUS_VALUES[report.status])])

@@ -25,6 +25,7 @@ PLAN_SCHEMA_VERSION: Final = 1
 
 @dataclass(frozen=True)
 class LengthSummary:
+    """Mean and quantiles of one length distribution (tokens)."""
     mean: float
     p50: float
     p90: float

@@ -78,6 +78,7 @@ class RoleSeries:
 
     @property
     def peak(self) -> float:
+        """The highest known value of the aggregate series (NaN when none is known)."""
         finite = [v for v in self.values if math.isfinite(v)]
         return max(finite) if finite else float("nan")
 

@@ -108,6 +108,7 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 
 @dataclass(frozen=True)
 class Line:
+    """One line of a chart: its label, points and CSS series class."""
     label: str
     xs: tuple[float, ...]
     ys: tuple[float, ...]

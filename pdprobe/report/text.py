@@ -46,6 +46,8 @@ MAX_ROWS_QUIET: Final = 12
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    """The report for a terminal: the verdict, findings, instance tables with sparklines, workload,
+    capacity, SLO and inputs (rich, width-aware)."""
     console = Console(file=io.StringIO(), width=options.width, force_terminal=options.color,
                       color_system="standard" if options.color else None,
                       no_color=not options.color, highlight=False, emoji=False, markup=False,

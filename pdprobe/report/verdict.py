@@ -115,6 +115,8 @@ def recommendation_phrase(report: Report) -> str | None:
 
 
 def unknown_reason(report: Report) -> str:
+    """Why the status is unknown, for the verdict line: the service's reason, else the first
+    warning, else why there is no workload."""
     if report.status_reason:
         return report.status_reason
     if report.warnings:
@@ -203,6 +205,8 @@ def evidence_phrase(ev: Evidence, relative: bool, *, with_source: bool = True) -
 
 @dataclass(frozen=True)
 class FindingView:
+    """One finding as every renderer prints it: severity word, title, summary, evidence phrases,
+    next steps, relations and confidence."""
     finding: Finding
     severity: str  # "CRITICAL"
     title: str  # "PD001 prefill-bound"
@@ -215,6 +219,8 @@ class FindingView:
 
 
 def finding_view(report: Report, f: Finding, relative: bool) -> FindingView:
+    """Word one finding: evidence phrases, the findings it explains or is a consequence of, and its
+    confidence."""
     rel = []
     if f.consequences:
         rel.append("explains " + ", ".join(f.consequences))

@@ -72,6 +72,7 @@ class ReportView:
 
 
 def build_view(report: Report) -> ReportView:
+    """Word the whole report once: header, findings, sections, series and notes, for every renderer."""
     rel = is_relative(report.window_start_ts)
     counts = report.instance_counts
     inst_text = f"{counts.prefill or 0}P:{counts.decode or 0}D"

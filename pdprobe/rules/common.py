@@ -43,17 +43,22 @@ class BaseRule(Rule):
     def finding(self, severity: Severity, confidence: float, summary: str, *,
                 instances: Iterable[str] = (), evidence: Iterable[Evidence] = (),
                 next_steps: Iterable[str] = ()) -> Finding:
+        """A ``Finding`` of this rule, confidence clamped and rounded, instances sorted and
+        deduplicated."""
         return Finding(code=self.code, cause=self.cause, severity=severity,
                        confidence=round(clamp_confidence(confidence), 2), summary=summary,
                        instances=tuple(sorted(set(instances))), evidence=tuple(evidence),
                        next_steps=tuple(next_steps), component=self.component)
 
     def inconclusive(self, needs: str | None = None) -> Inconclusive:
+        """An ``Inconclusive`` of this rule: what it needs (its declared inputs unless told)."""
         return Inconclusive(code=self.code, cause=self.cause,
                             needs=needs or "; or ".join(self.requires))
 
 
 def clamp_confidence(value: float) -> float:
+    """A confidence within ``CONFIDENCE_MIN``..``CONFIDENCE_MAX``: no finding is certain or
+    worthless."""
     return float(min(CONFIDENCE_MAX, max(CONFIDENCE_MIN, value)))
 
 
@@ -86,10 +91,12 @@ def ev(what: str, value: float | str, unit: str = "", *, instances: Iterable[str
 
 
 def whole(feats: ClusterEvidence) -> tuple[float, float]:
+    """The whole analysis window, as an evidence window."""
     return (feats.window.start_ts, feats.window.end_ts)
 
 
 def finite(value: object) -> bool:
+    """True for a number that is neither None, NaN nor infinite (and not a non-number)."""
     try:
         return value is not None and bool(np.isfinite(float(value)))  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -151,14 +158,17 @@ def decode_kv_pressure(feats: ClusterEvidence) -> bool:
 
 
 def worst(*severities: Severity) -> Severity:
+    """The most severe of the given severities."""
     return max(severities, key=lambda s: s.rank)
 
 
 def slo_missed(attainment: float | None) -> bool:
+    """True when the SLO attainment is known and below ``SLO_GOAL``."""
     return attainment is not None and attainment < SLO_GOAL
 
 
 def slo_collapsed(attainment: float | None) -> bool:
+    """True when the SLO attainment is known and below ``SLO_CRITICAL`` (a collapse, not a miss)."""
     return attainment is not None and attainment < SLO_CRITICAL
 
 

@@ -39,10 +39,12 @@ class Exposition:
         self._text = "# pdprobe watch: no round finished yet\n"
 
     def set(self, text: str) -> None:
+        """Replace the exposition served on ``/metrics`` (thread-safe)."""
         with self._lock:
             self._text = text
 
     def get(self) -> str:
+        """The exposition served on ``/metrics`` now."""
         with self._lock:
             return self._text
 
