@@ -54,8 +54,3 @@ def clean(text: str, *, keep_newlines: bool = False) -> str:
     text = _SEQUENCE.sub("", text)
     pattern = _UNSAFE_TEXT if keep_newlines else _UNSAFE_LINE
     return pattern.sub(_escape, text)
-
-
-def is_clean(text: str, *, keep_newlines: bool = False) -> bool:
-    """Whether ``clean`` would leave ``text`` unchanged."""
-    return clean(text, keep_newlines=keep_newlines) == text

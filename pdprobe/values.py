@@ -28,11 +28,6 @@ class Missing:
 Maybe: TypeAlias = Union[T, Missing]  # noqa: UP007 (mypy needs Union for a generic alias)
 
 
-def is_missing(value: object) -> bool:
-    """True when ``value`` is a ``Missing`` (a type guard for ``Maybe`` values)."""
-    return isinstance(value, Missing)
-
-
 def known(value: Maybe[T], default: T) -> T:
     """The value, or ``default`` when it is missing (use only where a default is meaningful)."""
     return default if isinstance(value, Missing) else value

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.base import Quantiles, TimeSeries
+from pdprobe.analysis.base import Quantiles
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,27 +48,3 @@ def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Q
 def series_step(start_ts: float, end_ts: float) -> float:
     span = max(end_ts - start_ts, 1.0)
     return float(min(max(span / SERIES_TARGET_BINS, SERIES_MIN_STEP_S), SERIES_MAX_STEP_S))
-
-
-def binned_series(ts: np.ndarray, values: np.ndarray, start_ts: float, end_ts: float,
-                  step_s: float, unit: str, how: str = "mean") -> TimeSeries:
-    """Regular series over [start, end): mean/max/sum of ``values`` per bin, NaN when empty."""
-    n_bins = max(1, int(np.ceil((end_ts - start_ts) / step_s)) or 1)
-    edges_ts = start_ts + step_s * np.arange(n_bins)
-    idx = np.clip(((np.asarray(ts) - start_ts) // step_s).astype("int64"), 0, n_bins - 1)
-    vals = np.asarray(values, dtype="float64")
-    ok = np.isfinite(vals)
-    idx, vals = idx[ok], vals[ok]
-    sums = np.bincount(idx, weights=vals, minlength=n_bins)
-    counts = np.bincount(idx, minlength=n_bins)
-    if how == "sum":
-        out = sums
-    elif how == "max":
-        out = np.full(n_bins, -np.inf)
-        np.maximum.at(out, idx, vals)
-        out[counts == 0] = np.nan
-    else:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    return TimeSeries(ts=tuple(float(t) for t in edges_ts), values=tuple(float(v) for v in out),
-                      unit=unit, step_s=float(step_s))

@@ -8,7 +8,7 @@ needs on top: n/a handling with the ``Missing`` reason kept, relative vs absolut
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -246,9 +246,3 @@ def name_list(names: Sequence[str], limit: int) -> str:
     """Names joined by commas, the first ``limit`` shown and the rest counted (``a, b +3 more``)."""
     shown = ", ".join(names[:limit])
     return shown + (f" +{len(names) - limit} more" if len(names) > limit else "")
-
-
-
-def join_nonempty(parts: Iterable[str], sep: str = "; ") -> str:
-    """The non-empty parts joined by ``sep``."""
-    return sep.join(p for p in parts if p)

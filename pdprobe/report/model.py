@@ -13,8 +13,8 @@ from pdprobe.analysis.base import (
     WorkloadSummary,
 )
 from pdprobe.dataset import Alias, SourceInfo
-from pdprobe.rules.base import Finding, Inconclusive, Severity
-from pdprobe.values import Maybe, Missing
+from pdprobe.rules.base import Finding, Inconclusive
+from pdprobe.values import Maybe
 
 Status = Literal["ok", "warning", "critical", "unknown"]
 SCHEMA_VERSION = 1
@@ -65,18 +65,6 @@ class Report:
     identity: tuple[IdentityEntry, ...] = ()  # how names across the inputs became instances
     status_reason: str | None = None  # why the status is "unknown" (one line for stderr)
 
-    @property
-    def root_causes(self) -> tuple[Finding, ...]:
-        """The findings that are root causes (not consequences of another finding)."""
-        return tuple(f for f in self.findings if f.is_root_cause)
-
-    @property
-    def worst_severity(self) -> Severity | None:
-        """The worst severity of any finding, None without findings."""
-        if not self.findings:
-            return None
-        return max((f.severity for f in self.findings), key=lambda s: s.rank)
-
 
 def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
     """Status follows the worst finding; "unknown" only when nothing could be judged.
@@ -88,8 +76,3 @@ def status_for(findings: tuple[Finding, ...], judged: bool = True) -> Status:
         return "unknown"
     statuses: dict[int, Status] = {0: "ok", 1: "warning", 2: "critical"}
     return statuses[worst]
-
-
-def unknown_capacity(reason: str) -> Missing:
-    """The capacity section's value when the model gave no answer, with the reason."""
-    return Missing(reason)
