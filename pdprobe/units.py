@@ -106,6 +106,13 @@ def fmt_pct(x: float) -> str:
     return f"{pct:.1f}%"
 
 
+def fmt_pct_change(x: float) -> str:
+    """A relative change with its sign: 0.17 -> +17.0%, -0.086 -> -8.6%."""
+    if not math.isfinite(x):
+        return NA
+    return f"{x * 100:+.1f}%"
+
+
 def _si(x: float, unit: str, base: float = 1000.0) -> str:
     """``x`` with the largest SI prefix that keeps it under ``base``."""
     if not math.isfinite(x):

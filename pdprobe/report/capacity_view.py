@@ -28,6 +28,7 @@ from pdprobe.units import (
     fmt_count,
     fmt_num,
     fmt_pct,
+    fmt_pct_change,
     fmt_seconds,
 )
 from pdprobe.values import Missing
@@ -189,11 +190,6 @@ def _decode_pool(cap: CapacityResult) -> Cell:
     return Cell("; ".join(parts))
 
 
-def _signed_pct(x: float) -> str:
-    """A relative gap with its sign: +17.0%, -8.6%."""
-    return f"{x * 100:+.1f}%"
-
-
 def _mean_based(cap: CapacityResult) -> Cell:
     """What a mean-based planner (Dynamo's) would deploy, and the Jensen gap behind it."""
     pair = pd_pair(cap.mean_based_prefill, cap.mean_based_decode)
@@ -202,7 +198,7 @@ def _mean_based(cap: CapacityResult) -> Cell:
         return Cell(NA, first_reason(cap.mean_based_prefill, cap.mean_based_ratio)
                     or "not estimated")
     text = f"would deploy {pair}" if pair != NA else f"ratio {fmt_ratio(mean_based)}"
-    gaps = [f"{what} {_signed_pct(gap)}" for what, gap in
+    gaps = [f"{what} {fmt_pct_change(gap)}" for what, gap in
             (("prefill work", num(cap.jensen_gap_prefill)),
              ("decode context", num(cap.jensen_gap_decode))) if gap is not None]
     if gaps:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from pdprobe.report.cells import fmt_ratio
+from pdprobe.units import NA, fmt_bytes_per_s, fmt_num, fmt_pct, fmt_pct_change, fmt_seconds
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -79,12 +81,13 @@ def render_profiles(profiles: Sequence[Profile], fmt: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _fmt(value: Any, spec: str = ".3g", unit: str = "") -> str:
+def _fmt(value: Any, fn: Callable[[Any], str] = fmt_num) -> str:
+    """A plan value worded by a ``pdprobe.units`` function; n/a when unknown, ∞ when unbounded."""
     if isinstance(value, Missing) or value is None:
-        return "n/a"
-    if isinstance(value, float) and not math.isfinite(value):
+        return NA
+    if isinstance(value, float) and math.isinf(value) and value > 0:
         return "∞"
-    return f"{value:{spec}}{unit}"
+    return fn(value)
 
 
 def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]], fmt: str) -> str:
@@ -98,93 +101,91 @@ def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]], fmt: str) -> 
     return "\n".join(out) + "\n"
 
 
+def _lengths(s: LengthSummary) -> str:
+    """``mean 2,000 / p50 1,176 / p90 4,998 / p99 10,942`` (tokens)."""
+    return " / ".join(f"{k} {fmt_num(v)}" for k, v in
+                      (("mean", s.mean), ("p50", s.p50), ("p90", s.p90), ("p99", s.p99)))
+
+
 def _ratio_words(ratio: Any) -> str:
     if isinstance(ratio, Missing):
-        return "n/a"
-    return f"{ratio:.2f} prefill per decode" if ratio >= 1 else \
-        f"1 prefill per {1 / ratio:.2f} decode"
+        return NA
+    return f"{fmt_ratio(ratio)} prefill per decode" if ratio >= 1 else \
+        f"1 prefill per {fmt_ratio(1 / ratio)} decode"
 
 
 def _sections(plan: RatioPlan) -> list[tuple[str, list[tuple[str, str]]]]:
     c = plan.capacity
     w = plan.workload
-    gbps = 1e9
     from pdprobe.analysis.base import SloAttainment
 
     verified: object = c.verified
     if isinstance(verified, SloAttainment):
-        ver = (f"simulated TTFT within SLO {_fmt(verified.ttft, '.1%')}, "
-               f"TPOT within SLO {_fmt(verified.tpot, '.1%')} ({verified.method})")
+        ver = (f"simulated TTFT within SLO {_fmt(verified.ttft, fmt_pct)}, "
+               f"TPOT within SLO {_fmt(verified.tpot, fmt_pct)} ({verified.method})")
     else:
         ver = verified.reason if isinstance(verified, Missing) else "not verified"
-    corr = "n/a" if w.prompt_output_corr is None else f"{w.prompt_output_corr:+.2f}"
+    corr = NA if w.prompt_output_corr is None else f"{w.prompt_output_corr:+.2f}"
     return [
         ("Workload", [
             ("source", w.source),
             ("requests", f"{w.requests:,}"),
-            ("arrival rate", f"{w.arrival_rate_rps:.3g} req/s (ca² {w.arrival_cv2:.2f}: "
+            ("arrival rate", f"{fmt_num(w.arrival_rate_rps)} req/s (ca² {w.arrival_cv2:.2f}: "
                              f"{w.arrival_cv2_source})"),
-            ("prompt tokens", f"mean {w.prompt_tokens.mean:,.0f} / p50 {w.prompt_tokens.p50:,.0f}"
-                              f" / p90 {w.prompt_tokens.p90:,.0f} / p99 {w.prompt_tokens.p99:,.0f}"),
-            ("output tokens", f"mean {w.output_tokens.mean:,.0f} / p50 {w.output_tokens.p50:,.0f}"
-                              f" / p90 {w.output_tokens.p90:,.0f} / p99 {w.output_tokens.p99:,.0f}"),
-            ("prefix hit rate", f"{w.hit_rate:.0%}"),
+            ("prompt tokens", _lengths(w.prompt_tokens)),
+            ("output tokens", _lengths(w.output_tokens)),
+            ("prefix hit rate", fmt_pct(w.hit_rate)),
             ("prompt×output correlation", corr),
         ]),
         ("Model", [
             ("profile", f"{plan.profile}: {plan.profile_description}"),
             ("performance", c.model_source),
-            ("objectives", f"TTFT {c.slo_ttft_s:g} s, TPOT {c.slo_tpot_s:g} s at p90"
+            ("objectives", f"TTFT {_fmt(c.slo_ttft_s, fmt_seconds)}, TPOT {_fmt(c.slo_tpot_s, fmt_seconds)} at p90"
                            + (f" (default: {', '.join(c.slo_defaulted)})" if c.slo_defaulted
                               else "")),
         ]),
         ("Answer", [
-            ("theoretical ratio", f"{_fmt(c.theoretical_ratio, '.3f')} "
+            ("theoretical ratio", f"{_fmt(c.theoretical_ratio, fmt_ratio)} "
                                   f"({_ratio_words(c.theoretical_ratio)})"),
-            ("recommended", f"{_fmt(c.recommended_prefill, 'd')} prefill + "
-                            f"{_fmt(c.recommended_decode, 'd')} decode instances"),
-            ("binding stage", f"{_fmt(c.binding, 's')} (utilisation prefill "
-                              f"{_fmt(c.prefill_utilization, '.0%')}, decode "
-                              f"{_fmt(c.decode_utilization, '.0%')}, transfer "
-                              f"{_fmt(c.transfer_utilization, '.1%')})"),
-            ("prefill sized by", f"{_fmt(c.prefill_limit, 's')}; est. TTFT p90 "
-                                 f"{_fmt(c.ttft_estimate_p90_s, '.2f', ' s')}, mean "
-                                 f"{_fmt(c.ttft_estimate_mean_s, '.2f', ' s')} (M/D/1 "
-                                 f"{_fmt(c.md1_ttft_s, '.2f', ' s')}); within SLO "
-                                 f"{_fmt(c.ttft_attainment_estimate, '.1%')}"),
-            ("decode sized by", f"{_fmt(c.decode_limit, 's')}; batch "
-                                f"{_fmt(c.decode_batch_size, '.0f')} limited by "
-                                f"{_fmt(c.decode_batch_limit, 's')}, step "
-                                f"{_fmt(c.decode_step_s, '.3f', ' s')}, context "
-                                f"{_fmt(c.decode_context_tokens, ',.0f')} tokens/seq"),
-            ("per-instance capacity", f"prefill {_fmt(c.prefill_capacity_rps, '.3g')} req/s, "
-                                      f"decode {_fmt(c.decode_capacity_rps, '.3g')} req/s"),
-            ("KV transfer", f"{_fmt(c.kv_bytes_per_token, ',.0f')} B/token; needs "
-                            f"{_fmt(_div(c.transfer_required_bytes_per_s, gbps), '.2f')} of "
-                            f"{_fmt(_div(c.transfer_capacity_bytes_per_s, gbps), '.1f')} GB/s "
-                            "per node"),
+            ("recommended", f"{_fmt(c.recommended_prefill, str)} prefill + "
+                            f"{_fmt(c.recommended_decode, str)} decode instances"),
+            ("binding stage", f"{_fmt(c.binding, str)} (utilisation prefill "
+                              f"{_fmt(c.prefill_utilization, fmt_pct)}, decode "
+                              f"{_fmt(c.decode_utilization, fmt_pct)}, transfer "
+                              f"{_fmt(c.transfer_utilization, fmt_pct)})"),
+            ("prefill sized by", f"{_fmt(c.prefill_limit, str)}; est. TTFT p90 "
+                                 f"{_fmt(c.ttft_estimate_p90_s, fmt_seconds)}, mean "
+                                 f"{_fmt(c.ttft_estimate_mean_s, fmt_seconds)} (M/D/1 "
+                                 f"{_fmt(c.md1_ttft_s, fmt_seconds)}); within SLO "
+                                 f"{_fmt(c.ttft_attainment_estimate, fmt_pct)}"),
+            ("decode sized by", f"{_fmt(c.decode_limit, str)}; batch "
+                                f"{_fmt(c.decode_batch_size)} limited by "
+                                f"{_fmt(c.decode_batch_limit, str)}, step "
+                                f"{_fmt(c.decode_step_s, fmt_seconds)}, context "
+                                f"{_fmt(c.decode_context_tokens)} tokens/seq"),
+            ("per-instance capacity", f"prefill {_fmt(c.prefill_capacity_rps)} req/s, "
+                                      f"decode {_fmt(c.decode_capacity_rps)} req/s"),
+            ("KV transfer", f"{_fmt(c.kv_bytes_per_token)} B/token; needs "
+                            f"{_fmt(c.transfer_required_bytes_per_s, fmt_bytes_per_s)} of "
+                            f"{_fmt(c.transfer_capacity_bytes_per_s, fmt_bytes_per_s)} per node"),
             ("verified by simulation", ver),
         ]),
         ("Mean-based planner (f(mean ISL), ctx = ISL + OSL/2)", [
-            ("ratio", f"{_fmt(c.mean_based_ratio, '.3f')}"),
-            ("counts", f"{_fmt(c.mean_based_prefill, 'd')} prefill + "
-                       f"{_fmt(c.mean_based_decode, 'd')} decode"),
-            ("Jensen gap", f"prefill work {_fmt(c.jensen_gap_prefill, '+.1%')}, decode context "
-                           f"{_fmt(c.jensen_gap_decode, '+.1%')}"),
+            ("ratio", f"{_fmt(c.mean_based_ratio, fmt_ratio)}"),
+            ("counts", f"{_fmt(c.mean_based_prefill, str)} prefill + "
+                       f"{_fmt(c.mean_based_decode, str)} decode"),
+            ("Jensen gap", f"prefill work {_fmt(c.jensen_gap_prefill, fmt_pct_change)}, decode context "
+                           f"{_fmt(c.jensen_gap_decode, fmt_pct_change)}"),
         ]),
     ]
 
 
-def _div(value: Any, by: float) -> Any:
-    return value if isinstance(value, Missing) else value / by
-
-
 def _band_rows(plan: RatioPlan) -> list[tuple[str, str, str, str, str]]:
     c = plan.capacity
-    rows = [("as given", _fmt(c.recommended_prefill, "d"), _fmt(c.recommended_decode, "d"),
-             _fmt(c.theoretical_ratio, ".3f"), _fmt(c.binding, "s"))]
-    rows += [(b.label, str(b.prefill), str(b.decode), f"{b.theoretical_ratio:.3f}",
-              b.binding or "n/a") for b in c.band]
+    rows = [("as given", _fmt(c.recommended_prefill, str), _fmt(c.recommended_decode, str),
+             _fmt(c.theoretical_ratio, fmt_ratio), _fmt(c.binding, str))]
+    rows += [(b.label, str(b.prefill), str(b.decode), fmt_ratio(b.theoretical_ratio),
+              b.binding or NA) for b in c.band]
     return rows
 
 
