@@ -57,6 +57,8 @@ class LabeledSeries:
 
 @dataclass(frozen=True)
 class WorkloadSummary:
+    """The workload over the window: request count, arrival and offered rates, burstiness, length
+    distributions, prefix caching and failures."""
     requests: int
     window_start_ts: float
     window_end_ts: float
@@ -75,6 +77,8 @@ class WorkloadSummary:
 
 @dataclass(frozen=True)
 class InstanceSummary:
+    """One instance's figures over the window (latency quantiles, queue, KV usage, hit rate,
+    transfer time, token rates); each is ``Missing`` with a reason when no input carried it."""
     name: str
     role: Role
     role_source: str
@@ -100,6 +104,8 @@ class InstanceSummary:
 
 @dataclass(frozen=True)
 class SloAttainment:
+    """Share of requests meeting the TTFT and TPOT objectives (and both), and how it was measured:
+    per request, or interpolated from histograms."""
     ttft_slo_s: float | None
     tpot_slo_s: float | None
     ttft: Maybe[float] = Missing("no TTFT SLO given")  # fraction of requests within SLO

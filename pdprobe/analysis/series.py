@@ -28,6 +28,8 @@ RDMA_TX_BANDWIDTH: Final = "rdma_tx_bytes_per_s"
 
 
 def transfer_path_series(dataset: Dataset) -> tuple[LabeledSeries, ...]:
+    """The transfer-path series over the window on one time grid (KV transfer latency per instance,
+    RDMA counters per node), for the HTML report's charts."""
     window = window_of(dataset)
     if window is None:
         return ()

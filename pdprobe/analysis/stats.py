@@ -46,5 +46,7 @@ def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Q
 
 
 def series_step(start_ts: float, end_ts: float) -> float:
+    """The bin width for a window's time series: about ``SERIES_TARGET_BINS`` bins, clamped to
+    ``SERIES_MIN_STEP_S``..``SERIES_MAX_STEP_S``."""
     span = max(end_ts - start_ts, 1.0)
     return float(min(max(span / SERIES_TARGET_BINS, SERIES_MIN_STEP_S), SERIES_MAX_STEP_S))

@@ -38,11 +38,14 @@ class ReadContext:
     window: TimeWindow | None = None
 
     def report(self, what: str, fraction: float) -> None:
+        """Report reading progress (``fraction`` 0-1 of ``what``) to the CLI's progress display,
+        when one is attached."""
         if self.progress is not None:
             self.progress(what, fraction)
 
 
 class Reader(Protocol):
+    """A reader: one input file into a ``Partial`` (rows, warnings, notes), under a ``ReadContext``."""
     def __call__(self, path: Path, ctx: ReadContext) -> Partial: ...
 
 
@@ -59,6 +62,7 @@ READERS: Final[dict[str, str]] = {
 
 
 def reader_for(kind: str) -> Reader:
+    """The reader registered for a sniffed kind, imported only when it is needed."""
     import importlib
 
     module_name, func = READERS[kind].split(":")

@@ -76,6 +76,7 @@ def _arrow_type(dtype: str) -> pa.DataType:
 
 @dataclass(frozen=True)
 class CaptureInfo:
+    """A capture file written by ``collect``: where, rows per table and size in bytes."""
     path: Path
     rows: dict[str, int]
     bytes: int

@@ -61,6 +61,7 @@ class AliasMap:
 
     @property
     def empty(self) -> bool:
+        """True when no alias was stated (no --alias option and no aliases file)."""
         return not self.names
 
 

@@ -103,6 +103,7 @@ class StreamSplit:
 
     @property
     def label(self) -> str:
+        """The merged-log layout's name as notes print it (``kubectl --prefix``, ``Loki``, ...)."""
         return LABELS[self.format]
 
 

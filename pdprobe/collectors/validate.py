@@ -52,6 +52,7 @@ class Dropped:
 
     @property
     def count(self) -> int:
+        """How many values were dropped."""
         return int(np.count_nonzero(self.mask))
 
 
@@ -118,6 +119,7 @@ def check_times(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S) -> list[Dropped]:
 
 
 def describe(drops: Sequence[Dropped]) -> str:
+    """The reasons of the drops that dropped anything, joined for one warning."""
     return "; ".join(f"{d.why}" for d in drops if d.count)
 
 

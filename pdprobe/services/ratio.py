@@ -187,6 +187,7 @@ def _summarise(mix: Any) -> PlanWorkload:
 
 
 def list_profiles() -> list[Profile]:
+    """The built-in model × GPU profiles, by name."""
     from pdprobe.profiles import BUILTIN_PROFILES
 
     return [BUILTIN_PROFILES[k] for k in sorted(BUILTIN_PROFILES)]

@@ -57,6 +57,7 @@ class Ragged:
 
     @staticmethod
     def concat(parts: Iterable[Ragged]) -> Ragged:
+        """Join ragged arrays end to end (an empty input gives an empty array)."""
         parts = list(parts)
         if not parts:
             return Ragged(np.zeros(0), np.zeros(0, dtype=np.int64))
@@ -75,6 +76,7 @@ class Ragged:
         return np.bincount(ids, weights=vals, minlength=self.lengths.size)
 
     def scaled(self, factor: float) -> Ragged:
+        """The same lengths with every value multiplied by ``factor`` (a unit change)."""
         return Ragged(self.values * factor, self.lengths)
 
 
