@@ -2,7 +2,8 @@
 
 ``io.sniff`` recognises each layout from the head of the file (``detect.py``) and reports kind
 ``benchmark`` with the layout as its format; ``read_benchmark`` (registered in
-``collectors.base.READERS``) hands the file to that layout's reader. One module per writer:
+``collectors.base.READERS``) hands the file to that layout's reader (``detect.BENCHMARK_READERS``,
+beside the detection, so a new layout is its reader module plus ``detect.py``). One module per writer:
 
 - ``vllm_bench``: ``vllm bench serve --save-result --save-detailed`` JSON;
 - ``sglang_bench``: ``python -m sglang.bench_serving --output-details`` JSONL;
@@ -17,26 +18,17 @@ it is imported while sniffing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pdprobe.collectors.base import ReadContext
     from pdprobe.dataset import Partial
 
-# format (from detect) -> "module:function", imported when a file of that format is read.
-BENCHMARK_READERS: Final = {
-    "vllm-bench": "pdprobe.collectors.benchmarks.vllm_bench:read_vllm_bench",
-    "sglang-bench": "pdprobe.collectors.benchmarks.sglang_bench:read_sglang_bench",
-    "aiperf": "pdprobe.collectors.benchmarks.aiperf:read_aiperf",
-    "guidellm": "pdprobe.collectors.benchmarks.guidellm:read_guidellm",
-    "inference-perf": "pdprobe.collectors.benchmarks.inference_perf:read_inference_perf",
-}
-
-
 def read_benchmark(path: Path, ctx: ReadContext) -> Partial:
     """Read a benchmark output whose layout ``io.sniff`` detected."""
     import importlib
 
+    from pdprobe.collectors.benchmarks.detect import BENCHMARK_READERS
     from pdprobe.collectors.io import sniff
     from pdprobe.errors import InputError
 

@@ -18,6 +18,17 @@ GUIDELLM: Final = "guidellm"
 INFERENCE_PERF: Final = "inference-perf"
 FORMATS: Final = (VLLM, SGLANG, AIPERF, GUIDELLM, INFERENCE_PERF)
 
+# format -> "module:function" of its reader, imported when a file of that format is read
+# (``benchmarks.read_benchmark``). Declared beside the detection: a new layout is its reader
+# module plus this file.
+BENCHMARK_READERS: Final = {
+    VLLM: "pdprobe.collectors.benchmarks.vllm_bench:read_vllm_bench",
+    SGLANG: "pdprobe.collectors.benchmarks.sglang_bench:read_sglang_bench",
+    AIPERF: "pdprobe.collectors.benchmarks.aiperf:read_aiperf",
+    GUIDELLM: "pdprobe.collectors.benchmarks.guidellm:read_guidellm",
+    INFERENCE_PERF: "pdprobe.collectors.benchmarks.inference_perf:read_inference_perf",
+}
+
 _KEY = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"\s*:')
 
 

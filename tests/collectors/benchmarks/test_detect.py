@@ -65,3 +65,15 @@ def test_summaries_say_what_to_read_instead(tmp_path: Path, doc: dict, hint: str
     path.write_text(json.dumps(doc, indent=2))
     sniffed = sniff(path)
     assert sniffed.kind == "unknown" and hint in sniffed.why
+
+
+def test_every_detected_layout_has_an_importable_reader() -> None:
+    """A layout ``detect`` recognises is read by the reader registered beside it."""
+    import importlib
+
+    from pdprobe.collectors.benchmarks.detect import BENCHMARK_READERS, FORMATS
+
+    assert set(BENCHMARK_READERS) == set(FORMATS)
+    for target in BENCHMARK_READERS.values():
+        module_name, func = target.split(":")
+        assert callable(getattr(importlib.import_module(module_name), func))
