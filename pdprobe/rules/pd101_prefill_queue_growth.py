@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
-from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -27,11 +28,18 @@ from pdprobe.rules.common import (
     whole,
 )
 from pdprobe.rules.thresholds import (
+    CONFIDENCE_UNOBSERVED,
     DECODE_BACKPRESSURE_QUEUE,
     DECODE_KV_PRESSURE,
     PREFILL_QUEUE_GROWTH,
     PREFILL_WAIT_GROWTH_S,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.base import CapacityResult
+    from pdprobe.analysis.evidence.stats import Trend
 
 # Queueing "dominates" TTFT when the median request spends this share of its TTFT waiting.
 QUEUE_DOMINANT_SHARE: Final = 0.5
@@ -45,6 +53,9 @@ SUSTAINED_QUEUE_MIN: Final = 1.0
 CRITICAL_QUEUE_WAIT_S: Final = 10.0
 # Decode KV usage below this while prefill queues means decode is under-fed (waits on prefill).
 DECODE_UNDERFED_KV: Final = 0.5
+# The prompt-length mix is "stable" when its strongest shift changes the mean by under 20 %:
+# a fifth more prompt work is within what a prefill pool sized with headroom absorbs.
+STABLE_MIX_CHANGE: Final = 0.2
 
 
 class PrefillQueueGrowth(BaseRule):
@@ -106,160 +117,156 @@ class PrefillQueueGrowth(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure the prefill backlog and the capacity model; decide prefill-bound; explain."""
         f = ctx.evidence
-        prefill = f.role("prefill")
-        decode = f.role("decode")
-        queue_series = f.role_series("prefill_queue")
-        wait_series = f.role_series("queue_s_p50")
-        cap = f.capacity
-        cap_known = cap is not None and isinstance(cap.recommended_prefill, int) and \
-            isinstance(cap.deployed_prefill, int)
-        share = f.queue_share_of_ttft_p50
-        if queue_series is None and wait_series is None and not cap_known and share is None:
+        if not self._judgeable(f):
             return [self.inconclusive()]
-        evidence = []
-        agree = available = contrary = 0
-        affected: list[str] = []
-        rising_for = None
-        growth_rate_rps = None
-        n_p = len(prefill)
-        if not n_p and cap is not None and isinstance(cap.deployed_prefill, int):
-            n_p = cap.deployed_prefill
-
-        tq = series_trend(queue_series)
-        queue_rising = rising(tq, PREFILL_QUEUE_GROWTH, f)
-        if tq is not None:
-            available += 1
-        if queue_rising and tq is not None:
-            agree += 1
-            rising_for = tq.rising_for_s
-            growth_rate_rps = max(tq.growth, 0.0) / max(tq.rising_for_s, 1.0) * max(n_p, 1)
-            affected = self._rising_instances(f, list(prefill.index)) or list(prefill.index)
-            evidence.append(ev("prefill queue depth per instance", tq.hinge_end_level,
-                               "requests", instances=affected,
-                               window=(tq.onset_ts, tq.end_ts), baseline=tq.onset_level,
-                               source="requests_waiting on prefill instances"))
-            evidence.append(ev("prefill queue rising trend (Mann-Kendall test)", tq.p_value,
-                               "p-value", window=(tq.onset_ts, tq.end_ts),
-                               source=f"Kendall tau {tq.tau:.2f}"))
-
-        tw = series_trend(wait_series)
-        if tw is not None:
-            available += 1
-        wait_rising = rising(tw, PREFILL_WAIT_GROWTH_S, f) and tw is not None and \
-            tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0)
-        if wait_rising and tw is not None:
-            agree += 1
-            rising_for = rising_for or tw.rising_for_s
-            evidence.append(ev("median wait before prefill", tw.hinge_end_level, "s",
-                               window=(tw.onset_ts, tw.end_ts), baseline=tw.onset_level,
-                               source="queue_s in request records"))
-
-        att = f.slo.ttft_attainment
-        # Near saturation a stable queue is the symptom: Kingman's wait grows as rho/(1-rho).
-        util = cap.deployed_prefill_utilization if cap is not None else None
-        saturated = isinstance(util, float) and util >= PREFILL_SATURATED_UTIL
-        # The median over time bins, not the mean: a burst that queues for a minute and drains
-        # must not look like a standing queue.
-        typical_queue = float(queue_series.median()) if queue_series is not None else None
-        queued = bool((share is not None and share >= QUEUE_DOMINANT_SHARE) or (
-            share is None and typical_queue is not None
-            and typical_queue >= SUSTAINED_QUEUE_MIN))
-        if share is not None or typical_queue is not None:
-            available += 1
-        queue_dominant = queued and (slo_missed(att) or saturated)
-        if queue_dominant:
-            agree += 1
-            if share is not None:
-                evidence.append(ev("median share of TTFT spent queueing", 100 * share, "%",
-                                   window=whole(f), baseline=100 * QUEUE_DOMINANT_SHARE,
-                                   source="queue_s / ttft_s in request records"))
-            else:
-                evidence.append(ev("typical prefill queue per instance (median over time)",
-                                   typical_queue or 0.0, "requests",
-                                   instances=list(prefill.index), window=whole(f),
-                                   baseline=SUSTAINED_QUEUE_MIN,
-                                   source="requests_waiting on prefill instances"))
-            if saturated and isinstance(util, float):
-                evidence.append(ev("prefill utilisation at the deployed count (capacity model)",
-                                   100 * util, "%", window=whole(f),
-                                   baseline=100 * PREFILL_SATURATED_UTIL,
-                                   source=f"capacity model ({cap.model_source if cap else ''})"))
-        if att is not None:
-            slo_s = f.slo.ttft_slo_s
-            evidence.append(ev("requests within the TTFT SLO", 100 * att, "%", window=whole(f),
-                               baseline=None if slo_s is None else f"SLO {secs(slo_s)}",
-                               source="SLO attainment"))
-
-        short_by = None
-        if cap_known and cap is not None:
-            available += 1
-            rec_p = int(cap.recommended_prefill)  # type: ignore[arg-type]
-            dep_p = int(cap.deployed_prefill)  # type: ignore[arg-type]
-            if rec_p > dep_p:
-                agree += 1
-                short_by = rec_p - dep_p
-                evidence.append(ev("prefill instances recommended by the capacity model", rec_p,
-                                   "instances", window=whole(f), baseline=dep_p,
-                                   source=f"capacity model ({cap.model_source})"))
-
-        observed = queue_rising or wait_rising or queue_dominant
-        if not observed and short_by is None:
+        m = self._measure(f)
+        if not m.observed and m.cap_short_by is None:
             return []
+        return [self._explain(f, m)]
 
-        # Is decode under-fed (supports) or pushing back (contradicts)?
-        kv_p90 = column(decode, "g_kv_usage_p90")
-        if kv_p90.notna().any():
-            decode_kv = float(kv_p90.median())
-            evidence.append(ev("decode KV usage p90 (median over decode instances)",
-                               100 * decode_kv, "%", instances=list(decode.index),
-                               window=whole(f), source="kv_usage_ratio on decode instances"))
-            if decode_kv >= DECODE_KV_PRESSURE:
-                contrary += 1
-            elif decode_kv < DECODE_UNDERFED_KV and observed:
-                agree += 1
-        backpressure = max(float(column(decode, "g_prealloc_mean").median(skipna=True)
-                                 if column(decode, "g_prealloc_mean").notna().any() else 0.0),
-                           float(column(prefill, "g_bootstrap_mean").median(skipna=True)
-                                 if column(prefill, "g_bootstrap_mean").notna().any() else 0.0))
-        if backpressure >= DECODE_BACKPRESSURE_QUEUE:
-            contrary += 1
-            evidence.append(ev("requests waiting for decode admission per instance",
-                               backpressure, "requests", window=whole(f),
-                               source="decode_prealloc_queue / prefill_bootstrap_queue"))
-        mix = f.mix
-        if mix.prompt is not None and observed:
-            stable = abs(mix.prompt.relative_change) < 0.2 if finite(
-                mix.prompt.relative_change) else False
-            if stable:
-                evidence.append(ev("mean prompt length before / after the strongest shift",
-                                   mix.prompt.after, "tokens", window=whole(f),
-                                   baseline=mix.prompt.before, source=mix.source))
+    @staticmethod
+    def _judgeable(f: ClusterEvidence) -> bool:
+        """Whether the inputs carry a prefill queue, a wait, a capacity model or a TTFT share."""
+        return not (f.role_series("prefill_queue") is None and f.role_series("queue_s_p50") is None
+                    and not _cap_known(f.capacity) and f.queue_share_of_ttft_p50 is None)
 
-        if short_by is None and growth_rate_rps and f.arrival_rate_rps and n_p:
-            lam = f.arrival_rate_rps
-            if lam > growth_rate_rps:
-                needed = math.ceil(n_p * lam / (lam - growth_rate_rps))
-                if needed > n_p:
-                    short_by = needed - n_p
-                    evidence.append(ev("prefill instances needed to stop the queue growth",
-                                       needed, "instances", window=whole(f), baseline=n_p,
-                                       source="arrival rate / (arrival rate - queue growth)"))
+    def _measure(self, f: ClusterEvidence) -> _Prefill:
+        """The prefill queue and wait trends, the standing queue, the model and decode's side."""
+        prefill, decode = f.role("prefill"), f.role("decode")
+        cap = f.capacity
+        queue_series = f.role_series("prefill_queue")
+        tq = series_trend(queue_series)
+        tw = series_trend(f.role_series("queue_s_p50"))
+        util = cap.deployed_prefill_utilization if cap is not None else None
+        kv = column(decode, "g_kv_usage_p90")
+        queue_rising = rising(tq, PREFILL_QUEUE_GROWTH, f)
+        return _Prefill(
+            prefill=list(prefill.index), n_p=len(prefill) or _deployed_prefill(cap),
+            queue=tq, queue_rising=queue_rising,
+            rising=self._rising_instances(f, list(prefill.index)) if queue_rising else [],
+            wait=tw, wait_rising=rising(tw, PREFILL_WAIT_GROWTH_S, f) and tw is not None
+            and tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0),
+            share=f.queue_share_of_ttft_p50,
+            # The median over time bins, not the mean: a burst that queues for a minute and
+            # drains must not look like a standing queue.
+            typical_queue=float(queue_series.median()) if queue_series is not None else None,
+            # Near saturation a stable queue is the symptom: Kingman's wait grows as rho/(1-rho).
+            util=util if isinstance(util, float) else None,
+            att=f.slo.ttft_attainment, cap_known=_cap_known(cap), cap_short_by=_cap_short_by(cap),
+            decode=list(decode.index),
+            decode_kv=float(kv.median()) if kv.notna().any() else None,
+            backpressure=max(_median_or_zero(decode, "g_prealloc_mean"),
+                             _median_or_zero(prefill, "g_bootstrap_mean")),
+            mix_stable=_mix_stable(f))
 
-        severity = Severity.WARNING if observed else Severity.INFO
-        if observed and (slo_collapsed(att) or (f.queue_s_p90 or 0.0) >= CRITICAL_QUEUE_WAIT_S):
-            severity = Severity.CRITICAL
+    def _explain(self, f: ClusterEvidence, m: _Prefill) -> Finding:
+        """The finding: the backlog and model evidence, decode's side, severity and wording."""
+        evidence = self._backlog_evidence(f, m)
+        evidence += self._decode_evidence(f, m)
+        short_by = m.cap_short_by
+        if short_by is None:
+            short_by = self._growth_short_by(f, m, evidence)
         if f.queue_s_p90 is not None:
             evidence.append(ev("p90 wait before prefill", f.queue_s_p90, "s", window=whole(f),
                                source="queue_s in request records"))
-        confidence = evidence_confidence(agree, available, contrary)
-        if not observed:
-            confidence = min(confidence, 0.4)
-        instances = affected or list(prefill.index)
-        summary = self._summary(f, short_by, rising_for, tq if queue_rising else None,
-                                instances, observed)
-        return [self.finding(severity, confidence, summary, instances=instances,
-                             evidence=evidence, next_steps=self._next_steps(f, short_by))]
+        severity = Severity.WARNING if m.observed else Severity.INFO
+        if m.observed and (slo_collapsed(m.att) or (f.queue_s_p90 or 0.0) >= CRITICAL_QUEUE_WAIT_S):
+            severity = Severity.CRITICAL
+        confidence = evidence_confidence(*m.agreement())
+        if not m.observed:
+            confidence = min(confidence, CONFIDENCE_UNOBSERVED)
+        affected = m.rising or m.prefill
+        rising_for = m.queue.rising_for_s if m.queue_rising and m.queue is not None else (
+            m.wait.rising_for_s if m.wait_rising and m.wait is not None else None)
+        summary = self._summary(f, short_by, rising_for, m.queue if m.queue_rising else None,
+                                affected, m.observed)
+        return self.finding(severity, confidence, summary, instances=affected,
+                            evidence=evidence, next_steps=self._next_steps(f, short_by))
+
+    def _backlog_evidence(self, f: ClusterEvidence, m: _Prefill) -> list[Evidence]:
+        """The queue and wait trends, the standing queue, the SLO and the model's count."""
+        out: list[Evidence] = []
+        tq, tw = m.queue, m.wait
+        if m.queue_rising and tq is not None:
+            out.append(ev("prefill queue depth per instance", tq.hinge_end_level, "requests",
+                          instances=m.rising or m.prefill, window=(tq.onset_ts, tq.end_ts),
+                          baseline=tq.onset_level, source="requests_waiting on prefill instances"))
+            out.append(ev("prefill queue rising trend (Mann-Kendall test)", tq.p_value,
+                          "p-value", window=(tq.onset_ts, tq.end_ts),
+                          source=f"Kendall tau {tq.tau:.2f}"))
+        if m.wait_rising and tw is not None:
+            out.append(ev("median wait before prefill", tw.hinge_end_level, "s",
+                          window=(tw.onset_ts, tw.end_ts), baseline=tw.onset_level,
+                          source="queue_s in request records"))
+        if m.queue_dominant:
+            out += self._standing_queue_evidence(f, m)
+        if m.att is not None:
+            slo_s = f.slo.ttft_slo_s
+            out.append(ev("requests within the TTFT SLO", 100 * m.att, "%", window=whole(f),
+                          baseline=None if slo_s is None else f"SLO {secs(slo_s)}",
+                          source="SLO attainment"))
+        cap = f.capacity
+        if m.cap_short_by is not None and cap is not None:
+            out.append(ev("prefill instances recommended by the capacity model",
+                          cap.recommended_prefill, "instances", window=whole(f),  # type: ignore[arg-type]
+                          baseline=cap.deployed_prefill,  # type: ignore[arg-type]
+                          source=f"capacity model ({cap.model_source})"))
+        return out
+
+    @staticmethod
+    def _standing_queue_evidence(f: ClusterEvidence, m: _Prefill) -> list[Evidence]:
+        """Queueing dominates TTFT (or a standing queue), and the utilisation behind it."""
+        if m.share is not None:
+            out = [ev("median share of TTFT spent queueing", 100 * m.share, "%",
+                      window=whole(f), baseline=100 * QUEUE_DOMINANT_SHARE,
+                      source="queue_s / ttft_s in request records")]
+        else:
+            out = [ev("typical prefill queue per instance (median over time)",
+                      m.typical_queue or 0.0, "requests", instances=m.prefill, window=whole(f),
+                      baseline=SUSTAINED_QUEUE_MIN, source="requests_waiting on prefill instances")]
+        if m.saturated and m.util is not None:
+            cap = f.capacity
+            out.append(ev("prefill utilisation at the deployed count (capacity model)",
+                          100 * m.util, "%", window=whole(f), baseline=100 * PREFILL_SATURATED_UTIL,
+                          source=f"capacity model ({cap.model_source if cap else ''})"))
+        return out
+
+    @staticmethod
+    def _decode_evidence(f: ClusterEvidence, m: _Prefill) -> list[Evidence]:
+        """Decode under-fed (supports) or pushing back (contradicts), and the length mix."""
+        out: list[Evidence] = []
+        if m.decode_kv is not None:
+            out.append(ev("decode KV usage p90 (median over decode instances)",
+                          100 * m.decode_kv, "%", instances=m.decode, window=whole(f),
+                          source="kv_usage_ratio on decode instances"))
+        if m.backpressure >= DECODE_BACKPRESSURE_QUEUE:
+            out.append(ev("requests waiting for decode admission per instance", m.backpressure,
+                          "requests", window=whole(f),
+                          source="decode_prealloc_queue / prefill_bootstrap_queue"))
+        prompt = f.mix.prompt
+        if prompt is not None and m.observed and m.mix_stable:
+            out.append(ev("mean prompt length before / after the strongest shift", prompt.after,
+                          "tokens", window=whole(f), baseline=prompt.before, source=f.mix.source))
+        return out
+
+    @staticmethod
+    def _growth_short_by(f: ClusterEvidence, m: _Prefill, evidence: list[Evidence]) -> int | None:
+        """Without the model: N_p x arrival rate / (arrival rate - growth rate) stop the growth."""
+        tq, lam, n_p = m.queue, f.arrival_rate_rps, m.n_p
+        if not (m.queue_rising and tq is not None and lam and n_p):
+            return None
+        growth_rps = max(tq.growth, 0.0) / max(tq.rising_for_s, 1.0) * max(n_p, 1)
+        if not growth_rps or lam <= growth_rps:
+            return None
+        needed = math.ceil(n_p * lam / (lam - growth_rps))
+        if needed <= n_p:
+            return None
+        evidence.append(ev("prefill instances needed to stop the queue growth", needed,
+                           "instances", window=whole(f), baseline=n_p,
+                           source="arrival rate / (arrival rate - queue growth)"))
+        return needed - n_p
 
     @staticmethod
     def _rising_instances(f: ClusterEvidence, prefill: list[str]) -> list[str]:
@@ -291,9 +298,7 @@ class PrefillQueueGrowth(BaseRule):
         kv = column(decode, "g_kv_usage_p90")
         if kv.notna().any() and float(kv.median()) < DECODE_KV_PRESSURE:
             parts.append(f"decode KV usage stayed under {pct(float(np.ceil(kv.max() * 20) / 20))}")
-        mix = f.mix
-        if mix.prompt is not None and finite(mix.prompt.relative_change) and \
-                abs(mix.prompt.relative_change) < 0.2:
+        if _mix_stable(f):
             parts.append("the length mix did not change")
         cap = f.capacity
         tail = ""
@@ -321,3 +326,89 @@ class PrefillQueueGrowth(BaseRule):
         steps.append("If an autoscaler sizes the pools, check that it sees queue time and "
                      "offered load (requests started), not only completions.")
         return steps
+
+
+@dataclass(frozen=True)
+class _Prefill:
+    """What PD101 measures: the prefill backlog, the capacity model and decode's side."""
+
+    prefill: list[str]
+    n_p: int  # prefill instances seen, else the model's deployed count
+    queue: Trend | None  # mean prefill queue per instance
+    queue_rising: bool
+    rising: list[str]  # prefill instances whose own queue rises (when the mean does)
+    wait: Trend | None  # median wait before prefill
+    wait_rising: bool
+    share: float | None  # median share of TTFT spent queueing
+    typical_queue: float | None  # prefill queue per instance, median over time bins
+    util: float | None  # the model's prefill utilisation at the deployed count
+    att: float | None  # TTFT SLO attainment
+    cap_known: bool
+    cap_short_by: int | None  # recommended - deployed prefill when the model wants more
+    decode: list[str]
+    decode_kv: float | None  # decode KV usage p90, median over decode instances
+    backpressure: float  # requests waiting for decode admission per instance
+    mix_stable: bool
+
+    @property
+    def saturated(self) -> bool:
+        return self.util is not None and self.util >= PREFILL_SATURATED_UTIL
+
+    @property
+    def queue_dominant(self) -> bool:
+        """Queueing dominates TTFT (else a standing queue) while the SLO misses or rho is high."""
+        if self.share is not None:
+            queued = self.share >= QUEUE_DOMINANT_SHARE
+        else:
+            queued = self.typical_queue is not None and self.typical_queue >= SUSTAINED_QUEUE_MIN
+        return queued and (slo_missed(self.att) or self.saturated)
+
+    @property
+    def observed(self) -> bool:
+        return self.queue_rising or self.wait_rising or self.queue_dominant
+
+    def agreement(self) -> tuple[int, int, int]:
+        """(agreeing, available, contrary) evidence channels for the confidence."""
+        channels = ((self.queue is not None, self.queue_rising),
+                    (self.wait is not None, self.wait_rising),
+                    (self.share is not None or self.typical_queue is not None,
+                     self.queue_dominant),
+                    (self.cap_known, self.cap_short_by is not None))
+        available = sum(int(seen) for seen, _ in channels)
+        agree = sum(int(hit) for _, hit in channels)
+        contrary = int(self.backpressure >= DECODE_BACKPRESSURE_QUEUE)
+        if self.decode_kv is not None:
+            if self.decode_kv >= DECODE_KV_PRESSURE:
+                contrary += 1
+            elif self.decode_kv < DECODE_UNDERFED_KV and self.observed:
+                agree += 1
+        return agree, available, contrary
+
+
+def _cap_known(cap: CapacityResult | None) -> bool:
+    return cap is not None and isinstance(cap.recommended_prefill, int) and \
+        isinstance(cap.deployed_prefill, int)
+
+
+def _cap_short_by(cap: CapacityResult | None) -> int | None:
+    """How many prefill instances the capacity model adds, None when it adds none."""
+    if cap is None or not _cap_known(cap):
+        return None
+    rec, dep = int(cap.recommended_prefill), int(cap.deployed_prefill)  # type: ignore[arg-type]
+    return rec - dep if rec > dep else None
+
+
+def _deployed_prefill(cap: CapacityResult | None) -> int:
+    return cap.deployed_prefill if cap is not None and isinstance(cap.deployed_prefill, int) else 0
+
+
+def _median_or_zero(rows: pd.DataFrame, name: str) -> float:
+    values = column(rows, name)
+    return float(values.median(skipna=True)) if values.notna().any() else 0.0
+
+
+def _mix_stable(f: ClusterEvidence) -> bool:
+    """Whether the prompt-length mix stayed within STABLE_MIX_CHANGE over the window."""
+    prompt = f.mix.prompt
+    return prompt is not None and finite(prompt.relative_change) and \
+        abs(prompt.relative_change) < STABLE_MIX_CHANGE

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.registry import KV_NEAR_FULL
-from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -26,11 +27,17 @@ from pdprobe.rules.common import (
     whole,
 )
 from pdprobe.rules.thresholds import (
+    CONFIDENCE_UNOBSERVED,
     DECODE_ADMISSION_GROWTH,
     KV_FULL_TIME_SHARE,
     RETRACTING_MEAN,
 )
 from pdprobe.units import fmt_count
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.stats import Trend
 
 # Preemptions (vLLM) / retractions (SGLang) worth reporting: at least this many and at least this
 # share of the requests (recompute throws away decode work and stalls the batch).
@@ -90,130 +97,116 @@ class DecodeSaturation(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure decode memory, preemptions, TPOT and admission; decide saturation; explain."""
         f = ctx.evidence
+        m = self._measure(f)
+        if not m.available:
+            return [self.inconclusive()]
+        if not (m.observed or m.full or m.short_by is not None):
+            return []
+        return [self._explain(f, m)]
+
+    @staticmethod
+    def _measure(f: ClusterEvidence) -> _Saturation:
+        """Each decode channel: KV full, preemptions, TPOT, admission queue, capacity model."""
         decode = f.role("decode")
-        cap = f.capacity
         kv_full = column(decode, "g_kv_usage_full_frac")
         preempt = column(decode, "c_preemptions")
         retracted = column(decode, "g_retracted_mean")
+        tpot_att = f.slo.tpot_attainment
         tpot_series = f.role_series("tpot_p50")
         admission = f.role_series("decode_admission")
-        tpot_att = f.slo.tpot_attainment
-        cap_known = cap is not None and isinstance(cap.recommended_decode, int) and \
-            isinstance(cap.deployed_decode, int)
-        channels = [kv_full.notna().any(), preempt.notna().any() or retracted.notna().any(),
-                    tpot_att is not None or tpot_series is not None, admission is not None,
-                    cap_known]
-        if not any(channels):
-            return [self.inconclusive()]
-        available = sum(bool(c) for c in channels)
-        evidence = []
-        agree = 0
-        affected: set[str] = set()
-
-        held, _, _ = remote_kv_dominates(f)
+        cap_known = _cap_known(f)
+        available = sum(bool(c) for c in (
+            kv_full.notna().any(), preempt.notna().any() or retracted.notna().any(),
+            tpot_att is not None or tpot_series is not None, admission is not None, cap_known))
         # KV full of transfers in flight is the hand-off's doing (PD302), not decode work.
-        full_insts = [] if held else kv_full[kv_full >= KV_FULL_TIME_SHARE].index.astype(
-            str).tolist()
-        if full_insts:
-            affected.update(full_insts)
-            evidence.append(ev("decode instances with KV usage >= 90 % most of the time",
-                               len(full_insts), "instances", instances=full_insts,
-                               window=whole(f), baseline=len(decode),
-                               source="kv_usage_ratio on decode instances"))
-            kv_p90 = column(decode, "g_kv_usage_p90").loc[full_insts]
-            evidence.append(ev("KV usage p90 on those instances", 100 * float(kv_p90.median()),
-                               "%", instances=full_insts, window=whole(f),
-                               baseline=100 * KV_NEAR_FULL))
-
-        total_preempt = float(preempt.sum()) if preempt.notna().any() else 0.0
-        events = f.event_count(S.EV_PREEMPTION)
-        total_preempt = max(total_preempt, float(events))
+        full = [] if remote_kv_dominates(f)[0] else kv_full[
+            kv_full >= KV_FULL_TIME_SHARE].index.astype(str).tolist()
+        total = max(float(preempt.sum()) if preempt.notna().any() else 0.0,
+                    float(f.event_count(S.EV_PREEMPTION)))
         requests = float(column(decode, "traffic_count").sum()) or float(f.n_requests)
-        preempt_share = total_preempt / requests if requests > 0 else None
-        preempting = total_preempt >= MIN_PREEMPTIONS and (
-            preempt_share is None or preempt_share >= PREEMPT_SHARE_WARN)
-        retracting = bool(retracted.notna().any() and float(retracted.max()) >= RETRACTING_MEAN)
-        if preempting or retracting:
-            agree += 1
-            insts = preempt[preempt > 0].index.astype(str).tolist() or \
-                retracted[retracted >= RETRACTING_MEAN].index.astype(str).tolist()
-            affected.update(insts)
-            evidence.append(ev("preemptions/retractions on decode", total_preempt, "sequences",
-                               instances=insts, window=whole(f),
-                               baseline=None if preempt_share is None
-                               else f"{pct(preempt_share)} of requests",
-                               source="preemptions_total / requests_retracted"))
-
-        tpot_slow = slo_missed(tpot_att)
-        if tpot_att is not None:
-            slo_s = f.slo.tpot_slo_s
-            evidence.append(ev("requests within the TPOT SLO", 100 * tpot_att, "%",
-                               window=whole(f),
-                               baseline=None if slo_s is None else f"SLO {secs(slo_s)}",
-                               source="SLO attainment"))
         tt = series_trend(tpot_series)
-        rising_for = None
-        if tpot_att is None and tt is not None and rising(
-                tt, TPOT_RISE_FACTOR * max(tt.onset_level, 1e-6), f):
-            tpot_slow = True
-            rising_for = tt.rising_for_s
-            evidence.append(ev("median TPOT", tt.hinge_end_level, "s",
-                               window=(tt.onset_ts, tt.end_ts), baseline=tt.onset_level,
-                               source="tpot_s in request records"))
-        if tpot_slow:
-            agree += 1
-        if f.slo.tpot_p90_s is not None:
-            evidence.append(ev("TPOT p90", f.slo.tpot_p90_s, "s", window=whole(f),
-                               source="tpot_s / TPOT histograms"))
-
         ta = series_trend(admission)
-        # vLLM logs print one "Waiting" count that includes requests waiting for remote KV;
-        # without the deferred/transfer breakdown a rising queue on a decode with free KV
-        # memory may be the KV hand-off (PD302), not decode capacity.
-        separated = any(column(decode, c).notna().any() for c in (
-            "g_deferred_mean", "g_kv_fetch_mean", "g_transfer_queue_mean", "g_prealloc_mean"))
-        kv_pressure = decode_kv_pressure(f)
-        admission_rising = rising(ta, DECODE_ADMISSION_GROWTH, f) and (separated or kv_pressure)
-        if admission_rising and ta is not None:
-            agree += 1
-            rising_for = rising_for or ta.rising_for_s
-            evidence.append(ev("decode admission queue per instance", ta.hinge_end_level,
-                               "requests", instances=list(decode.index),
-                               window=(ta.onset_ts, ta.end_ts), baseline=ta.onset_level,
-                               source="requests_waiting minus deferred on decode instances"))
+        return _Saturation(
+            decode=decode, available=available, full=full, preempt=preempt, retracted=retracted,
+            preemptions=total, preempt_share=total / requests if requests > 0 else None,
+            retracting=bool(retracted.notna().any()
+                            and float(retracted.max()) >= RETRACTING_MEAN),
+            tpot_att=tpot_att,
+            tpot_trend=tt if tpot_att is None and tt is not None and rising(
+                tt, TPOT_RISE_FACTOR * max(tt.onset_level, 1e-6), f) else None,
+            admission_trend=ta if rising(ta, DECODE_ADMISSION_GROWTH, f) and (
+                _admission_separated(decode) or decode_kv_pressure(f)) else None,
+            short_by=_short_by(f))
 
-        short_by = None
-        if cap_known and cap is not None:
-            rec_d = int(cap.recommended_decode)  # type: ignore[arg-type]
-            dep_d = int(cap.deployed_decode)  # type: ignore[arg-type]
-            if rec_d > dep_d:
-                short_by = rec_d - dep_d
-                agree += 1
-                evidence.append(ev("decode instances recommended by the capacity model", rec_d,
-                                   "instances", window=whole(f), baseline=dep_d,
-                                   source=f"capacity model ({cap.model_source})"))
-
-        observed = preempting or retracting or tpot_slow or admission_rising
-        if full_insts and observed:
-            agree += 1
-        if not observed and not full_insts and short_by is None:
-            return []
-        severity = Severity.WARNING if observed else Severity.INFO
-        if observed and (slo_collapsed(tpot_att) or (
-                preempt_share is not None and preempt_share >= PREEMPT_SHARE_CRITICAL
-                and total_preempt >= MIN_PREEMPTIONS)):
+    def _explain(self, f: ClusterEvidence, m: _Saturation) -> Finding:
+        """The finding: evidence per channel, severity, confidence and wording."""
+        evidence = self._memory_evidence(f, m) + self._speed_evidence(f, m)
+        cap = f.capacity
+        if m.short_by is not None and cap is not None:
+            evidence.append(ev("decode instances recommended by the capacity model",
+                               cap.recommended_decode, "instances",  # type: ignore[arg-type]
+                               window=whole(f), baseline=cap.deployed_decode,  # type: ignore[arg-type]
+                               source=f"capacity model ({cap.model_source})"))
+        severity = Severity.WARNING if m.observed else Severity.INFO
+        if m.observed and (slo_collapsed(m.tpot_att) or m.preempting_critical):
             severity = Severity.CRITICAL
-        confidence = evidence_confidence(agree if observed else 1, available)
-        if not observed:
-            confidence = min(confidence, 0.4)
-        instances = sorted(affected) or list(decode.index.astype(str))
-        return [self.finding(severity, confidence,
-                             self._summary(short_by, full_insts, preempting or retracting,
-                                           total_preempt, tpot_slow, admission_rising,
-                                           rising_for, observed, f),
-                             instances=instances, evidence=evidence,
-                             next_steps=self._next_steps(f, short_by))]
+        confidence = evidence_confidence(m.agreeing if m.observed else 1, m.available)
+        if not m.observed:
+            confidence = min(confidence, CONFIDENCE_UNOBSERVED)
+        instances = sorted({*m.full, *m.preempting_instances}) or list(
+            m.decode.index.astype(str))
+        rising_for = m.tpot_trend.rising_for_s if m.tpot_trend is not None else (
+            m.admission_trend.rising_for_s if m.admission_trend is not None else None)
+        summary = self._summary(m.short_by, m.full, m.preempting or m.retracting,
+                                m.preemptions, m.tpot_slow, m.admission_trend is not None,
+                                rising_for, m.observed, f)
+        return self.finding(severity, confidence, summary, instances=instances,
+                            evidence=evidence, next_steps=self._next_steps(f, m.short_by))
+
+    @staticmethod
+    def _memory_evidence(f: ClusterEvidence, m: _Saturation) -> list[Evidence]:
+        """KV memory full most of the time, and the preemptions/retractions it causes."""
+        out: list[Evidence] = []
+        if m.full:
+            out.append(ev("decode instances with KV usage >= 90 % most of the time",
+                          len(m.full), "instances", instances=m.full, window=whole(f),
+                          baseline=len(m.decode), source="kv_usage_ratio on decode instances"))
+            kv_p90 = column(m.decode, "g_kv_usage_p90").loc[m.full]
+            out.append(ev("KV usage p90 on those instances", 100 * float(kv_p90.median()),
+                          "%", instances=m.full, window=whole(f), baseline=100 * KV_NEAR_FULL))
+        if m.preempting or m.retracting:
+            out.append(ev("preemptions/retractions on decode", m.preemptions, "sequences",
+                          instances=m.preempting_instances, window=whole(f),
+                          baseline=None if m.preempt_share is None
+                          else f"{pct(m.preempt_share)} of requests",
+                          source="preemptions_total / requests_retracted"))
+        return out
+
+    @staticmethod
+    def _speed_evidence(f: ClusterEvidence, m: _Saturation) -> list[Evidence]:
+        """TPOT against its objective or its own trend, and the decode admission queue."""
+        out: list[Evidence] = []
+        if m.tpot_att is not None:
+            slo_s = f.slo.tpot_slo_s
+            out.append(ev("requests within the TPOT SLO", 100 * m.tpot_att, "%",
+                          window=whole(f), baseline=None if slo_s is None else f"SLO {secs(slo_s)}",
+                          source="SLO attainment"))
+        tt = m.tpot_trend
+        if tt is not None:
+            out.append(ev("median TPOT", tt.hinge_end_level, "s", window=(tt.onset_ts, tt.end_ts),
+                          baseline=tt.onset_level, source="tpot_s in request records"))
+        if f.slo.tpot_p90_s is not None:
+            out.append(ev("TPOT p90", f.slo.tpot_p90_s, "s", window=whole(f),
+                          source="tpot_s / TPOT histograms"))
+        ta = m.admission_trend
+        if ta is not None:
+            out.append(ev("decode admission queue per instance", ta.hinge_end_level,
+                          "requests", instances=list(m.decode.index),
+                          window=(ta.onset_ts, ta.end_ts), baseline=ta.onset_level,
+                          source="requests_waiting minus deferred on decode instances"))
+        return out
 
     @staticmethod
     def _summary(short_by: int | None, full: list[str], preempting: bool, preempts: float,
@@ -256,3 +249,79 @@ class DecodeSaturation(BaseRule):
         steps.append("Before scaling, check that the router spreads sequences evenly over the "
                      "decode instances (PD501).")
         return steps
+
+
+@dataclass(frozen=True)
+class _Saturation:
+    """What PD201 measures on the decode side, one field per evidence channel."""
+
+    decode: pd.DataFrame
+    available: int  # evidence channels the inputs carried
+    full: list[str]  # decode instances with KV near full most of the time
+    preempt: pd.Series  # preemptions per decode instance
+    retracted: pd.Series  # mean retracted requests per decode instance (SGLang)
+    preemptions: float  # preemptions (counters or log events), cluster total
+    preempt_share: float | None  # ... per request
+    retracting: bool
+    tpot_att: float | None  # TPOT SLO attainment
+    tpot_trend: Trend | None  # median TPOT rising by TPOT_RISE_FACTOR (no SLO given)
+    admission_trend: Trend | None  # decode admission queue rising
+    short_by: int | None  # decode instances the capacity model adds
+
+    @property
+    def preempting(self) -> bool:
+        return self.preemptions >= MIN_PREEMPTIONS and (
+            self.preempt_share is None or self.preempt_share >= PREEMPT_SHARE_WARN)
+
+    @property
+    def preempting_critical(self) -> bool:
+        return self.preempt_share is not None and self.preempt_share >= PREEMPT_SHARE_CRITICAL \
+            and self.preemptions >= MIN_PREEMPTIONS
+
+    @property
+    def preempting_instances(self) -> list[str]:
+        if not (self.preempting or self.retracting):
+            return []
+        return self.preempt[self.preempt > 0].index.astype(str).tolist() or \
+            self.retracted[self.retracted >= RETRACTING_MEAN].index.astype(str).tolist()
+
+    @property
+    def tpot_slow(self) -> bool:
+        return slo_missed(self.tpot_att) or self.tpot_trend is not None
+
+    @property
+    def observed(self) -> bool:
+        return self.preempting or self.retracting or self.tpot_slow or \
+            self.admission_trend is not None
+
+    @property
+    def agreeing(self) -> int:
+        return sum(int(x) for x in (self.preempting or self.retracting, self.tpot_slow,
+                                    self.admission_trend is not None, self.short_by is not None,
+                                    bool(self.full) and self.observed))
+
+
+def _cap_known(f: ClusterEvidence) -> bool:
+    cap = f.capacity
+    return cap is not None and isinstance(cap.recommended_decode, int) and \
+        isinstance(cap.deployed_decode, int)
+
+
+def _short_by(f: ClusterEvidence) -> int | None:
+    """Decode instances the capacity model adds (None when it adds none)."""
+    cap = f.capacity
+    if cap is None or not _cap_known(f):
+        return None
+    rec, dep = int(cap.recommended_decode), int(cap.deployed_decode)  # type: ignore[arg-type]
+    return rec - dep if rec > dep else None
+
+
+def _admission_separated(decode: pd.DataFrame) -> bool:
+    """Whether the inputs tell remote-KV waits from decode-slot waits.
+
+    vLLM logs print one "Waiting" count that includes requests waiting for remote KV; without
+    the deferred/transfer breakdown a rising queue on a decode with free KV memory may be the
+    KV hand-off (PD302), not decode capacity.
+    """
+    return any(column(decode, c).notna().any() for c in (
+        "g_deferred_mean", "g_kv_fetch_mean", "g_transfer_queue_mean", "g_prealloc_mean"))

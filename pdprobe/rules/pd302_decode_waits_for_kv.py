@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 from pdprobe import signals as S
-from pdprobe.rules.base import Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -21,6 +22,12 @@ from pdprobe.rules.common import (
     whole,
 )
 from pdprobe.rules.thresholds import DECODE_KV_PRESSURE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.model import ClusterEvidence
+    from pdprobe.analysis.evidence.stats import Trend
 
 # Requests per decode instance waiting for remote KV (vLLM kv_fetch / deferred, SGLang
 # transfer queue): at least this many on average ...
@@ -82,98 +89,131 @@ class DecodeWaitsForKv(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure remote-KV waits, decode memory and prefill's queue; decide; explain."""
         f = ctx.evidence
-        decode = f.role("decode")
-        prefill = f.role("prefill")
-        remote = column(decode, "remote_kv_wait_mean")
-        ambiguous = False
-        if not remote.notna().any():
-            # vLLM log lines give one "Waiting" count (slot + remote KV): usable, but weaker.
-            remote = column(decode, "g_waiting_mean")
-            ambiguous = True
-            if not remote.notna().any() or not column(decode, "g_kv_usage_p90").notna().any():
-                return [self.inconclusive()]
-        running = column(decode, "g_running_mean")
-        level = float(remote.median())
-        run_level = float(running.median()) if running.notna().any() else None
-        waiting = level >= REMOTE_WAIT_MIN and (
-            run_level is None or level >= REMOTE_WAIT_SHARE_OF_RUNNING * run_level)
-        series = f.role_series("decode_waiting") if ambiguous else f.role_series(
-            "decode_kv_fetch")
-        if series is None:
-            series = f.role_series("decode_transfer_queue")
-        if series is None:
-            series = f.role_series("decode_deferred")
-        tr = series_trend(series)
-        grow = rising(tr, REMOTE_WAIT_GROWTH_MIN, f)
-        if not (waiting or grow):
+        m = self._measure(f)
+        if m is None:
+            return [self.inconclusive()]
+        if not (m.waiting or m.trend is not None):
             return []
-        what = ("requests waiting on decode instances (slot or remote KV: no breakdown)"
-                if ambiguous else "requests waiting for remote KV per decode instance")
-        evidence = [ev(what, level, "requests", instances=list(decode.index), window=whole(f),
-                       baseline=None if run_level is None else run_level,
-                       source=("requests_waiting" if ambiguous else
-                               "kv_fetch_waiting / decode_transfer_queue / requests_deferred")
-                       + " (baseline: running requests)")]
-        agree, available, contrary = 1, 3, 0
-        if grow and tr is not None:
-            agree += 1
-            evidence.append(ev("remote-KV wait per decode instance", tr.hinge_end_level,
-                               "requests", window=(tr.onset_ts, tr.end_ts),
-                               baseline=tr.onset_level, source="trend"))
-        kv = column(decode, "g_kv_usage_p90")
-        kv_level = float(kv.median()) if kv.notna().any() else None
-        if kv_level is not None:
-            evidence.append(ev("decode KV usage p90 (median over decode instances)",
-                               100 * kv_level, "%", window=whole(f), baseline=100 * DECODE_KV_PRESSURE,
-                               source="kv_usage_ratio"))
-            held, _, admission = remote_kv_dominates(f)
-            if kv_level >= DECODE_KV_PRESSURE and not held:
-                return []  # memory, not transfer: PD202 covers it
-            if kv_level >= DECODE_KV_PRESSURE:
-                evidence.append(ev("requests waiting for decode admission per instance",
-                                   admission, "requests", window=whole(f),
-                                   source="decode KV is full of transfers in flight: the "
-                                          "remote-KV waiters outnumber these"))
-            agree += 1
-        queue = column(prefill, "g_waiting_mean")
-        backlog, _ = prefill_backlog(f)
-        if backlog is not None:
+        if m.kv_full and not m.held:
+            return []  # memory, not transfer: PD202 covers it
+        if prefill_backlog(f)[0] is not None:
             # The KV is late because prefill is late (SGLang's decode side even enters its
             # transfer queue before prefill runs): a prefill problem, not the hand-off.
             return []
-        prefill_idle = None
-        if queue.notna().any():
-            prefill_idle = float(queue.median()) < PREFILL_IDLE_QUEUE
-            evidence.append(ev("prefill queue per instance", float(queue.median()), "requests",
-                               instances=list(prefill.index), window=whole(f),
-                               baseline=PREFILL_IDLE_QUEUE, source="requests_waiting"))
-            if prefill_idle:
-                agree += 1
-            else:
-                contrary += 1
-        if ambiguous and not prefill_idle:
+        if m.ambiguous and not m.prefill_idle:
             return []  # without the breakdown, only "decode waits while prefill idles" counts
+        return [self._explain(f, m)]
+
+    @staticmethod
+    def _measure(f: ClusterEvidence) -> _Waits | None:
+        """Requests waiting for remote KV per decode instance (vLLM logs: all waiting), their
+        trend, decode KV memory and the prefill queue; None when the inputs carry no waits."""
+        decode = f.role("decode")
+        remote = column(decode, "remote_kv_wait_mean")
+        ambiguous = not remote.notna().any()
         if ambiguous:
-            contrary += 1
-        att = f.slo.ttft_attainment
-        severity = Severity.CRITICAL if slo_collapsed(att) else Severity.WARNING
-        confidence = evidence_confidence(agree, available + 1, contrary)
-        insts = remote[remote >= REMOTE_WAIT_MIN].index.astype(str).tolist() or \
-            list(decode.index.astype(str))
-        idle = " while prefill idles" if prefill_idle else ""
+            # vLLM log lines give one "Waiting" count (slot + remote KV): usable, but weaker.
+            remote = column(decode, "g_waiting_mean")
+            if not remote.notna().any() or not column(decode, "g_kv_usage_p90").notna().any():
+                return None
+        running = column(decode, "g_running_mean")
+        names_ = ("decode_waiting",) if ambiguous else ("decode_kv_fetch",)
+        series = next((x for x in (f.role_series(n) for n in (
+            *names_, "decode_transfer_queue", "decode_deferred")) if x is not None), None)
+        tr = series_trend(series)
+        kv = column(decode, "g_kv_usage_p90")
+        held, _, admission = remote_kv_dominates(f)
+        queue = column(f.role("prefill"), "g_waiting_mean")
+        return _Waits(
+            decode=decode, remote=remote, ambiguous=ambiguous, level=float(remote.median()),
+            running=float(running.median()) if running.notna().any() else None,
+            trend=tr if rising(tr, REMOTE_WAIT_GROWTH_MIN, f) else None,
+            kv=float(kv.median()) if kv.notna().any() else None, held=held,
+            admission=admission,
+            prefill_queue=float(queue.median()) if queue.notna().any() else None)
+
+    def _explain(self, f: ClusterEvidence, m: _Waits) -> Finding:
+        """The finding: the waits, decode memory, the idle prefill side; severity and words."""
+        evidence = self._evidence(f, m)
+        agree = 1 + int(m.trend is not None) + int(m.kv is not None) + int(m.prefill_idle)
+        contrary = int(m.prefill_queue is not None and not m.prefill_idle) + int(m.ambiguous)
+        severity = Severity.CRITICAL if slo_collapsed(f.slo.ttft_attainment) else Severity.WARNING
+        confidence = evidence_confidence(agree, 4, contrary)  # waits, trend, KV, prefill queue
+        insts = m.remote[m.remote >= REMOTE_WAIT_MIN].index.astype(str).tolist() or \
+            list(m.decode.index.astype(str))
+        idle = " while prefill idles" if m.prefill_idle else ""
         kv_txt = ""
-        if kv_level is not None:
-            kv_txt = (f" (decode KV only {pct(kv_level)} used)" if kv_level < DECODE_KV_PRESSURE else
-                      f" (decode KV {pct(kv_level)} used, mostly by transfers in flight)")
-        summary = (f"Decode instances {names(insts)} wait for remote KV ({level:.1f} requests "
+        if m.kv is not None:
+            kv_txt = (f" (decode KV only {pct(m.kv)} used)" if not m.kv_full else
+                      f" (decode KV {pct(m.kv)} used, mostly by transfers in flight)")
+        summary = (f"Decode instances {names(insts)} wait for remote KV ({m.level:.1f} requests "
                    f"each on average){idle}{kv_txt}: the KV hand-off, not prefill or decode "
                    f"capacity, is the bottleneck")
-        return [self.finding(severity, confidence, summary, instances=insts, evidence=evidence,
-                             next_steps=(
+        return self.finding(severity, confidence, summary, instances=insts, evidence=evidence,
+                            next_steps=(
             "Check the transfer path: link utilisation and achieved bandwidth (PD301), "
             "retransmissions (PD401), TCP fallback (PD402).",
             "Compare the connector's hand-over time with the wire time (vLLM NIXL side "
             "channel, KV block size, Mooncake transfer threads).",
             "Do not add prefill or decode instances for this: neither pool is the limit.",
-        ))]
+        ))
+
+    @staticmethod
+    def _evidence(f: ClusterEvidence, m: _Waits) -> list[Evidence]:
+        what = ("requests waiting on decode instances (slot or remote KV: no breakdown)"
+                if m.ambiguous else "requests waiting for remote KV per decode instance")
+        out = [ev(what, m.level, "requests", instances=list(m.decode.index), window=whole(f),
+                  baseline=m.running,
+                  source=("requests_waiting" if m.ambiguous else
+                          "kv_fetch_waiting / decode_transfer_queue / requests_deferred")
+                  + " (baseline: running requests)")]
+        tr = m.trend
+        if tr is not None:
+            out.append(ev("remote-KV wait per decode instance", tr.hinge_end_level, "requests",
+                          window=(tr.onset_ts, tr.end_ts), baseline=tr.onset_level,
+                          source="trend"))
+        if m.kv is not None:
+            out.append(ev("decode KV usage p90 (median over decode instances)", 100 * m.kv, "%",
+                          window=whole(f), baseline=100 * DECODE_KV_PRESSURE,
+                          source="kv_usage_ratio"))
+        if m.kv_full:
+            out.append(ev("requests waiting for decode admission per instance", m.admission,
+                          "requests", window=whole(f),
+                          source="decode KV is full of transfers in flight: the remote-KV "
+                                 "waiters outnumber these"))
+        if m.prefill_queue is not None:
+            out.append(ev("prefill queue per instance", m.prefill_queue, "requests",
+                          instances=list(f.role("prefill").index), window=whole(f),
+                          baseline=PREFILL_IDLE_QUEUE, source="requests_waiting"))
+        return out
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """What PD302 measures: remote-KV waits on decode, decode memory, the prefill queue."""
+
+    decode: pd.DataFrame
+    remote: pd.Series  # requests waiting for remote KV per decode instance (mean)
+    ambiguous: bool  # vLLM log "Waiting": slot and remote KV together
+    level: float  # median of ``remote`` over decode instances
+    running: float | None  # running requests per decode instance (median)
+    trend: Trend | None  # the remote-KV wait rising by REMOTE_WAIT_GROWTH_MIN
+    kv: float | None  # decode KV usage p90, median over decode instances
+    held: bool  # remote-KV waiters outnumber admission waiters (transfers hold the memory)
+    admission: float  # requests waiting for decode admission per instance
+    prefill_queue: float | None  # prefill queue per instance (median of means)
+
+    @property
+    def waiting(self) -> bool:
+        return self.level >= REMOTE_WAIT_MIN and (
+            self.running is None or self.level >= REMOTE_WAIT_SHARE_OF_RUNNING * self.running)
+
+    @property
+    def kv_full(self) -> bool:
+        return self.kv is not None and self.kv >= DECODE_KV_PRESSURE
+
+    @property
+    def prefill_idle(self) -> bool:
+        return self.prefill_queue is not None and self.prefill_queue < PREFILL_IDLE_QUEUE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -38,6 +38,20 @@ EVENT_WORDS = {
     S.EV_KV_LOAD_RECOMPUTED: "decode recomputes after a failed KV load",
     S.EV_REQUEST_ABORTED: "requests aborted by the engine",
 }
+
+
+# Failures found in request records alone (status error, prefill done, no first token) could
+# be any error at the hand-off: never surer than a coin toss.
+RECORDS_ONLY_CONFIDENCE: Final = 0.5
+NEXT_STEPS: Final = (
+    "Read the first failure line on the named instances: the first error is the cause, "
+    "later ones are fallout.",
+    "If one NIC or peer stands out, drain it and check the link (ibstat, port error "
+    "counters) or that instance's health.",
+    "Compare the transfer timeouts (VLLM_NIXL_ABORT_REQUEST_TIMEOUT, "
+    "SGLANG_DISAGGREGATION_WAITING_TIMEOUT) with the transfer times; check that both "
+    "sides run the same connector and version.",
+)
 
 
 @dataclass(frozen=True)
@@ -137,13 +151,22 @@ class KvTransferFailures(BaseRule):
         return _Measured(failed, share, source, records_only)
 
     def _explain(self, f: ClusterEvidence, fl: Failures, m: _Measured) -> Finding:
+        """The finding: counts, share, rate, tail and spread; severity from the share."""
+        evidence, tail, standout = self._evidence(f, fl, m)
+        return self.finding(self._severity(fl, m), self._confidence(fl, m, tail),
+                            self._summary(fl, m, standout, tail),
+                            instances=sorted({name for name, _ in fl.by_instance}),
+                            evidence=evidence, next_steps=NEXT_STEPS)
+
+    def _evidence(self, f: ClusterEvidence, fl: Failures, m: _Measured,
+                  ) -> tuple[list[Evidence], bool, str]:
+        """The evidence, whether failures drive the TTFT tail, and the NIC/peer standing out."""
         evidence: list[Evidence] = []
         window = (fl.first_ts, fl.last_ts) if fl.first_ts is not None and \
             fl.last_ts is not None else whole(f)
-        logged_insts = [name for name, _ in fl.by_instance]
         if m.failed > 0:
             evidence.append(ev("failed or abandoned KV transfers", m.failed, "transfers",
-                               instances=logged_insts, window=window,
+                               instances=[name for name, _ in fl.by_instance], window=window,
                                source=self._sources(fl, m)))
         if m.share is not None:
             evidence.append(ev("share of requests whose KV hand-off failed", 100 * m.share, "%",
@@ -159,16 +182,22 @@ class KvTransferFailures(BaseRule):
         if fl.records_error is not None and fl.records:
             evidence.append(ev("requests with status error", 100 * fl.records_error / fl.records,
                                "%", window=whole(f), source="request records"))
-        standout = self._standout(fl, evidence)
-        severity = self._severity(fl, m)
+        return evidence, tail, self._standout(fl, evidence)
+
+    @staticmethod
+    def _confidence(fl: Failures, m: _Measured, tail: bool) -> float:
+        """One channel per kind of input that saw failures (events, counters, records, tail)."""
         agree = sum(bool(x) for x in (fl.transfer_events or fl.fabric_events,
                                       fl.counter_failures or fl.counter_expired,
                                       fl.records_handoff, tail))
         available = sum(bool(x) for x in (fl.by_event, fl.counter_failures is not None,
                                           fl.records_error is not None)) + 1
         confidence = evidence_confidence(max(agree, 1), available)
-        if m.from_records_only:
-            confidence = min(confidence, 0.5)
+        # Records alone cannot tell a KV failure from any error at the hand-off.
+        return min(confidence, RECORDS_ONLY_CONFIDENCE) if m.from_records_only else confidence
+
+    @staticmethod
+    def _summary(fl: Failures, m: _Measured, standout: str, tail: bool) -> str:
         share_txt = f" ({pct(m.share)} of requests)" if m.share is not None else ""
         what = "failed, timed out or were abandoned" if fl.transfer_events or m.failed else \
             "hit transfer-engine errors"
@@ -180,17 +209,7 @@ class KvTransferFailures(BaseRule):
             summary += f", most of them on {standout}"
         if tail:
             summary += "; TTFT is higher while they happen"
-        instances = sorted(set(logged_insts))
-        return self.finding(severity, confidence, summary, instances=instances,
-                            evidence=evidence, next_steps=(
-            "Read the first failure line on the named instances: the first error is the cause, "
-            "later ones are fallout.",
-            "If one NIC or peer stands out, drain it and check the link (ibstat, port error "
-            "counters) or that instance's health.",
-            "Compare the transfer timeouts (VLLM_NIXL_ABORT_REQUEST_TIMEOUT, "
-            "SGLANG_DISAGGREGATION_WAITING_TIMEOUT) with the transfer times; check that both "
-            "sides run the same connector and version.",
-        ))
+        return summary
 
     @staticmethod
     def _sources(fl: Failures, m: _Measured) -> str:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
-from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, whole
+from pdprobe.rules.thresholds import CONFIDENCE_UNOBSERVED
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Retransmission events per 1000 RDMA packets. RoCE (go-back-N) goodput falls off around a loss
 # rate of 1e-4 and collapses near 1e-3; a lossless fabric shows ~0.
@@ -77,8 +82,9 @@ class RdmaRetransmits(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure retransmissions and congestion per node and the transfer engine's failures;
+        decide sustained loss; explain it."""
         f = ctx.evidence
-        nodes = f.nodes
         has_counters = f.has_node_column("retransmits") or f.has_node_column("cnp")
         retry_exceeded = f.event_count(S.EV_RDMA_RETRY_EXCEEDED)
         slice_failed = f.event_count(S.EV_RDMA_SLICE_FAILED)
@@ -87,107 +93,89 @@ class RdmaRetransmits(BaseRule):
             "mooncake" in s.format for s in ctx.dataset.sources))
         if not has_counters and not has_logs:
             return [self.inconclusive()]
-        evidence: list[Evidence] = []
-        bad_nodes: list[str] = []
-        burst_nodes: list[str] = []
-        congested_nodes: list[str] = []
-        worst_rate = 0.0
-        if has_counters and len(nodes):
-            packets = column(nodes, "rdma_packets", "nodes")
-            retrans = column(nodes, "retransmits", "nodes")
-            cnp = column(nodes, "cnp", "nodes")
-            with np.errstate(all="ignore"):
-                per_1k = 1000.0 * retrans / packets.where(packets > 0)
-                cnp_1k = 1000.0 * cnp / packets.where(packets > 0)
-                per_gb = retrans / (column(nodes, "rdma_bytes", "nodes") / 1e9).where(
-                    column(nodes, "rdma_bytes", "nodes") > 0)
-            bins = column(nodes, "retransmit_bins", "nodes")
-            measured = column(nodes, "measured_bins", "nodes")
-            for node in nodes.index:
-                rate = per_1k.get(node, np.nan)
-                count = retrans.get(node, np.nan)
-                if np.isfinite(rate) and rate >= RETRANS_PER_1K_WARN and count >= MIN_RETRANSMITS:
-                    share = bins.get(node, np.nan) / measured.get(node, np.nan) \
-                        if measured.get(node, 0) else np.nan
-                    sustained = not np.isfinite(share) or share >= SUSTAINED_BIN_SHARE
-                    (bad_nodes if sustained else burst_nodes).append(str(node))
-                    worst_rate = max(worst_rate, float(rate)) if sustained else worst_rate
-                    top = nodes.loc[node, "retransmit_top_signal"] if \
-                        f.has_node_column("retransmit_top_signal") else ""
-                    evidence.append(ev(f"retransmissions per 1000 RDMA packets on {node}",
-                                       float(rate), "per 1k packets",
-                                       instances=self._instances_on(f, [str(node)]),
-                                       window=whole(f), baseline=RETRANS_PER_1K_WARN,
-                                       source=f"{int(count)} events, mostly {top}"
-                                       + ("" if bool(nodes.loc[node, "rdma_packets_measured"])
-                                          else "; packets estimated from bytes")))
-                    if np.isfinite(per_gb.get(node, np.nan)):
-                        evidence.append(ev(f"retransmissions per GB on {node}",
-                                           float(per_gb[node]), "per GB", window=whole(f),
-                                           source="retransmissions / RDMA bytes"))
-                    if np.isfinite(share):
-                        evidence.append(ev(f"bins with retransmissions on {node}", 100 * share,
-                                           "%", window=whole(f),
-                                           baseline=100 * SUSTAINED_BIN_SHARE))
-                c = cnp_1k.get(node, np.nan)
-                if np.isfinite(c) and c >= CNP_PER_1K_WARN:
-                    congested_nodes.append(str(node))
-                    evidence.append(ev(f"congestion notifications per 1000 packets on {node}",
-                                       float(c), "per 1k packets", window=whole(f),
-                                       baseline=CNP_PER_1K_WARN,
-                                       source="CNPs handled/sent + ECN-marked packets"))
-        if retry_exceeded:
-            evidence.append(ev("transport retry counter exceeded (log lines)", retry_exceeded,
-                               "events", instances=self._event_instances(
-                                   f, S.EV_RDMA_RETRY_EXCEEDED), window=whole(f),
-                               source="Mooncake transfer engine / ibverbs"))
-        if slice_failed:
-            evidence.append(ev("failed RDMA transfer slices (log lines)", slice_failed,
-                               "events", instances=self._event_instances(
-                                   f, S.EV_RDMA_SLICE_FAILED), window=whole(f),
-                               source="Mooncake worker_pool"))
-        logs_bad = retry_exceeded >= 1 or slice_failed >= SLICE_FAILURES_MIN
-        if not (bad_nodes or congested_nodes or logs_bad or burst_nodes):
+        m = _Fabric(nodes=_judge_nodes(f) if has_counters and len(f.nodes) else None,
+                    retry_exceeded=retry_exceeded, slice_failed=slice_failed,
+                    available=int(has_counters) * 2 + int(has_logs))
+        if not (m.bad or m.congested or m.logs_bad or m.burst):
             return []
-        if bad_nodes or congested_nodes or logs_bad:
+        return [self._explain(f, m)]
+
+    def _explain(self, f: ClusterEvidence, m: _Fabric) -> Finding:
+        """The finding: per-node rates, log failures, transfer latency; severity and words."""
+        evidence = self._node_evidence(f, m.nodes) + self._log_evidence(f, m)
+        if m.bad or m.congested or m.logs_bad:
             severity = Severity.WARNING
-            if worst_rate >= RETRANS_PER_1K_CRITICAL or \
-                    retry_exceeded + slice_failed >= EVENTS_CRITICAL:
+            if m.worst_rate >= RETRANS_PER_1K_CRITICAL or \
+                    m.retry_exceeded + m.slice_failed >= EVENTS_CRITICAL:
                 severity = Severity.CRITICAL
         else:
             severity = Severity.INFO
-        agree = sum(bool(x) for x in (bad_nodes, congested_nodes, logs_bad))
-        available = int(has_counters) * 2 + int(bool(has_logs))
-        confidence = evidence_confidence(max(agree, 1), max(available, 1))
+        agree = sum(bool(x) for x in (m.bad, m.congested, m.logs_bad))
+        confidence = evidence_confidence(max(agree, 1), max(m.available, 1))
         if severity is Severity.INFO:
-            confidence = min(confidence, 0.4)
-        affected_nodes = sorted(set(bad_nodes) | set(congested_nodes) | set(burst_nodes))
-        instances = sorted(set(self._instances_on(f, affected_nodes))
-                           | set(self._event_instances(f, S.EV_RDMA_RETRY_EXCEEDED))
-                           | set(self._event_instances(f, S.EV_RDMA_SLICE_FAILED)))
+            confidence = min(confidence, CONFIDENCE_UNOBSERVED)
+        affected_nodes = sorted(set(m.bad) | set(m.congested) | set(m.burst))
+        instances = sorted(set(f.instances_on(affected_nodes))
+                           | set(f.event_instances(S.EV_RDMA_RETRY_EXCEEDED))
+                           | set(f.event_instances(S.EV_RDMA_SLICE_FAILED)))
         self._transfer_evidence(f, instances, evidence)
-        return [self.finding(severity, confidence,
-                             self._summary(bad_nodes, burst_nodes, congested_nodes,
-                                           worst_rate, retry_exceeded, slice_failed),
-                             instances=instances, evidence=evidence, next_steps=(
+        return self.finding(severity, confidence,
+                            self._summary(m.bad, m.burst, m.congested, m.worst_rate,
+                                          m.retry_exceeded, m.slice_failed),
+                            instances=instances, evidence=evidence, next_steps=(
             "Check PFC/ECN end to end: RoCE traffic in a lossless class with matching "
             "DSCP/priority on NICs and switches.",
             "On the named nodes look for a bad cable or transceiver (symbol errors, link "
             "downed, port receive errors) and for switch buffer drops or pause storms.",
             "Tune DCQCN and reduce incast (spread decode instances over more leaf switches).",
-        ))]
+        ))
 
     @staticmethod
-    def _instances_on(f: ClusterEvidence, nodes: list[str]) -> list[str]:
-        inst = f.instances
-        return sorted(inst.index[inst["node"].isin(nodes)].astype(str))
+    def _node_evidence(f: ClusterEvidence, nodes: pd.DataFrame | None) -> list[Evidence]:
+        """Per flagged node: retransmission rate (per packet, per GB, share of bins), CNPs."""
+        out: list[Evidence] = []
+        if nodes is None:
+            return out
+        top = f.nodes["retransmit_top_signal"] if f.has_node_column("retransmit_top_signal") \
+            else None
+        sub = nodes[nodes["flagged"] | nodes["congested"]]
+        for node, row in zip(sub.index.tolist(), sub.to_dict("records"), strict=True):
+            if row["flagged"]:
+                measured = bool(f.nodes.loc[node, "rdma_packets_measured"])
+                out.append(ev(f"retransmissions per 1000 RDMA packets on {node}",
+                              float(row["per_1k"]), "per 1k packets",
+                              instances=f.instances_on([str(node)]), window=whole(f),
+                              baseline=RETRANS_PER_1K_WARN,
+                              source=f"{int(row['retrans'])} events, mostly "
+                                     f"{top[node] if top is not None else ''}"
+                                     + ("" if measured else "; packets estimated from bytes")))
+                if np.isfinite(row["per_gb"]):
+                    out.append(ev(f"retransmissions per GB on {node}", float(row["per_gb"]),
+                                  "per GB", window=whole(f),
+                                  source="retransmissions / RDMA bytes"))
+                if np.isfinite(row["share"]):
+                    out.append(ev(f"bins with retransmissions on {node}", 100 * row["share"],
+                                  "%", window=whole(f), baseline=100 * SUSTAINED_BIN_SHARE))
+            if row["congested"]:
+                out.append(ev(f"congestion notifications per 1000 packets on {node}",
+                              float(row["cnp_1k"]), "per 1k packets", window=whole(f),
+                              baseline=CNP_PER_1K_WARN,
+                              source="CNPs handled/sent + ECN-marked packets"))
+        return out
 
     @staticmethod
-    def _event_instances(f: ClusterEvidence, event: str) -> list[str]:
-        if f.events.empty:
-            return []
-        sub = f.events[(f.events["event"] == event) & (f.events["instance"] != "")]
-        return sorted(sub["instance"].astype(str).unique())
+    def _log_evidence(f: ClusterEvidence, m: _Fabric) -> list[Evidence]:
+        """Retry exhaustion and failed slices from the transfer engine's logs."""
+        out: list[Evidence] = []
+        if m.retry_exceeded:
+            out.append(ev("transport retry counter exceeded (log lines)", m.retry_exceeded,
+                          "events", instances=f.event_instances(S.EV_RDMA_RETRY_EXCEEDED),
+                          window=whole(f), source="Mooncake transfer engine / ibverbs"))
+        if m.slice_failed:
+            out.append(ev("failed RDMA transfer slices (log lines)", m.slice_failed, "events",
+                          instances=f.event_instances(S.EV_RDMA_SLICE_FAILED), window=whole(f),
+                          source="Mooncake worker_pool"))
+        return out
 
     @staticmethod
     def _transfer_evidence(f: ClusterEvidence, instances: list[str], evidence: list[Evidence]) -> None:
@@ -221,3 +209,70 @@ class RdmaRetransmits(BaseRule):
                     f"window")
         return "Loss or congestion on the RDMA fabric: " + ", ".join(parts) + \
             "; KV transfer is slowed by recovery, not by load"
+
+
+def _judge_nodes(f: ClusterEvidence) -> pd.DataFrame:
+    """Per node: retransmissions and CNPs per 1000 packets, per GB, the share of bins with
+    retransmissions, and the verdicts ``flagged`` (over the rate and count), ``sustained``
+    (in enough bins; unknown counts as sustained) and ``congested``."""
+    import pandas as pd
+
+    nodes = f.nodes
+    packets = column(nodes, "rdma_packets", "nodes")
+    rdma_bytes = column(nodes, "rdma_bytes", "nodes")
+    retrans = column(nodes, "retransmits", "nodes")
+    measured = column(nodes, "measured_bins", "nodes")
+    with np.errstate(all="ignore"):
+        per_1k = 1000.0 * retrans / packets.where(packets > 0)
+        share = column(nodes, "retransmit_bins", "nodes") / measured.where(measured != 0)
+        out = pd.DataFrame({
+            "retrans": retrans, "per_1k": per_1k, "share": share,
+            "cnp_1k": 1000.0 * column(nodes, "cnp", "nodes") / packets.where(packets > 0),
+            "per_gb": retrans / (rdma_bytes / 1e9).where(rdma_bytes > 0)})
+    out["flagged"] = np.isfinite(per_1k) & (per_1k >= RETRANS_PER_1K_WARN) & (
+        retrans >= MIN_RETRANSMITS)
+    out["sustained"] = ~np.isfinite(share) | (share >= SUSTAINED_BIN_SHARE)
+    out["congested"] = np.isfinite(out["cnp_1k"]) & (out["cnp_1k"] >= CNP_PER_1K_WARN)
+    return out
+
+
+@dataclass(frozen=True)
+class _Fabric:
+    """What PD401 measures: per-node verdicts and the transfer engine's failure lines."""
+
+    nodes: pd.DataFrame | None  # ``_judge_nodes``, None without node counters
+    retry_exceeded: int
+    slice_failed: int
+    available: int  # evidence channels the inputs carried (counters count twice)
+
+    def _nodes_where(self, mask: str, sustained: bool | None = None) -> list[str]:
+        if self.nodes is None:
+            return []
+        keep = self.nodes[mask]
+        if sustained is not None:
+            keep = keep & (self.nodes["sustained"] == sustained)
+        return [str(n) for n in self.nodes.index[keep.to_numpy(dtype=bool)]]
+
+    @property
+    def bad(self) -> list[str]:
+        """Nodes with sustained retransmissions over the warning rate."""
+        return self._nodes_where("flagged", sustained=True)
+
+    @property
+    def burst(self) -> list[str]:
+        """Nodes over the rate in one burst only."""
+        return self._nodes_where("flagged", sustained=False)
+
+    @property
+    def congested(self) -> list[str]:
+        return self._nodes_where("congested")
+
+    @property
+    def worst_rate(self) -> float:
+        if self.nodes is None or not self.bad:
+            return 0.0
+        return max(0.0, float(self.nodes.loc[self.nodes.index.isin(self.bad), "per_1k"].max()))
+
+    @property
+    def logs_bad(self) -> bool:
+        return self.retry_exceeded >= 1 or self.slice_failed >= SLICE_FAILURES_MIN

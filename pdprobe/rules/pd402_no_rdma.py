@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
-from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, names, pct, slo_collapsed, whole
 
 # Share of the connector's KV bytes that went over TCP (Mooncake TENT transport=tcp) for KV to
@@ -21,6 +22,13 @@ RDMA_UNUSED_SHARE: Final = 0.01
 TCP_CARRIES_SHARE: Final = 0.5
 # TTFT share in transfer from which the TCP path is a critical problem, not only a warning.
 TRANSFER_SHARE_CRITICAL: Final = 0.3
+# Confidence by the strength of the signs: a log line or byte counter naming TCP is direct
+# (0.75, +0.1 per further sign up to two); missing or inactive RDMA ports only make TCP likely
+# (0.5, +0.1 per further sign); no RDMA device without a transfer seen is a hint (0.3).
+CONFIDENCE_STRONG: Final = 0.75
+CONFIDENCE_MEDIUM: Final = 0.5
+CONFIDENCE_WEAK: Final = 0.3
+CONFIDENCE_STEP: Final = 0.1
 
 
 class NoRdma(BaseRule):
@@ -70,127 +78,150 @@ class NoRdma(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure each sign of KV over TCP (logs, connector bytes, node ports and bytes);
+        decide by the strongest; explain it."""
         f = ctx.evidence
         tcp_events = f.event_count(S.EV_TRANSPORT_TCP)
-        tcp_kv = column(f.instances, "c_kv_tcp_bytes")
-        rdma_kv = column(f.instances, "c_kv_rdma_bytes")
-        has_connector_counters = tcp_kv.notna().any() or rdma_kv.notna().any()
-        if not (tcp_events or has_connector_counters or f.has_network):
+        has_connector = column(f.instances, "c_kv_tcp_bytes").notna().any() or \
+            column(f.instances, "c_kv_rdma_bytes").notna().any()
+        if not (tcp_events or has_connector or f.has_network):
             return [self.inconclusive()]
-        evidence: list[Evidence] = []
-        strong: list[str] = []  # what proved it, for the summary
-        medium: list[str] = []
-        weak: list[str] = []
-        instances: set[str] = set()
-        if tcp_events:
-            insts = self._event_instances(f)
-            instances.update(insts)
-            strong.append(f"{tcp_events} log lines show KV transfers over TCP")
-            evidence.append(ev("log lines with KV transfer over TCP", tcp_events, "lines",
-                               instances=insts, window=whole(f), source="engine logs"))
-        if has_connector_counters:
-            tcp_sum = float(tcp_kv.sum()) if tcp_kv.notna().any() else 0.0
-            rdma_sum = float(rdma_kv.sum()) if rdma_kv.notna().any() else 0.0
-            total = tcp_sum + rdma_sum
-            if total > 0:
-                share = tcp_sum / total
-                evidence.append(ev("KV bytes sent over TCP by the connector", 100 * share, "%",
-                                   instances=tcp_kv[tcp_kv > 0].index.astype(str).tolist(),
-                                   window=whole(f), baseline=100 * TCP_KV_SHARE,
-                                   source="tent_*_bytes_total by transport"))
-                if share >= TCP_KV_SHARE:
-                    strong.append(f"{pct(share)} of the connector's KV bytes went over TCP")
-                    instances.update(tcp_kv[tcp_kv > 0].index.astype(str))
-        serving_nodes = self._serving_nodes(f)
-        kv_bytes = f.transfer.bytes_total
-        if f.has_network and serving_nodes:
-            nodes = f.nodes.reindex(serving_nodes)
+        proof = _Proof()
+        self._log_lines(f, tcp_events, proof)
+        if has_connector:
+            self._connector_bytes(f, proof)
+        serving = self._serving_nodes(f)
+        if f.has_network and serving:
             if f.rdma_signals:
-                ports = column(nodes, "ports", "nodes")
-                active = column(nodes, "ports_active", "nodes")
-                dead = [str(n) for n in nodes.index
-                        if np.isfinite(ports.get(n, np.nan)) and ports[n] > 0
-                        and active.get(n, 0) == 0]
-                if dead:
-                    medium.append(f"no ACTIVE RDMA port on {names(dead)}")
-                    instances.update(self._instances_on(f, dead))
-                    evidence.append(ev("serving nodes with no ACTIVE RDMA port", len(dead),
-                                       "nodes", instances=self._instances_on(f, dead),
-                                       window=whole(f), baseline=len(serving_nodes),
-                                       source="port_state"))
-                rdma_bytes = column(nodes, "rdma_bytes", "nodes")
-                tcp_bytes = column(nodes, "tcp_bytes", "nodes")
-                if kv_bytes and kv_bytes > 0 and rdma_bytes.notna().any():
-                    rdma_share = float(rdma_bytes.sum()) / kv_bytes
-                    tcp_share = float(tcp_bytes.sum()) / kv_bytes if tcp_bytes.notna().any() \
-                        else None
-                    evidence.append(ev("RDMA bytes on serving nodes / KV bytes moved",
-                                       100 * rdma_share, "%", window=whole(f),
-                                       baseline=100 * RDMA_UNUSED_SHARE,
-                                       source=f"RDMA port counters vs {f.transfer.bytes_source}"))
-                    if rdma_share < RDMA_UNUSED_SHARE and tcp_share is not None and \
-                            tcp_share >= TCP_CARRIES_SHARE:
-                        strong.append("KV volume shows up on the TCP/IP interfaces, not on "
-                                      "the RDMA ports")
-                        instances.update(self._instances_on(f, serving_nodes))
-            elif f.tcp_signals and len(serving_nodes) > 1:
+                self._rdma_ports(f, serving, proof)
+                self._rdma_bytes(f, serving, proof)
+            elif f.tcp_signals and len(serving) > 1:
                 # One node: KV moves over NVLink / shared memory and needs no RDMA.
-                tcp_bytes = column(nodes, "tcp_bytes", "nodes")
-                evidence.append(ev("RDMA series on serving nodes", "none", "",
-                                   instances=self._instances_on(f, serving_nodes),
-                                   window=whole(f),
-                                   source="node_exporter network counters present, no "
-                                          "node_infiniband_* series"))
-                carries = bool(kv_bytes and tcp_bytes.notna().any()
-                               and float(tcp_bytes.sum()) >= TCP_CARRIES_SHARE * kv_bytes)
-                if carries and kv_bytes:
-                    evidence.append(ev("TCP bytes on serving nodes / KV bytes moved",
-                                       100 * float(tcp_bytes.sum()) / kv_bytes, "%",
-                                       window=whole(f), baseline=100 * TCP_CARRIES_SHARE,
-                                       source="netdev counters"))
-                    medium.append("the serving nodes have no RDMA device and their TCP "
-                                  "traffic carries the KV volume")
-                elif self._transfers_seen(f):
-                    medium.append("the serving nodes expose no RDMA device while KV "
-                                  "transfers run")
-                else:
-                    weak.append("the serving nodes expose no RDMA device")
-                instances.update(self._instances_on(f, serving_nodes))
-        if not (strong or medium or weak):
+                self._no_rdma_device(f, serving, proof)
+        if not (proof.strong or proof.medium or proof.weak):
             return []
+        return [self._explain(f, proof)]
+
+    def _explain(self, f: ClusterEvidence, p: _Proof) -> Finding:
+        """The finding: the signs found, the TTFT share in transfer; severity by strength."""
         xfer_share = f.transfer.share_of_ttft_p50
         if xfer_share is not None:
-            evidence.append(ev("median share of TTFT spent in KV transfer", 100 * xfer_share,
-                               "%", window=whole(f), source="kv_transfer_s / ttft_s"))
-        confidence: float
-        if strong:
-            severity = Severity.WARNING
-            if (xfer_share is not None and xfer_share >= TRANSFER_SHARE_CRITICAL) or \
-                    slo_collapsed(f.slo.ttft_attainment):
-                severity = Severity.CRITICAL
-            confidence = 0.75 + 0.1 * min(len(strong) - 1 + len(medium), 2)
-        elif medium:
-            severity = Severity.WARNING
-            confidence = 0.5 + 0.1 * min(len(medium) - 1, 2)
-        else:
-            severity = Severity.INFO
-            confidence = 0.3
-        reasons = strong + medium + weak
+            p.evidence.append(ev("median share of TTFT spent in KV transfer", 100 * xfer_share,
+                                 "%", window=whole(f), source="kv_transfer_s / ttft_s"))
+        severity, confidence = self._decide(f, p, xfer_share)
+        reasons = p.strong + p.medium + p.weak
         summary = ("KV cache travels without RDMA: " + "; ".join(reasons[:2])
                    + "; disaggregation cannot pay off until the fabric is fixed")
-        if not strong and not medium:
+        if not p.strong and not p.medium:
             summary = ("No RDMA device is visible on the serving nodes; if KV moves between "
                        "them it goes over TCP")
-        return [self.finding(severity, confidence, summary,
-                             instances=sorted(instances) or self._all_serving(f),
-                             evidence=evidence, next_steps=(
+        return self.finding(severity, confidence, summary,
+                            instances=sorted(p.instances) or self._all_serving(f),
+                            evidence=p.evidence, next_steps=(
             "Check that RDMA devices reach the containers (device plugin, /dev/infiniband, "
             "IPC_LOCK and memlock limits) and that the ports are ACTIVE.",
             "Configure the connector for RDMA: Mooncake protocol 'rdma' with the right "
             "device names; NIXL/UCX with rc transports and GPU-direct.",
             "Without an RDMA fabric, serve colocated (prefill and decode on the same "
             "instances): the KV hand-off over TCP costs more than it saves.",
-        ))]
+        ))
+
+    @staticmethod
+    def _decide(f: ClusterEvidence, p: _Proof, xfer_share: float | None,
+                ) -> tuple[Severity, float]:
+        """Strong signs warn (critical when transfer dominates TTFT or the SLO collapsed) and
+        are surest; medium ones warn; weak ones (no RDMA device, no transfer seen) inform."""
+        if p.strong:
+            critical = (xfer_share is not None and xfer_share >= TRANSFER_SHARE_CRITICAL) or \
+                slo_collapsed(f.slo.ttft_attainment)
+            return (Severity.CRITICAL if critical else Severity.WARNING,
+                    CONFIDENCE_STRONG + CONFIDENCE_STEP * min(len(p.strong) - 1 + len(p.medium), 2))
+        if p.medium:
+            return Severity.WARNING, CONFIDENCE_MEDIUM + CONFIDENCE_STEP * min(len(p.medium) - 1, 2)
+        return Severity.INFO, CONFIDENCE_WEAK
+
+    def _log_lines(self, f: ClusterEvidence, tcp_events: int, p: _Proof) -> None:
+        """Strong: log lines saying the KV transfer uses TCP."""
+        if not tcp_events:
+            return
+        insts = self._event_instances(f)
+        p.instances.update(insts)
+        p.strong.append(f"{tcp_events} log lines show KV transfers over TCP")
+        p.evidence.append(ev("log lines with KV transfer over TCP", tcp_events, "lines",
+                             instances=insts, window=whole(f), source="engine logs"))
+
+    @staticmethod
+    def _connector_bytes(f: ClusterEvidence, p: _Proof) -> None:
+        """Strong: the connector's byte counters put most KV bytes on TCP."""
+        tcp_kv = column(f.instances, "c_kv_tcp_bytes")
+        rdma_kv = column(f.instances, "c_kv_rdma_bytes")
+        tcp_sum = float(tcp_kv.sum()) if tcp_kv.notna().any() else 0.0
+        total = tcp_sum + (float(rdma_kv.sum()) if rdma_kv.notna().any() else 0.0)
+        if total <= 0:
+            return
+        share = tcp_sum / total
+        senders = tcp_kv[tcp_kv > 0].index.astype(str).tolist()
+        p.evidence.append(ev("KV bytes sent over TCP by the connector", 100 * share, "%",
+                             instances=senders, window=whole(f), baseline=100 * TCP_KV_SHARE,
+                             source="tent_*_bytes_total by transport"))
+        if share >= TCP_KV_SHARE:
+            p.strong.append(f"{pct(share)} of the connector's KV bytes went over TCP")
+            p.instances.update(senders)
+
+    def _rdma_ports(self, f: ClusterEvidence, serving: list[str], p: _Proof) -> None:
+        """Medium: RDMA ports present on a serving node, none of them ACTIVE."""
+        nodes = f.nodes.reindex(serving)
+        ports = column(nodes, "ports", "nodes")
+        active = column(nodes, "ports_active", "nodes")
+        dead = [str(n) for n in nodes.index[(np.isfinite(ports) & (ports > 0)
+                                             & (active == 0)).to_numpy(dtype=bool)]]
+        if not dead:
+            return
+        p.medium.append(f"no ACTIVE RDMA port on {names(dead)}")
+        p.instances.update(self._instances_on(f, dead))
+        p.evidence.append(ev("serving nodes with no ACTIVE RDMA port", len(dead), "nodes",
+                             instances=self._instances_on(f, dead), window=whole(f),
+                             baseline=len(serving), source="port_state"))
+
+    def _rdma_bytes(self, f: ClusterEvidence, serving: list[str], p: _Proof) -> None:
+        """Strong: RDMA bytes a sliver of the KV volume while TCP bytes carry it."""
+        nodes = f.nodes.reindex(serving)
+        kv_bytes = f.transfer.bytes_total
+        rdma_bytes = column(nodes, "rdma_bytes", "nodes")
+        tcp_bytes = column(nodes, "tcp_bytes", "nodes")
+        if not (kv_bytes and kv_bytes > 0 and rdma_bytes.notna().any()):
+            return
+        rdma_share = float(rdma_bytes.sum()) / kv_bytes
+        tcp_share = float(tcp_bytes.sum()) / kv_bytes if tcp_bytes.notna().any() else None
+        p.evidence.append(ev("RDMA bytes on serving nodes / KV bytes moved", 100 * rdma_share,
+                             "%", window=whole(f), baseline=100 * RDMA_UNUSED_SHARE,
+                             source=f"RDMA port counters vs {f.transfer.bytes_source}"))
+        if rdma_share < RDMA_UNUSED_SHARE and tcp_share is not None and \
+                tcp_share >= TCP_CARRIES_SHARE:
+            p.strong.append("KV volume shows up on the TCP/IP interfaces, not on the RDMA ports")
+            p.instances.update(self._instances_on(f, serving))
+
+    def _no_rdma_device(self, f: ClusterEvidence, serving: list[str], p: _Proof) -> None:
+        """Medium (weak without KV transfers seen): network counters but no RDMA series."""
+        tcp_bytes = column(f.nodes.reindex(serving), "tcp_bytes", "nodes")
+        kv_bytes = f.transfer.bytes_total
+        p.evidence.append(ev("RDMA series on serving nodes", "none", "",
+                             instances=self._instances_on(f, serving), window=whole(f),
+                             source="node_exporter network counters present, no "
+                                    "node_infiniband_* series"))
+        carries = bool(kv_bytes and tcp_bytes.notna().any()
+                       and float(tcp_bytes.sum()) >= TCP_CARRIES_SHARE * kv_bytes)
+        if carries and kv_bytes:
+            p.evidence.append(ev("TCP bytes on serving nodes / KV bytes moved",
+                                 100 * float(tcp_bytes.sum()) / kv_bytes, "%", window=whole(f),
+                                 baseline=100 * TCP_CARRIES_SHARE, source="netdev counters"))
+            p.medium.append("the serving nodes have no RDMA device and their TCP traffic "
+                            "carries the KV volume")
+        elif self._transfers_seen(f):
+            p.medium.append("the serving nodes expose no RDMA device while KV transfers run")
+        else:
+            p.weak.append("the serving nodes expose no RDMA device")
+        p.instances.update(self._instances_on(f, serving))
 
     @staticmethod
     def _event_instances(f: ClusterEvidence) -> list[str]:
@@ -221,3 +252,14 @@ class NoRdma(BaseRule):
         t = f.transfer
         return bool((t.bytes_total or 0) > 0 or (t.transfers or 0) > 0
                     or (len(f.role("prefill")) and len(f.role("decode"))))
+
+
+@dataclass
+class _Proof:
+    """Signs that KV travels without RDMA, by strength, with their evidence and instances."""
+
+    strong: list[str] = field(default_factory=list)  # summary fragments
+    medium: list[str] = field(default_factory=list)
+    weak: list[str] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    instances: set[str] = field(default_factory=set)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.registry import KV_NEAR_FULL, ROLE_COUNT_BINS
 from pdprobe.analysis.evidence.stats import peer_median
-from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -47,6 +48,8 @@ HIT_NOTABLY_LOWER: Final = 0.7
 MIN_PEER_HIT: Final = 0.1
 # Instances must average this many requests before count-based shares mean anything.
 MIN_REQUESTS_PER_INSTANCE: Final = 30
+# A skew the router's victims do not pay for (info) is a lead, not a diagnosis.
+INFO_CONFIDENCE: Final = 0.45
 
 
 class TrafficSkew(BaseRule):
@@ -104,157 +107,84 @@ class TrafficSkew(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure each role's traffic shares against fair shares; decide skew; explain it."""
         f = ctx.evidence
         judged = False
-        evidence: list[Evidence] = []
-        over_all: list[str] = []
-        under_all: list[str] = []
-        parts: list[str] = []
-        impact = False
-        impact_known = False
-        agree = 0
+        skews: list[_RoleSkew] = []
         for role in ("decode", "prefill"):
             rows = f.role(role)
             rows = rows[column(rows, "traffic_share").notna()]
-            share = column(rows, "traffic_share")
             if len(rows) < 2:
                 continue
             judged = True
-            res = self._judge_role(f, role, rows, share)
-            if res is None:
-                continue
-            evidence.extend(res["evidence"])
-            over_all += res["over"]
-            under_all += res["under"]
-            parts.append(res["summary"])
-            impact = impact or res["impact"]
-            impact_known = impact_known or res["impact_known"]
-            agree += 1 + int(res["impact"]) + int(res["persistent"])
+            found = self._judge_role(f, role, rows)
+            if found is not None:
+                skews.append(found)
         if not judged:
             return [self.inconclusive()]
-        if not parts:
-            return []
-        if over_all:
+        return [self._explain(f, skews)] if skews else []
+
+    def _explain(self, f: ClusterEvidence, skews: list[_RoleSkew]) -> Finding:
+        """The finding over the skewed roles: severity from impact and size, the wording."""
+        over = [i for s in skews for i in s.over]
+        impact = any(s.impact for s in skews)
+        if over:
+            impact_known = any(s.impact_known for s in skews)
             severity = Severity.WARNING if (impact or not impact_known or self._max_ratio(
-                f, over_all) >= WARN_SHARE_RATIO) else Severity.INFO
+                f, over) >= WARN_SHARE_RATIO) else Severity.INFO
         else:
             severity = Severity.WARNING if impact else Severity.INFO
-        confidence = evidence_confidence(agree, 3 * max(1, len(parts)))
+        agree = sum(1 + int(s.impact) + int(s.persistent) for s in skews)
+        confidence = evidence_confidence(agree, 3 * len(skews))
         if severity is Severity.INFO:
-            confidence = min(confidence, 0.45)
-        summary = "; ".join(parts) + (": the router, not the P/D ratio" if impact else "")
-        return [self.finding(severity, confidence, summary,
-                             instances=over_all + under_all, evidence=evidence, next_steps=(
+            confidence = min(confidence, INFO_CONFIDENCE)
+        summary = "; ".join(s.summary for s in skews) + (
+            ": the router, not the P/D ratio" if impact else "")
+        return self.finding(severity, confidence, summary,
+                            instances=over + [i for s in skews for i in s.under],
+                            evidence=[e for s in skews for e in s.evidence], next_steps=(
             "Check the router policy and its inputs: weights, freshness of the load metric it "
             "balances on, KV-/prefix-aware scoring that ignores load.",
             "Look for sticky sessions or clients pinned to one endpoint.",
             "Cap per-instance load in the router before resizing the pool: the pool may be "
             "big enough once balanced.",
-        ))]
+        ))
 
-    def _judge_role(self, f: ClusterEvidence, role: str, rows: Any, share: Any) -> dict[str, Any] | None:
-        from scipy import stats
-
-        n = len(rows)
+    def _judge_role(self, f: ClusterEvidence, role: str, rows: pd.DataFrame) -> _RoleSkew | None:
+        """Over- and under-served instances of one role, when beyond chance and persistent."""
+        share = column(rows, "traffic_share")
         fair_s = self._fair_shares(f, role, rows)
         source = str(rows["traffic_share_source"].iloc[0])
         counts = column(rows, "traffic_count")
-        count_based = source in ("request records", "finished-request counters") and \
-            counts.notna().all() and float(counts.sum()) >= MIN_REQUESTS_PER_INSTANCE * n
-        p_value = None
-        if count_based:
-            expected = float(counts.sum()) * fair_s.to_numpy()
-            p_value = float(stats.chisquare(counts.to_numpy(dtype="float64"),
-                                            f_exp=expected).pvalue)
-            if p_value >= SKEW_P:
-                return None
-        elif source in ("request records", "finished-request counters"):
+        p_value = _chi_square_p(source, counts, fair_s)
+        if p_value is not None and p_value >= SKEW_P:
+            return None
+        if p_value is None and source in COUNT_SOURCES:
             return None  # too few requests to tell skew from chance
         latency = column(rows, "tpot_p90" if role == "decode" else "ttft_p90")
-        peer_lat = peer_median(latency.to_numpy())
-        over = [str(i) for i in share.index if share[i] >= OVER_SHARE_RATIO * fair_s[i]]
-        under = []
-        for pos, inst in enumerate(share.index):
-            if share[inst] <= UNDER_SHARE_RATIO * fair_s[inst]:
-                lat = latency.iloc[pos]
-                slow = np.isfinite(lat) and np.isfinite(peer_lat[pos]) and \
-                    lat >= SLOW_RATIO * peer_lat[pos]
-                if not slow:
-                    under.append(str(inst))
+        peer_lat = pd_series(peer_median(latency.to_numpy()), rows.index)
+        over = [str(i) for i in share.index[(share >= OVER_SHARE_RATIO * fair_s).to_numpy()]]
+        # An under-used instance much slower than its peers is a straggler the router avoids.
+        slow = np.isfinite(latency) & np.isfinite(peer_lat) & (latency >= SLOW_RATIO * peer_lat)
+        under = [str(i) for i in share.index[((share <= UNDER_SHARE_RATIO * fair_s)
+                                              & ~slow).to_numpy()]]
         if not over and not under:
             return None
         persistent = self._persistent(f, role, over)
-        if not count_based and persistent is False:
+        if p_value is None and persistent is False:
             return None
-        evidence = []
-        for inst in over + under:
-            evidence.append(ev(f"share of {role} traffic to {inst}", 100 * float(share[inst]),
-                               "%", instances=[inst], window=whole(f),
-                               baseline=100 * float(fair_s[inst]),
-                               source=f"{source} (baseline: fair share for the time it served)"))
+        evidence = [ev(f"share of {role} traffic to {inst}", 100 * float(share[inst]), "%",
+                       instances=[inst], window=whole(f), baseline=100 * float(fair_s[inst]),
+                       source=f"{source} (baseline: fair share for the time it served)")
+                    for inst in over + under]
         if p_value is not None:
             evidence.append(ev(f"chi-square test of equal {role} shares", p_value, "p-value",
                                window=whole(f), source=f"{int(counts.sum())} requests"))
-        # Impact on the overloaded instances: latency and KV pressure against their peers.
-        impact = False
-        impact_known = False
-        kv = column(rows, "g_kv_usage_full_frac")
-        for inst in over:
-            pos = list(share.index).index(inst)
-            if np.isfinite(latency.iloc[pos]) and np.isfinite(peer_lat[pos]):
-                impact_known = True
-                ratio = latency.iloc[pos] / peer_lat[pos] if peer_lat[pos] > 0 else np.nan
-                if np.isfinite(ratio) and ratio >= IMPACT_LATENCY_RATIO:
-                    impact = True
-                    evidence.append(ev(f"{'TPOT' if role == 'decode' else 'TTFT'} p90 on {inst}",
-                                       float(latency.iloc[pos]), "s", instances=[inst],
-                                       window=whole(f), baseline=float(peer_lat[pos]),
-                                       source="peer median as baseline"))
-            if kv.notna().any() and np.isfinite(kv.get(inst, np.nan)):
-                impact_known = True
-                peers = kv.drop(index=inst).dropna()
-                if kv[inst] >= KV_FULL_TIME_SHARE and (not len(peers)
-                                                   or float(peers.median()) < KV_FULL_TIME_SHARE):
-                    impact = True
-                    evidence.append(ev(f"time with KV usage >= {pct(KV_NEAR_FULL)} on {inst}",
-                                       100 * float(kv[inst]), "%", instances=[inst],
-                                       window=whole(f),
-                                       baseline=100 * float(peers.median()) if len(peers)
-                                       else None, source="peer median as baseline"))
-        if under and not over:
-            pressure = slo_missed(f.slo.tpot_attainment if role == "decode"
-                                  else f.slo.ttft_attainment)
-            if kv.notna().any():
-                others = kv.drop(index=[u for u in under if u in kv.index]).dropna()
-                pressure = pressure or (len(others) > 0
-                                       and float(others.median()) >= KV_FULL_TIME_SHARE)
-            impact = pressure
-        hit = column(rows, "hit_ratio")
-        hit_txt = ""
-        for inst in over[:1]:
-            pos = list(share.index).index(inst)
-            peers_hit = peer_median(hit.to_numpy())[pos]
-            if np.isfinite(hit.get(inst, np.nan)) and np.isfinite(peers_hit) and \
-                    peers_hit >= MIN_PEER_HIT and float(hit[inst]) <= HIT_NOTABLY_LOWER * peers_hit:
-                hit_txt = (f" and has a {pct(float(hit[inst]))} prefix-hit rate against "
-                           f"{pct(float(peers_hit))} on its peers")
-                evidence.append(ev(f"prefix-cache hit rate on {inst}", 100 * float(hit[inst]),
-                                   "%", instances=[inst], window=whole(f),
-                                   baseline=100 * float(peers_hit),
-                                   source=str(rows.loc[inst, "hit_ratio_source"])))
-        if over:
-            top = max(over, key=lambda i: float(share[i]))
-            summary = (f"{top} gets {pct(float(share[top]))} of the {role} traffic "
-                       f"(fair share {pct(float(fair_s[top]))}){hit_txt}")
-            if len(over) > 1:
-                summary = f"{names(over)} get more than {OVER_SHARE_RATIO:g}x their fair " \
-                          f"share of the {role} traffic"
-        else:
-            summary = (f"{names(under)} get{'s' if len(under) == 1 else ''} at most "
-                       f"{pct(float(share[under].max()))} of the {role} traffic "
-                       f"(fair share {pct(float(fair_s[under].max()))})")
-        return {"evidence": evidence, "over": over, "under": under, "summary": summary,
-                "impact": impact, "impact_known": impact_known, "persistent": bool(persistent)}
+        impact, impact_known = _impact(f, role, rows, over, under, latency, peer_lat, evidence)
+        hit_txt = _hit_note(f, rows, over, evidence)
+        return _RoleSkew(over=over, under=under, evidence=evidence, impact=impact,
+                         impact_known=impact_known, persistent=bool(persistent),
+                         summary=_role_summary(role, over, under, share, fair_s, hit_txt))
 
     @staticmethod
     def _fair_shares(f: ClusterEvidence, role: str, rows: pd.DataFrame) -> pd.Series:
@@ -325,3 +255,106 @@ class TrafficSkew(BaseRule):
         held = ((shares[cols_over].ge(BIN_OVER_RATIO * fair, axis=0)) & ok).sum() / \
             ok.sum().clip(lower=1)
         return bool((held >= PERSISTENT_BIN_SHARE).all())
+
+
+# Traffic-share sources that count requests (a chi-square test applies to them).
+COUNT_SOURCES: Final = ("request records", "finished-request counters")
+
+
+@dataclass(frozen=True)
+class _RoleSkew:
+    """One role's skew: who gets too much or too little, its evidence, impact, wording."""
+
+    over: list[str]
+    under: list[str]
+    evidence: list[Evidence]
+    impact: bool  # the overloaded instance pays (latency, KV), or the rest of the pool does
+    impact_known: bool  # latency or KV usage of an overloaded instance was measured
+    persistent: bool  # the over-share holds in most bins
+    summary: str
+
+
+def pd_series(values: np.ndarray, index: pd.Index) -> pd.Series:
+    import pandas as pd
+
+    return pd.Series(values, index=index, dtype="float64")
+
+
+def _chi_square_p(source: str, counts: pd.Series, fair_s: pd.Series) -> float | None:
+    """Chi-square p-value of the counts against the fair shares, None when the shares are not
+    counts or too few (under MIN_REQUESTS_PER_INSTANCE per instance)."""
+    from scipy import stats
+
+    if not (source in COUNT_SOURCES and counts.notna().all()
+            and float(counts.sum()) >= MIN_REQUESTS_PER_INSTANCE * len(counts)):
+        return None
+    expected = float(counts.sum()) * fair_s.to_numpy()
+    return float(stats.chisquare(counts.to_numpy(dtype="float64"), f_exp=expected).pvalue)
+
+
+def _impact(f: ClusterEvidence, role: str, rows: pd.DataFrame, over: list[str],
+            under: list[str], latency: pd.Series, peer_lat: pd.Series,
+            evidence: list[Evidence]) -> tuple[bool, bool]:
+    """(impact, impact known): the overloaded instances slower or fuller than their peers;
+    with under-use only, the rest of the pool under pressure (SLO missed or KV full)."""
+    impact = impact_known = False
+    kv = column(rows, "g_kv_usage_full_frac")
+    for inst in over:
+        lat, peer = float(latency[inst]), float(peer_lat[inst])
+        if np.isfinite(lat) and np.isfinite(peer):
+            impact_known = True
+            if peer > 0 and lat / peer >= IMPACT_LATENCY_RATIO:
+                impact = True
+                evidence.append(ev(f"{'TPOT' if role == 'decode' else 'TTFT'} p90 on {inst}",
+                                   lat, "s", instances=[inst], window=whole(f), baseline=peer,
+                                   source="peer median as baseline"))
+        if kv.notna().any() and np.isfinite(kv.get(inst, np.nan)):
+            impact_known = True
+            peers = kv.drop(index=inst).dropna()
+            if kv[inst] >= KV_FULL_TIME_SHARE and (not len(peers)
+                                               or float(peers.median()) < KV_FULL_TIME_SHARE):
+                impact = True
+                evidence.append(ev(f"time with KV usage >= {pct(KV_NEAR_FULL)} on {inst}",
+                                   100 * float(kv[inst]), "%", instances=[inst], window=whole(f),
+                                   baseline=100 * float(peers.median()) if len(peers) else None,
+                                   source="peer median as baseline"))
+    if under and not over:
+        impact = slo_missed(f.slo.tpot_attainment if role == "decode"
+                            else f.slo.ttft_attainment)
+        if kv.notna().any():
+            others = kv.drop(index=[u for u in under if u in kv.index]).dropna()
+            impact = impact or (len(others) > 0 and float(others.median()) >= KV_FULL_TIME_SHARE)
+    return impact, impact_known
+
+
+def _hit_note(f: ClusterEvidence, rows: pd.DataFrame, over: list[str],
+              evidence: list[Evidence]) -> str:
+    """" and has a 5 % prefix-hit rate against 60 % on its peers" for the first overloaded
+    instance when its hit rate is notably lower (a prefix-aware router paying for affinity)."""
+    if not over:
+        return ""
+    inst = over[0]
+    hit = column(rows, "hit_ratio")
+    peers_hit = float(pd_series(peer_median(hit.to_numpy()), rows.index)[inst])
+    mine = float(hit.get(inst, np.nan))
+    if not (np.isfinite(mine) and np.isfinite(peers_hit) and peers_hit >= MIN_PEER_HIT
+            and mine <= HIT_NOTABLY_LOWER * peers_hit):
+        return ""
+    evidence.append(ev(f"prefix-cache hit rate on {inst}", 100 * mine, "%", instances=[inst],
+                       window=whole(f), baseline=100 * peers_hit,
+                       source=str(rows.loc[inst, "hit_ratio_source"])))
+    return f" and has a {pct(mine)} prefix-hit rate against {pct(peers_hit)} on its peers"
+
+
+def _role_summary(role: str, over: list[str], under: list[str], share: pd.Series,
+                  fair_s: pd.Series, hit_txt: str) -> str:
+    if len(over) > 1:
+        return f"{names(over)} get more than {OVER_SHARE_RATIO:g}x their fair share of the " \
+               f"{role} traffic"
+    if over:
+        top = over[0]
+        return (f"{top} gets {pct(float(share[top]))} of the {role} traffic "
+                f"(fair share {pct(float(fair_s[top]))}){hit_txt}")
+    return (f"{names(under)} get{'s' if len(under) == 1 else ''} at most "
+            f"{pct(float(share[under].max()))} of the {role} traffic "
+            f"(fair share {pct(float(fair_s[under].max()))})")

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.stats import peer_median
-from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -23,6 +24,9 @@ from pdprobe.rules.common import (
 )
 from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # An instance's hit rate at most half its peers' median, with the peers at 20 % or more (below
 # that nobody's cache helps much) and at least 15 points apart, is "low".
 LOW_HIT_FACTOR: Final = 0.5
@@ -30,6 +34,8 @@ MIN_PEER_HIT: Final = 0.2
 MIN_HIT_GAP: Final = 0.15
 # The low-hit instance must take at least this fraction of its fair share of traffic to matter.
 MIN_TRAFFIC_FRACTION_OF_FAIR: Final = 0.5
+# Low hit rates that add no visible prefill work (info) are a lead, not a diagnosis.
+INFO_CONFIDENCE: Final = 0.45
 
 
 class LowPrefixHitRouting(BaseRule):
@@ -73,78 +79,77 @@ class LowPrefixHitRouting(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure each instance's hit rate against its peers'; decide low-hit routing by the
+        prefill work it adds; explain it."""
         f = ctx.evidence
         judged = False
-        low_all: list[str] = []
-        evidence: list[Evidence] = []
-        lines = []
-        persistent_any = False
+        lows: list[_Low] = []
         for role in ("decode", "prefill"):
             rows = f.role(role)
-            hit = column(rows, "hit_ratio")
-            if hit.notna().sum() < 2:
+            if column(rows, "hit_ratio").notna().sum() < 2:
                 continue
             judged = True
-            peers = peer_median(hit.to_numpy())
-            share = column(rows, "traffic_share")
-            fair = 1.0 / len(rows)
-            for pos, inst in enumerate(rows.index.astype(str)):
-                h, pm = float(hit.iloc[pos]), float(peers[pos])
-                if not (np.isfinite(h) and np.isfinite(pm)):
-                    continue
-                if not (pm >= MIN_PEER_HIT and h <= LOW_HIT_FACTOR * pm and pm - h >= MIN_HIT_GAP):
-                    continue
-                s = float(share.iloc[pos])
-                if np.isfinite(s) and s < MIN_TRAFFIC_FRACTION_OF_FAIR * fair:
-                    continue  # it hardly gets traffic: its cold cache costs little
-                persistent = self._persistent(f, inst, list(rows.index.astype(str)))
-                if persistent is False:
-                    continue
-                persistent_any = persistent_any or bool(persistent)
-                low_all.append(inst)
-                lines.append((inst, h, pm, role))
-                evidence.append(ev(f"prefix-cache hit rate on {inst}", 100 * h, "%",
-                                   instances=[inst], window=whole(f), baseline=100 * pm,
-                                   source=f"{rows.loc[inst, 'hit_ratio_source']} "
-                                          "(baseline: peer median)"))
-                if np.isfinite(s):
-                    evidence.append(ev(f"share of {role} traffic to {inst}", 100 * s, "%",
-                                       instances=[inst], window=whole(f), baseline=100 * fair))
+            lows += self._low_hit(f, role, rows)
         if not judged:
             return [self.inconclusive()]
-        if not low_all:
-            return []
+        return [self._explain(f, lows)] if lows else []
+
+    def _low_hit(self, f: ClusterEvidence, role: str, rows: pd.DataFrame) -> list[_Low]:
+        """Instances of one role whose hit rate is persistently far below their peers' while
+        they take at least half their fair share of the traffic."""
+        hit = column(rows, "hit_ratio")
+        peers = peer_median(hit.to_numpy())
+        share = column(rows, "traffic_share")
+        fair = 1.0 / len(rows)
+        members = list(rows.index.astype(str))
+        out = []
+        for pos, inst in enumerate(members):
+            h, pm, s = float(hit.iloc[pos]), float(peers[pos]), float(share.iloc[pos])
+            if not (np.isfinite(h) and np.isfinite(pm) and pm >= MIN_PEER_HIT
+                    and h <= LOW_HIT_FACTOR * pm and pm - h >= MIN_HIT_GAP):
+                continue
+            if np.isfinite(s) and s < MIN_TRAFFIC_FRACTION_OF_FAIR * fair:
+                continue  # it hardly gets traffic: its cold cache costs little
+            persistent = self._persistent(f, inst, members)
+            if persistent is not False:
+                out.append(_Low(inst, role, h, pm, s, fair, bool(persistent),
+                                str(rows.loc[inst, "hit_ratio_source"])))
+        return out
+
+    def _explain(self, f: ClusterEvidence, lows: list[_Low]) -> Finding:
+        """The finding: hit rates and shares, the prefill backlog or TTFT miss it causes."""
+        evidence = [e for low in lows for e in low.evidence(f)]
         tq, what = prefill_backlog(f)
-        queue_up = tq is not None
-        ttft_miss = slo_missed(f.slo.ttft_attainment)
         if tq is not None:
             evidence.append(ev(what, tq.hinge_end_level, "", instances=list(f.names("prefill")),
                                window=(tq.onset_ts, tq.end_ts), baseline=tq.onset_level,
                                source="trend since the onset (hinge fit)"))
-        impact = queue_up or ttft_miss
+        ttft_miss = slo_missed(f.slo.ttft_attainment)
+        impact = tq is not None or ttft_miss
         severity = Severity.WARNING if impact else Severity.INFO
-        confidence = evidence_confidence(1 + int(impact) + int(persistent_any), 3)
+        confidence = evidence_confidence(
+            1 + int(impact) + int(any(low.persistent for low in lows)), 3)
         if not impact:
-            confidence = min(confidence, 0.45)
-        inst, h, pm, role = lines[0]
-        who = names(low_all) if len(low_all) > 1 else inst
-        summary = (f"{who} {'have' if len(low_all) > 1 else 'has'} a {pct(h)} prefix-hit rate "
-                   f"against {pct(pm)} on {'their' if len(low_all) > 1 else 'its'} "
-                   f"{role} peers")
-        if queue_up:
+            confidence = min(confidence, INFO_CONFIDENCE)
+        first, many = lows[0], len(lows) > 1
+        who = names([low.inst for low in lows]) if many else first.inst
+        summary = (f"{who} {'have' if many else 'has'} a {pct(first.hit)} prefix-hit rate "
+                   f"against {pct(first.peers)} on {'their' if many else 'its'} "
+                   f"{first.role} peers")
+        if tq is not None:
             summary += " while the prefill queues back up: the router sends requests where " \
                        "their prefix is not cached"
         elif ttft_miss:
             summary += " and TTFT misses its SLO: the router sends requests where their " \
                        "prefix is not cached"
-        return [self.finding(severity, confidence, summary, instances=low_all,
-                             evidence=evidence, next_steps=(
+        return self.finding(severity, confidence, summary, instances=[low.inst for low in lows],
+                            evidence=evidence, next_steps=(
             "Enable or fix prefix-/KV-aware routing so requests reach the instance that "
             "holds their prefix (the router needs each instance's cached blocks).",
             "Keep sessions sticky to the instance that holds their prefix.",
             "Check the low-hit instances' KV pool size and eviction; a restart or a smaller "
             "pool empties the cache.",
-        ))]
+        ))
 
     @staticmethod
     def _persistent(f: ClusterEvidence, inst: str, peers: list[str]) -> bool | None:
@@ -160,3 +165,26 @@ class LowPrefixHitRouting(BaseRule):
             low = (mine[ok] <= LOW_HIT_FACTOR * others[ok]).mean()
             return bool(low >= PERSISTENT_BIN_SHARE)
         return None
+
+
+@dataclass(frozen=True)
+class _Low:
+    """One instance with a low hit rate: its rate, its peers', its traffic share."""
+
+    inst: str
+    role: str
+    hit: float
+    peers: float  # median hit rate of its peers
+    share: float  # its share of the role's traffic (NaN when unknown)
+    fair: float  # 1 / instances of the role
+    persistent: bool  # low in most bins (False also when no per-bin data exist)
+    source: str  # where the hit rate came from
+
+    def evidence(self, f: ClusterEvidence) -> list[Evidence]:
+        out = [ev(f"prefix-cache hit rate on {self.inst}", 100 * self.hit, "%",
+                  instances=[self.inst], window=whole(f), baseline=100 * self.peers,
+                  source=f"{self.source} (baseline: peer median)")]
+        if np.isfinite(self.share):
+            out.append(ev(f"share of {self.role} traffic to {self.inst}", 100 * self.share, "%",
+                          instances=[self.inst], window=whole(f), baseline=100 * self.fair))
+        return out

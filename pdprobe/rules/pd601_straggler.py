@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -10,7 +11,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.registry import source_column
 from pdprobe.analysis.evidence.stats import OUTLIER_Z, leave_one_out_z, peer_median
-from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, secs, whole
 from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE
 
@@ -103,119 +104,120 @@ class Straggler(BaseRule):
     )
 
     def evaluate(self, ctx: RuleContext) -> RuleResult:
+        """Measure each role's speed against its peers with the best measure available;
+        decide stragglers not explained by load; explain them."""
         f = ctx.evidence
         judged = False
-        evidence: list[Evidence] = []
-        slow_all: list[str] = []
-        parts: list[str] = []
-        worst_ratio = 0.0
-        alone_misses = False
-        persistent_any = False
+        found: list[_RoleSlow] = []
         for role, measures in MEASURES.items():
             rows = f.role(role)
             if len(rows) < 2:
                 continue
-            for col, p90_col, label, bins_name, sev_col in measures:
-                values = column(rows, col)
+            for measure in measures:
+                values = column(rows, measure[0])
                 if values.notna().sum() < 2:
                     continue
                 judged = True
-                found = self._judge(f, role, rows, values, label, bins_name)
-                if found is None:
-                    break
-                slow, ratios, peers, persistent, evs = found
-                evidence.extend(evs)
-                slow_all += slow
-                persistent_any = persistent_any or persistent
-                sev = self._severity_ratios(f, rows, slow, ratios, sev_col, role, evidence)
-                worst_ratio = max(worst_ratio, max(r for r, _ in sev))
-                pos = int(np.argmax(ratios))
-                top = slow[pos]
-                how = f"{max(ratios):.1f}x"
-                if self._source(rows, values, top) in BUCKET_SOURCES:
-                    how += " from histogram bucket estimates"
-                    if sev[pos][1] is not None:
-                        how += f"; the exact means are {sev[pos][1]}"
-                parts.append(f"{top} has a {label} of {secs(float(values[top]))} against "
-                             f"{secs(peers[top])} on its {role} peers ({how})")
-                slo = f.slo.tpot_slo_s if role == "decode" else f.slo.ttft_slo_s
-                if slo is not None and p90_col is not None:
-                    p90 = column(rows, p90_col)
-                    mine = p90.reindex(slow).dropna()
-                    others = p90.drop(index=slow).dropna()
-                    if len(mine) and len(others) and float(mine.max()) > slo >= float(
-                            others.median()):
-                        alone_misses = True
+                slow = self._judge(f, role, rows, values, measure)
+                if slow is not None:
+                    found.append(slow)
                 break  # the best available measure decides for this role
         if not judged:
             return [self.inconclusive()]
-        if not slow_all:
-            return []
+        return [self._explain(f, found)] if found else []
+
+    def _explain(self, f: ClusterEvidence, found: list[_RoleSlow]) -> Finding:
+        """The finding: per role the slowest instance against its peers; severity from the
+        exact means (or an SLO only the straggler misses)."""
+        evidence: list[Evidence] = []
+        parts: list[str] = []
+        worst_ratio = 0.0
+        for r in found:
+            evidence.extend(r.evidence)
+            sev = self._severity_ratios(f, r.rows, r.slow, r.ratios, r.measure[4], r.role,
+                                        evidence)
+            worst_ratio = max(worst_ratio, max(x for x, _ in sev))
+            parts.append(self._part(r, sev))
+        alone_misses = any(self._alone_misses(f, r) for r in found)
         critical = worst_ratio >= CRITICAL_RATIO * (1.0 + SOURCE_MARGIN)
-        severity = Severity.CRITICAL if (critical or alone_misses) \
-            else Severity.WARNING
-        confidence = evidence_confidence(1 + int(persistent_any) + int(alone_misses), 3)
-        return [self.finding(severity, confidence, "; ".join(parts), instances=slow_all,
-                             evidence=evidence, next_steps=(
+        severity = Severity.CRITICAL if (critical or alone_misses) else Severity.WARNING
+        confidence = evidence_confidence(
+            1 + int(any(r.persistent for r in found)) + int(alone_misses), 3)
+        slow_all = [i for r in found for i in r.slow]
+        return self.finding(severity, confidence, "; ".join(parts), instances=slow_all,
+                            evidence=evidence, next_steps=(
             f"Check {names(slow_all)}: GPU clocks, temperature and ECC/XID errors "
             "(nvidia-smi, DCGM), NVLink/PCIe link state, engine version and flags against its "
             "peers, other processes on the node.",
             "Drain and replace the instance if it stays slow; scaling the pool only hides it.",
-        ))]
+        ))
 
-    def _judge(self, f: ClusterEvidence, role: str, rows: pd.DataFrame, values: pd.Series, label: str,
-               bins_name: str | None) -> tuple[list[str], list[float], dict[str, float], bool,
-                                               list[Evidence]] | None:
+    def _part(self, r: _RoleSlow, sev: list[tuple[float, str | None]]) -> str:
+        """"decode-1 has a median TPOT of 45 ms against 15 ms on its decode peers (3.0x)"."""
+        pos = int(np.argmax(r.ratios))
+        top = r.slow[pos]
+        how = f"{max(r.ratios):.1f}x"
+        if self._source(r.rows, r.values, top) in BUCKET_SOURCES:
+            how += " from histogram bucket estimates"
+            if sev[pos][1] is not None:
+                how += f"; the exact means are {sev[pos][1]}"
+        return (f"{top} has a {r.measure[2]} of {secs(float(r.values[top]))} against "
+                f"{secs(r.peers[top])} on its {r.role} peers ({how})")
+
+    @staticmethod
+    def _alone_misses(f: ClusterEvidence, r: _RoleSlow) -> bool:
+        """Whether a straggler misses the role's SLO (p90) while its peers' median meets it."""
+        slo = f.slo.tpot_slo_s if r.role == "decode" else f.slo.ttft_slo_s
+        p90_col = r.measure[1]
+        if slo is None or p90_col is None:
+            return False
+        p90 = column(r.rows, p90_col)
+        mine = p90.reindex(r.slow).dropna()
+        others = p90.drop(index=r.slow).dropna()
+        return bool(len(mine) and len(others) and float(mine.max()) > slo >= float(
+            others.median()))
+
+    def _judge(self, f: ClusterEvidence, role: str, rows: pd.DataFrame, values: pd.Series,
+               measure: Measure) -> _RoleSlow | None:
+        """The instances of one role slower than their peers, persistently, and not because
+        they take more traffic or hold fuller KV caches; None when there are none."""
         v = values.to_numpy(dtype="float64")
         peers = peer_median(v)
         with np.errstate(all="ignore"):
             ratio = v / peers
         z = leave_one_out_z(v)
-        n = int(np.isfinite(v).sum())
-        share = column(rows, "traffic_share")
+        share = column(rows, "traffic_share").to_numpy(dtype="float64")
         fair = 1.0 / len(rows)
-        kv = column(rows, "g_kv_usage_full_frac")
-        slow, ratios, evs = [], [], []
-        persistent_any = False
-        peer_map: dict[str, float] = {}
-        samples = column(rows, "samples")
-        for pos, inst in enumerate(rows.index.astype(str)):
-            if not np.isfinite(ratio[pos]):
+        out = _RoleSlow(role, rows, values, measure)
+        members = list(rows.index.astype(str))
+        for pos in np.flatnonzero(_candidates(rows, v, ratio, z, share, fair)).tolist():
+            inst = members[pos]
+            if _kv_explains(column(rows, "g_kv_usage_full_frac"), pos, inst):
                 continue
-            if np.isfinite(samples.iloc[pos]) and samples.iloc[pos] < MIN_SAMPLES:
-                continue
-            if n >= 3:
-                hit = ratio[pos] >= STRAGGLER_RATIO and z[pos] >= OUTLIER_Z
-            else:
-                hit = ratio[pos] >= PAIR_RATIO
-            if not hit:
-                continue
-            if np.isfinite(share.iloc[pos]) and share.iloc[pos] >= LOAD_EXPLAINS_RATIO * fair:
-                continue  # more traffic, not a slower instance (PD501)
-            if kv.notna().any() and np.isfinite(kv.iloc[pos]):
-                others = kv.drop(index=inst).dropna()
-                if len(others) and kv.iloc[pos] - float(others.median()) >= KV_EXPLAINS_GAP:
-                    continue
-            persistent = self._persistent(f, bins_name, inst, list(rows.index.astype(str)))
+            persistent = self._persistent(f, measure[3], inst, members)
             if persistent is False:
                 continue
-            persistent_any = persistent_any or bool(persistent)
-            slow.append(inst)
-            ratios.append(float(ratio[pos]))
-            peer_map[inst] = float(peers[pos])
-            evs.append(ev(f"{label} on {inst}", float(v[pos]), "s", instances=[inst],
-                          window=whole(f), baseline=float(peers[pos]),
-                          source=f"{self._source(rows, values, inst)} (baseline: peer median)"))
-            if np.isfinite(z[pos]):
-                evs.append(ev(f"modified z-score of {inst} against its {role} peers",
-                              float(z[pos]), "", instances=[inst], window=whole(f),
-                              baseline=OUTLIER_Z, source="median/MAD of the peers"))
-            if np.isfinite(share.iloc[pos]):
-                evs.append(ev(f"share of {role} traffic to {inst}", 100 * float(share.iloc[pos]),
-                              "%", instances=[inst], window=whole(f), baseline=100 * fair))
-        if not slow:
-            return None
-        return slow, ratios, peer_map, persistent_any, evs
+            out.persistent = out.persistent or bool(persistent)
+            out.slow.append(inst)
+            out.ratios.append(float(ratio[pos]))
+            out.peers[inst] = float(peers[pos])
+            out.evidence += self._evidence(f, out, inst, float(v[pos]), float(peers[pos]),
+                                           float(z[pos]), float(share[pos]), fair)
+        return out if out.slow else None
+
+    def _evidence(self, f: ClusterEvidence, r: _RoleSlow, inst: str, value: float, peer: float,
+                  z: float, share: float, fair: float) -> list[Evidence]:
+        out = [ev(f"{r.measure[2]} on {inst}", value, "s", instances=[inst], window=whole(f),
+                  baseline=peer,
+                  source=f"{self._source(r.rows, r.values, inst)} (baseline: peer median)")]
+        if np.isfinite(z):
+            out.append(ev(f"modified z-score of {inst} against its {r.role} peers", z, "",
+                          instances=[inst], window=whole(f), baseline=OUTLIER_Z,
+                          source="median/MAD of the peers"))
+        if np.isfinite(share):
+            out.append(ev(f"share of {r.role} traffic to {inst}", 100 * share, "%",
+                          instances=[inst], window=whole(f), baseline=100 * fair))
+        return out
 
     @staticmethod
     def _severity_ratios(f: ClusterEvidence, rows: pd.DataFrame, slow: list[str],
@@ -265,3 +267,45 @@ class Straggler(BaseRule):
         if ok.sum() < 3:
             return None
         return bool((mine[ok] >= BIN_SLOW_RATIO * others[ok]).mean() >= PERSISTENT_BIN_SHARE)
+
+
+# (speed column, its p90 column when an SLO applies, label, per-bin frame, severity column)
+Measure = tuple[str, str | None, str, str | None, str | None]
+
+
+@dataclass
+class _RoleSlow:
+    """The stragglers of one role under one measure, with what makes them stand out."""
+
+    role: str
+    rows: pd.DataFrame
+    values: pd.Series  # the measure per instance of the role
+    measure: Measure
+    slow: list[str] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # over the peers' median, per slow one
+    peers: dict[str, float] = field(default_factory=dict)  # the peers' median, per slow one
+    persistent: bool = False  # slow in most bins (per-bin data exist)
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+def _candidates(rows: pd.DataFrame, v: np.ndarray, ratio: np.ndarray, z: np.ndarray,
+                share: np.ndarray, fair: float) -> np.ndarray:
+    """Instances far enough above their peers (ratio and z, or a 2x gap between two), with
+    enough requests, and not taking LOAD_EXPLAINS_RATIO x their fair share (PD501)."""
+    samples = column(rows, "samples").to_numpy(dtype="float64")
+    with np.errstate(invalid="ignore"):
+        if int(np.isfinite(v).sum()) >= 3:
+            hit = (ratio >= STRAGGLER_RATIO) & (z >= OUTLIER_Z)
+        else:
+            hit = ratio >= PAIR_RATIO
+        few = np.isfinite(samples) & (samples < MIN_SAMPLES)
+        loaded = np.isfinite(share) & (share >= LOAD_EXPLAINS_RATIO * fair)
+    return np.isfinite(ratio) & hit & ~few & ~loaded
+
+
+def _kv_explains(kv: pd.Series, pos: int, inst: str) -> bool:
+    """Whether the instance's KV is full KV_EXPLAINS_GAP more of the time than its peers'."""
+    if not (kv.notna().any() and np.isfinite(kv.iloc[pos])):
+        return False
+    others = kv.drop(index=inst).dropna()
+    return bool(len(others) and kv.iloc[pos] - float(others.median()) >= KV_EXPLAINS_GAP)

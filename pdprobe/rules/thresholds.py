@@ -58,6 +58,9 @@ SLO_CRITICAL: Final = 0.5
 # Confidence never reaches certainty from telemetry alone, nor drops below "worth a look".
 CONFIDENCE_MAX: Final = 0.95
 CONFIDENCE_MIN: Final = 0.2
+# A finding only a model or a one-off burst supports (nothing observed to grow or persist in the
+# window) is at most this sure: below the 0.45 a single observed signal earns.
+CONFIDENCE_UNOBSERVED: Final = 0.4
 
 # -- KV-transfer failures (PD303) and disaggregation in effect (PD801) --------------------------
 # Share of requests whose KV hand-off failed, timed out, expired unpulled or was recomputed. A
