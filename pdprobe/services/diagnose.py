@@ -90,6 +90,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     """Analyses, capacity model and rules over a dataset, into a report."""
     from pdprobe.analysis.capacity import estimate_capacity
     from pdprobe.analysis.evidence.build import compute_evidence
+    from pdprobe.analysis.evidence.project import project_instances
     from pdprobe.analysis.instances import summarize_instances
     from pdprobe.analysis.series import transfer_path_series
     from pdprobe.analysis.slo import slo_attainment
@@ -105,6 +106,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     capacity = estimate_capacity(dataset, workload, request)
     evidence = compute_evidence(dataset, workload=workload, slo=slo, capacity=capacity,
                                 slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s)
+    instances = project_instances(instances, evidence)  # the table shows what findings quote
     ctx = RuleContext(
         dataset=dataset,
         workload=workload,
