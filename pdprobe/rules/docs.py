@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pdprobe.rules.base import Rule
 
 ACCURACY_BEGIN: Final = "<!-- accuracy:begin (written by bench/rules_accuracy.py) -->"
 ACCURACY_END: Final = "<!-- accuracy:end -->"
@@ -28,9 +31,23 @@ DEFAULT_PATH: Final = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 def render(accuracy: str | None = None, identity: str | None = None) -> str:
     """The whole page; ``accuracy`` and ``identity`` are the bodies of the two benchmark
     sections (kept verbatim)."""
-    from pdprobe.analysis.evidence.registry import describe
-    from pdprobe.rules.catalog import ALL_RULES, render_explanation
-    from pdprobe.rules.engine import EXPLAINS, PRECEDENCE
+    from pdprobe.rules.catalog import ALL_RULES
+
+    out = _index()
+    out += _ranking()
+    out += ["", "## Rules", ""]
+    for rule in ALL_RULES:
+        out += _rule_section(rule)
+    out += ["## Accuracy on simulated incidents", "", ACCURACY_BEGIN,
+            (accuracy or NO_ACCURACY).strip(), ACCURACY_END, ""]
+    out += ["## One cluster whatever the naming: instance identity across sources", "",
+            IDENTITY_BEGIN, (identity or NO_IDENTITY).strip(), IDENTITY_END, ""]
+    return "\n".join(out)
+
+
+def _index() -> list[str]:
+    """The page head and one table row per rule."""
+    from pdprobe.rules.catalog import ALL_RULES
 
     out = [
         "# pdprobe rules",
@@ -50,7 +67,14 @@ def render(accuracy: str | None = None, identity: str | None = None) -> str:
     for rule in ALL_RULES:
         out.append(f"| [{rule.code}](#{rule.code.lower()}) | {rule.name} | `{rule.cause}` | "
                    f"{rule.component} | {rule.title()} |")
-    out += [
+    return out
+
+
+def _ranking() -> list[str]:
+    """How findings are ranked: the precedence of causes and the explains graph."""
+    from pdprobe.rules.engine import EXPLAINS, PRECEDENCE
+
+    out = [
         "",
         "## How findings are ranked",
         "",
@@ -69,32 +93,27 @@ def render(accuracy: str | None = None, identity: str | None = None) -> str:
     for e in EXPLAINS:
         via = f" (only via {', '.join(sorted(e.via))})" if e.via else ""
         out.append(f"| `{e.src}` | `{e.dst}` | {when[e.condition]}{via} |")
-    out += ["", "## Rules", ""]
-    for rule in ALL_RULES:
-        text = render_explanation(rule)
-        lines = text.splitlines()
-        # Markdown heading instead of the underlined terminal heading.
-        out.append(f"### {rule.code}")
+    return out
+
+
+def _rule_section(rule: type[Rule]) -> list[str]:
+    """One rule: its ``pdprobe explain`` text and the evidence it declares."""
+    from pdprobe.analysis.evidence.registry import describe
+    from pdprobe.rules.catalog import render_explanation
+
+    lines = render_explanation(rule).splitlines()
+    # Markdown heading instead of the underlined terminal heading.
+    out = [f"### {rule.code}", "", f"**{lines[0]}**", "", "```text"]
+    out.extend(line.rstrip() for line in lines[2:])
+    out += ["```", ""]
+    if rule.inputs.evidence:
+        out += ["Evidence it reads (declared in `pdprobe/analysis/evidence/registry.py`):", ""]
+        for ref in rule.inputs.evidence:
+            name, _, rest = describe(ref).partition(": ")
+            ref_name, _, unit = name.partition(" ")
+            out.append(f"- `{ref_name}`{(' ' + unit) if unit else ''}: {rest}")
         out.append("")
-        out.append(f"**{lines[0]}**")
-        out.append("")
-        out.append("```text")
-        out.extend(line.rstrip() for line in lines[2:])
-        out.append("```")
-        out.append("")
-        if rule.inputs.evidence:
-            out.append("Evidence it reads (declared in `pdprobe/analysis/evidence/registry.py`):")
-            out.append("")
-            for ref in rule.inputs.evidence:
-                name, _, rest = describe(ref).partition(": ")
-                ref_name, _, unit = name.partition(" ")
-                out.append(f"- `{ref_name}`{(' ' + unit) if unit else ''}: {rest}")
-            out.append("")
-    out += ["## Accuracy on simulated incidents", "", ACCURACY_BEGIN,
-            (accuracy or NO_ACCURACY).strip(), ACCURACY_END, ""]
-    out += ["## One cluster whatever the naming: instance identity across sources", "",
-            IDENTITY_BEGIN, (identity or NO_IDENTITY).strip(), IDENTITY_END, ""]
-    return "\n".join(out)
+    return out
 
 
 def extract_accuracy(text: str) -> str | None:

@@ -22,7 +22,12 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.thresholds import KV_FULL_TIME_SHARE, PERSISTENT_BIN_SHARE
+from pdprobe.rules.thresholds import (
+    CONFIDENCE_NO_IMPACT,
+    KV_FULL_TIME_SHARE,
+    PERSISTENT_BIN_SHARE,
+    STRAGGLER_RATIO,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,15 +46,11 @@ SKEW_P: Final = 1e-3
 BIN_OVER_RATIO: Final = 1.25
 # The overloaded instance "suffers" when its latency is this much above its peers' median.
 IMPACT_LATENCY_RATIO: Final = 1.3
-# An under-used instance slower than its peers by this much is a straggler the router avoids.
-SLOW_RATIO: Final = 1.5
 # The overloaded instance's prefix-hit rate is worth mentioning below this share of its peers'.
 HIT_NOTABLY_LOWER: Final = 0.7
 MIN_PEER_HIT: Final = 0.1
 # Instances must average this many requests before count-based shares mean anything.
 MIN_REQUESTS_PER_INSTANCE: Final = 30
-# A skew the router's victims do not pay for (info) is a lead, not a diagnosis.
-INFO_CONFIDENCE: Final = 0.45
 
 
 class TrafficSkew(BaseRule):
@@ -137,7 +138,7 @@ class TrafficSkew(BaseRule):
         agree = sum(1 + int(s.impact) + int(s.persistent) for s in skews)
         confidence = evidence_confidence(agree, 3 * len(skews))
         if severity is Severity.INFO:
-            confidence = min(confidence, INFO_CONFIDENCE)
+            confidence = min(confidence, CONFIDENCE_NO_IMPACT)
         summary = "; ".join(s.summary for s in skews) + (
             ": the router, not the P/D ratio" if impact else "")
         return self.finding(severity, confidence, summary,
@@ -165,7 +166,7 @@ class TrafficSkew(BaseRule):
         peer_lat = pd_series(peer_median(latency.to_numpy()), rows.index)
         over = [str(i) for i in share.index[(share >= OVER_SHARE_RATIO * fair_s).to_numpy()]]
         # An under-used instance much slower than its peers is a straggler the router avoids.
-        slow = np.isfinite(latency) & np.isfinite(peer_lat) & (latency >= SLOW_RATIO * peer_lat)
+        slow = np.isfinite(latency) & np.isfinite(peer_lat) & (latency >= STRAGGLER_RATIO * peer_lat)
         under = [str(i) for i in share.index[((share <= UNDER_SHARE_RATIO * fair_s)
                                               & ~slow).to_numpy()]]
         if not over and not under:

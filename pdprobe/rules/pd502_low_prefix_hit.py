@@ -22,7 +22,7 @@ from pdprobe.rules.common import (
     slo_missed,
     whole,
 )
-from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE
+from pdprobe.rules.thresholds import CONFIDENCE_NO_IMPACT, PERSISTENT_BIN_SHARE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,8 +34,6 @@ MIN_PEER_HIT: Final = 0.2
 MIN_HIT_GAP: Final = 0.15
 # The low-hit instance must take at least this fraction of its fair share of traffic to matter.
 MIN_TRAFFIC_FRACTION_OF_FAIR: Final = 0.5
-# Low hit rates that add no visible prefill work (info) are a lead, not a diagnosis.
-INFO_CONFIDENCE: Final = 0.45
 
 
 class LowPrefixHitRouting(BaseRule):
@@ -130,7 +128,7 @@ class LowPrefixHitRouting(BaseRule):
         confidence = evidence_confidence(
             1 + int(impact) + int(any(low.persistent for low in lows)), 3)
         if not impact:
-            confidence = min(confidence, INFO_CONFIDENCE)
+            confidence = min(confidence, CONFIDENCE_NO_IMPACT)
         first, many = lows[0], len(lows) > 1
         who = names([low.inst for low in lows]) if many else first.inst
         summary = (f"{who} {'have' if many else 'has'} a {pct(first.hit)} prefix-hit rate "

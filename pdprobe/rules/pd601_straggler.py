@@ -13,14 +13,13 @@ from pdprobe.analysis.evidence.registry import source_column
 from pdprobe.analysis.evidence.stats import OUTLIER_Z, leave_one_out_z, peer_median
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, secs, whole
-from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE
+from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE, STRAGGLER_RATIO
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# Slower than the peers' median by this factor AND a modified z >= 3.5 against the peers'
-# median/MAD: a 1.5x slower instance drags the pool's tail; z guards against noisy peers.
-STRAGGLER_RATIO: Final = 1.5
+# Slower than the peers' median by STRAGGLER_RATIO (thresholds) AND a modified z >= 3.5
+# against the peers' median/MAD: z guards against noisy peers. Critical from 3x.
 CRITICAL_RATIO: Final = 3.0
 # Critical needs the 3x cleared by this margin: the means severity compares are exact from
 # records and histogram sums but estimated from logs (Little's law on gauge averages, a few

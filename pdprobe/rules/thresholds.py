@@ -46,6 +46,11 @@ RISE_MIN_SHARE: Final = 0.3
 # A rise must last at least this many bins and this share of the window to be "growing".
 MIN_RISE_BINS: Final = 4
 MIN_RISE_SHARE: Final = 0.1
+# One instance at least this multiple of its peers' median speed (TPOT, prefill time per token)
+# is a straggler (PD601; with a modified z-score guard against noisy peers); an under-used
+# instance that slow is one the router rightly avoids, not routing skew (PD501). 1.5x drags
+# the pool's tail well past the spread of healthy identical GPUs.
+STRAGGLER_RATIO: Final = 1.5
 # A per-instance difference is "persistent" when it holds in at least this share of the bins
 # with data: most of the window, so one busy stretch is not enough.
 PERSISTENT_BIN_SHARE: Final = 0.6
@@ -61,6 +66,9 @@ CONFIDENCE_MIN: Final = 0.2
 # A finding only a model or a one-off burst supports (nothing observed to grow or persist in the
 # window) is at most this sure: below the 0.45 a single observed signal earns.
 CONFIDENCE_UNOBSERVED: Final = 0.4
+# A pattern seen but whose cost is not (routing skew or cold caches nobody pays for: info) is at
+# most as sure as one observed signal alone (PD501, PD502).
+CONFIDENCE_NO_IMPACT: Final = 0.45
 
 # -- KV-transfer failures (PD303) and disaggregation in effect (PD801) --------------------------
 # Share of requests whose KV hand-off failed, timed out, expired unpulled or was recomputed. A
