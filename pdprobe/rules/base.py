@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, get_args
 
 from pdprobe.values import Missing
 
@@ -39,10 +39,8 @@ Cause = Literal[
     "kv-transfer-failures",
     "not-disaggregated",
 ]
-CAUSES: tuple[Cause, ...] = (
-    "prefill-bound", "decode-bound", "kv-transfer-bandwidth", "rdma-retransmits", "no-rdma",
-    "routing-skew", "straggler", "ratio-lag", "kv-transfer-failures", "not-disaggregated",
-)
+# The same names as a tuple, read from the Literal so a new cause is added in one place.
+CAUSES: tuple[Cause, ...] = get_args(Cause)
 
 # The serving-system component a finding implicates (DOPD's decomposition).
 Component = Literal[

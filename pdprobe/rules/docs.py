@@ -61,6 +61,16 @@ def _index() -> list[str]:
         "`pdprobe rules` lists them. A rule whose inputs are missing reports what it needs "
         "instead of guessing.",
         "",
+        "Adding a rule is two files: `pdprobe/rules/pdNNN_slug.py` (the class, its docstring, "
+        "its `inputs = Inputs(...)` and an `evaluate` that measures, decides and explains; the "
+        "catalog finds it by its file name) and `tests/rules/test_pdNNN_slug.py` with inputs "
+        "where it fires and where it does not (`tests/rules/builders.py`); then regenerate this "
+        "page. The catalog tests check its declared evidence against the registry and against "
+        "what it reads, and that it stays silent on a healthy cluster. A new *cause* also needs "
+        "its name in `rules/base.py` (`Cause`), its place in `rules/engine.py` (`PRECEDENCE`, "
+        "`EXPLAINS`), [contract.md](contract.md) and a simulator scenario for "
+        "`bench/rules_accuracy.py`.",
+        "",
         "| code | name | cause | component | title |",
         "| --- | --- | --- | --- | --- |",
     ]

@@ -80,6 +80,7 @@ class DecodeWaitsForKv(BaseRule):
         ),
         evidence=("instances.remote_kv_wait_mean", "instances.g_waiting_mean", "instances.g_running_mean",
                   "instances.g_kv_usage_p90", "instances.admission_wait_mean",
+                  "instances.g_prealloc_mean",
                   "cluster.decode_kv_fetch", "cluster.decode_transfer_queue",
                   "cluster.decode_deferred", "cluster.decode_waiting", "cluster.prefill_queue",
                   "cluster.queue_s_p50", "slo"),

@@ -69,6 +69,29 @@ def test_find_rules_without_a_match() -> None:
     assert find_rules("nothing") == []
 
 
+def test_rules_read_only_the_evidence_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every evidence column a rule reads on the shared scenarios is in its ``inputs``: the
+    declaration that drives "not judged", ``pdprobe check`` and the docs is the truth."""
+    import pdprobe.analysis.evidence.model as model
+    from tests.rules.builders import SCENARIOS, scenario_context
+
+    contexts = [scenario_context(name, mix) for name in SCENARIOS for mix in ("all", "logs")]
+    read: list[str] = []
+    declared_spec = model.spec
+
+    def recording_spec(table: str, name: str) -> object:
+        read.append(f"{table}.{name}")
+        return declared_spec(table, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "spec", recording_spec)
+    for rule in ALL_RULES:
+        read.clear()
+        for ctx in contexts:
+            rule().evaluate(ctx)
+        assert set(read) <= set(rule.inputs.evidence), (rule.code, sorted(
+            set(read) - set(rule.inputs.evidence)))
+
+
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
 def test_every_rule_is_silent_on_a_healthy_cluster(rule: type) -> None:
     """The shared "does not fire" fixture every rule, present and future, must pass: a
