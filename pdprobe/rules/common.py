@@ -178,10 +178,15 @@ def prefill_backlog(feats: ClusterEvidence) -> tuple[Trend | None, str]:
     if rising(tq, PREFILL_QUEUE_GROWTH, feats):
         return tq, "prefill queue depth per instance"
     tw = series_trend(feats.role_series("queue_s_p50"))
-    if rising(tw, PREFILL_WAIT_GROWTH_S, feats) and tw is not None and \
-            tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0):
+    if wait_rising(tw, feats) and tw is not None:
         return tw, "median wait before prefill (s)"
     return None, ""
+
+
+def wait_rising(tw: Trend | None, feats: ClusterEvidence) -> bool:
+    """The median wait before prefill rose by PREFILL_WAIT_GROWTH_S and at least doubled."""
+    return rising(tw, PREFILL_WAIT_GROWTH_S, feats) and tw is not None and \
+        tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0)
 
 
 def remote_kv_dominates(feats: ClusterEvidence) -> tuple[bool, float, float]:
