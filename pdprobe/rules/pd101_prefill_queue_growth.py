@@ -25,6 +25,7 @@ from pdprobe.rules.common import (
     series_trend,
     slo_collapsed,
     slo_missed,
+    wait_rising,
     whole,
 )
 from pdprobe.rules.thresholds import (
@@ -32,7 +33,6 @@ from pdprobe.rules.thresholds import (
     DECODE_BACKPRESSURE_QUEUE,
     DECODE_KV_PRESSURE,
     PREFILL_QUEUE_GROWTH,
-    PREFILL_WAIT_GROWTH_S,
 )
 
 if TYPE_CHECKING:
@@ -146,8 +146,7 @@ class PrefillQueueGrowth(BaseRule):
             prefill=list(prefill.index), n_p=len(prefill) or _deployed_prefill(cap),
             queue=tq, queue_rising=queue_rising,
             rising=self._rising_instances(f, list(prefill.index)) if queue_rising else [],
-            wait=tw, wait_rising=rising(tw, PREFILL_WAIT_GROWTH_S, f) and tw is not None
-            and tw.hinge_end_level >= 2 * max(tw.onset_level, 0.0),
+            wait=tw, wait_rising=wait_rising(tw, f),
             share=f.queue_share_of_ttft_p50,
             # The median over time bins, not the mean: a burst that queues for a minute and
             # drains must not look like a standing queue.
