@@ -214,10 +214,6 @@ def _capacity(base: SimConfig, trace: Path | None, seed: int) -> Capacity:
                              len(t) / span if span > 0 else None)
 
 
-def _decode_rho(cap: Capacity, cfg: SimConfig) -> float:
-    return (cfg.rate_rps or 0.0) / (cfg.decode * cap.decode_rps)
-
-
 def _decode_max_rps(profile: Profile, cap: Capacity) -> float:
     """What one decode instance sustains at the batch its KV memory and max batch allow."""
     ctx = cap.mean_prompt + cap.mean_output / 2

@@ -172,7 +172,3 @@ class Links:
         for tr in self.active.values():
             if tr.rate > 0:
                 self._credit(tr, now)
-
-    def in_flight_to(self, node: int) -> int:
-        """Transfers currently arriving at a node."""
-        return len(self.on_node[node])

@@ -9,7 +9,6 @@ WARNING and decode-side ERROR lines; the Mooncake transfer engine's glog lines a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,14 +23,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 PC = {name: i for i, name in enumerate(PASS_COLUMNS)}
-
-
-def write_sglang_logs(result: SimResult, out_dir: Path, compress: bool) -> list[Path]:
-    """``logs/<host>_<port>.log`` for every instance."""
-    log_dir = out_dir / "logs"
-    log_dir.mkdir(exist_ok=True)
-    return [L.write_lines(log_dir / f"{spec.file_stem}.log", compress, times, lines)
-            for spec, times, lines in sglang_log_streams(result)]
 
 
 def sglang_log_streams(result: SimResult) -> Iterator[Stream]:

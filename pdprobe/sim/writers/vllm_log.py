@@ -13,7 +13,6 @@ ratio over the last ``HIT_RATE_WINDOW_S`` seconds.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -32,14 +31,6 @@ HIT_RATE_WINDOW_S: Final = 60.0
 STATS_LINENO: Final = 259  # loggers.py line of the stats log call in 0.33 (as in real logs)
 KV_METRICS_LINENO: Final = 98  # kv_connector/v1/metrics.py
 MIB: Final = float(2**20)
-
-
-def write_vllm_logs(result: SimResult, out_dir: Path, compress: bool) -> list[Path]:
-    """``logs/<host>_<port>.log`` for every instance."""
-    log_dir = out_dir / "logs"
-    log_dir.mkdir(exist_ok=True)
-    return [L.write_lines(log_dir / f"{spec.file_stem}.log", compress, times, lines)
-            for spec, times, lines in vllm_log_streams(result)]
 
 
 def vllm_log_streams(result: SimResult) -> Iterator[Stream]:
