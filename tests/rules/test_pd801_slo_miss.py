@@ -80,7 +80,7 @@ def test_transfer_excess_of_a_saturated_decode_pool_is_decode_bound() -> None:
     ctx = make_context(make_dataset(req), slo_ttft_s=2.0, slo_tpot_s=0.1,
                        capacity=_decode_short())
     [f] = only(RULE.evaluate(ctx), "PD801")
-    assert f.cause == "decode-bound" and "decode runs at 148%" in f.summary.replace(" %", "%")
+    assert f.cause == "decode-bound" and "decode runs at 148.0%" in f.summary.replace(" %", "%")
     # decode within its capacity: the transfer itself is slow
     ctx = make_context(make_dataset(req), slo_ttft_s=2.0, slo_tpot_s=0.1,
                        capacity=_decode_short(ud=0.7))
