@@ -74,7 +74,9 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         sub = frame[frame[col].notna()]
         if sub.empty:
             continue
-        key = sub[col].astype(str).astype("category")  # categorical keys group fast
+        key = sub[col]  # categorical keys group fast (the request table's already are)
+        key = key.cat.remove_unused_categories() if isinstance(key.dtype, pd.CategoricalDtype) \
+            else key.astype(str).astype("category")
         counts = key.value_counts()
         counts = counts[counts > 0]
         counts.index = counts.index.astype(str)
