@@ -76,7 +76,8 @@ def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = N
         return None
     codes = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
     codes = codes - codes.min()
-    by_group = np.argsort(codes, kind="stable")
+    # numpy's stable sort of 16-bit integers is a radix sort: instances are few
+    by_group = np.argsort(codes.astype(np.int16) if codes.max() < 2**15 else codes, kind="stable")
     bounds = np.append(0, np.cumsum(np.bincount(codes)))
     needed = observed.copy()
     for lo, hi in itertools.pairwise(bounds):  # per group, not per request
