@@ -55,13 +55,25 @@ def _rows(table: pd.DataFrame) -> zip[tuple[object, np.ndarray]]:
     return zip(table.index, table.to_numpy(dtype=np.float64), strict=True)
 
 
+def _filled(column: pd.Series, value: str) -> pd.Series:
+    """``column.fillna(value)``; a categorical gets ``value`` as a category first (kept in
+    name order, so groups sort as the strings would)."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype) and column.isna().any():
+        cats = column.cat.categories
+        if value not in cats:
+            column = column.cat.set_categories(sorted([*cats, value]))
+    return column.fillna(value)
+
+
 def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: int,
                            edges: tuple[float, ...]) -> list[LabeledSeries]:
     req = dataset.requests
     if not dataset.has_request_column("kv_transfer_s") or req["kv_transfer_s"].isna().all():
         return []
     sub = req[["arrival_ts", "decode_instance", "kv_transfer_s"]].dropna(subset=["kv_transfer_s"])
-    sub = sub.assign(decode_instance=sub["decode_instance"].astype("string").fillna("all"),
+    sub = sub.assign(decode_instance=_filled(sub["decode_instance"], "all"),
                      _bin=np.clip(((sub["arrival_ts"] - start) // step).astype("int64"), 0, n_bins - 1))
     # p90 per bin shows the jitter retransmits cause better than a mean would
     table = (sub.groupby(["decode_instance", "_bin"], observed=True)["kv_transfer_s"].quantile(0.9)

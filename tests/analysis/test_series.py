@@ -46,3 +46,15 @@ def test_two_ports_and_a_reset_never_give_a_negative_rate() -> None:
     # port 1 grows 1e6 per 15 s: ~66.7 kB/s; port 2 adds a fraction of a byte per second
     assert np.nanmedian(tx) == pytest.approx(1e6 / 15, rel=0.01)
     assert np.nanmedian(rates) == pytest.approx(3 / 15, rel=0.01)
+
+
+def test_missing_instance_names_fill_a_categorical_in_name_order() -> None:
+    import pandas as pd
+
+    from pdprobe.analysis.series import _filled
+
+    col = pd.Series(pd.Categorical(["d1", None, "b0"], categories=["b0", "d1"]))
+    out = _filled(col, "all")
+    assert out.tolist() == ["d1", "all", "b0"]
+    assert list(out.cat.categories) == ["all", "b0", "d1"]
+    assert _filled(pd.Series(["x", None], dtype="string"), "all").tolist() == ["x", "all"]
