@@ -259,6 +259,12 @@ class CapacityResult:
     deployed_tpot_p90_estimate_s: Maybe[float] = Missing("not estimated")
     deployed_tpot_attainment_estimate: Maybe[float] = Missing("not estimated")
     observed_tpot_p90_s: Maybe[float] = Missing("not compared")
+    # What meets the objective, before headroom (``--min-instances``, ``--headroom``): the
+    # recommended counts add the headroom; the headline separates the two.
+    needed_prefill: Maybe[int] = Missing("not estimated")
+    needed_decode: Maybe[int] = Missing("not estimated")
+    min_instances: int = 1  # per pool, asked for
+    headroom_instances: int = 0  # per pool beyond what is needed, asked for
     # KV capacity per decode instance the model used, and where it came from ("measured: ..."
     # from the engines' usage ratio against tokens held, or "profile NAME").
     kv_capacity_tokens: Maybe[int] = Missing("not estimated")

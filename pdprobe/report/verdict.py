@@ -77,29 +77,36 @@ def deployed_counts(report: Report) -> tuple[int | None, int | None]:
     return (counts.prefill if p is None else p), (counts.decode if d is None else d)
 
 
-def _differences(capacity: CapacityResult) -> list[tuple[str, int]]:
-    """(role, recommended - deployed) for the roles where both are known."""
+def _differences(capacity: CapacityResult, needed: bool = False) -> list[tuple[str, int]]:
+    """(role, recommended - deployed) for the roles where both are known; with ``needed``,
+    what meets the objective (before headroom) instead of the recommendation."""
     out = []
-    for role, rec, dep in (("prefill", capacity.recommended_prefill, capacity.deployed_prefill),
-                           ("decode", capacity.recommended_decode, capacity.deployed_decode)):
+    for role, rec, need, dep in (
+            ("prefill", capacity.recommended_prefill, capacity.needed_prefill,
+             capacity.deployed_prefill),
+            ("decode", capacity.recommended_decode, capacity.needed_decode,
+             capacity.deployed_decode)):
         r, d = count(rec), count(dep)
+        if needed and count(need) is not None:
+            r = count(need)
         if r is not None and d is not None:
             out.append((role, r - d))
     return out
 
 
 def shortfall_phrase(capacity: CapacityResult) -> str | None:
-    """``prefill short by 2 instances`` from recommended vs deployed, or None."""
+    """``prefill short by 2 instances`` from what meets the objective vs deployed, or None."""
     parts = [f"{role} short by {plural(diff, 'instance')}"
-             for role, diff in _differences(capacity) if diff > 0]
+             for role, diff in _differences(capacity, needed=True) if diff > 0]
     return ", ".join(parts) or None
 
 
 def surplus_phrase(capacity: CapacityResult) -> str | None:
-    """``2 decode instances more than needed``, or None."""
-    parts = [f"{plural(-diff, role + ' instance')} more than needed"
+    """``could save 2 decode instances`` (deployed beyond the recommendation, headroom
+    included), or None."""
+    parts = [plural(-diff, role + " instance")
              for role, diff in _differences(capacity) if diff < 0]
-    return ", ".join(parts) or None
+    return ("could save " + ", ".join(parts)) if parts else None
 
 
 def recommendation_phrase(report: Report) -> str | None:
@@ -109,6 +116,14 @@ def recommendation_phrase(report: Report) -> str | None:
         return None
     dep_p, dep_d = deployed_counts(report)
     rec = pd_pair(cap.recommended_prefill, cap.recommended_decode)
+    need_p, need_d = count(cap.needed_prefill), count(cap.needed_decode)
+    if need_p is not None and need_d is not None and (need_p, need_d) != (
+            count(cap.recommended_prefill), count(cap.recommended_decode)):
+        # headroom asked for: what meets the objective apart from what is kept on top
+        rec += f" (needed {pd_pair(need_p, need_d)} to meet the objective, plus headroom)"
+        if dep_p is None and dep_d is None:
+            return f"recommended {rec}"
+        return f"recommended {rec}; deployed {pd_pair(dep_p, dep_d)}"
     if dep_p is None and dep_d is None:
         return f"recommended {rec}"
     return f"recommended {rec} (deployed {pd_pair(dep_p, dep_d)})"

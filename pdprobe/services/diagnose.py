@@ -45,6 +45,8 @@ class DiagnoseRequest:
     profile: str | None = None  # model x GPU profile name or TOML path; None = infer/default
     verify: bool = False  # confirm the recommendation by simulation
     window_s: float = DEFAULT_WINDOW_S  # capacity estimate per window
+    min_instances: int = 1  # per pool, whatever the model needs (--min-instances)
+    headroom: int = 0  # instances per pool beyond what is needed (--headroom; 1 = N+1)
 
 
 def bundled_sample() -> Path:
@@ -119,12 +121,14 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     )
     findings, inconclusive = run_rules(ctx)
     if not isinstance(capacity, Missing):
-        from pdprobe.analysis.capacity.check import check_against_window
+        from pdprobe.analysis.capacity.check import check_against_window, with_headroom
 
         capacity = check_against_window(
             capacity, observed_attainment=evidence.slo.ttft_attainment,
             observed_p90_s=evidence.slo.ttft_p90_s, slo_missed=evidence.slo.missed,
             short_pools=short_pools(findings), observed_tpot_p90_s=evidence.slo.tpot_p90_s)
+        capacity = with_headroom(capacity, min_instances=request.min_instances,
+                                 headroom=request.headroom)
     start, end = _window(dataset, workload)
     counts = RoleCounts(
         prefill=len(dataset.instances_of("prefill")) or None,

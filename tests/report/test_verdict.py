@@ -166,8 +166,8 @@ def test_over_provisioned_ok_cluster_says_so() -> None:
     assert not isinstance(r.capacity, Missing)
     cap = dataclasses.replace(r.capacity, deployed_decode=6)
     r2 = dataclasses.replace(r, capacity=cap)
-    assert verdict_line(r2) == ("OK  no warning or critical finding; 2 decode instances more "
-                                "than needed — recommended 2P:4D (deployed 2P:6D); +1 more finding")
+    assert verdict_line(r2) == ("OK  no warning or critical finding; could save 2 decode "
+                                "instances — recommended 2P:4D (deployed 2P:6D); +1 more finding")
 
 
 def test_lead_is_the_worst_root_cause_not_a_consequence() -> None:

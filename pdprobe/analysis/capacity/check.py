@@ -125,3 +125,27 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                    observed_tpot_p90_s=observed_tpot_p90_s if observed_tpot_p90_s is not None
                    else Missing("no observed TPOT p90"),
                    model_check=check, conditional_on=conditional, notes=tuple(notes))
+
+
+def with_headroom(cap: CapacityResult, *, min_instances: int = 1,
+                  headroom: int = 0) -> CapacityResult:
+    """``cap`` with ``needed_*`` = what meets the objective and ``recommended_*`` = that plus
+    ``headroom`` instances per pool, at least ``min_instances`` (``--headroom``,
+    ``--min-instances``: keep N+1 to survive losing one)."""
+    need_p, need_d = _num(cap.recommended_prefill), _num(cap.recommended_decode)
+    if need_p is None or need_d is None:
+        return cap
+    rec_p = max(int(need_p) + headroom, min_instances)
+    rec_d = max(int(need_d) + headroom, min_instances)
+    notes = list(cap.notes)
+    if (rec_p, rec_d) != (int(need_p), int(need_d)):
+        asked = " and ".join(x for x in (
+            f"{headroom} instance{'s' if headroom != 1 else ''} of headroom per pool"
+            if headroom else "", f"at least {min_instances} per pool"
+            if min_instances > 1 else "") if x)
+        notes.append(f"{int(need_p)}P:{int(need_d)}D meet the objective; {rec_p}P:{rec_d}D "
+                     f"are recommended with {asked}")
+    return replace(cap, needed_prefill=int(need_p), needed_decode=int(need_d),
+                   recommended_prefill=rec_p, recommended_decode=rec_d,
+                   min_instances=min_instances, headroom_instances=headroom,
+                   notes=tuple(notes))

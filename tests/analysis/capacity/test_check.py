@@ -79,3 +79,30 @@ def test_recalibrated_prefill_count_applies_only_to_a_prefill_pool_named_short()
     out = check_against_window(cap, observed_attainment=0.6, observed_p90_s=9.0,
                                slo_missed=True, short_pools={"decode": ()})
     assert out.recommended_prefill == 4 and out.recommended_decode == 4
+
+
+def test_headroom_keeps_needed_apart_from_recommended() -> None:
+    """4P:2D meet the objective; --headroom 1 recommends 5P:3D, --min-instances 3 raises only
+    the decode pool; the verdict keeps 'needed' and 'could save' apart."""
+    from pdprobe.analysis.capacity.check import with_headroom
+    from pdprobe.report.verdict import recommendation_phrase, shortfall_phrase, surplus_phrase
+    from tests.report import factory as F
+
+    cap = _cap(rec_p=4, rec_d=2, dep_p=4, dep_d=4)
+    plain = with_headroom(cap)
+    assert (plain.recommended_prefill, plain.recommended_decode) == (4, 2)
+    assert (plain.needed_prefill, plain.needed_decode) == (4, 2) and plain.notes == cap.notes
+    assert surplus_phrase(plain) == "could save 2 decode instances"
+    n1 = with_headroom(cap, headroom=1)
+    assert (n1.recommended_prefill, n1.recommended_decode) == (5, 3)
+    assert (n1.needed_prefill, n1.needed_decode) == (4, 2)
+    assert "4P:2D meet the objective; 5P:3D are recommended with 1 instance of headroom" \
+        in n1.notes[-1]
+    assert surplus_phrase(n1) == "could save 1 decode instance"
+    assert shortfall_phrase(n1) is None  # 4 prefill meet the objective: not short
+    report = replace(F.healthy(), capacity=n1)
+    assert recommendation_phrase(report) == ("recommended 5P:3D (needed 4P:2D to meet the "
+                                             "objective, plus headroom); deployed 4P:4D")
+    m3 = with_headroom(cap, min_instances=3)
+    assert (m3.recommended_prefill, m3.recommended_decode) == (4, 3)
+    assert "at least 3 per pool" in m3.notes[-1]
