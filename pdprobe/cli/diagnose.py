@@ -67,6 +67,13 @@ SloTargetOpt = Annotated[float, typer.Option(
     "--slo-target", envvar=env("slo-target"), min=0.0, max=1.0,
     help="Share of requests that must meet both objectives; below it the SLO is missed, "
          "which is never OK.")]
+MinInstancesOpt = Annotated[int, typer.Option(
+    "--min-instances", envvar=env("min-instances"), min=1,
+    help="Recommend at least N instances per pool, whatever the model needs.")]
+HeadroomOpt = Annotated[int, typer.Option(
+    "--headroom", envvar=env("headroom"), min=0,
+    help="Recommend N instances per pool beyond what meets the objective (1 = N+1, to "
+         "survive losing one); the verdict keeps 'needed' and 'could save' apart.")]
 # Shorter capacity windows hold too few requests for a per-window estimate.
 MIN_WINDOW_S = 30.0
 WindowOpt = Annotated[str, typer.Option(
@@ -97,6 +104,8 @@ def diagnose_command(
     profile: ProfileOpt = None,
     verify: VerifyOpt = False,
     window: WindowOpt = "5m",
+    min_instances: MinInstancesOpt = 1,
+    headroom: HeadroomOpt = 0,
     verbose: VerboseOpt = False,
     quiet: QuietOpt = False,
     target: PrometheusTarget | None = None,
@@ -151,6 +160,8 @@ def diagnose_command(
                 profile=profile,
                 verify=verify,
                 window_s=window_s,
+                min_instances=min_instances,
+                headroom=headroom,
             ))
         finally:
             progress.close()
