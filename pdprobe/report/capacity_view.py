@@ -100,6 +100,14 @@ def capacity_rows(report: Report) -> list[KeyValue]:
     if not kvb.is_na and cap.kv_bytes_source:
         kvb = Cell(f"{kvb.text}, from {cap.kv_bytes_source}")
     rows.append(KeyValue("KV bytes per token", kvb))
+    kv_cap = num(cap.kv_capacity_tokens)
+    if kv_cap is not None:  # only when the model says what it used
+        rows.append(KeyValue("KV capacity", Cell(
+            f"{kv_cap:,.0f} tokens per decode instance"
+            + (f" ({cap.kv_capacity_source})" if cap.kv_capacity_source else ""))))
+    check = _model_vs_window(cap)
+    if check is not None:
+        rows.append(KeyValue("model vs window", check))
     model = cap.model_source
     if cap.profile and cap.profile not in model:
         model += f" {cap.profile}" if model.startswith("profile") else f" (profile {cap.profile})"
@@ -212,6 +220,23 @@ def _mean_based(cap: CapacityResult) -> Cell:
         return Cell(f"{text} (ratio {fmt_ratio(mean_based)}, {fmt_pct(shortfall)} below the "
                     "theoretical)")
     return Cell(f"{text} (ratio {fmt_ratio(mean_based)})")
+
+
+def _model_vs_window(cap: CapacityResult) -> Cell | None:
+    """Predicted (and recalibrated) vs observed TTFT attainment at the deployed counts, and
+    the TPOT p90s; None when the window was not compared."""
+    pred, obs = num(cap.deployed_ttft_attainment_estimate), num(cap.observed_ttft_attainment)
+    if pred is None or obs is None:
+        return None
+    text = f"TTFT attainment predicted {fmt_pct(pred)}"
+    cal = num(cap.calibrated_ttft_attainment_estimate)
+    if cap.recalibrated and cal is not None:
+        text += f", recalibrated {fmt_pct(cal)}"
+    text += f", observed {fmt_pct(obs)}"
+    tp, to = num(cap.deployed_tpot_p90_estimate_s), num(cap.observed_tpot_p90_s)
+    if tp is not None and to is not None:
+        text += f"; TPOT p90 predicted {tp * 1000:.0f} ms, observed {to * 1000:.0f} ms"
+    return Cell(text)
 
 
 def _verified(cap: CapacityResult) -> Cell:

@@ -162,10 +162,11 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
         quality.update(_fit_quality("decode", dfit))
         if isinstance(kv_cap, MeasuredKv):
             decode = replace(decode, kv_capacity_tokens=capacity_tokens)
-            kv_source = (f"measured: {capacity_tokens:,} tokens per decode instance from the "
-                         f"{kv_cap.source}, median of {kv_cap.instances}")
-            notes.append(f"KV capacity per decode instance: {kv_source}; used instead of "
-                         f"profile {profile.name}'s {profile.kv_capacity_tokens:,}")
+            kv_source = (f"measured from the {kv_cap.source}, median of "
+                         f"{kv_cap.instances}; profile {profile.name} says "
+                         f"{profile.kv_capacity_tokens:,}")
+            notes.append(f"KV capacity per decode instance: {capacity_tokens:,} tokens "
+                         f"{kv_source}; the measurement is used")
         else:
             notes.append(f"KV capacity per decode instance: profile {profile.name}'s "
                          f"{profile.kv_capacity_tokens:,} tokens (not measured: {kv_cap})")
