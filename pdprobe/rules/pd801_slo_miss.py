@@ -6,10 +6,19 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from pdprobe import signals as S
-from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.base import (
+    Evidence,
+    Finding,
+    Inputs,
+    Live,
+    RuleContext,
+    RuleResult,
+    Severity,
+)
 from pdprobe.rules.common import BaseRule, ev, pct, secs, whole
 from pdprobe.rules.pd301_kv_transfer_bandwidth import decode_explains_transfer
 from pdprobe.rules.thresholds import SLO_CRITICAL
+from pdprobe.values import Missing
 
 if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import ClusterEvidence, SloMissShape
@@ -65,6 +74,9 @@ class SloMiss(BaseRule):
     scrape is read since engine start. Misses are "in bursts" when >= 50 % of them arrived in
     the busiest fifth of the window and that is >= 1.5x those bins' share of all requests.
 
+    With --verify, a simulation of the recommended counts below the target is a warning of
+    its own (or said in the miss): the recommendation is not enough as modelled.
+
     What to do: follow the named stage: scale or fix the pool it belongs to, or the link;
     when the misses are concentrated in bursts, size for the bursts (or smooth admission).
     """
@@ -83,10 +95,11 @@ class SloMiss(BaseRule):
         f = ctx.evidence
         slo = f.slo
         observed = slo.observed
+        verify = _verify_miss(f)
         if observed is None:
-            return [self.inconclusive()]
+            return [verify] if verify is not None else [self.inconclusive()]
         if observed >= slo.target:
-            return []
+            return [verify] if verify is not None else []
         shape = f.slo_miss
         ttft_att, tpot_att = slo.ttft_attainment, slo.tpot_attainment
         ttft_leads = ttft_att is not None and ttft_att < slo.target and (
@@ -99,6 +112,8 @@ class SloMiss(BaseRule):
         burst = _burst_phrase(shape)
         if burst:
             summary += f"; {burst}"
+        if verify is not None:
+            summary += f"; {verify.summary[0].lower()}{verify.summary[1:]}"
         evidence = self._evidence(f, shape, observed)
         finding = self.finding(severity, confidence, summary, evidence=evidence,
                                next_steps=_steps(cause, bool(burst)))
@@ -169,6 +184,39 @@ class SloMiss(BaseRule):
             out.append(ev("preemptions / retractions", shape.preemptions, "", window=whole(f),
                           source="preemption counters or log events"))
         return out
+
+
+# Confidence of a --verify miss: the simulation replays the observed requests on the model's
+# own coefficients, so it is as sure as the model, no more.
+VERIFY_CONFIDENCE: Final = 0.6
+
+
+def _verify_miss(f: ClusterEvidence) -> Finding | None:
+    """A warning when ``--verify`` simulated the recommendation below the target, else None."""
+    cap = f.capacity
+    ver = getattr(cap, "verified", None)
+    if cap is None or ver is None or isinstance(ver, Missing):
+        return None
+    att = ver.observed
+    if att is None or att >= ver.target:
+        return None
+    ttft = None if isinstance(ver.ttft, Missing) else float(ver.ttft)
+    tpot = None if isinstance(ver.tpot, Missing) else float(ver.tpot)
+    cause: Cause = "decode-bound" if ttft is not None and tpot is not None and tpot < ttft \
+        else "prefill-bound"
+    rec = f"{cap.recommended_prefill}P:{cap.recommended_decode}D"
+    return Finding(code=SloMiss.code, cause=cause, severity=Severity.WARNING,
+                   confidence=VERIFY_CONFIDENCE,
+                   summary=(f"The recommended {rec} meets the objectives for only {pct(att)} of "
+                            f"requests in simulation (--verify, {ver.method}) against a target "
+                            f"of {pct(ver.target)}: the recommendation is not enough as "
+                            "modelled"),
+                   evidence=(ev("simulated SLO attainment at the recommended counts",
+                                100 * att, "%", window=whole(f), baseline=100 * ver.target,
+                                source=ver.method),),
+                   next_steps=("Size above the recommendation, or check the model's inputs "
+                               "(profile, KV capacity, objectives) in the capacity notes.",),
+                   component=CAUSE_COMPONENT[cause])
 
 
 def _fallback(f: ClusterEvidence, why: str) -> tuple[Cause, float, str]:

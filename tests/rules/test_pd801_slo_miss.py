@@ -186,3 +186,26 @@ def test_observed_attainment_below_target_is_never_ok(miss: float, target: float
         assert status != "ok"
     else:
         assert findings == ()
+
+
+def test_verify_below_target_is_a_warning_even_when_the_window_met_it() -> None:
+    """--verify simulated the recommendation at 60 % (TTFT the lower): a warning naming it,
+    exit 1 rather than 0; with an observed miss too, the one finding says both."""
+    from dataclasses import replace
+
+    from pdprobe.analysis.base import SloAttainment
+    from tests.rules.builders import capacity
+
+    ver = SloAttainment(ttft_slo_s=2.0, tpot_slo_s=0.1, ttft=0.6, tpot=0.99, both=0.6,
+                        method="simulation of 400 requests on 2P:2D")
+    cap = replace(capacity(rec_p=2, rec_d=2, dep_p=2, dep_d=2), verified=ver)
+    ctx = make_context(make_dataset(_requests(miss_share=0.05)), slo_ttft_s=2.0,
+                       slo_tpot_s=0.1, capacity=cap)
+    [f] = only(RULE.evaluate(ctx), "PD801")
+    assert f.severity is Severity.WARNING and f.cause == "prefill-bound"
+    assert "The recommended 2P:2D meets the objectives for only 60" in f.summary
+    assert status_for((f,)) == "warning"
+    ctx = make_context(make_dataset(_requests(miss_share=0.3)), slo_ttft_s=2.0,
+                       slo_tpot_s=0.1, capacity=cap)
+    [f] = only(RULE.evaluate(ctx), "PD801")
+    assert f.summary.startswith("SLO missed") and "the recommended 2P:2D meets" in f.summary
