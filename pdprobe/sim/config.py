@@ -3,11 +3,8 @@
 Everything a run depends on lives in ``SimConfig`` (plus the seed), so ``scenario.toml`` written
 next to the outputs reproduces the run exactly: ``SimConfig.from_toml(path)``.
 
-Command-line mini-languages parsed here:
-
-- length distributions: ``fixed:N``, ``lognormal:median=M,sigma=S[,min=..,max=..]``,
-  ``bimodal:median=M1,sigma=S1,median2=M2,sigma2=S2,weight2=W[,min=..,max=..]``;
-- faults: ``KIND[:key=value,...]`` (see ``FAULT_KINDS``).
+The command-line mini-languages live beside it and are re-exported here: length distributions
+in ``pdprobe.sim.length_dist``, faults in ``pdprobe.sim.fault_kinds``.
 """
 
 from __future__ import annotations
@@ -15,13 +12,19 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
 from pdprobe.errors import UsageError
 from pdprobe.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, ModelShape, Profile, load_profile
 from pdprobe.sim.delivery import Delivery, delivery_from_mapping, to_toml_lines, validate_delivery
+from pdprobe.sim.fault_kinds import FAULT_ALIASES as FAULT_ALIASES
+from pdprobe.sim.fault_kinds import FAULT_KINDS, Fault, parse_fault
+from pdprobe.sim.fault_kinds import FaultKind as FaultKind
+from pdprobe.sim.length_dist import LENGTH_KINDS as LENGTH_KINDS
+from pdprobe.sim.length_dist import LengthDist, validate_length_dist
+from pdprobe.sim.length_dist import parse_length_dist as parse_length_dist
 
 ENGINES: Final = ("vllm", "sglang")
 NAMING_STYLES: Final = ("role-label", "name", "engine-type", "pod", "dynamo")
@@ -30,7 +33,6 @@ KV_CONNECTORS: Final = ("mooncake", "nixl")
 REQUEST_FORMATS: Final = ("jsonl", "parquet")
 # Load-generator layouts the request records can be written in instead (sim/writers/benchmarks.py)
 BENCHMARK_FORMATS: Final = ("vllm-bench", "sglang-bench", "aiperf", "guidellm", "inference-perf")
-LENGTH_KINDS: Final = ("fixed", "lognormal", "bimodal")
 
 # 2025-06-02T10:00:00Z, a Monday morning: a fixed, documented default so outputs are identical
 # across machines and runs; vLLM log timestamps carry no year, and the files' mtimes are set
@@ -41,225 +43,6 @@ LOG_INTERVAL_S: Final = 10.0  # vLLM VLLM_LOG_STATS_INTERVAL default (0.33 envs.
 HASH_BLOCK_TOKENS: Final = 512  # Mooncake trace hash_ids cover 512-token prefix blocks
 DEFAULT_DRAIN_S: Final = 300.0  # how long in-flight requests may finish after the last arrival
 MAX_DURATION_S: Final = 7 * 24 * 3600.0  # a week: beyond it the outputs get unreasonably large
-
-
-@dataclass(frozen=True)
-class LengthDist:
-    """A token-length distribution (prompt or output), clipped to ``[min_tokens, max_tokens]``."""
-
-    kind: str = "lognormal"
-    median: float = 1000.0  # fixed: the value
-    sigma: float = 0.8  # of log(length)
-    median2: float = 0.0  # bimodal: second mode
-    sigma2: float = 0.5
-    weight2: float = 0.0  # bimodal: share of the second mode
-    min_tokens: int = 1
-    max_tokens: int = 131072
-
-    def scaled(self, factor: float) -> LengthDist:
-        """The same shape with both modes' medians multiplied by ``factor``."""
-        return replace(self, median=self.median * factor, median2=self.median2 * factor)
-
-    def mean_estimate(self) -> float:
-        """Mean before clipping (for calibration messages and the scenario builders)."""
-        if self.kind == "fixed":
-            return self.median
-        m1 = self.median * math.exp(self.sigma**2 / 2)
-        if self.kind == "lognormal":
-            return m1
-        m2 = self.median2 * math.exp(self.sigma2**2 / 2)
-        return (1 - self.weight2) * m1 + self.weight2 * m2
-
-    def describe(self) -> str:
-        """The distribution in the ``--prompt``/``--output`` syntax it was parsed from
-        (``lognormal:median=2000,sigma=0.6``)."""
-        if self.kind == "fixed":
-            return f"fixed:{int(self.median)}"
-        base = f"{self.kind}:median={self.median:g},sigma={self.sigma:g}"
-        if self.kind == "bimodal":
-            base += f",median2={self.median2:g},sigma2={self.sigma2:g},weight2={self.weight2:g}"
-        return base + f",min={self.min_tokens},max={self.max_tokens}"
-
-
-def parse_length_dist(text: str, what: str) -> LengthDist:
-    """``fixed:200`` / ``lognormal:median=1500,sigma=0.9`` / ``bimodal:...`` (see module doc)."""
-    kind, _, rest = text.strip().partition(":")
-    kind = kind.strip().lower()
-    if kind not in LENGTH_KINDS:
-        raise UsageError(f"{what} {text!r}: unknown distribution {kind!r}",
-                         hint=f"use one of {', '.join(LENGTH_KINDS)}, e.g. lognormal:median=1000,sigma=0.8")
-    if kind == "fixed":
-        try:
-            value = int(float(rest))
-        except ValueError as exc:
-            raise UsageError(f"{what} {text!r}: fixed needs a token count",
-                             hint="write e.g. fixed:512") from exc
-        dist = LengthDist(kind="fixed", median=value, sigma=0.0, min_tokens=1,
-                          max_tokens=max(value, 1))
-    else:
-        params = _parse_params(rest, what, text)
-        aliases = {"min": "min_tokens", "max": "max_tokens"}
-        allowed = {"median", "sigma", "min", "max"}
-        if kind == "bimodal":
-            allowed |= {"median2", "sigma2", "weight2"}
-        unknown = set(params) - allowed
-        if unknown:
-            raise UsageError(f"{what} {text!r}: unknown keys {sorted(unknown)}",
-                             hint=f"allowed: {', '.join(sorted(allowed))}")
-        values: dict[str, Any] = {"kind": kind}
-        for key, raw in params.items():
-            name = aliases.get(key, key)
-            values[name] = int(raw) if name in ("min_tokens", "max_tokens") else raw
-        if kind == "bimodal" and not {"median2", "weight2"} <= set(params):
-            raise UsageError(f"{what} {text!r}: bimodal needs median2 and weight2",
-                             hint="e.g. bimodal:median=800,sigma=0.6,median2=8000,sigma2=0.4,weight2=0.2")
-        dist = LengthDist(**values)
-    validate_length_dist(dist, what)
-    return dist
-
-
-def validate_length_dist(dist: LengthDist, what: str) -> None:
-    """Reject a length distribution the sampler cannot draw from (unknown kind, lengths under one
-    token, bad spread), naming the option ``what``."""
-    if dist.kind not in LENGTH_KINDS:
-        raise UsageError(f"{what}: unknown distribution {dist.kind!r}",
-                         hint=f"use one of {', '.join(LENGTH_KINDS)}")
-    if dist.median < 1 or (dist.kind == "bimodal" and dist.median2 < 1):
-        raise UsageError(f"{what}: lengths must be at least 1 token (got median {dist.median:g})",
-                         hint="give a positive median")
-    if dist.sigma < 0 or dist.sigma2 < 0:
-        raise UsageError(f"{what}: sigma must not be negative", hint="use e.g. sigma=0.8")
-    if not 0 <= dist.weight2 <= 1:
-        raise UsageError(f"{what}: weight2 must be within 0..1 (got {dist.weight2:g})",
-                         hint="it is the share of the second mode")
-    if not 1 <= dist.min_tokens <= dist.max_tokens:
-        raise UsageError(f"{what}: need 1 <= min <= max (got {dist.min_tokens}..{dist.max_tokens})",
-                         hint="fix min/max")
-
-
-def _parse_params(rest: str, what: str, text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, sep, raw = part.partition("=")
-        if not sep:
-            raise UsageError(f"{what} {text!r}: expected key=value, got {part!r}",
-                             hint="separate parameters with commas, e.g. median=1000,sigma=0.8")
-        try:
-            out[key.strip().lower()] = float(raw)
-        except ValueError as exc:
-            raise UsageError(f"{what} {text!r}: {key.strip()} must be a number (got {raw!r})",
-                             hint="use plain numbers") from exc
-    return out
-
-
-# --- faults ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FaultKind:
-    """A fault the simulator can inject, with its parameters and their defaults."""
-
-    name: str
-    summary: str
-    defaults: Mapping[str, float | str]
-    repeatable: bool = False
-
-
-FAULT_KINDS: Final[dict[str, FaultKind]] = {
-    k.name: k
-    for k in (
-        FaultKind("small-kv", "decode KV-cache capacity multiplied by `fraction`",
-                  {"fraction": 0.25}),
-        FaultKind("thin-link", "KV-transfer link bandwidth multiplied by `fraction` on every node",
-                  {"fraction": 0.1}),
-        FaultKind("contended-link",
-                  "background traffic takes `share` of every link (ECN/CNP counters grow)",
-                  {"share": 0.6}),
-        FaultKind("rdma-retransmits",
-                  "a share `rate` of RDMA packets is lost and retransmitted: slower, jittery "
-                  "transfers, ack timeouts of `ack_timeout_s`, hw retransmission counters, "
-                  "Mooncake slice failures",
-                  {"rate": 0.1, "ack_timeout_s": 0.134}),
-        FaultKind("kv-transfer-failures",
-                  "a share `rate` of KV transfers fails (request error, connector failure "
-                  "counters and lines); with `nic` (mlx5_N) the failures gather on that NIC of "
-                  "the first prefill instance, which Mooncake marks inactive",
-                  {"rate": 0.1, "nic": ""}),
-        FaultKind("not-disaggregated",
-                  "a share `share` of requests skips prefill: the decode instance computes the "
-                  "prompt itself and no KV crosses (prefill idles, transfer counters flat)",
-                  {"share": 1.0}),
-        FaultKind("no-rdma", "KV travels over TCP: no InfiniBand/RoCE counters, TCP bandwidth",
-                  {}),
-        FaultKind("routing-skew",
-                  "the router sends `share` of requests to the first `targets` decode instances",
-                  {"share": 0.6, "targets": 1}),
-        FaultKind("ignore-kv-hits",
-                  "the router ignores prefix-cache hits (KV-aware routing degrades to "
-                  "least-tokens): per-instance prefix hit rates drop",
-                  {}),
-        FaultKind("straggler", "instance `index` of `role` runs `factor` times slower",
-                  {"role": "decode", "index": 0, "factor": 2.0}, repeatable=True),
-        FaultKind("length-shift",
-                  "from `at_s` on, prompt lengths scale by `prompt_scale` and outputs by "
-                  "`output_scale`", {"at_s": -1.0, "prompt_scale": 3.0, "output_scale": 0.5}),
-        FaultKind("scale",
-                  "at `at_s` the prefill/decode counts become `prefill`/`decode` (-1 = unchanged):"
-                  " instances join, or drain and leave",
-                  {"at_s": -1.0, "prefill": -1, "decode": -1}, repeatable=True),
-    )
-}
-FAULT_ALIASES: Final = {"tcp": "no-rdma", "retransmits": "rdma-retransmits", "skew": "routing-skew"}
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One injected fault: its kind and parameters (defaults filled in)."""
-
-    kind: str
-    params: tuple[tuple[str, float | str], ...] = ()
-
-    def get(self, key: str) -> Any:
-        """A fault parameter: the value given, else the fault kind's default."""
-        for k, v in self.params:
-            if k == key:
-                return v
-        return FAULT_KINDS[self.kind].defaults[key]
-
-    def describe(self) -> str:
-        """The fault in the ``--fault`` syntax (``kind:key=value,...``), for scenario files and
-        summaries."""
-        if not self.params:
-            return self.kind
-        return self.kind + ":" + ",".join(f"{k}={v}" for k, v in self.params)
-
-
-def parse_fault(text: str) -> Fault:
-    """``straggler:role=decode,index=1,factor=2`` → ``Fault``; unknown kinds/keys are errors."""
-    kind, _, rest = text.strip().partition(":")
-    kind = FAULT_ALIASES.get(kind.strip().lower(), kind.strip().lower())
-    if kind not in FAULT_KINDS:
-        raise UsageError(f"--fault {text!r}: unknown fault kind {kind!r}",
-                         hint=f"use one of {', '.join(FAULT_KINDS)}")
-    spec = FAULT_KINDS[kind]
-    params: dict[str, float | str] = dict(spec.defaults)
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, sep, raw = part.partition("=")
-        key = key.strip().lower().replace("-", "_")
-        if key == "at":
-            key = "at_s"
-        if not sep or key not in spec.defaults:
-            raise UsageError(f"--fault {text!r}: unknown parameter {part!r}",
-                             hint=f"{kind} takes {', '.join(spec.defaults) or 'no parameters'}")
-        default = spec.defaults[key]
-        if isinstance(default, str):
-            params[key] = raw.strip().lower()
-        else:
-            try:
-                params[key] = float(raw)
-            except ValueError as exc:
-                raise UsageError(f"--fault {text!r}: {key} must be a number (got {raw!r})",
-                                 hint="use plain numbers") from exc
-    return Fault(kind, tuple(params.items()))
 
 
 # --- the whole configuration -------------------------------------------------------------------
