@@ -2,7 +2,8 @@
 
 A heapq of per-request and per-instance events drives the components; every ``TICK_S`` the
 engine brings all instances and transfers up to date and snapshots their gauges and cumulative
-counters into arrays, from which the writers produce 15 s scrapes and 10 s log lines.
+counters into arrays (``pdprobe.sim.snapshots``, where ``SimResult`` lives and is re-exported
+from here), from which the writers produce 15 s scrapes and 10 s log lines.
 
 Request flow (vLLM): arrive -> router -> prefill queue -> prefill -> decode admission (KV memory)
 -> transfer -> join the decode batch -> finish. SGLang pre-allocates decode memory first
@@ -12,17 +13,20 @@ Request flow (vLLM): arrive -> router -> prefill queue -> prefill -> decode admi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 
-from pdprobe.sim.cluster import Layout, build_layout
+from pdprobe.sim.cluster import build_layout
 from pdprobe.sim.config import HASH_BLOCK_TOKENS, LOG_INTERVAL_S, SCRAPE_INTERVAL_S, SimConfig
 from pdprobe.sim.decode import DecodeInstance
 from pdprobe.sim.faults import Effective, effective
 from pdprobe.sim.prefill import PrefillInstance
 from pdprobe.sim.router import Router
+from pdprobe.sim.snapshots import FIELDS as FIELDS
+from pdprobe.sim.snapshots import NODE_FIELDS as NODE_FIELDS
+from pdprobe.sim.snapshots import PASS_COLUMNS, SimResult, Snapshots
+from pdprobe.sim.snapshots import F as F
 from pdprobe.sim.state import (
     EV_ARRIVAL,
     EV_DECODE_WAKE,
@@ -41,57 +45,11 @@ from pdprobe.sim.state import (
 from pdprobe.sim.transfer import Links
 from pdprobe.sim.workload import Workload, build_workload
 
-if TYPE_CHECKING:
-    import numpy.typing as npt
-
 TICK_S: Final = 5.0  # divides both the 15 s scrape and the 10 s log interval
 # The run ends on a tick that is a multiple of both intervals, so the last scrape and the last
 # log line see every completion.
 END_ALIGN_S: Final = 30.0
 assert SCRAPE_INTERVAL_S % TICK_S == 0 and LOG_INTERVAL_S % TICK_S == 0
-
-# Per-instance snapshot fields (gauges, then cumulative counters).
-FIELDS: Final = (
-    "running", "waiting", "deferred", "kv_fetch_in_progress", "kv_fetch_completed",
-    "kv_used_tokens", "kv_capacity_tokens", "context_tokens", "bootstrap", "inflight",
-    "retracted",
-    "prompt_total", "prompt_computed", "prompt_cached", "prompt_external", "gen_total",
-    "prefix_queries", "prefix_hits", "ext_queries", "ext_hits", "preemptions", "fin_ok",
-    "fin_err", "fin_abort", "busy_s",
-)
-F: Final = {name: i for i, name in enumerate(FIELDS)}
-NODE_FIELDS: Final = ("tx_bytes", "rx_bytes", "ack_timeouts", "slice_failures")
-PASS_COLUMNS: Final = ("t", "instance", "seqs", "new_tokens", "cached_tokens", "queue",
-                       "kv_used", "bootstrap", "inflight", "pending_tokens")
-
-
-@dataclass(frozen=True)
-class SimResult:
-    """Everything a run produced, as arrays; the writers and the summary read only this."""
-
-    config: SimConfig
-    layout: Layout
-    eff: Effective
-    workload_source: str
-    notes: tuple[str, ...]
-    requests: dict[str, npt.NDArray]  # per-request columns, see Requests
-    tick_s: npt.NDArray[np.float64]  # simulated seconds of each snapshot
-    inst: npt.NDArray[np.float64]  # [tick, instance, field]
-    alive: npt.NDArray[np.bool_]  # [tick, instance]
-    itl_buckets: npt.NDArray[np.float64]  # [tick, instance, bucket]: per bucket, cumulative in time
-    itl_sum: npt.NDArray[np.float64]  # [tick, instance]
-    itl_count: npt.NDArray[np.float64]
-    node: npt.NDArray[np.float64]  # [tick, node, NODE_FIELDS]
-    events: tuple[tuple[float, int, str, int, int], ...]  # (t, instance, kind, rid, detail)
-    passes: npt.NDArray[np.float64]  # SGLang prefill passes, columns PASS_COLUMNS
-    itl_bounds: tuple[float, ...]
-    end_s: float
-    wall_s: float
-
-    @property
-    def n_requests(self) -> int:
-        """Requests in the simulated run."""
-        return int(self.requests["arrival_s"].size)
 
 
 class Engine:
@@ -151,14 +109,7 @@ class Engine:
             float(f.get("at_s")): (int(f.get("prefill")), int(f.get("decode")))
             for f in config.faults_of("scale")
         }
-        # snapshots
-        self._ticks: list[float] = []
-        self._inst_rows: list[list[list[float]]] = []
-        self._alive_rows: list[list[bool]] = []
-        self._itl_rows: list[list[list[int]]] = []
-        self._itl_sum_rows: list[list[float]] = []
-        self._itl_count_rows: list[list[float]] = []
-        self._node_rows: list[list[list[float]]] = []
+        self.snapshots = Snapshots()
 
     # --- helpers the components call ---
     def next_token(self) -> int:
@@ -294,50 +245,8 @@ class Engine:
 
     # --- ticks ---
     def _snapshot(self) -> None:
-        now = self.now
-        self.links.sync(now)
-        rows: list[list[float]] = []
-        alive: list[bool] = []
-        itl: list[list[int]] = []
-        itl_sum: list[float] = []
-        itl_count: list[float] = []
-        zeros_itl = [0] * (len(self.itl_bounds) + 1)
-        for comp in self.by_gidx:
-            alive.append(comp.alive)
-            if isinstance(comp, PrefillInstance):
-                rows.append([
-                    comp.running(), comp.waiting(), 0, 0, 0, comp.allocated, comp.cap, 0,
-                    comp.bootstrap_waiting, comp.inflight, 0,
-                    comp.ctr_prompt, comp.ctr_computed, comp.ctr_cached, 0, comp.ctr_gen,
-                    comp.ctr_queries, comp.ctr_cached, 0, 0, 0, comp.ctr_fin, comp.ctr_err,
-                    comp.ctr_abort, comp.busy_until(now),
-                ])
-                itl.append(zeros_itl)
-                itl_sum.append(0.0)
-                itl_count.append(0.0)
-            else:
-                comp.sync(now)
-                rows.append([
-                    comp.B, len(comp.admit_q), comp.n_xfer + len(comp.pending), comp.n_xfer,
-                    len(comp.pending), comp.used, comp.cap, comp.context_tokens(), 0, 0,
-                    len(comp.preempted),
-                    comp.ctr_prompt, comp.ctr_computed, comp.ctr_local_hits, comp.ctr_external,
-                    comp.ctr_gen,
-                    comp.ctr_queries, comp.ctr_local_hits, comp.ctr_ext_queries, comp.ctr_ext_hits,
-                    comp.ctr_preempt, comp.ctr_fin, comp.ctr_err, comp.ctr_abort, comp.busy_s,
-                ])
-                itl.append(list(comp.itl_counts))
-                itl_sum.append(comp.itl_sum)
-                itl_count.append(float(comp.itl_count))
-        self._ticks.append(now)
-        self._inst_rows.append(rows)
-        self._alive_rows.append(alive)
-        self._itl_rows.append(itl)
-        self._itl_sum_rows.append(itl_sum)
-        self._itl_count_rows.append(itl_count)
-        links = self.links
-        self._node_rows.append([[links.tx_bytes[i], links.rx_bytes[i], links.timeouts[i],
-                                 links.slice_failures[i]] for i in range(len(links.cap))])
+        self.links.sync(self.now)
+        self.snapshots.record(self.now, self.by_gidx, self.links, self.itl_bounds)
 
     def _cutoff(self) -> None:
         """Requests still in flight when the drain time runs out: timeouts, aborted on the
@@ -425,7 +334,6 @@ class Engine:
         for name in ("t_pstart", "t_pend", "t_admit", "t_xfer", "t_kv", "t_join", "t_first",
                      "t_finish"):
             arr[name] = np.asarray(getattr(req, name), dtype=np.float64)
-        n_ticks = len(self._ticks)
         return SimResult(
             config=self.config,
             layout=self.layout,
@@ -433,14 +341,7 @@ class Engine:
             workload_source=self.workload.source,
             notes=self.workload.notes,
             requests=arr,
-            tick_s=np.asarray(self._ticks, dtype=np.float64),
-            inst=np.asarray(self._inst_rows, dtype=np.float64).reshape(n_ticks, len(self.by_gidx), len(FIELDS)),
-            alive=np.asarray(self._alive_rows, dtype=bool).reshape(n_ticks, len(self.by_gidx)),
-            itl_buckets=np.asarray(self._itl_rows, dtype=np.float64).reshape(
-                n_ticks, len(self.by_gidx), len(self.itl_bounds) + 1),
-            itl_sum=np.asarray(self._itl_sum_rows, dtype=np.float64).reshape(n_ticks, -1),
-            itl_count=np.asarray(self._itl_count_rows, dtype=np.float64).reshape(n_ticks, -1),
-            node=np.asarray(self._node_rows, dtype=np.float64).reshape(n_ticks, len(self.layout.nodes), len(NODE_FIELDS)),
+            **self.snapshots.stacked(len(self.by_gidx), len(self.layout.nodes), self.itl_bounds),
             events=tuple(sorted(self.log)),
             passes=np.asarray(self.pass_log or [], dtype=np.float64).reshape(-1, len(PASS_COLUMNS)),
             itl_bounds=self.itl_bounds,
