@@ -1,10 +1,7 @@
 """A decode instance: continuous batching, KV memory in tokens, admission and preemption.
 
-The running batch changes only at step boundaries. Between two changes every step has the
-same batch size ``B`` while the context ``K`` grows by ``B`` per step, so step ``j`` lasts
-``alpha + beta * j`` (``alpha = a + c*B + b*K0``, ``beta = b*B``) and ``n`` steps take
-``n*alpha + beta*n*(n-1)/2``: the instance jumps from one change to the next analytically (no
-per-token objects), and the inter-token-latency histogram is filled per run of steps.
+The running batch changes only at step boundaries; between two changes the instance jumps
+analytically (``DecodeSteps`` in ``pdprobe.sim.decode_steps``: step timing and the ITL histogram).
 
 Changes: a sequence finishes; KV arrives for a new one (it joins at the next boundary); memory
 runs out (with ``preemption`` the newest sequence is preempted, frees its KV, and later
@@ -15,11 +12,10 @@ memory never runs out). Requests wait for admission (KV memory for their prompt)
 from __future__ import annotations
 
 import heapq
-import math
-from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
+from pdprobe.sim.decode_steps import DecodeSteps
 from pdprobe.sim.state import EV_DECODE_WAKE, PrefixCache
 
 if TYPE_CHECKING:
@@ -34,20 +30,13 @@ ADMIT_WATERMARK: Final = 0.01
 RESUME_STEPS: Final = 32
 
 
-class DecodeInstance:
+class DecodeInstance(DecodeSteps):
     """One simulated decode engine: admits requests whose KV has arrived, runs continuous-batching
     steps, preempts under KV pressure and keeps the counters its metrics and logs report."""
     __slots__ = (
-        "B",
-        "J",
-        "P",
-        "a",
         "active",
         "admit_q",
         "alive",
-        "b",
-        "busy_s",
-        "c",
         "cache",
         "cap",
         "ctr_abort",
@@ -57,39 +46,27 @@ class DecodeInstance:
         "ctr_ext_queries",
         "ctr_external",
         "ctr_fin",
-        "ctr_gen",
         "ctr_local_hits",
         "ctr_preempt",
         "ctr_prompt",
         "ctr_queries",
         "draining",
-        "extra",
         "factor",
         "gidx",
         "heap",
         "idx",
-        "itl_bounds",
-        "itl_count",
-        "itl_counts",
-        "itl_sum",
         "join",
         "local",
         "max_batch",
         "n_xfer",
-        "new_next",
         "node",
         "pending",
         "preempted",
-        "preemption",
         "recompute_b",
         "recompute_c",
-        "step",
         "stop_s",
-        "t",
         "token",
-        "used",
         "version",
-        "wake_steps",
         "watermark",
     )
 
@@ -148,86 +125,6 @@ class DecodeInstance:
         self.ctr_fin = 0
         self.ctr_err = 0
         self.ctr_abort = 0
-
-    # --- step arithmetic ---
-    def _alpha_beta(self) -> tuple[float, float]:
-        k0 = self.P + self.step * self.B - self.J
-        return self.a + self.c * self.B + self.b * k0, self.b * self.B
-
-    def _span(self, n: int, alpha: float, beta: float) -> float:
-        return n * alpha + beta * n * (n - 1) / 2 + (self.extra if n > 0 else 0.0)
-
-    def _steps_by(self, now: float) -> int:
-        """Whole steps completed between the current boundary and ``now``."""
-        if self.B == 0:
-            return 0
-        alpha, beta = self._alpha_beta()
-        dt = now - self.t
-        if dt < alpha + self.extra:
-            return 0
-        if beta <= 0:
-            n = int((dt - self.extra) / alpha)
-        else:
-            qa, qb, qc = beta / 2, alpha - beta / 2, self.extra - dt
-            n = int((-qb + math.sqrt(max(qb * qb - 4 * qa * qc, 0.0))) / (2 * qa))
-        while self._span(n + 1, alpha, beta) <= dt:
-            n += 1
-        while n > 0 and self._span(n, alpha, beta) > dt:
-            n -= 1
-        return n
-
-    def _advance(self, n: int) -> None:
-        """Run ``n`` steps of the current batch: time, tokens, KV growth, ITL samples."""
-        if n <= 0 or self.B == 0:
-            return
-        alpha, beta = self._alpha_beta()
-        span = self._span(n, alpha, beta)
-        B = self.B
-        bounds = self.itl_bounds
-        counts = self.itl_counts
-        first = alpha + self.extra
-        k0 = B - self.new_next
-        if k0 > 0:
-            counts[bisect_left(bounds, first)] += k0
-            self.itl_sum += k0 * first
-            self.itl_count += k0
-        if n > 1:
-            lo = alpha + beta
-            hi = alpha + beta * (n - 1)
-            i_lo = bisect_left(bounds, lo)
-            i_hi = bisect_left(bounds, hi)
-            if i_lo == i_hi:
-                counts[i_lo] += (n - 1) * B
-            else:
-                counted = 0  # steps j = 1 .. n-1 with duration <= bounds[i]
-                for i in range(i_lo, i_hi):
-                    jmax = min(n - 1, int((bounds[i] - alpha) / beta))
-                    cnt = max(0, jmax - counted)
-                    counts[i] += cnt * B
-                    counted += cnt
-                counts[i_hi] += (n - 1 - counted) * B
-            self.itl_sum += B * ((n - 1) * alpha + beta * (n - 1) * n / 2)
-            self.itl_count += (n - 1) * B
-        self.t += span
-        self.step += n
-        self.busy_s += span
-        self.ctr_gen += n * B
-        if self.preemption:
-            self.used += n * B
-        self.extra = 0.0
-        self.new_next = 0
-
-    def sync(self, now: float) -> None:
-        """Move to the last step boundary at or before ``now`` (never past a scheduled wake)."""
-        if self.B == 0:
-            if now > self.t:
-                self.t = now
-            return
-        n = self._steps_by(now)
-        if self.wake_steps >= 0:
-            n = min(n, self.wake_steps)
-            self.wake_steps -= n
-        self._advance(n)
 
     # --- admission ---
     def _need(self, eng: Engine, rid: int) -> int:
