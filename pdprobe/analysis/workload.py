@@ -2,7 +2,8 @@
 
 From per-request records when there are any (exact numbers, numpy's default linear percentile, so
 they equal what the traces README prints); otherwise estimated from the engines' prompt/output
-length histograms (``estimated=True``), PromQL-style. Vectorised throughout.
+length histograms (``estimated=True``), PromQL-style. Vectorised throughout. The length mix's
+shape (quantiles, CV, skew, bimodal/heavy-tailed/wide/narrow) is in ``length_shape``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import LengthDistribution, Quantiles, TimeSeries, WorkloadSummary
+from pdprobe.analysis.length_shape import QUANTILES, classify_shape, length_distribution
+from pdprobe.analysis.length_shape import is_bimodal as is_bimodal
 from pdprobe.analysis.tables import signal_rows
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
@@ -29,35 +32,6 @@ if TYPE_CHECKING:
 SERIES_TARGET_BINS: Final = 60
 SERIES_MIN_BIN_S: Final = 10.0
 SERIES_MAX_BIN_S: Final = 300.0
-
-# --- length-distribution shape ----------------------------------------------------------------
-# Shapes are judged on a log scale: token lengths span decades, and a capacity model cares about
-# ratios (a 2x longer prompt), not absolute gaps.
-# "bimodal": the smoothed log-length histogram has two interior peaks, each at least
-# SHAPE_MODE_MIN_HEIGHT of the tallest, separated by a valley lower than SHAPE_MAX_DIP of the
-# smaller peak, with at least SHAPE_MIN_MODE_MASS of the requests on each side. Two populations
-# (e.g. chat turns vs. document prompts) make a mean-based P/D sizing wrong for both.
-SHAPE_MIN_SAMPLES: Final = 50  # fewer requests make any histogram mode a coin toss
-SHAPE_MAX_SAMPLES: Final = 200_000  # bin counts of ~5,000 per bin: sampling noise under 2 %
-SHAPE_LOG_BINS: Final = 40
-SHAPE_EDGE_BINS: Final = 3  # empty bins padded on each side so modes at the extremes are interior
-SHAPE_SMOOTH_BINS: Final = 1.0  # Gaussian kernel sigma, in bins: removes single-bin noise
-SHAPE_MODE_MIN_HEIGHT: Final = 0.1
-SHAPE_MAX_DIP: Final = 0.4  # a dip to 40 % of the smaller peak is a clear valley, not noise
-SHAPE_MIN_MODE_MASS: Final = 0.1
-# "heavy-tailed": p99 at least this many times the median. An exponential distribution has
-# p99/p50 = ln(100)/ln(2) = 6.6; a log-normal reaches 10 at sigma = 1, where the mean is already
-# 1.65x the median and tail requests dominate the prefill work.
-HEAVY_TAIL_P99_OVER_P50: Final = 10.0
-# "narrow" below this coefficient of variation, else "wide": at CV 0.5 the Jensen gap of a
-# quadratic cost (attention) is 25 % of the squared mean, the point where mean-based sizing
-# starts to mislead.
-NARROW_MAX_CV: Final = 0.5
-# Integer lengths are spread uniformly within +-0.5 (fixed seed, so results are reproducible)
-# before taking logs: small integers would otherwise leave empty log bins that look like valleys.
-SHAPE_JITTER_SEED: Final = 0
-
-QUANTILES: Final = (50.0, 90.0, 99.0)
 
 
 def summarize_workload(dataset: Dataset, bin_s: float | None = None) -> WorkloadSummary | Missing:
@@ -208,80 +182,6 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     from scipy.stats import rankdata
 
     return np.asarray(rankdata(x), dtype=np.float64)
-
-
-def length_distribution(values: np.ndarray) -> LengthDistribution | Missing:
-    """Quantiles (numpy's linear percentile), CV, skewness and a shape label of a sample."""
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return Missing("no lengths")
-    p50, p90, p99 = (float(v) for v in np.percentile(x, QUANTILES))
-    mean = float(x.mean())
-    dev = x - mean
-    sq = dev * dev
-    var = float(sq.mean())
-    std = math.sqrt(var)
-    cv = std / mean if mean > 0 else float("nan")
-    skew = float(np.dot(sq, dev)) / x.size / (var * std) if std > 0 else 0.0
-    q = Quantiles(count=int(x.size), mean=mean, p50=p50, p90=p90, p99=p99, max=float(x.max()))
-    return LengthDistribution(quantiles=q, cv=cv, skewness=skew,
-                              shape=classify_shape(x, p50, p99, cv))
-
-
-def classify_shape(x: np.ndarray | None, p50: float, p99: float, cv: float) -> str:
-    """"bimodal", "heavy-tailed", "wide" or "narrow" (in that order of precedence).
-
-    ``x`` may be None (histogram estimates): the bimodality test then cannot run.
-    """
-    if x is not None and x.size >= SHAPE_MIN_SAMPLES and is_bimodal(x):
-        return "bimodal"
-    if p50 > 0 and p99 / p50 >= HEAVY_TAIL_P99_OVER_P50:
-        return "heavy-tailed"
-    if math.isfinite(cv) and cv >= NARROW_MAX_CV:
-        return "wide"
-    return "narrow"
-
-
-def is_bimodal(values: np.ndarray) -> bool:
-    """Two well-separated modes on the smoothed log-length histogram (see the SHAPE_* constants)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size > SHAPE_MAX_SAMPLES:
-        x = x[:: -(-x.size // SHAPE_MAX_SAMPLES)]  # an even stride: a 40-bin histogram needs no more
-    x = x[np.isfinite(x) & (x > 0)]
-    if x.size < SHAPE_MIN_SAMPLES:
-        return False
-    if np.all(x == np.rint(x)):
-        rng = np.random.default_rng(SHAPE_JITTER_SEED)
-        x = np.maximum(x + rng.uniform(-0.5, 0.5, x.size), 0.5)
-    y = np.log(x)
-    lo, hi = (float(v) for v in np.percentile(y, [0.5, 99.5]))
-    if hi - lo < 1e-6:
-        return False
-    inner = SHAPE_LOG_BINS - 2 * SHAPE_EDGE_BINS
-    pad = (hi - lo) / inner * SHAPE_EDGE_BINS
-    counts, _ = np.histogram(y, bins=SHAPE_LOG_BINS, range=(lo - pad, hi + pad))
-    half = 3
-    k = np.arange(-half, half + 1)
-    kernel = np.exp(-0.5 * (k / SHAPE_SMOOTH_BINS) ** 2)
-    kernel /= kernel.sum()
-    smooth = np.convolve(np.pad(counts.astype(np.float64), half), kernel, mode="valid")
-    smooth /= smooth.max()
-    i = np.arange(1, smooth.size - 1)
-    peaks = i[(smooth[i] > smooth[i - 1]) & (smooth[i] >= smooth[i + 1])
-              & (smooth[i] >= SHAPE_MODE_MIN_HEIGHT)]
-    if peaks.size < 2:
-        return False
-    total = smooth.sum()
-    cum = np.cumsum(smooth)
-    for a_pos, a in enumerate(peaks[:-1]):  # a handful of peaks at most
-        for b in peaks[a_pos + 1:]:
-            valley = a + int(np.argmin(smooth[a:b + 1]))
-            dip = smooth[valley] / min(smooth[a], smooth[b])
-            left = cum[valley - 1] / total if valley > 0 else 0.0
-            if dip <= SHAPE_MAX_DIP and min(left, 1 - left) >= SHAPE_MIN_MODE_MASS:
-                return True
-    return False
 
 
 # --- from metric histograms -------------------------------------------------------------------
