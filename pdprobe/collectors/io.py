@@ -1,4 +1,7 @@
-"""Open inputs whatever their compression, and sniff what they hold from their content."""
+"""Open inputs whatever their compression, and sniff what they hold from their content.
+
+The decompression-bomb guard the readers go through is in ``bounded_stream``.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +11,11 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Final
 
+from pdprobe.collectors.bounded_stream import DECOMPRESS_FREE_BYTES as DECOMPRESS_FREE_BYTES
+from pdprobe.collectors.bounded_stream import DECOMPRESS_MAX_RATIO as DECOMPRESS_MAX_RATIO
+from pdprobe.collectors.bounded_stream import BoundedStream, check_ratio, mib_text
 from pdprobe.collectors.log_markers import SNIFF_MARKERS
 from pdprobe.errors import InputError
 
@@ -21,17 +27,9 @@ SNIFF_BYTES: Final = 64 * 1024
 # up to this much: a capture that starts with a screenful of blank lines is not "empty", and
 # a file with nothing in its first 16 MiB is not worth reading further to classify.
 SNIFF_MAX_BYTES: Final = 16 << 20
-# Decompression bombs: once past DECOMPRESS_FREE_BYTES of output, a compressed input may not
-# expand more than DECOMPRESS_MAX_RATIO times the compressed bytes read so far. Real captures
-# compress 10-40x (text metrics ~30x, logs ~15x); gzip tops out at ~1030x, which only runs
-# of one byte reach (a 2.5 MB gzip of spaces is 2.5 GB).
-DECOMPRESS_FREE_BYTES: Final = 64 << 20
-DECOMPRESS_MAX_RATIO: Final = 200
 # Compressed bytes fed to the zstd decompressor per step when reading a whole file: one step
 # can expand at most ~32x128 KiB per KiB, so the ratio check runs before memory runs out.
 ZSTD_FEED_BYTES: Final = 4 << 10
-# Chunks read when a whole decompressed stream is wanted.
-READ_CHUNK_BYTES: Final = 4 << 20
 CAPTURE_METADATA_KEY: Final = b"pdprobe.capture"
 
 # A sample line; older `promtool tsdb dump` prints `{__name__="x", ...} value ts` with no name.
@@ -67,78 +65,6 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
-
-
-def _bomb(path: Path, out: int, consumed: int) -> InputError:
-    return InputError(
-        f"{path}: expands more than {DECOMPRESS_MAX_RATIO}x when decompressed "
-        f"({_mib(out)} from {_mib(consumed)}): not a capture "
-        "(a decompression bomb?)",
-        hint="decompress it yourself if it is genuine and pass the result")
-
-
-def check_ratio(path: Path, out: int, consumed: int) -> None:
-    """Raise ``InputError`` when ``out`` decompressed bytes from ``consumed`` compressed ones
-    look like a decompression bomb (see ``DECOMPRESS_MAX_RATIO``)."""
-    if out > DECOMPRESS_FREE_BYTES and out > DECOMPRESS_MAX_RATIO * max(consumed, 1):
-        raise _bomb(path, out, consumed)
-
-
-class _Bounded(io.RawIOBase):
-    """A decompressed stream that stops with ``InputError`` when it expands like a bomb."""
-
-    def __init__(self, inner: IO[bytes], raw: IO[bytes], path: Path) -> None:
-        super().__init__()
-        self._inner, self._raw, self._path = inner, raw, path
-        self._out = 0
-
-    def readable(self) -> bool:
-        return True
-
-    _pending: BaseException | None = None
-
-    def readinto(self, b: Any) -> int:
-        if self._pending is not None:
-            raise self._pending
-        try:
-            # read1: one step of the decompressor, so an error loses nothing read before it
-            data = self._inner.read1(len(b))  # type: ignore[attr-defined]
-            n = len(data)
-            b[:n] = data
-        except InputError:
-            raise
-        except Exception as exc:  # truncated or corrupt: first hand over what came before
-            if self._out == 0:
-                raise
-            # A buffered read() that gathers several raw reads would drop them with the error:
-            # end this read here (0 = end of data) and raise on the next one.
-            self._pending = exc
-            return 0
-        self._out += n
-        check_ratio(self._path, self._out, self._raw.tell())
-        return n
-
-    def readall(self) -> bytes:
-        chunks: list[bytes] = []
-        while True:
-            buf = bytearray(READ_CHUNK_BYTES)
-            n = self.readinto(buf)
-            if not n:
-                if self._pending is not None:
-                    raise self._pending
-                return b"".join(chunks)
-            chunks.append(bytes(memoryview(buf)[:n]))
-
-    def close(self) -> None:
-        try:
-            self._inner.close()
-            self._raw.close()
-        finally:
-            super().close()
-
-
 def open_binary(path: Path) -> IO[bytes]:
     """Open ``path`` for reading bytes, transparently decompressing gzip and zstd (bounded:
     a stream that expands like a decompression bomb raises ``InputError``)."""
@@ -159,7 +85,7 @@ def open_binary(path: Path) -> IO[bytes]:
         inner = zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
     else:
         return raw
-    return io.BufferedReader(_Bounded(inner, raw, path), buffer_size=1 << 20)
+    return io.BufferedReader(BoundedStream(inner, raw, path), buffer_size=1 << 20)
 
 
 def open_text(path: Path) -> IO[str]:
@@ -304,7 +230,7 @@ def sniff(path: Path) -> Sniffed:
     if not head.strip():
         return Sniffed("empty", "", compression,
                        "the file is empty" if len(head) < SNIFF_BYTES
-                       else f"the file is empty (its first {_mib(len(head))} are blank)")
+                       else f"the file is empty (its first {mib_text(len(head))} are blank)")
     if head.startswith(PARQUET_MAGIC):
         if CAPTURE_METADATA_KEY in _parquet_footer(path):
             return Sniffed("capture", "parquet", compression, "parquet with pdprobe capture metadata")
