@@ -21,7 +21,6 @@ from pdprobe.collectors.request_columns import (
     _require,
     map_columns,
 )
-from pdprobe.collectors.request_jsonl import read_jsonl as _read_jsonl  # noqa: F401 (requests_file)
 from pdprobe.collectors.request_values import (
     QUOTE_FIRST,
 )

@@ -40,10 +40,10 @@ from pdprobe.collectors.request_formats import (
     _first_line,
     _header,
     _read_delimited,
-    _read_jsonl,
     _read_parquet,
     _utf8_name,
 )
+from pdprobe.collectors.request_jsonl import read_jsonl
 from pdprobe.dataset import (
     ROLE_FROM_LABEL,
     Partial,
@@ -79,7 +79,7 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         if _is_blank(data):
             raise InputError(f"{path}: the file is empty", hint="copy it again")
         if fmt == "jsonl":
-            table, cmap, warnings, skipped = _read_jsonl(path, data, want_hash_ids)
+            table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)
         else:
             table, cmap, warnings, skipped = _read_delimited(
                 path, data, "\t" if fmt == "tsv" else ",", want_hash_ids)
