@@ -98,3 +98,20 @@ def _dataset(paths: tuple[Path, ...]):  # type: ignore[no-untyped-def]
     from pdprobe.services.diagnose import DiagnoseRequest, load_dataset
 
     return load_dataset(DiagnoseRequest(paths=paths))[0]
+
+
+def test_decode_tpot_from_logs_is_in_the_table_pd601_quotes() -> None:
+    """Engine logs only: PD601 quotes a median TPOT from Little's law (running / generation
+    tokens per second); the table used to show no TPOT for the instance."""
+    from pdprobe.rules.pd601_straggler import Straggler
+
+    ctx = scenario_context("straggler", "logs")
+    [finding] = only(Straggler().evaluate(ctx), "PD601")
+    quoted = next(e for e in finding.evidence if e.what == "median TPOT on decode-1")
+    raw = {s.name: s for s in summarize_instances(ctx.dataset)}
+    assert isinstance(raw["decode-1"].tpot_s, Missing)  # the disagreement
+    table = {s.name: s for s in project_instances(tuple(raw.values()), ctx.evidence)}
+    tpot = table["decode-1"].tpot_s
+    assert not isinstance(tpot, Missing) and tpot.estimated
+    assert quoted.value == significant_figures(tpot.p50)
+    assert all(isinstance(table[n].tpot_s, Missing) for n in table if table[n].role != "decode")
