@@ -159,9 +159,7 @@ def _histogram_quantiles(metrics: pd.DataFrame, fields: dict[str, dict[str, Any]
     for field, signal in HISTOGRAM_FIELDS.items():
         if not has_signal(metrics, signal):
             continue
-        # from zero, as the evidence counts it: a series with one sample in the window (a
-        # single /metrics snapshot) is its whole count, so the table shows what findings quote
-        hist = histogram_window(metrics, signal, start, end, by_instance=True, from_zero=True)
+        hist = histogram_window(metrics, signal, start, end, by_instance=True)
         if hist.empty:
             continue
         totals = hist.groupby("instance", observed=True)["count"].max()
