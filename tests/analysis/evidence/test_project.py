@@ -18,8 +18,6 @@ from pdprobe.analysis.instances import summarize_instances
 from pdprobe.values import Missing
 from tests.rules.builders import only, scenario_context
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "evidence"
-
 
 def _table_and_evidence(paths: tuple[Path, ...]) -> tuple[dict[str, InstanceSummary],
                                                           ClusterEvidence]:
@@ -68,21 +66,6 @@ def test_prefix_hit_rate_takes_the_counters_first_like_the_evidence() -> None:
                for n in hit.dropna().index)  # the disagreement
     for name, value in hit.dropna().items():
         assert table[str(name)].prefix_hit_ratio == pytest.approx(float(value), rel=1e-12)
-
-
-def test_histogram_of_an_instance_that_joins_late_counts_from_zero() -> None:
-    """A vLLM instance first scraped inside the window (one sample per series): the evidence
-    counts its histograms from zero, so the table must too (it used to show nothing)."""
-    table, evidence = _table_and_evidence((FIXTURES / "vllm_033_joins_late.prom",))
-    prefill = "10.0.0.1:8000"
-    ttft = table[prefill].ttft_s
-    assert not isinstance(ttft, Missing)
-    assert evidence.instances.loc[prefill, "ttft_p50_source"] == "TTFT histogram"
-    assert ttft.p50 == pytest.approx(float(evidence.instances.loc[prefill, "ttft_p50"]))
-    assert ttft.p90 == pytest.approx(float(evidence.instances.loc[prefill, "ttft_p90"]))
-    xfer = table[prefill].kv_transfer_s
-    assert not isinstance(xfer, Missing)
-    assert xfer.p50 == pytest.approx(float(evidence.instances.loc[prefill, "xfer_s_p50"]))
 
 
 def test_an_instance_without_evidence_keeps_its_own_figures() -> None:
