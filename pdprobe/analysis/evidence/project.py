@@ -64,7 +64,8 @@ def decode_tpot(summary: InstanceSummary, evidence: ClusterEvidence) -> Quantile
 
     def figure(name: str) -> float:
         value = float(column(table, name).get(summary.name, math.nan))
-        return value if math.isfinite(value) else math.nan
+        # a time is never negative: a mangled input's figure is no figure
+        return value if math.isfinite(value) and value >= 0 else math.nan
 
     p50 = figure("tpot_p50")
     if not math.isfinite(p50):
