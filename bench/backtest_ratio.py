@@ -37,10 +37,10 @@ import pandas as pd
 
 from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.capacity import build_model, estimate_capacity, plan_capacity
+from pdprobe.analysis.capacity.estimate import CapacityOptions
 from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.rates import bare_ttft_s
 from pdprobe.analysis.capacity.recommend import Slo
-from pdprobe.analysis.capacity.verify import SimOutcome, outcome_from_result
 from pdprobe.collectors.files import read_paths
 from pdprobe.dataset import (
     EVENT_COLUMNS,
@@ -53,7 +53,7 @@ from pdprobe.dataset import (
     empty_frame,
 )
 from pdprobe.profiles import Profile, load_profile
-from pdprobe.services.diagnose import DiagnoseRequest
+from pdprobe.services.verify import SimOutcome, outcome_from_result
 from pdprobe.sim.config import SimConfig
 from pdprobe.sim.engine import simulate
 from pdprobe.values import Missing
@@ -219,7 +219,7 @@ def run_case(trace_name: str, profile_name: str, load: float) -> CaseResult:
     search.run(mb_p, mb_d, keep=True)
     capture = capture_dataset(search.results[(mb_p, mb_d)])
     model = estimate_capacity(capture, Missing("not needed"),
-                              DiagnoseRequest(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s,
+                              CapacityOptions(slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s,
                                               profile=profile_name, window_s=0.0))
     assert isinstance(model, CapacityResult)
     mp, md = model.recommended_prefill, model.recommended_decode

@@ -113,7 +113,7 @@ def _base(trace: Path, load: float):  # type: ignore[no-untyped-def]
 def _attainment(cfg, slo_ttft: float) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(both-objective attainment, TTFT p90) of one simulator run."""
     from pdprobe.analysis.capacity.recommend import Slo
-    from pdprobe.analysis.capacity.verify import outcome_from_result
+    from pdprobe.services.verify import outcome_from_result
     from pdprobe.sim.engine import simulate
 
     out = outcome_from_result(simulate(cfg), Slo(ttft_s=slo_ttft, tpot_s=TPOT_SLO_S))

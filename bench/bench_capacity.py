@@ -58,6 +58,7 @@ def run_child(source: str) -> dict[str, Any]:
     from pdprobe.analysis.capacity import estimate_capacity
     from pdprobe.analysis.workload import summarize_workload
     from pdprobe.services.diagnose import DiagnoseRequest, load_dataset
+    from pdprobe.services.verify import capacity_options
     from pdprobe.values import Missing
 
     request = DiagnoseRequest(paths=() if source == SAMPLE else (Path(source),))
@@ -66,7 +67,7 @@ def run_child(source: str) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     c0, s0 = _cpu()
     t1 = time.perf_counter()
-    result = estimate_capacity(dataset, workload, request)
+    result = estimate_capacity(dataset, workload, capacity_options(request))
     wall = time.perf_counter() - t1
     c1, s1 = _cpu()
     out: dict[str, Any] = {

@@ -99,13 +99,14 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     from pdprobe.analysis.workload import summarize_workload
     from pdprobe.rules.base import RuleContext, RuleOptions
     from pdprobe.rules.engine import run_rules
+    from pdprobe.services.verify import capacity_options
 
     workload = summarize_workload(dataset)
     instances = summarize_instances(dataset)
     # judged with the objectives the capacity model uses: the defaults where none is given
     slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s, request.slo_target,
                          defaults=True)
-    capacity = estimate_capacity(dataset, workload, request)
+    capacity = estimate_capacity(dataset, workload, capacity_options(request))
     evidence = compute_evidence(dataset, workload=workload, slo=slo, capacity=capacity,
                                 slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s)
     instances = project_instances(instances, evidence)  # the table shows what findings quote

@@ -137,7 +137,7 @@ def plan_ratio(req: RatioRequest) -> RatioPlan:
         raise UsageError(f"no cluster size serves this workload ({exc})",
                          hint="check --rate and the lengths against the profile") from exc
     if req.verify:
-        from pdprobe.analysis.capacity.verify import verify_recommendation
+        from pdprobe.services.verify import verify_recommendation
 
         capacity = dataclasses.replace(
             capacity, verified=verify_recommendation(mix, built, slo, capacity))

@@ -53,8 +53,14 @@ from pdprobe.profiles import DEFAULT_PROFILE, Profile, load_profile
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pdprobe.analysis.base import SloAttainment
     from pdprobe.dataset import Dataset
-    from pdprobe.services.diagnose import DiagnoseRequest
+
+    # Confirms a recommendation (``--verify``): the services pass the simulator's replay, so
+    # analysis never imports ``sim`` (the layer contract in pyproject.toml).
+    Verifier = Callable[[WorkloadMix, "BuiltModel", Slo, CapacityResult], "SloAttainment | Missing"]
 
 
 # Served load this far below offered load means back-pressure (Dynamo #8861: sizing from
@@ -373,11 +379,23 @@ def current_window(windows: tuple[RatioWindow, ...]) -> RatioWindow | None:
     return None
 
 
+@dataclass(frozen=True)
+class CapacityOptions:
+    """What the capacity model takes from the user (a diagnosis's request, in analysis terms)."""
+
+    slo_ttft_s: float | None = None  # None: the profile's default objective
+    slo_tpot_s: float | None = None
+    slo_target: float = 0.9  # share of requests that must meet both objectives
+    profile: str | None = None  # model x GPU profile name or TOML path; None = infer/default
+    window_s: float = 300.0  # capacity estimate per window
+    verifier: Verifier | None = None  # confirms the recommendation by simulation (--verify)
+
+
 def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
-                      request: DiagnoseRequest) -> CapacityResult | Missing:
+                      request: CapacityOptions) -> CapacityResult | Missing:
     """The capacity model over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
     slo = Slo.of(request.slo_ttft_s, request.slo_tpot_s)
-    slo = replace(slo, attainment=getattr(request, "slo_target", slo.attainment))
+    slo = replace(slo, attainment=request.slo_target)
     measured = measured_kv_bytes(dataset)  # once: it picks the profile and sizes transfers
     profile, profile_notes = choose_profile(request.profile, dataset, measured=measured)
     notes = list(profile_notes)
@@ -420,8 +438,6 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
                                hit_rate_known=hit_known, extra_notes=tuple(notes))
     except ValueError as exc:  # a workload no finite cluster serves (e.g. absurd rate)
         return Missing(f"capacity model has no answer: {exc}")
-    if request.verify:
-        from pdprobe.analysis.capacity.verify import verify_recommendation
-
-        result = replace(result, verified=verify_recommendation(mix, built, slo, result))
+    if request.verifier is not None:
+        result = replace(result, verified=request.verifier(mix, built, slo, result))
     return result

@@ -8,6 +8,7 @@ import pytest
 
 from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.capacity import estimate_capacity
+from pdprobe.analysis.capacity.estimate import CapacityOptions
 from pdprobe.analysis.capacity.perf_fit import (
     PrefillModel,
     decode_concurrency,
@@ -16,7 +17,6 @@ from pdprobe.analysis.capacity.perf_fit import (
 )
 from pdprobe.dataset import InstanceInfo
 from pdprobe.profiles import load_profile
-from pdprobe.services.diagnose import DiagnoseRequest
 from pdprobe.values import Missing
 
 from ._data import dataset
@@ -60,7 +60,7 @@ INSTANCES = (InstanceInfo("p0", "prefill", "test"),
 
 def test_observed_fit_drives_the_estimate() -> None:
     ds = dataset(capture(), instances=INSTANCES)
-    result = estimate_capacity(ds, Missing("not needed"), DiagnoseRequest(window_s=300.0))
+    result = estimate_capacity(ds, Missing("not needed"), CapacityOptions(window_s=300.0))
     assert isinstance(result, CapacityResult)
     assert result.model_source.startswith("prefill: fit to 1500 requests")
     assert "decode: fit to" in result.model_source or "decode: profile" in result.model_source
@@ -86,7 +86,7 @@ def test_observed_fit_drives_the_estimate() -> None:
 def test_slower_engines_need_more_instances() -> None:
     ds_fast = dataset(capture(slowdown=1.0, rate=4.0), instances=INSTANCES)
     ds_slow = dataset(capture(slowdown=3.0, rate=4.0), instances=INSTANCES)
-    req = DiagnoseRequest(slo_ttft_s=3.0, slo_tpot_s=0.1)
+    req = CapacityOptions(slo_ttft_s=3.0, slo_tpot_s=0.1)
     fast = estimate_capacity(ds_fast, Missing("x"), req)
     slow = estimate_capacity(ds_slow, Missing("x"), req)
     assert isinstance(fast, CapacityResult) and isinstance(slow, CapacityResult)
@@ -99,7 +99,7 @@ def test_slower_engines_need_more_instances() -> None:
 def test_lengths_only_use_the_profile_and_say_so() -> None:
     frame = capture()[["arrival_ts", "prompt_tokens", "output_tokens"]]
     result = estimate_capacity(dataset(frame), Missing("x"),
-                               DiagnoseRequest(profile="llama3-8b-h100"))
+                               CapacityOptions(profile="llama3-8b-h100"))
     assert isinstance(result, CapacityResult)
     assert result.profile == "llama3-8b-h100"
     assert result.model_source == "prefill: profile llama3-8b-h100; decode: profile llama3-8b-h100"
@@ -109,7 +109,7 @@ def test_lengths_only_use_the_profile_and_say_so() -> None:
 
 
 def test_no_data_is_missing_with_reason() -> None:
-    result = estimate_capacity(dataset(), Missing("x"), DiagnoseRequest())
+    result = estimate_capacity(dataset(), Missing("x"), CapacityOptions())
     assert isinstance(result, Missing)
     assert "length histograms" in result.reason
 
@@ -127,7 +127,7 @@ def test_metrics_only_mix_from_histograms() -> None:
         rows.append((ts, "d0", "output_tokens", "count", np.nan, 1200.0 * scale))
     metrics = pd.DataFrame(rows, columns=["ts", "instance", "signal", "kind", "le", "value"])
     ds = dataset(metrics=metrics, instances=(InstanceInfo("d0", "decode", "t"),))
-    result = estimate_capacity(ds, Missing("x"), DiagnoseRequest())
+    result = estimate_capacity(ds, Missing("x"), CapacityOptions())
     assert isinstance(result, CapacityResult)
     assert result.arrival_rate_rps == pytest.approx(2.0)
     assert result.decode_context_tokens == pytest.approx(1250 + 75, rel=0.25)

@@ -12,12 +12,12 @@ from pdprobe.analysis.base import CapacityResult, SloAttainment
 from pdprobe.analysis.capacity import build_model, plan_capacity
 from pdprobe.analysis.capacity.mix import mix_from_summary
 from pdprobe.analysis.capacity.recommend import Slo
-from pdprobe.analysis.capacity.verify import (
+from pdprobe.profiles import load_profile
+from pdprobe.services.verify import (
     model_profile,
     verify_recommendation,
     write_replay_trace,
 )
-from pdprobe.profiles import load_profile
 from pdprobe.values import Missing
 
 pytest.importorskip("pdprobe.sim.engine")

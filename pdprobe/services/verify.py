@@ -22,10 +22,11 @@ from pdprobe.values import Missing
 
 if TYPE_CHECKING:
     from pdprobe.analysis.base import CapacityResult
-    from pdprobe.analysis.capacity.estimate import BuiltModel
+    from pdprobe.analysis.capacity.estimate import BuiltModel, CapacityOptions
     from pdprobe.analysis.capacity.mix import WorkloadMix
     from pdprobe.analysis.capacity.recommend import Slo
     from pdprobe.profiles import Profile
+    from pdprobe.services.diagnose import DiagnoseRequest
 
 # A synthetic mix (no arrival times) is replayed for this long, or for this many requests.
 SYNTHETIC_REPLAY_S: Final = 1200.0
@@ -141,3 +142,13 @@ def verify_recommendation(mix: WorkloadMix, built: BuiltModel, slo: Slo,
         tpot=out.tpot_attainment, both=out.both_attainment,
         method=f"simulation of {out.requests} requests on {p}P/{d}D (pdprobe.sim)",
     )
+
+
+def capacity_options(request: DiagnoseRequest) -> CapacityOptions:
+    """The capacity model's options from a diagnosis request; ``--verify`` passes the replay."""
+    from pdprobe.analysis.capacity.estimate import CapacityOptions
+
+    return CapacityOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s,
+                           slo_target=request.slo_target, profile=request.profile,
+                           window_s=request.window_s,
+                           verifier=verify_recommendation if request.verify else None)
