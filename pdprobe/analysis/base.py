@@ -163,6 +163,11 @@ class RatioWindow:
     offered_rate_rps: Maybe[float] = Missing("no offered-load data")  # arrivals or started
     served_rate_rps: Maybe[float] = Missing("no completion data")  # completed in the window
     binding: Maybe[str] = Missing("not estimated")  # at the deployed counts, else recommended
+    # Offered load in instances at full use (rate over one instance's capacity): their ratio is
+    # the theoretical ratio; ratio_fit says why the integer counts differ from it, if they do.
+    prefill_load_instances: Maybe[float] = Missing("not estimated")
+    decode_load_instances: Maybe[float] = Missing("not estimated")
+    ratio_fit: Maybe[str] = Missing("not estimated")
     # A planner's own view over the window (Dynamo dynamo_planner_*; the deployment table), its
     # last value in the window, summed over deployments (counts) or their worst (latencies).
     planner_prefill: Maybe[float] = Missing("no planner metrics")  # deployed, as it saw them

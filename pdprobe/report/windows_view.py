@@ -80,7 +80,21 @@ def windows_table(report: Report) -> Table | None:
                  numeric=(False,) + (True,) * 8 + (False,) + (True,) * (
                      len(PLANNER_COLUMNS) if planner else 0),
                  note=(WINDOWS_FLAG_NOTE if any(r[8].flag for r in rows) else "") + WINDOWS_NOTE
-                 + (PLANNER_NOTE if planner else ""))
+                 + ratio_fit_note(cap.windows) + (PLANNER_NOTE if planner else ""))
+
+
+def ratio_fit_note(windows: Iterable[RatioWindow]) -> str:
+    """``; counts ≠ ratio in 4 of 5 windows: decode at its floor … (latest)``, or nothing.
+
+    Integer counts of at least one per pool cannot follow a theoretical ratio of 2.6 at 0.3
+    decode instance of load: the note says which pool and load explain the difference.
+    """
+    wins = list(windows)
+    off = [w for w in wins if isinstance(w.ratio_fit, str) and w.ratio_fit != "consistent"]
+    if not off:
+        return ""
+    return (f"; recommended counts ≠ ratio in {len(off)} of {plural(len(wins), 'window')}: "
+            f"{off[-1].ratio_fit} (latest)")
 
 
 # Controller audit: a planner's own view (Dynamo dynamo_planner_*) next to pdprobe's, per window.

@@ -17,6 +17,7 @@ import numpy as np
 from pdprobe.analysis.base import RatioWindow
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.rates import ModelInputs
+from pdprobe.analysis.capacity.ratio_fit import ratio_fit
 from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utilizations
 from pdprobe.values import Missing
 
@@ -289,9 +290,13 @@ def _sized(base: RatioWindow, sub: WorkloadMix, model: ModelInputs, slo: Slo) ->
         up, ud, ux, _ = utilizations(rec.rates, sub.rate_rps, dep_p, dep_d,
                                      model.link_bytes_per_s)
         binding = binding_stage(up, ud, ux)
+    load_p = sub.rate_rps / rec.rates.producer_capacity_rps
+    load_d = sub.rate_rps / rec.rates.consumer_capacity_rps
     return replace(
         base, theoretical_ratio=rec.theoretical_ratio, recommended_prefill=rec.prefill,
         recommended_decode=rec.decode, binding=binding,
+        prefill_load_instances=load_p, decode_load_instances=load_d,
+        ratio_fit=ratio_fit(rec.theoretical_ratio, rec.prefill, rec.decode, load_p, load_d),
         producer_tokens_per_s=sub.rate_rps * rec.rates.mean_uncached_tokens,
         consumer_tokens_per_s=sub.rate_rps * rec.rates.mean_output_tokens,
     )
