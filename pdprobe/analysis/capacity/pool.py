@@ -33,7 +33,7 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.analysis.capacity.mix import LoadWindows
+from pdprobe.analysis.capacity.arrivals import LoadWindows
 from pdprobe.analysis.capacity.queueing import MAX_SERVERS
 
 # Beyond this utilisation in a window the stochastic wait stops growing: an overloaded window's

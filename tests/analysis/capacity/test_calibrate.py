@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdprobe.analysis.capacity.arrivals import arrival_profile
 from pdprobe.analysis.capacity.calibrate import (
     MIN_CALIBRATION_REQUESTS,
     WAIT_SCALE_MAX,
@@ -17,7 +18,7 @@ from pdprobe.analysis.capacity.calibrate import (
     observed_ttft_attainment,
     tpot_at,
 )
-from pdprobe.analysis.capacity.mix import arrival_profile, mix_from_requests
+from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
 from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdprobe.analysis.capacity.arrivals import estimate_arrival_cv2
 from pdprobe.analysis.capacity.mix import (
-    estimate_arrival_cv2,
     gamma_from_mean_p90,
     mix_from_requests,
     mix_from_summary,
@@ -148,7 +148,7 @@ def test_arrival_profile_memory_follows_the_arrivals_not_the_span() -> None:
     """One arrival of 1970 in a 583-row 2025 trace asked for 55 years of windows (12-24 GB)."""
     import resource
 
-    from pdprobe.analysis.capacity.mix import (
+    from pdprobe.analysis.capacity.arrivals import (
         MAX_LOAD_WINDOWS,
         arrival_profile,
         estimate_arrival_cv2,

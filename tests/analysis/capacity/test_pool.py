@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdprobe.analysis.capacity.mix import LoadWindows, arrival_profile
+from pdprobe.analysis.capacity.arrivals import LoadWindows, arrival_profile
 from pdprobe.analysis.capacity.perf_fit import (
     DecodeModel,
     busy_segments,

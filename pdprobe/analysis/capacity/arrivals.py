@@ -1,0 +1,156 @@
+"""Arrival timing: how bursty arrivals are and how the arrival rate moves over time.
+
+The capacity model sizes pools for the load each window of the trace offers
+(``LoadWindows``, built by ``arrival_profile``) and for the burstiness left inside a
+window (the squared CV of arrivals, ``estimate_arrival_cv2``). ``mix.py`` attaches both to
+a ``WorkloadMix``; ``pool.py`` sizes per window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+# Below this many arrivals a squared-CV estimate is noise; Poisson (1.0) is assumed instead.
+MIN_ARRIVALS_FOR_CV2: Final = 50
+# The index of dispersion needs enough bins to have a variance worth the name.
+MIN_DISPERSION_BINS: Final = 20
+# Timestamps bucketed coarser than this many zero gaps (Mooncake's 3 s buckets give 90 %) are
+# quantised: bins must then span several quanta or the buckets themselves look like bursts.
+QUANTISED_ZERO_GAP_FRACTION: Final = 0.2
+QUANTUM_BINS: Final = 5
+# Load windows are this many TTFT objectives long: a rate swing shorter than a few objectives
+# is absorbed by queueing within them (the G/G/c part, through the within-window ca²); a longer
+# one builds a backlog (the fluid part). Azure code's bursts (300+ requests in 10 s at a mean of
+# 2.6 req/s) are of that kind.
+WINDOW_PER_TIMESCALE: Final = 5.0
+# Sub-bins per window for the within-window dispersion (ca² of the G/G/c part).
+SUB_BINS: Final = 4
+# At most this many load windows / dispersion bins: memory follows the arrivals present, not
+# the span they claim (one arrival of 1970 in a 2025 trace is 55 years of 10 s windows).
+# Beyond it windows widen; 10 s windows over four weeks fit.
+MAX_LOAD_WINDOWS: Final = 250_000
+MAX_DISPERSION_BINS: Final = 1_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class LoadWindows:
+    """How the arrival rate moves over time: per window, its share and relative rate."""
+
+    share: np.ndarray  # n_w / N, sums to 1
+    rate_factor: np.ndarray  # window rate / mean rate
+    width_s: float
+    # each arrival's window, in sorted arrival order (when built from the arrivals): saves the
+    # pool recomputing it for every load the same arrivals are sized at
+    window_of: np.ndarray | None = None
+
+    @property
+    def peak_to_mean(self) -> float:
+        return float(self.rate_factor.max())
+
+
+def _sorted_finite(values: np.ndarray) -> np.ndarray:
+    """The finite values in ascending order (no sort when they already are: the usual case)."""
+    v = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(v).all():
+        v = v[np.isfinite(v)]
+    if len(v) > 1 and not bool(np.all(v[1:] >= v[:-1])):
+        v = np.sort(v)
+    return v
+
+
+def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[float, str]:
+    """Squared CV of arrivals at the time scale that matters for the TTFT queue.
+
+    Uses the index of dispersion of counts (variance / mean of arrivals per bin), which equals
+    the inter-arrival ``ca2`` of a renewal process and, unlike gap statistics, is robust to
+    bucketed timestamps. Bins are ``timescale_s`` wide (the TTFT SLO: bursts shorter than it
+    are absorbed within the objective), widened to several timestamp quanta when arrival times
+    are bucketed.
+    """
+    ts = _sorted_finite(arrival_ts)
+    if len(ts) < MIN_ARRIVALS_FOR_CV2:
+        return 1.0, f"assumed Poisson (only {len(ts)} arrivals; {MIN_ARRIVALS_FOR_CV2} needed)"
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range times: inf, judged below
+        gaps = np.diff(ts)
+        span = float(ts[-1] - ts[0])
+    if span <= 0.0:
+        return 1.0, "assumed Poisson (all arrivals share one timestamp)"
+    if not math.isfinite(span):
+        return 1.0, "assumed Poisson (arrival times out of range)"
+    width = max(float(timescale_s), 1e-3, span / MAX_DISPERSION_BINS)
+    quantised = float(np.mean(gaps == 0.0)) > QUANTISED_ZERO_GAP_FRACTION
+    quantum = 0.0
+    note = ""
+    if quantised:
+        quantum = float(np.median(gaps[gaps > 0.0])) if np.any(gaps > 0.0) else span
+        width = max(width, QUANTUM_BINS * quantum)
+        note = f", timestamps bucketed every {quantum:.3g} s"
+    if span / width < MIN_DISPERSION_BINS:
+        width = span / MIN_DISPERSION_BINS
+        if quantised and width < QUANTUM_BINS * quantum:
+            return 1.0, "assumed Poisson (trace too short for its timestamp buckets)"
+    full_bins = max(int(span // width), 1)  # the last, partial bin would bias the variance
+    idx = ((ts - ts[0]) / width).astype(np.int64)
+    counts = np.bincount(idx, minlength=full_bins + 1)[:full_bins]
+    mean = float(counts.mean())
+    if mean <= 0.0:
+        return 1.0, "assumed Poisson (no arrivals in bins)"
+    return float(counts.var() / mean), f"index of dispersion over {width:.3g} s bins{note}"
+
+
+def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
+                    ) -> tuple[float, str, LoadWindows | None]:
+    """The load over time (rate per window) and the burstiness within a window.
+
+    Windows are ``WINDOW_PER_TIMESCALE`` × ``timescale_s`` (the TTFT objective) long, and at
+    least ``SUB_BINS`` timestamp buckets: a rate swing lasting that long cannot be absorbed
+    within the objective, so each window keeps its own rate (``pool.py`` carries overloaded
+    windows as a fluid backlog). ``ca2`` is the index of dispersion of counts in ``SUB_BINS``
+    sub-bins *around each window's own mean*, pooled over windows: the burstiness left inside
+    a window, for the G/G/c part. Too short a trace gives one stationary window and the
+    whole-trace dispersion (``estimate_arrival_cv2``).
+    """
+    ts = _sorted_finite(arrival_ts)
+    if len(ts) < MIN_ARRIVALS_FOR_CV2:
+        cv2, how = estimate_arrival_cv2(ts, timescale_s)
+        return cv2, how, None
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range times: inf, judged below
+        gaps = np.diff(ts)
+        span = float(ts[-1] - ts[0])
+    win = WINDOW_PER_TIMESCALE * max(float(timescale_s), 0.1)
+    note = ""
+    if float(np.mean(gaps == 0.0)) > QUANTISED_ZERO_GAP_FRACTION and np.any(gaps > 0.0):
+        quantum = float(np.median(gaps[gaps > 0.0]))
+        win = max(win, SUB_BINS * quantum)
+        note = f", timestamps bucketed every {quantum:.3g} s"
+    if not math.isfinite(span):
+        cv2, how = estimate_arrival_cv2(ts, timescale_s)
+        return cv2, how, None
+    if span / win > MAX_LOAD_WINDOWS:
+        win = span / MAX_LOAD_WINDOWS
+        note += f", windows widened to {win:.3g} s (at most {MAX_LOAD_WINDOWS:,})"
+    n_win = min(int(span // win), MAX_LOAD_WINDOWS)
+    if n_win < MIN_DISPERSION_BINS:
+        cv2, how = estimate_arrival_cv2(ts, timescale_s)
+        return cv2, how, None
+    rel = ts - ts[0]
+    w_idx = np.minimum((rel // win).astype(np.int64), n_win - 1)  # the tail joins the last
+    counts_w = np.bincount(w_idx, minlength=n_win).astype(np.float64)
+    widths = np.full(n_win, win)
+    widths[-1] = span - win * (n_win - 1)
+    load = LoadWindows(counts_w / counts_w.sum(), (counts_w / widths) / (counts_w.sum() / span),
+                       win, w_idx)
+    sub = (rel[rel < n_win * win] // (win / SUB_BINS)).astype(np.int64)
+    counts = np.bincount(sub, minlength=n_win * SUB_BINS)[: n_win * SUB_BINS]
+    counts = counts.reshape(n_win, SUB_BINS).astype(np.float64)
+    within = float(np.sum((counts - counts.mean(axis=1, keepdims=True)) ** 2)) / (
+        n_win * (SUB_BINS - 1))
+    mean_count = float(counts.mean())
+    cv2 = within / mean_count if mean_count > 0 else 1.0
+    busiest = float(np.quantile(load.rate_factor, 0.99))
+    return cv2, (f"index of dispersion within {win:.3g} s windows{note}; the busiest 1 % of "
+                 f"windows run at {busiest:.1f}× the mean rate"), load
