@@ -200,7 +200,7 @@ def _planner_windows(pred: list[float], cur: list[float], width: float = 120.0):
 def test_planner_audit_says_the_actuation_lagged():
     """Predicted decode replicas move at the shift, the deployed ones do not follow
     (the dynamo_planner.om scenario, tests/fixtures/metrics/families/)."""
-    from pdprobe.rules.pd701_ratio_lag import planner_audit
+    from pdprobe.rules.ratio_lag_measure import planner_audit
 
     cap = _planner_windows([2, 2, 4, 4, 4], [2, 2, 2, 2, 2])
     text, evidence = planner_audit(cap, 240.0, "decode")
@@ -209,7 +209,7 @@ def test_planner_audit_says_the_actuation_lagged():
 
 
 def test_planner_audit_says_the_recommendation_lagged():
-    from pdprobe.rules.pd701_ratio_lag import planner_audit
+    from pdprobe.rules.ratio_lag_measure import planner_audit
 
     text, _ = planner_audit(_planner_windows([2, 2, 2, 2, 2], [2, 2, 2, 2, 2]), 240.0, "decode")
     assert "recommendation stayed at 2 decode" in text and "prediction lagged" in text
@@ -219,6 +219,6 @@ def test_planner_audit_says_the_recommendation_lagged():
 
 
 def test_planner_audit_is_silent_without_planner_data():
-    from pdprobe.rules.pd701_ratio_lag import planner_audit
+    from pdprobe.rules.ratio_lag_measure import planner_audit
 
     assert planner_audit(None, 240.0, "decode") == ("", [])
