@@ -22,22 +22,24 @@ import numpy as np
 
 # The array primitives live in the bottom module (collectors use them too); re-exported here so
 # analysis code keeps one import path for the whole toolbox.
+from pdprobe.promql_grouped import (
+    SortedGroups,
+    group_sorted,
+    increases_by_window,
+    interp_grouped,
+    window_increase,
+)
 from pdprobe.promql_math import (
     EXTRAPOLATION_THRESHOLD,
     WRAP_TOP_FRACTION,
     FrozenMapping,
-    SortedGroups,
     correct_counter,
     correct_counters_grouped,
     fraction_below,
-    group_sorted,
     histogram_quantile,
     histogram_quantiles_matrix,
     increase,
-    increases_by_window,
-    interp_grouped,
     rate,
-    window_increase,
 )
 
 if TYPE_CHECKING:
