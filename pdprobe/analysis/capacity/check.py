@@ -148,4 +148,16 @@ def with_headroom(cap: CapacityResult, *, min_instances: int = 1,
     return replace(cap, needed_prefill=int(need_p), needed_decode=int(need_d),
                    recommended_prefill=rec_p, recommended_decode=rec_d,
                    min_instances=min_instances, headroom_instances=headroom,
-                   notes=tuple(notes))
+                   notes=tuple(notes),
+                   # the utilisations shown as "recommended" are those of the counts shown
+                   prefill_utilization=_scaled(cap.prefill_utilization, need_p, rec_p),
+                   decode_utilization=_scaled(cap.decode_utilization, need_d, rec_d),
+                   transfer_utilization=_scaled(cap.transfer_utilization,
+                                                min(need_p, need_d), min(rec_p, rec_d)))
+
+
+def _scaled(utilization: Maybe[float], before: float, after: float) -> Maybe[float]:
+    """A pool's utilisation at ``after`` instances from its value at ``before`` (load / count;
+    transfer load per node goes with the smaller pool)."""
+    u = _num(utilization)
+    return utilization if u is None or after <= 0 else u * before / after

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from pdprobe.analysis.capacity.check import check_against_window
 from tests.rules.builders import capacity
 
@@ -106,3 +108,18 @@ def test_headroom_keeps_needed_apart_from_recommended() -> None:
     m3 = with_headroom(cap, min_instances=3)
     assert (m3.recommended_prefill, m3.recommended_decode) == (4, 3)
     assert "at least 3 per pool" in m3.notes[-1]
+
+
+def test_headroom_utilisations_are_those_of_the_recommended_counts() -> None:
+    """The CAPACITY table's 'utilization (recommended)' row shows the counts it sits beside:
+    with --headroom 1, 4P:2D at 80 %/60 % become 5P:3D at 64 %/40 % (load / count)."""
+    from pdprobe.analysis.capacity.check import with_headroom
+
+    cap = replace(_cap(rec_p=4, rec_d=2, dep_p=4, dep_d=4), prefill_utilization=0.8,
+                  decode_utilization=0.6, transfer_utilization=0.3)
+    n1 = with_headroom(cap, headroom=1)
+    assert n1.prefill_utilization == pytest.approx(0.8 * 4 / 5)
+    assert n1.decode_utilization == pytest.approx(0.6 * 2 / 3)
+    assert n1.transfer_utilization == pytest.approx(0.3 * 2 / 3)  # per node, smaller pool
+    plain = with_headroom(cap)
+    assert (plain.prefill_utilization, plain.decode_utilization) == (0.8, 0.6)
