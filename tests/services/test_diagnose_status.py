@@ -38,6 +38,20 @@ def test_single_vllm_scrape_is_judged_since_start() -> None:
     assert judged  # gauges and histograms since start are enough for some rules
 
 
+def test_single_trtllm_scrape_is_judged_on_its_histograms_since_start() -> None:
+    """TensorRT-LLM's own names as one scrape through Dynamo (fixture: series of ai-dynamo/dynamo
+    docs/observability/metrics_examples/, see tests/collectors/test_catalog_families.py): the
+    TTFT/TPOT histograms since engine start give the attainment, labelled so, and the report says
+    what needs two scrapes; never unknown."""
+    report = diagnose(DiagnoseRequest(
+        paths=(SINGLE.parent / "families" / "dynamo_trtllm_agg.prom",)))
+    assert report.status == "ok"  # two requests, both within the default objectives
+    assert report.slo is not None and getattr(report.slo, "since_start", False)
+    assert report.slo.ttft == 1.0 and "one scrape" in report.slo.method
+    assert any(n.startswith("a single scrape:") and "two scrapes" in n for n in report.notes)
+    assert "PD801" not in {i.code for i in report.inconclusive}
+
+
 def test_single_sglang_scrape_finds_decode_starvation_from_gauges() -> None:
     report = _run("sglang_0523_pd.prom")
     assert report.status == "warning"
