@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import CapacityResult, RatioWindow, WorkloadSummary
+from pdprobe.analysis.capacity.alternatives import band, mean_based
 from pdprobe.analysis.capacity.calibrate import measured_parts, recalibration_note, tpot_at
 from pdprobe.analysis.capacity.mix import (
     WorkloadMix,
@@ -23,9 +24,7 @@ from pdprobe.analysis.capacity.rates import KV_MEMORY_TARGET
 from pdprobe.analysis.capacity.recommend import (
     LengthWork,
     Slo,
-    band,
     binding_stage,
-    mean_based,
     recommend,
     utilizations,
 )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pdprobe.analysis.capacity.alternatives import mean_based
 from pdprobe.analysis.capacity.rates import decode_batch, decode_context, stage_rates
-from pdprobe.analysis.capacity.recommend import Slo, mean_based
+from pdprobe.analysis.capacity.recommend import Slo
 
 from ._data import mix, simple_model
 

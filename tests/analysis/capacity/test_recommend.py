@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdprobe.analysis.capacity.alternatives import band
 from pdprobe.analysis.capacity.estimate import build_model
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.queueing import allen_cunneen
@@ -15,7 +16,6 @@ from pdprobe.analysis.capacity.recommend import (
     DEFAULT_SLO_TTFT_S,
     LengthWork,
     Slo,
-    band,
     recommend,
     size,
 )

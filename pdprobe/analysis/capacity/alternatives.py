@@ -1,0 +1,89 @@
+"""Other answers beside the recommendation: a mean-based planner's, and the what-if band.
+
+``mean_based`` is what a planner sizing from mean lengths computes (the Jensen gap says how
+far that under-sizes); ``band`` re-sizes the recommendation (``recommend.size``) under
+planning errors: load ±20 %, p90 lengths, prefix-cache hit rate ±10 points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from pdprobe.analysis.base import RatioBandEntry
+from pdprobe.analysis.capacity.rates import ModelInputs, StageRates, stage_rates
+from pdprobe.analysis.capacity.recommend import LengthWork, Slo, ceil_count, size
+
+if TYPE_CHECKING:
+    from pdprobe.analysis.capacity.mix import WorkloadMix
+
+# What-if shifts for the band: planning error on load, and a prefix-cache hit-rate change.
+BAND_LOAD_FACTORS: Final = (0.8, 1.2)
+BAND_HIT_RATE_SHIFT: Final = 0.1
+
+
+@dataclass(frozen=True)
+class MeanBased:
+    """The Dynamo-planner answer from mean lengths: ``f(mean ISL)``, ``ctx = ISL + OSL/2``."""
+
+    rates: StageRates
+    prefill: int
+    decode: int
+    ratio: float
+    jensen_gap_prefill: float  # E[f(u)] / f(E[u]) - 1
+    jensen_gap_decode: float  # kappa / (mean ISL + mean OSL / 2) - 1
+
+
+def mean_based(mix: WorkloadMix, model: ModelInputs, slo: Slo,
+               full: StageRates | None = None) -> MeanBased:
+    """Counts as a mean-based planner computes them: ``ceil(λ / engine rate at the means)``."""
+    full = full or stage_rates(mix, model, slo.tpot_s)
+    rates = stage_rates(mix.collapsed(), model, slo.tpot_s)
+    lam = mix.rate_rps
+    return MeanBased(
+        rates=rates,
+        prefill=ceil_count(lam / rates.prefill_capacity_rps) if lam > 0 else 1,
+        decode=ceil_count(lam / rates.decode_capacity_rps) if lam > 0 else 1,
+        ratio=rates.decode_capacity_rps / rates.prefill_capacity_rps,
+        jensen_gap_prefill=full.prefill_service_s / rates.prefill_service_s - 1.0,
+        jensen_gap_decode=full.decode_context_tokens / rates.decode_context_tokens - 1.0,
+    )
+
+
+def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
+         hit_rate_known: bool = True, work: LengthWork | None = None
+         ) -> tuple[RatioBandEntry, ...]:
+    """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points.
+
+    ``work`` is ``LengthWork.of(mix, model, slo)`` when the caller has it (the load cases
+    share it).
+    """
+    same_lengths = work or LengthWork.of(mix, model, slo)
+    cases: list[tuple[str, WorkloadMix, LengthWork | None]] = []
+    for f in BAND_LOAD_FACTORS:
+        cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)",
+                      mix.with_rate(mix.rate_rps * f), same_lengths))
+    p90_prompt = float(np.quantile(mix.prompt_tokens, 0.9))
+    p90_output = float(np.quantile(mix.output_tokens, 0.9))
+    cases.append((f"p90 lengths (prompt {p90_prompt:,.0f}, output {p90_output:,.0f})",
+                   mix.at_lengths(p90_prompt, p90_output, "p90 lengths"), None))
+    h = mix.hit_rate
+    if h + BAND_HIT_RATE_SHIFT < 1.0:
+        cases.append((f"hit rate {h + BAND_HIT_RATE_SHIFT:.0%} (+{BAND_HIT_RATE_SHIFT * 100:.0f} "
+                      f"pts{'' if hit_rate_known else ' from an unknown, assumed 0'})",
+                      mix.with_hit_rate_shift(BAND_HIT_RATE_SHIFT), None))
+    if h > 0:
+        cases.append((f"hit rate {max(h - BAND_HIT_RATE_SHIFT, 0):.0%} "
+                      f"(-{min(BAND_HIT_RATE_SHIFT, h) * 100:.0f} pts)",
+                      mix.with_hit_rate_shift(-BAND_HIT_RATE_SHIFT), None))
+    out = []
+    for label, m, w in cases:
+        if w is None and m.prompt_tokens is mix.prompt_tokens \
+                and m.output_tokens is mix.output_tokens:  # a hit-rate case: same lengths
+            w = LengthWork.of(m, model, slo, occupancy=same_lengths.occupancy)
+        r = size(m, model, slo, w)  # counts only: the band shows no TTFT estimates
+        out.append(RatioBandEntry(label=label, prefill=r.prefill, decode=r.decode,
+                                  theoretical_ratio=r.theoretical_ratio, binding=r.binding))
+    return tuple(out)
