@@ -1,10 +1,12 @@
-"""PD101: prefill short of capacity (prefill-bound)."""
+"""PD101: prefill short of capacity (prefill-bound).
+
+What the rule measures is held in ``prefill_queue_measure.py`` (``PrefillMeasure``).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 
@@ -17,16 +19,25 @@ from pdprobe.rules.common import (
     duration,
     ev,
     evidence_confidence,
-    finite,
     names,
     pct,
     rising,
     secs,
     series_trend,
     slo_collapsed,
-    slo_missed,
     wait_rising,
     whole,
+)
+from pdprobe.rules.prefill_queue_measure import (
+    PREFILL_SATURATED_UTIL,
+    QUEUE_DOMINANT_SHARE,
+    SUSTAINED_QUEUE_MIN,
+    PrefillMeasure,
+    capacity_known,
+    capacity_short_by,
+    deployed_prefill_count,
+    median_or_zero,
+    prompt_mix_stable,
 )
 from pdprobe.rules.thresholds import (
     CONFIDENCE_UNOBSERVED,
@@ -35,27 +46,8 @@ from pdprobe.rules.thresholds import (
     PREFILL_QUEUE_GROWTH,
 )
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from pdprobe.analysis.base import CapacityResult
-    from pdprobe.analysis.evidence.stats import Trend
-
-# Queueing "dominates" TTFT when the median request spends this share of its TTFT waiting.
-QUEUE_DOMINANT_SHARE: Final = 0.5
-# The capacity model's prefill utilisation at the deployed count from which the pool is
-# saturated: at rho = 0.85 Kingman's wait is already ~5.7x the service time x (ca2+cs2)/2.
-PREFILL_SATURATED_UTIL: Final = 0.85
-# Without request records, a prefill queue of this many requests per instance in the median
-# time bin is sustained queueing (with a saturated pool or a missed SLO).
-SUSTAINED_QUEUE_MIN: Final = 1.0
 # A p90 wait before prefill this long is an outage for interactive users whatever the SLO.
 CRITICAL_QUEUE_WAIT_S: Final = 10.0
-# Decode KV usage below this while prefill queues means decode is under-fed (waits on prefill).
-DECODE_UNDERFED_KV: Final = 0.5
-# The prompt-length mix is "stable" when its strongest shift changes the mean by under 20 %:
-# a fifth more prompt work is within what a prefill pool sized with headroom absorbs.
-STABLE_MIX_CHANGE: Final = 0.2
 
 
 class PrefillQueueGrowth(BaseRule):
@@ -130,9 +122,9 @@ class PrefillQueueGrowth(BaseRule):
     def _judgeable(f: ClusterEvidence) -> bool:
         """Whether the inputs carry a prefill queue, a wait, a capacity model or a TTFT share."""
         return not (f.role_series("prefill_queue") is None and f.role_series("queue_s_p50") is None
-                    and not _cap_known(f.capacity) and f.queue_share_of_ttft_p50 is None)
+                    and not capacity_known(f.capacity) and f.queue_share_of_ttft_p50 is None)
 
-    def _measure(self, f: ClusterEvidence) -> _Prefill:
+    def _measure(self, f: ClusterEvidence) -> PrefillMeasure:
         """The prefill queue and wait trends, the standing queue, the model and decode's side."""
         prefill, decode = f.role("prefill"), f.role("decode")
         cap = f.capacity
@@ -142,8 +134,8 @@ class PrefillQueueGrowth(BaseRule):
         util = cap.deployed_prefill_utilization if cap is not None else None
         kv = column(decode, "g_kv_usage_p90")
         queue_rising = rising(tq, PREFILL_QUEUE_GROWTH, f)
-        return _Prefill(
-            prefill=list(prefill.index), n_p=len(prefill) or _deployed_prefill(cap),
+        return PrefillMeasure(
+            prefill=list(prefill.index), n_p=len(prefill) or deployed_prefill_count(cap),
             queue=tq, queue_rising=queue_rising,
             rising=self._rising_instances(f, list(prefill.index)) if queue_rising else [],
             wait=tw, wait_rising=wait_rising(tw, f),
@@ -153,14 +145,15 @@ class PrefillQueueGrowth(BaseRule):
             typical_queue=float(queue_series.median()) if queue_series is not None else None,
             # Near saturation a stable queue is the symptom: Kingman's wait grows as rho/(1-rho).
             util=util if isinstance(util, float) else None,
-            att=f.slo.ttft_attainment, cap_known=_cap_known(cap), cap_short_by=_cap_short_by(cap),
+            att=f.slo.ttft_attainment, cap_known=capacity_known(cap),
+            cap_short_by=capacity_short_by(cap),
             decode=list(decode.index),
             decode_kv=float(kv.median()) if kv.notna().any() else None,
-            backpressure=max(_median_or_zero(decode, "g_prealloc_mean"),
-                             _median_or_zero(prefill, "g_bootstrap_mean")),
-            mix_stable=_mix_stable(f))
+            backpressure=max(median_or_zero(decode, "g_prealloc_mean"),
+                             median_or_zero(prefill, "g_bootstrap_mean")),
+            mix_stable=prompt_mix_stable(f))
 
-    def _explain(self, f: ClusterEvidence, m: _Prefill) -> Finding:
+    def _explain(self, f: ClusterEvidence, m: PrefillMeasure) -> Finding:
         """The finding: the backlog and model evidence, decode's side, severity and wording."""
         evidence = self._backlog_evidence(f, m)
         evidence += self._decode_evidence(f, m)
@@ -184,7 +177,7 @@ class PrefillQueueGrowth(BaseRule):
         return self.finding(severity, confidence, summary, instances=affected,
                             evidence=evidence, next_steps=self._next_steps(f, short_by))
 
-    def _backlog_evidence(self, f: ClusterEvidence, m: _Prefill) -> list[Evidence]:
+    def _backlog_evidence(self, f: ClusterEvidence, m: PrefillMeasure) -> list[Evidence]:
         """The queue and wait trends, the standing queue, the SLO and the model's count."""
         out: list[Evidence] = []
         tq, tw = m.queue, m.wait
@@ -215,7 +208,7 @@ class PrefillQueueGrowth(BaseRule):
         return out
 
     @staticmethod
-    def _standing_queue_evidence(f: ClusterEvidence, m: _Prefill) -> list[Evidence]:
+    def _standing_queue_evidence(f: ClusterEvidence, m: PrefillMeasure) -> list[Evidence]:
         """Queueing dominates TTFT (or a standing queue), and the utilisation behind it."""
         if m.share is not None:
             out = [ev("median share of TTFT spent queueing", 100 * m.share, "%",
@@ -233,7 +226,7 @@ class PrefillQueueGrowth(BaseRule):
         return out
 
     @staticmethod
-    def _decode_evidence(f: ClusterEvidence, m: _Prefill) -> list[Evidence]:
+    def _decode_evidence(f: ClusterEvidence, m: PrefillMeasure) -> list[Evidence]:
         """Decode under-fed (supports) or pushing back (contradicts), and the length mix."""
         out: list[Evidence] = []
         if m.decode_kv is not None:
@@ -251,7 +244,8 @@ class PrefillQueueGrowth(BaseRule):
         return out
 
     @staticmethod
-    def _growth_short_by(f: ClusterEvidence, m: _Prefill, evidence: list[Evidence]) -> int | None:
+    def _growth_short_by(f: ClusterEvidence, m: PrefillMeasure,
+                         evidence: list[Evidence]) -> int | None:
         """Without the model: N_p x arrival rate / (arrival rate - growth rate) stop the growth."""
         tq, lam, n_p = m.queue, f.arrival_rate_rps, m.n_p
         if not (m.queue_rising and tq is not None and lam and n_p):
@@ -297,7 +291,7 @@ class PrefillQueueGrowth(BaseRule):
         kv = column(decode, "g_kv_usage_p90")
         if kv.notna().any() and float(kv.median()) < DECODE_KV_PRESSURE:
             parts.append(f"decode KV usage stayed under {pct(float(np.ceil(kv.max() * 20) / 20))}")
-        if _mix_stable(f):
+        if prompt_mix_stable(f):
             parts.append("the length mix did not change")
         cap = f.capacity
         tail = ""
@@ -325,89 +319,3 @@ class PrefillQueueGrowth(BaseRule):
         steps.append("If an autoscaler sizes the pools, check that it sees queue time and "
                      "offered load (requests started), not only completions.")
         return steps
-
-
-@dataclass(frozen=True)
-class _Prefill:
-    """What PD101 measures: the prefill backlog, the capacity model and decode's side."""
-
-    prefill: list[str]
-    n_p: int  # prefill instances seen, else the model's deployed count
-    queue: Trend | None  # mean prefill queue per instance
-    queue_rising: bool
-    rising: list[str]  # prefill instances whose own queue rises (when the mean does)
-    wait: Trend | None  # median wait before prefill
-    wait_rising: bool
-    share: float | None  # median share of TTFT spent queueing
-    typical_queue: float | None  # prefill queue per instance, median over time bins
-    util: float | None  # the model's prefill utilisation at the deployed count
-    att: float | None  # TTFT SLO attainment
-    cap_known: bool
-    cap_short_by: int | None  # recommended - deployed prefill when the model wants more
-    decode: list[str]
-    decode_kv: float | None  # decode KV usage p90, median over decode instances
-    backpressure: float  # requests waiting for decode admission per instance
-    mix_stable: bool
-
-    @property
-    def saturated(self) -> bool:
-        return self.util is not None and self.util >= PREFILL_SATURATED_UTIL
-
-    @property
-    def queue_dominant(self) -> bool:
-        """Queueing dominates TTFT (else a standing queue) while the SLO misses or rho is high."""
-        if self.share is not None:
-            queued = self.share >= QUEUE_DOMINANT_SHARE
-        else:
-            queued = self.typical_queue is not None and self.typical_queue >= SUSTAINED_QUEUE_MIN
-        return queued and (slo_missed(self.att) or self.saturated)
-
-    @property
-    def observed(self) -> bool:
-        return self.queue_rising or self.wait_rising or self.queue_dominant
-
-    def agreement(self) -> tuple[int, int, int]:
-        """(agreeing, available, contrary) evidence channels for the confidence."""
-        channels = ((self.queue is not None, self.queue_rising),
-                    (self.wait is not None, self.wait_rising),
-                    (self.share is not None or self.typical_queue is not None,
-                     self.queue_dominant),
-                    (self.cap_known, self.cap_short_by is not None))
-        available = sum(int(seen) for seen, _ in channels)
-        agree = sum(int(hit) for _, hit in channels)
-        contrary = int(self.backpressure >= DECODE_BACKPRESSURE_QUEUE)
-        if self.decode_kv is not None:
-            if self.decode_kv >= DECODE_KV_PRESSURE:
-                contrary += 1
-            elif self.decode_kv < DECODE_UNDERFED_KV and self.observed:
-                agree += 1
-        return agree, available, contrary
-
-
-def _cap_known(cap: CapacityResult | None) -> bool:
-    return cap is not None and isinstance(cap.recommended_prefill, int) and \
-        isinstance(cap.deployed_prefill, int)
-
-
-def _cap_short_by(cap: CapacityResult | None) -> int | None:
-    """How many prefill instances the capacity model adds, None when it adds none."""
-    if cap is None or not _cap_known(cap):
-        return None
-    rec, dep = int(cap.recommended_prefill), int(cap.deployed_prefill)  # type: ignore[arg-type]
-    return rec - dep if rec > dep else None
-
-
-def _deployed_prefill(cap: CapacityResult | None) -> int:
-    return cap.deployed_prefill if cap is not None and isinstance(cap.deployed_prefill, int) else 0
-
-
-def _median_or_zero(rows: pd.DataFrame, name: str) -> float:
-    values = column(rows, name)
-    return float(values.median(skipna=True)) if values.notna().any() else 0.0
-
-
-def _mix_stable(f: ClusterEvidence) -> bool:
-    """Whether the prompt-length mix stayed within STABLE_MIX_CHANGE over the window."""
-    prompt = f.mix.prompt
-    return prompt is not None and finite(prompt.relative_change) and \
-        abs(prompt.relative_change) < STABLE_MIX_CHANGE
