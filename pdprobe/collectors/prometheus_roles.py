@@ -66,14 +66,7 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
             if rq.role is not None:
                 facts.hints.append(RoleHint(inst, rq.role, rq.how, ROLE_FROM_MAP, source))
                 continue
-            cur = facts.engines.get(inst)
-            if cur is None or engine_rank(rq.engine) < engine_rank(cur):
-                facts.engines[inst] = rq.engine
-            for label in role_labels:
-                value = lab.get(label)
-                hint = reader.add(inst, label, value) if value else None
-                if hint is not None:
-                    facts.hints.append(hint)
+            _engine_and_role_labels(facts, inst, rq, lab, role_labels, reader)
             if rq.instance_label == default_inst:
                 for label in ("pod", "instance", "job"):
                     value = lab.get(label)
@@ -104,6 +97,21 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
     return facts
 
 
+def _engine_and_role_labels(facts: InstanceFacts, inst: str, rq: pp.RoleQuery,
+                            lab: dict[str, str], role_labels: Sequence[str],
+                            reader: LabelRoles) -> None:
+    """The instance's engine (the highest-precedence one seen) and its role-label hints: the
+    same for an engine's own series and a router's series about one backend."""
+    cur = facts.engines.get(inst)
+    if cur is None or engine_rank(rq.engine) < engine_rank(cur):
+        facts.engines[inst] = rq.engine
+    for label in role_labels:
+        value = lab.get(label)
+        hint = reader.add(inst, label, value) if value else None
+        if hint is not None:
+            facts.hints.append(hint)
+
+
 def _backend_of(lab: dict[str, str]) -> tuple[str, str, str] | None:
     """(label, value, host:port) of the first router backend label naming an address."""
     for label in pp.ROUTER_BACKEND_LABELS:
@@ -119,14 +127,7 @@ def _backend_facts(facts: InstanceFacts, backend: tuple[str, str, str], rq: pp.R
                    seen: set[tuple[str, str, str]], source: str) -> None:
     """Engine, role labels, name pattern in the backend URL and node of a router's backend."""
     label, value, inst = backend
-    cur = facts.engines.get(inst)
-    if cur is None or engine_rank(rq.engine) < engine_rank(cur):
-        facts.engines[inst] = rq.engine
-    for role_label in role_labels:
-        role_value = lab.get(role_label)
-        hint = reader.add(inst, role_label, role_value) if role_value else None
-        if hint is not None:
-            facts.hints.append(hint)
+    _engine_and_role_labels(facts, inst, rq, lab, role_labels, reader)
     role = role_from_name(value)
     if role and (inst, "name", label) not in seen:
         seen.add((inst, "name", label))
