@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdprobe import signals as S
-from pdprobe.collectors.engine_log import (
+from pdprobe.collectors.log_toolkit import (
     MIB,
     EventRows,
     FamilyOutput,

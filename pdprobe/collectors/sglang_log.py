@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdprobe import signals as S
-from pdprobe.collectors.engine_log import (
+from pdprobe.collectors.log_toolkit import (
     MIN_EVIDENCE_LINES,
     ROLE_FROM_ENGINE_FIELDS,
     EventRows,
