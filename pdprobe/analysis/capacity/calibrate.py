@@ -88,11 +88,21 @@ def measured_parts(requests: pd.DataFrame, mix: WorkloadMix) -> tuple[np.ndarray
     """Per request, in the mix's order: (wait before prefill, rest of TTFT), NaN where unknown.
 
     The mix keeps the records with a prompt, an output and an arrival time, sorted by arrival
-    (``mix.mix_from_requests``): the same filter and order apply here. None when the records
-    lack ``queue_s`` or ``ttft_s`` or the rows do not line up.
+    (``mix.mix_from_requests``): the same filter and order apply here; a sampled mix names
+    its requests' rows (``Population.source_rows``). None when the records lack ``queue_s``
+    or ``ttft_s`` or the rows do not line up.
     """
     if "queue_s" not in requests.columns or "ttft_s" not in requests.columns:
         return None
+    pop = mix.population
+    if pop is not None:  # a sampled mix: its requests' own rows
+        if pop.source_rows is None or len(pop.source_rows) != mix.size:
+            return None
+        queue = requests["queue_s"].take(pop.source_rows).to_numpy(dtype=np.float64,
+                                                                   na_value=np.nan)
+        ttft = requests["ttft_s"].take(pop.source_rows).to_numpy(dtype=np.float64,
+                                                                 na_value=np.nan)
+        return _parts(queue, ttft)
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     output = requests["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -105,6 +115,11 @@ def measured_parts(requests: pd.DataFrame, mix: WorkloadMix) -> tuple[np.ndarray
     if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
         order = np.argsort(ts, kind="stable")
         queue, ttft = queue[order], ttft[order]
+    return _parts(queue, ttft)
+
+
+def _parts(queue: np.ndarray, ttft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wait, rest of TTFT) where both are known and consistent, NaN elsewhere."""
     known = np.isfinite(queue) & np.isfinite(ttft) & (queue >= 0) & (ttft >= queue)
     return np.where(known, queue, np.nan), np.where(known, ttft - queue, np.nan)
 

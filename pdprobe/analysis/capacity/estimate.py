@@ -56,6 +56,10 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     """Recommendation, mean-based comparison, band and windows for one mix, as a result."""
     model = built.inputs
     notes = list(extra_notes)
+    if mix.population is not None:
+        notes.append(f"the plan sizes on {mix.population.describe()}: the arrival rate, "
+                     "burstiness and load windows and each window's request count and mean "
+                     "lengths are measured on every request")
     mix, over = mix.clipped(built.profile.max_model_len)
     if over:
         notes.append(f"{over} requests have prompts beyond the {built.profile.max_model_len:,}-"
@@ -282,7 +286,8 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
     built = build_model(dataset, mix, profile, measured=measured)
     dep_p = len(dataset.instances_of("prefill")) or None
     dep_d = len(dataset.instances_of("decode")) or None
-    hit_known = dataset.has_request_column("cached_tokens") or float(np.sum(mix.cached_tokens)) > 0
+    cached = mix.population.cached_tokens if mix.population is not None else mix.cached_tokens
+    hit_known = dataset.has_request_column("cached_tokens") or float(np.sum(cached)) > 0
     try:
         result = plan_capacity(mix, built, slo, deployed_prefill=dep_p, deployed_decode=dep_d,
                                dataset=dataset, window_s=request.window_s,
@@ -290,5 +295,6 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
     except ValueError as exc:  # a workload no finite cluster serves (e.g. absurd rate)
         return Missing(f"capacity model has no answer: {exc}")
     if request.verifier is not None:
-        result = replace(result, verified=request.verifier(mix, built, slo, result))
+        # the replay is of every request, not of the sample the plan sized on
+        result = replace(result, verified=request.verifier(mix.unsampled(), built, slo, result))
     return result

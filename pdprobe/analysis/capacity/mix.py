@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.arrivals import LoadWindows, arrival_profile
+from pdprobe.analysis.capacity.population import Population
 from pdprobe.errors import UsageError
 
 if TYPE_CHECKING:
@@ -32,7 +34,12 @@ P90_Z: Final = 0.9
 
 @dataclass(frozen=True, eq=False)
 class WorkloadMix:
-    """Requests to serve: lengths per request, arrival rate and burstiness."""
+    """Requests to serve: lengths per request, arrival rate and burstiness.
+
+    With ``population`` the lengths and arrival times are a stratified sample of it (above
+    ``sampling.MIX_SAMPLE_REQUESTS``); the rate, burstiness and load windows are every
+    arrival's, and ``load.window_of`` is the sampled arrivals' windows.
+    """
 
     prompt_tokens: np.ndarray  # float64, >= 1
     cached_tokens: np.ndarray  # float64, 0 <= cached < prompt
@@ -43,6 +50,7 @@ class WorkloadMix:
     description: str
     arrival_ts: np.ndarray | None = None  # sorted Unix seconds, when known
     load: LoadWindows | None = None  # rate over time; None = stationary at rate_rps
+    population: Population | None = None  # what a sampled mix was drawn from (None: all)
 
     def __post_init__(self) -> None:
         if not (len(self.prompt_tokens) == len(self.cached_tokens) == len(self.output_tokens)):
@@ -84,13 +92,18 @@ class WorkloadMix:
                        output_tokens=np.full(n, max(float(output), 1.0)), description=label)
 
     def clipped(self, max_prompt_tokens: int) -> tuple[WorkloadMix, int]:
-        """Prompts capped at the engine's context limit, and how many were longer."""
-        over = int(np.sum(self.prompt_tokens > max_prompt_tokens))
+        """Prompts capped at the engine's context limit, and how many were longer (of every
+        request, when the mix is a sample)."""
+        pop = self.population
+        over = int(np.sum((pop.prompt_tokens if pop is not None else self.prompt_tokens)
+                          > max_prompt_tokens))
         if not over:
             return self, 0
         p = np.minimum(self.prompt_tokens, float(max_prompt_tokens))
         return replace(self, prompt_tokens=p,
-                       cached_tokens=np.minimum(self.cached_tokens, p - 1.0)), over
+                       cached_tokens=np.minimum(self.cached_tokens, p - 1.0),
+                       population=pop.clipped(float(max_prompt_tokens))
+                       if pop is not None else None), over
 
     def collapsed(self) -> WorkloadMix:
         """One request of mean lengths: the mean-based (Dynamo planner) view of this mix."""
@@ -99,11 +112,22 @@ class WorkloadMix:
         o = float(self.output_tokens.mean())
         return replace(self, prompt_tokens=np.array([p]), cached_tokens=np.array([c]),
                        output_tokens=np.array([o]), arrival_ts=None, load=None,
-                       description=f"mean lengths of {self.description}")
+                       population=None, description=f"mean lengths of {self.description}")
+
+    def unsampled(self) -> WorkloadMix:
+        """Every request the mix stands for (itself when it is not a sample); its load
+        windows are not carried over (``window_of`` is the sample's)."""
+        pop = self.population
+        if pop is None:
+            return self
+        return replace(self, prompt_tokens=pop.prompt_tokens, cached_tokens=pop.cached_tokens,
+                       output_tokens=pop.output_tokens, arrival_ts=pop.arrival_ts, load=None,
+                       population=None)
 
     def subset(self, mask: np.ndarray, rate_rps: float, description: str,
                timescale_s: float) -> WorkloadMix:
-        """The requests selected by ``mask`` (e.g. one time window), with their own burstiness."""
+        """The requests selected by ``mask``, with their own burstiness (of a sampled mix:
+        the sample's; ``window`` measures a time window's on every arrival)."""
         ts = self.arrival_ts[mask] if self.arrival_ts is not None else None
         load = None
         if ts is not None:
@@ -114,15 +138,38 @@ class WorkloadMix:
                        cached_tokens=self.cached_tokens[mask],
                        output_tokens=self.output_tokens[mask], rate_rps=rate_rps,
                        arrival_cv2=cv2, arrival_cv2_source=how, description=description,
-                       arrival_ts=ts, load=load)
+                       arrival_ts=ts, load=load, population=None)
+
+    def window(self, lo: int, hi: int, rate_rps: float, description: str,
+               timescale_s: float) -> WorkloadMix | None:
+        """Requests ``lo..hi-1`` in arrival order (of the population, when the mix is a
+        sample) with their own burstiness, measured on every arrival among them; None when
+        the sample holds none of them."""
+        pop = self.population
+        if pop is None:
+            return self.subset(np.arange(lo, hi), rate_rps, description, timescale_s)
+        part, a, b = pop.between(lo, hi)
+        if b <= a:
+            return None
+        cv2, how, load = arrival_profile(part.arrival_ts, timescale_s)
+        if load is not None and load.window_of is not None:
+            load = replace(load, window_of=load.window_of[part.rows])
+        return replace(self, prompt_tokens=self.prompt_tokens[a:b],
+                       cached_tokens=self.cached_tokens[a:b],
+                       output_tokens=self.output_tokens[a:b], rate_rps=rate_rps,
+                       arrival_cv2=cv2, arrival_cv2_source=how, description=description,
+                       arrival_ts=part.arrival_ts[part.rows], load=load, population=part)
 
 
 def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timescale_s: float,
-                      description: str, rescale: bool = True) -> WorkloadMix:
+                      description: str, rescale: bool = True,
+                      max_requests: int | None = None) -> WorkloadMix:
     """The mix of recorded requests (all statuses: they were offered load).
 
     With ``rate_rps`` and ``rescale`` the arrival times are stretched to that rate (the same
     pattern replayed faster or slower); without ``rescale`` only the rate is overridden.
+    Above ``max_requests`` (default ``sampling.MIX_SAMPLE_REQUESTS``) the lengths are a
+    stratified sample of that many (``Population``); rate and burstiness use every arrival.
     """
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     output = requests["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -135,9 +182,12 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     cached = np.clip(cached, 0.0, np.maximum(prompt - 1.0, 0.0))
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
+    limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
+    source = np.flatnonzero(ok) if len(ts) > limit else None  # rows, for a sample's records
     if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):  # records are usually in order
         order = np.argsort(ts, kind="stable")
         prompt, cached, output, ts = prompt[order], cached[order], output[order], ts[order]
+        source = source[order] if source is not None else None
     span = float(ts[-1] - ts[0])
     observed = (len(ts) - 1) / span if span > 0 else float("nan")
     if rate_rps is None:
@@ -146,8 +196,18 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         # replay the same arrival pattern faster or slower: burstiness keeps its shape
         ts = ts[0] + (ts - ts[0]) * (observed / rate_rps)
     cv2, how, load = arrival_profile(ts, timescale_s)
-    return WorkloadMix(prompt, cached, output, float(rate_rps), cv2, how, description,
-                       arrival_ts=ts, load=load)
+    keep = sampling.stratified_sample(sampling.length_strata(prompt, output), limit) \
+        if source is not None else None
+    if keep is None:
+        return WorkloadMix(prompt, cached, output, float(rate_rps), cv2, how, description,
+                           arrival_ts=ts, load=load)
+    pop = Population(ts, prompt, cached, output, keep,
+                     source[keep] if source is not None else None)
+    if load is not None and load.window_of is not None:
+        load = replace(load, window_of=load.window_of[keep])
+    return WorkloadMix(prompt[keep], cached[keep], output[keep], float(rate_rps), cv2, how,
+                       f"{description} ({pop.describe()})", arrival_ts=ts[keep], load=load,
+                       population=pop)
 
 
 def gamma_from_mean_p90(mean: float, p90: float, what: str) -> tuple[float, float]:

@@ -132,12 +132,15 @@ class PrefillPool:
 
     With ``load`` and ``arrival_ts`` (sorted, one per request) slacks are per request in that
     order; otherwise the pool is stationary at ``rate_rps`` and callers pass any sample of
-    slacks (e.g. quantiles of the bare TTFT).
+    slacks (e.g. quantiles of the bare TTFT). ``observed_rps`` is the rate the arrival times
+    were recorded at when ``arrival_ts`` is a sample of them (``load.window_of`` then names
+    the sampled arrivals' windows); by default it is measured on ``arrival_ts``.
     """
 
     def __init__(self, rate_rps: float, ca2: float, moments: ServiceMoments,
                  load: LoadWindows | None = None,
-                 arrival_ts: np.ndarray | None = None) -> None:
+                 arrival_ts: np.ndarray | None = None,
+                 observed_rps: float | None = None) -> None:
         self.rate = float(rate_rps)
         self.ca2 = float(ca2)
         self.moments = moments
@@ -157,6 +160,8 @@ class PrefillPool:
         rel = ts - ts[0]
         span = float(rel[-1])
         observed = (len(ts) - 1) / span if span > 0 else self.rate
+        if observed_rps is not None:  # a sample of the arrivals: the rate of all of them
+            observed = observed_rps if observed_rps > 0 else self.rate
         # the same arrival pattern replayed at rate_rps: time shrinks by observed / rate
         compress = observed / self.rate if self.rate > 0 else 1.0
         if load.window_of is not None and len(load.window_of) == len(ts):

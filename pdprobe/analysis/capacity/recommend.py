@@ -215,7 +215,9 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
             f"p{100 * slo.attainment:.0f} queueing within that level instead")
     moments = work.moments
     if mix.load is not None and mix.arrival_ts is not None:
-        pool = PrefillPool(lam, mix.arrival_cv2, moments, mix.load, mix.arrival_ts)
+        pool = PrefillPool(lam, mix.arrival_cv2, moments, mix.load, mix.arrival_ts,
+                           observed_rps=mix.population.observed_rate_rps
+                           if mix.population is not None else None)
         sample = bare  # per request, in arrival order: the backlog depends on the window
     else:
         pool = PrefillPool(lam, mix.arrival_cv2, moments)

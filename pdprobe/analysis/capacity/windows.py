@@ -165,8 +165,13 @@ def _rate_or_none(rates: np.ndarray | None, w: int) -> float | None:
 
 def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs, slo: Slo,
                   window_s: float) -> tuple[RatioWindow, ...]:
-    """One ``RatioWindow`` per window of the capture (empty when arrival times are unknown)."""
-    ts = mix.arrival_ts
+    """One ``RatioWindow`` per window of the capture (empty when arrival times are unknown).
+
+    Counts and mean lengths are every request's; a sampled mix (``mix.population``) sizes
+    each window on its share of the sample, with the burstiness of all its arrivals.
+    """
+    pop = mix.population
+    ts = pop.arrival_ts if pop is not None else mix.arrival_ts
     if ts is None or len(ts) < 2:
         if dataset is not None and dataset.requests.empty and not dataset.metrics.empty:
             return with_planner(dataset, metric_windows(dataset, mix, model, slo, window_s))
@@ -177,9 +182,11 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     # arrivals are sorted, so each window's requests are one run: its bounds, not a mask
     bounds = np.searchsorted(idx, np.arange(n_win + 1), side="left")
     count = np.diff(bounds)
+    prompt = pop.prompt_tokens if pop is not None else mix.prompt_tokens
+    output = pop.output_tokens if pop is not None else mix.output_tokens
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_prompt = np.bincount(idx, weights=mix.prompt_tokens, minlength=n_win) / count
-        mean_output = np.bincount(idx, weights=mix.output_tokens, minlength=n_win) / count
+        mean_prompt = np.bincount(idx, weights=prompt, minlength=n_win) / count
+        mean_output = np.bincount(idx, weights=output, minlength=n_win) / count
     active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
     active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
@@ -199,8 +206,15 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         if n < MIN_WINDOW_REQUESTS:
             out.append(base)
             continue
-        sub = mix.subset(np.arange(bounds[w], bounds[w + 1]), n / dur, f"window {w}",
+        sub = mix.window(int(bounds[w]), int(bounds[w + 1]), n / dur, f"window {w}",
                          slo.ttft_s)
+        if sub is None or sub.size < MIN_WINDOW_REQUESTS:  # a sampled mix: too few in it
+            reason = (f"only {sub.size if sub is not None else 0} of the window's {n} requests "
+                      f"are in the capacity sample ({MIN_WINDOW_REQUESTS} needed)")
+            out.append(replace(base, theoretical_ratio=Missing(reason),
+                               recommended_prefill=Missing(reason),
+                               recommended_decode=Missing(reason)))
+            continue
         out.append(_sized(base, sub, model, slo))
     return with_planner(dataset, tuple(out)) if dataset is not None else tuple(out)
 
