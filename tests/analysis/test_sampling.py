@@ -110,3 +110,50 @@ def test_sampled_fit_agrees_with_the_full_fit_on_simulated_scenarios(
     b_med, k_med = float(np.median(o_full[0])), float(np.median(o_full[1]))
     assert float(m_sampled.step_s(b_med, k_med)) == pytest.approx(
         float(m_full.step_s(b_med, k_med)), rel=PRED_REL)
+
+
+# --- the capacity mix's stratified sample (stratified_sample, length_strata) -----------------
+
+def _requests(n: int, seed: int = 5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.uniform(0, 3600, n))
+    prompt = np.maximum(np.round(rng.lognormal(7.0, 1.2, n)), 1.0)
+    output = np.maximum(np.round(rng.lognormal(5.0, 1.0, n)), 1.0)
+    return ts, prompt, output
+
+
+def test_inputs_at_or_below_the_size_are_not_sampled() -> None:
+    _, prompt, output = _requests(5000)
+    strata = sampling.length_strata(prompt, output)
+    assert sampling.stratified_sample(strata, 5000) is None
+    assert sampling.stratified_sample(strata, 10_000) is None
+
+
+def test_stratified_sample_holds_every_window_and_length_bin_in_proportion() -> None:
+    """Each (10 s window, prompt octave, output octave) stratum holds its proportional share
+    to within one request, the total is exact, and the same input gives the same sample."""
+    n, size = 200_000, 20_000
+    ts, prompt, output = _requests(n)
+    strata = sampling.length_strata(prompt, output)
+    keep = sampling.stratified_sample(strata, size)
+    assert keep is not None and len(keep) == size
+    assert np.all(np.diff(keep) > 0)  # ascending positions: arrival order kept
+    again = sampling.stratified_sample(sampling.length_strata(prompt, output), size)
+    assert again is not None and np.array_equal(keep, again)
+    window = (ts // 10.0).astype(np.int64)
+    cell = window * 4096 + strata
+    uniq, count = np.unique(cell, return_counts=True)
+    taken = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(taken, np.searchsorted(uniq, cell[keep]), 1)
+    expected = count * (size / n)
+    assert np.all(np.abs(taken - expected) < 1.0)
+    # the octaves: every length bin with at least a few expected requests is represented
+    bins, per_bin = np.unique(strata, return_counts=True)
+    held = np.isin(bins, strata[keep])
+    assert held[per_bin * size / n >= 1.0].all()
+
+
+def test_length_strata_are_octaves_of_prompt_and_output() -> None:
+    codes = sampling.length_strata(np.array([1.0, 2.0, 3.0, 1024.0]), np.array([1.0, 1.0, 7.0, 8.0]))
+    # prompt 1 -> octave 1, 2-3 -> 2, 1024 -> 11; output 1 -> 1, 7 -> 3, 8 -> 4
+    assert codes.tolist() == [1 * 64 + 1, 2 * 64 + 1, 2 * 64 + 3, 11 * 64 + 4]
