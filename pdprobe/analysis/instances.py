@@ -15,7 +15,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import InstanceSummary, Quantiles, TimeSeries
-from pdprobe.analysis.stats import grouped_quantiles, series_step
+from pdprobe.analysis.stats import figure_quantiles, grouped_quantiles, series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
 from pdprobe.values import Missing
@@ -80,6 +80,10 @@ def _set(fields: dict[str, dict[str, Any]], name: str, key: str, value: Any,
 
 def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: float,
                    end: float, step: float) -> None:
+    """Per-instance request figures: one grouping per role column on its integer codes, shared
+    with the evidence (``analysis.grouped``); no copy of the request table."""
+    from pdprobe.analysis.grouped import column_codes, figures, key_groups
+
     req = dataset.requests
     if req.empty:
         return
@@ -87,25 +91,53 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                               ("decode_instance", DECODE_LATENCIES)):
         if not dataset.has_request_column(column) or req[column].isna().all():
             continue
-        counts = req[column].value_counts()
+        # value_counts: every category (unused ones count 0), else every value present
+        codes, labels = column_codes(req[column])
+        counts = np.bincount(codes[codes >= 0], minlength=len(labels))
         total = float(counts.sum())
-        for name, n in counts.items():
-            _set(fields, str(name), "requests", int(n))
-            _set(fields, str(name), "traffic_share", float(n) / total)
+        for name, n in zip(labels, counts.tolist(), strict=True):
+            _set(fields, name, "requests", int(n))
+            _set(fields, name, "traffic_share", float(n) / total)
         for field, source_col in latencies.items():
             if dataset.has_request_column(source_col):
-                for name, q in grouped_quantiles(req, column, source_col).items():
+                for name, q in figure_quantiles(figures(req, column, source_col)).items():
                     _set(fields, name, field, q)
         if dataset.has_request_column("cached_tokens") and req["cached_tokens"].notna().any():
-            sums = req.groupby(column, observed=True)[["cached_tokens", "prompt_tokens"]].sum()
-            for name, row in sums.iterrows():
-                if row["prompt_tokens"] > 0:
-                    _set(fields, str(name), "prefix_hit_ratio",
-                         float(row["cached_tokens"] / row["prompt_tokens"]))
+            groups = key_groups(req, column)
+            hits = groups.sums(req["cached_tokens"].to_numpy(dtype=np.float64))
+            prompts = groups.sums(req["prompt_tokens"].to_numpy(dtype=np.float64))
+            for name, hit, prompt in zip(groups.labels, hits.tolist(), prompts.tolist(),
+                                         strict=True):
+                if prompt > 0:
+                    _set(fields, name, "prefix_hit_ratio", float(hit / prompt))
         if dataset.has_request_column("ttft_s"):
-            for name, series in _binned_by(req, column, "arrival_ts", "ttft_s", start, end,
-                                           step, "s").items():
+            for name, series in _binned_mean_by_code(
+                    codes, labels, req["arrival_ts"].to_numpy(dtype=np.float64),
+                    req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s").items():
                 _set(fields, name, "ttft_series", series)
+
+
+def _binned_mean_by_code(codes: np.ndarray, labels: list[str], ts: np.ndarray,
+                         values: np.ndarray, start: float, end: float, step: float,
+                         unit: str) -> Mapping[str, TimeSeries]:
+    """Mean of ``values`` per (code, time bin) as one regular series per code with a value:
+    ``_binned_by`` on integer codes (bincounts instead of a groupby of a copied frame)."""
+    ok = (codes >= 0) & ~np.isnan(ts) & ~np.isnan(values)
+    if not ok.any():
+        return {}
+    n_bins = max(1, int(np.ceil((end - start) / step)))
+    bins = np.clip(((ts[ok] - start) // step).astype("int64"), 0, n_bins - 1)
+    cell = codes[ok] * n_bins + bins
+    size = len(labels) * n_bins
+    sums = np.bincount(cell, weights=values[ok], minlength=size).reshape(len(labels), n_bins)
+    counts = np.bincount(cell, minlength=size).reshape(len(labels), n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    edges = tuple(float(start + step * i) for i in range(n_bins))
+    rows = np.flatnonzero(counts.any(axis=1))
+    return {labels[r]: TimeSeries(ts=edges, values=tuple(means[r].tolist()), unit=unit,
+                                  step_s=float(step))
+            for r in rows.tolist()}
 
 
 def _from_metrics(dataset: Dataset, fields: dict[str, dict[str, Any]], start: float,

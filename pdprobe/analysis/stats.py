@@ -11,6 +11,8 @@ from pdprobe.analysis.base import Quantiles
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.analysis.grouped import GroupFigures
+
 # Series for charts and trend tests: about this many bins over the window, within these bounds.
 SERIES_TARGET_BINS: Final = 60
 SERIES_MIN_STEP_S: Final = 15.0  # the usual scrape interval; finer bins would be empty
@@ -29,20 +31,25 @@ def quantiles(values: np.ndarray | pd.Series) -> Quantiles | None:
 
 
 def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Quantiles]:
-    """Quantiles of ``column`` per value of ``key``, computed in one groupby pass."""
-    sub = frame[[key, column]].dropna()
-    if sub.empty:
+    """Quantiles of ``column`` per value of ``key`` (pandas' grouped linear quantiles), from one
+    grouping on integer codes and one sort per group (``analysis.grouped``)."""
+    from pdprobe.analysis.grouped import GroupFigures, Groups, column_codes
+
+    if frame.empty:
         return {}
-    grouped = sub.groupby(key, observed=True)[column]
-    qs = grouped.quantile(np.array([0.5, 0.9, 0.99])).unstack()
-    agg = grouped.agg(["count", "mean", "max"])
-    qs = qs.reindex(agg.index)
-    # Plain Python values column by column: per-row Series access cost more than the groupby.
-    columns = zip(agg.index, agg["count"].tolist(), agg["mean"].tolist(), agg["max"].tolist(),
-                  qs[0.5].tolist(), qs[0.9].tolist(), qs[0.99].tolist(), strict=True)
-    return {str(name): Quantiles(count=int(count), mean=float(mean), p50=float(p50),
-                                 p90=float(p90), p99=float(p99), max=float(top))
-            for name, count, mean, top, p50, p90, p99 in columns}
+    groups = Groups.of(*column_codes(frame[key]))
+    values = frame[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    return figure_quantiles(GroupFigures.of(groups.sorted(values)))
+
+
+def figure_quantiles(figs: GroupFigures) -> dict[str, Quantiles]:
+    """count/mean/p50/p90/p99/max of every group with a value, by group label."""
+    # Plain Python values column by column: per-group array access would cost more.
+    columns = zip(figs.labels, figs.count.tolist(), figs.mean.tolist(), figs.max.tolist(),
+                  figs.p50.tolist(), figs.p90.tolist(), figs.p99.tolist(), strict=True)
+    return {name: Quantiles(count=int(count), mean=float(mean), p50=float(p50),
+                            p90=float(p90), p99=float(p99), max=float(top))
+            for name, count, mean, top, p50, p90, p99 in columns if count > 0}
 
 
 def series_step(start_ts: float, end_ts: float) -> float:

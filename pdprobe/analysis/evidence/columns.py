@@ -119,6 +119,21 @@ def transfer_seconds(ds: Dataset) -> pd.Series | None:
     return request_column(ds, "kv_transfer_s")
 
 
+def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
+    """The bin of every request's arrival (``window.bin_of``), computed once per request table
+    and window (read-only)."""
+    from pdprobe.analysis.grouped import table_cache
+
+    cache = table_cache(ds.requests)
+    key = ("arrival_bins", window)
+    if key not in cache:
+        bins = window.bin_of(ds.requests["arrival_ts"].to_numpy(dtype=np.float64))
+        bins.setflags(write=False)
+        cache[key] = bins
+    found: np.ndarray = cache[key]
+    return found
+
+
 def merge_bins(bins: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
     """Add ``frame`` to the per-bin frame ``name`` (earlier values win)."""
     spec("bins", name)

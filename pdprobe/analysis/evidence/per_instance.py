@@ -15,6 +15,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import (
     ROLE_COLUMN,
     InstanceColumns,
+    arrival_bins,
     merge_bins,
     reindex_bins,
     transfer_seconds,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pdprobe.analysis.evidence.model import Window
+    from pdprobe.analysis.grouped import Groups
     from pdprobe.dataset import Dataset
 
 # Request-record columns summarised per instance (two are derived per request below), in the
@@ -49,70 +51,118 @@ _REQUEST_BIN_MEDIANS = (("tpot_s", "req_tpot"), ("ttft_s", "req_ttft"),
 
 def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                     bins: dict[str, pd.DataFrame]) -> None:
-    """Per-instance request figures, grouped by the column that names the instance's role."""
+    """Per-instance request figures, grouped by the column that names the instance's role.
+
+    One grouping per role column (``analysis.grouped``, shared with the instance summaries)
+    and one per (bin, instance) cell; no copy of the request table.
+    """
     import pandas as pd
+
+    from pdprobe.analysis.grouped import Groups, figures, key_groups
 
     req = ds.requests
     if req.empty:
         return
     present = ds.request_columns
-    has = {c: c in present and bool(req[c].notna().any()) for c in req.columns}
-    derived = {}
-    if has.get("prefill_s"):
-        uncached = req["prompt_tokens"].astype("float64")
-        if has.get("cached_tokens"):
-            uncached = uncached - req["cached_tokens"].fillna(0.0)
-        derived["prefill_s_per_token"] = req["prefill_s"] / uncached.clip(lower=1.0)
+
+    def has(c: str) -> bool:
+        return c in present and c in req.columns and bool(req[c].notna().any())
+
+    derived: dict[str, np.ndarray] = {}
+    if has("prefill_s"):
+        uncached = req["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+        if has("cached_tokens"):
+            uncached = uncached - np.nan_to_num(
+                req["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan), nan=0.0)
+        derived["prefill_s_per_token"] = (req["prefill_s"].to_numpy(dtype=np.float64)
+                                          / np.maximum(uncached, 1.0))
     xfer = transfer_seconds(ds)
-    if xfer is not None and has.get("kv_bytes"):
-        derived["xfer_bytes_per_s"] = req["kv_bytes"] / xfer.where(xfer > 0)
-    frame = req.assign(**derived, _bin=window.bin_of(req["arrival_ts"].to_numpy()))
+    if xfer is not None and has("kv_bytes"):
+        x = xfer.to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            derived["xfer_bytes_per_s"] = req["kv_bytes"].to_numpy(dtype=np.float64) / np.where(
+                x > 0, x, np.nan)
+
+    def values(c: str) -> np.ndarray | None:
+        if c in derived:
+            return derived[c]
+        return req[c].to_numpy(dtype=np.float64, na_value=np.nan) if c in req.columns else None
+
+    bin_of_row = arrival_bins(ds, window)
     roles = pd.Series(cols.text["role"], index=cols.index)
+    cached = has("cached_tokens")
     for role, col in ROLE_COLUMN.items():
-        if not has.get(col):
+        if not has(col):
             continue
-        sub = frame[frame[col].notna()]
-        if sub.empty:
+        groups = key_groups(req, col)
+        if not groups.n_groups:
             continue
-        key = sub[col]  # categorical keys group fast (the request table's already are)
-        key = key.cat.remove_unused_categories() if isinstance(key.dtype, pd.CategoricalDtype) \
-            else key.astype(str).astype("category")
-        counts = key.value_counts()
-        counts = counts[counts > 0]
-        counts.index = counts.index.astype(str)
+        labels = np.asarray(groups.labels, dtype=object)
+        counts = groups.sizes
         # Only instances of this role (or of unknown role) take figures from this column.
         allowed = set(roles.index[roles.isin([role, "unknown"])].astype(str))
-        keep = [k for k in counts.index if k in allowed]
-        total = float(counts.sum())
-        cols.put("req_count", counts.loc[keep].astype("float64"))
-        cols.put("req_share", counts.loc[keep] / total)
-        quant = [c for c in _QUANTILE_INPUTS if c in sub.columns and bool(sub[c].notna().any())]
-        if quant:
-            grouped = sub.groupby(key, sort=True, observed=True)[quant]
-            by_q = {"p50": grouped.median(), "p90": grouped.quantile(0.9),
-                    "mean": grouped.mean()}
+        keep = np.fromiter((name in allowed for name in groups.labels), dtype=bool,
+                           count=groups.n_groups)
+        index = pd.Index(labels[keep], dtype=object)
+        cols.put("req_count", pd.Series(counts[keep].astype(np.float64), index=index))
+        cols.put("req_share", pd.Series(counts[keep] / float(counts.sum()), index=index))
+        for c in _QUANTILE_INPUTS:
+            data = values(c)
+            if data is None:
+                continue
+            figs = figures(req, col, c, derived.get(c))
+            if not figs.count.sum():
+                continue
+            by_stat = {"p50": figs.median, "p90": figs.p90, "mean": figs.mean}
             for s in REQUEST_QUANTILES:
-                if s.source in quant:
-                    cols.put(s.name, by_q[s.stat][s.source].reindex(keep))
-        if has.get("cached_tokens"):
-            sums = sub.groupby(key, sort=True, observed=True)[
-                ["cached_tokens", "prompt_tokens"]].sum()
-            ratio = sums["cached_tokens"] / sums["prompt_tokens"].where(sums["prompt_tokens"] > 0)
-            ratio.index = ratio.index.astype(str)
-            cols.put("req_hit_ratio", ratio.reindex(keep))
-        # Per-bin, per-instance series for persistence checks.
-        per_bin = sub.assign(_key=key).groupby(["_bin", "_key"], sort=True, observed=True)
-        bins[ROLE_COUNT_BINS[role]] = reindex_bins(
-            per_bin.size().unstack("_key").fillna(0.0), window)
+                if s.source == c:
+                    cols.put(s.name, pd.Series(by_stat[s.stat][keep], index=index))
+        if cached:
+            ratio = _ratio(groups.sums(req["cached_tokens"].to_numpy(dtype=np.float64)),
+                           groups.sums(req["prompt_tokens"].to_numpy(dtype=np.float64)))
+            cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
+        # Per-bin, per-instance series for persistence checks: one grouping of the cells.
+        n = groups.n_groups
+        cell_code = np.where(groups.codes >= 0, bin_of_row * n + groups.codes, -1)
+        cells = Groups.of(cell_code, range(window.n_bins * n))
+        bin_seen = np.zeros(window.n_bins, dtype=bool)
+        bin_seen[cells.ids // n] = True
+        sizes = _cell_frame(cells, cells.sizes.astype(np.float64), n, window)
+        sizes[bin_seen] = np.nan_to_num(sizes[bin_seen], nan=0.0)
+        bins[ROLE_COUNT_BINS[role]] = _bins_frame(sizes, groups.labels, window)
         for c, name in _REQUEST_BIN_MEDIANS:
-            if c in sub.columns and bool(sub[c].notna().any()):
-                medians: pd.DataFrame = per_bin[c].median().unstack("_key")
-                merge_bins(bins, name, reindex_bins(medians, window))
-        if has.get("cached_tokens"):
-            sums = per_bin[["cached_tokens", "prompt_tokens"]].sum()
-            hit_bins: pd.DataFrame = (sums["cached_tokens"] / sums["prompt_tokens"].where(
-                sums["prompt_tokens"] > 0)).unstack("_key")
-            merge_bins(bins, "req_hit", reindex_bins(hit_bins, window))
+            data = values(c)
+            if data is None or not figures(req, col, c, derived.get(c)).count.sum():
+                continue
+            medians = cells.sorted(data).median()
+            merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
+                                               groups.labels, window))
+        if cached:
+            hit = _ratio(cells.sums(req["cached_tokens"].to_numpy(dtype=np.float64)),
+                         cells.sums(req["prompt_tokens"].to_numpy(dtype=np.float64)))
+            merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
+                                                    groups.labels, window))
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` where ``den > 0``, else NaN."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _cell_frame(cells: Groups, per_cell: np.ndarray, n_keys: int, window: Window) -> np.ndarray:
+    """A (bin x key) matrix of one figure per (bin, key) cell, NaN where a cell has no rows."""
+    out = np.full((window.n_bins, n_keys), np.nan)
+    out[cells.ids // n_keys, cells.ids % n_keys] = per_cell
+    return out
+
+
+def _bins_frame(matrix: np.ndarray, labels: tuple[str, ...], window: Window) -> pd.DataFrame:
+    """A (bin x key) matrix as a per-bin frame: bin starts down, instance names across."""
+    import pandas as pd
+
+    frame = pd.DataFrame(matrix, columns=list(labels))
+    return reindex_bins(frame, window)
 
 
 def gauge_figures(ds: Dataset, window: Window, cols: InstanceColumns,
