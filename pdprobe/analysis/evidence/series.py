@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.columns import ROLE_COLUMN, request_column, transfer_seconds
+from pdprobe.analysis.evidence.columns import (
+    ROLE_COLUMN,
+    arrival_bins,
+    request_column,
+    transfer_seconds,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,6 +120,7 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     """
     import pandas as pd
 
+    from pdprobe.analysis.grouped import column_codes as request_codes
     from pdprobe.analysis.tables import column_codes
 
     names = list(index.astype(str))
@@ -134,16 +140,25 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
         where, b = located(*column_codes(m, "instance"), m["ts"])
         alive[b, where] = 1.0
     req = ds.requests
+    if len(req):
+        t = req["arrival_ts"].to_numpy(dtype="float64")
+        inside = (t >= window.start_ts) & (t <= window.end_ts)
+        all_bins = arrival_bins(ds, window)
     for col in ROLE_COLUMN.values():
         if col in ds.request_columns and len(req):
-            where, b = located(*pd.factorize(req[col], use_na_sentinel=True),
-                               req["arrival_ts"])
-            if not where.size:
+            codes, labels = request_codes(req[col])
+            lookup = np.array([pos.get(u, -1) for u in labels] + [-1], dtype=np.int64)
+            where = lookup[codes]  # code -1 (missing) maps to the trailing -1
+            ok = (where >= 0) & inside
+            if not ok.any():
                 continue
-            first = np.full(len(names), window.n_bins, dtype=np.int64)
-            last = np.full(len(names), -1, dtype=np.int64)
-            np.minimum.at(first, where, b)
-            np.maximum.at(last, where, b)
+            # first and last bin naming each instance, from the (instance, bin) cells seen
+            seen = np.bincount(where[ok] * window.n_bins + all_bins[ok],
+                               minlength=len(names) * window.n_bins).reshape(
+                len(names), window.n_bins) > 0
+            named = seen.any(axis=1)
+            first = np.where(named, seen.argmax(axis=1), window.n_bins)
+            last = np.where(named, window.n_bins - 1 - seen[:, ::-1].argmax(axis=1), -1)
             bins_ = np.arange(window.n_bins)[:, None]
             alive = np.maximum(alive, ((bins_ >= first[None, :]) & (bins_ <= last[None, :]))
                                .astype(float))
@@ -151,37 +166,52 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
 
 
 def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
-    """Arrivals, length means and latency medians per bin from request records."""
+    """Arrivals, length means and latency medians per bin from request records: one grouping
+    of the rows by bin, one sort per column and bin (``analysis.grouped``)."""
+    from pdprobe.analysis.grouped import Groups
+
     req = ds.requests
     if req.empty:
         return
-    b = window.bin_of(req["arrival_ts"].to_numpy())
-    grouped = req.assign(_bin=b).groupby("_bin", sort=True)
     n = window.n_bins
-    out["arrivals"] = grouped.size().reindex(range(n)).fillna(0.0).to_numpy(dtype="float64")
-    out["prompt_mean"] = grouped["prompt_tokens"].mean().reindex(range(n)).to_numpy(
-        dtype="float64")
-    out["output_mean"] = grouped["output_tokens"].mean().reindex(range(n)).to_numpy(
-        dtype="float64")
+    groups = Groups.of(arrival_bins(ds, window), range(n))
+    sizes = groups.sizes.astype("float64")
+
+    def per_bin(values: np.ndarray) -> np.ndarray:
+        full = np.full(n, np.nan)
+        full[groups.ids] = values
+        return full
+
+    def column(name: str) -> np.ndarray:
+        return req[name].to_numpy(dtype="float64", na_value=np.nan)
+
+    out["arrivals"] = np.nan_to_num(per_bin(sizes), nan=0.0)
+    for name, col in (("prompt_tokens", "prompt_mean"), ("output_tokens", "output_mean")):
+        values = column(name)
+        counts = sizes - np.bincount(groups.codes[np.isnan(values)], minlength=groups.n_groups)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[col] = per_bin(np.where(counts > 0, groups.sums(values) / counts, np.nan))
     cols = ds.request_columns
     for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),
                       ("tpot_s", "tpot_p50")):
         if request_column(ds, col) is not None:
-            out[name] = grouped[col].median().reindex(range(n)).to_numpy(dtype="float64")
+            out[name] = per_bin(groups.sorted(column(col)).median())
     xfer = transfer_seconds(ds)
-    if xfer is not None:
-        out["xfer_s_p50"] = xfer.groupby(b).median().reindex(range(n)).to_numpy(dtype="float64")
+    x = None if xfer is None else xfer.to_numpy(dtype="float64")
+    if x is not None:
+        out["xfer_s_p50"] = per_bin(groups.sorted(x).median())
     if "ttft_s" in cols and req["ttft_s"].notna().any():
-        out["ttft_p90"] = grouped["ttft_s"].quantile(0.9).reindex(range(n)).to_numpy(
-            dtype="float64")
+        out["ttft_p90"] = per_bin(groups.sorted(column("ttft_s")).quantile(0.9))
     if "kv_bytes" in cols and req["kv_bytes"].notna().any():
-        out["kv_bytes_per_s"] = (grouped["kv_bytes"].sum(min_count=1).reindex(range(n))
-                                 / window.step_s).to_numpy(dtype="float64")
-        if xfer is not None:
+        kv = column("kv_bytes")
+        have = sizes - np.bincount(groups.codes[np.isnan(kv)], minlength=groups.n_groups)
+        total = np.where(have > 0, groups.sums(kv), np.nan)  # sum(min_count=1)
+        out["kv_bytes_per_s"] = per_bin(total) / window.step_s
+        if x is not None:
             # Time per GB: congestion slows every byte; bigger transfers alone do not.
-            per_gb = 1e9 * xfer / req["kv_bytes"].where(req["kv_bytes"] > 0)
-            out["xfer_s_per_gb_p50"] = per_gb.groupby(b).median().reindex(range(n)).to_numpy(
-                dtype="float64")
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_gb = 1e9 * x / np.where(kv > 0, kv, np.nan)
+            out["xfer_s_per_gb_p50"] = per_bin(groups.sorted(per_gb).median())
 
 
 def _histogram_mix(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
