@@ -16,6 +16,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import SloAttainment
+from pdprobe.analysis.grouped import category_mask
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -54,7 +55,7 @@ def slo_attainment(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float
 def _from_requests(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float | None,
                    has_ttft: bool, has_tpot: bool) -> SloAttainment:
     req = dataset.requests
-    failed = (req["status"].fillna("ok") != "ok").to_numpy()
+    failed = category_mask(req["status"], lambda s: s != "ok")
     ttft_ok = tpot_ok = None
     ttft: Maybe[float] = Missing("no TTFT SLO given" if slo_ttft_s is None else "no ttft_s column")
     tpot: Maybe[float] = Missing("no TPOT SLO given" if slo_tpot_s is None else "no tpot_s column")

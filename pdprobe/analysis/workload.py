@@ -16,6 +16,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import LengthDistribution, Quantiles, TimeSeries, WorkloadSummary
+from pdprobe.analysis.grouped import category_mask
 from pdprobe.analysis.length_shape import QUANTILES, classify_shape, length_distribution
 from pdprobe.analysis.length_shape import is_bimodal as is_bimodal
 from pdprobe.analysis.tables import signal_rows
@@ -83,8 +84,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
 
     failed = 0
     if dataset.has_request_column("status"):
-        status = req["status"]
-        failed = int((status.notna() & (status != "ok")).to_numpy(dtype=bool)[ok_rows].sum())
+        failed = int(category_mask(req["status"], lambda s: s != "ok")[ok_rows].sum())
 
     completed: Maybe[float] = Missing("no e2e_s column in request records")
     if dataset.has_request_column("e2e_s") and span > 0:
@@ -122,8 +122,7 @@ def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: floa
     e2e = req["e2e_s"].to_numpy(dtype=np.float64)[rows]
     done = np.isfinite(e2e)
     if "status" in req.columns:
-        status = req["status"]
-        done &= (status.isna() | (status == "ok")).to_numpy(dtype=bool)[rows]
+        done &= ~category_mask(req["status"], lambda s: s != "ok")[rows]
     if not done.any():
         return Missing("no successful request has an e2e_s value")
     finish = arrival[done] + e2e[done]

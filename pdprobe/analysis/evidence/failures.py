@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.analysis.grouped import category_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -180,13 +181,13 @@ def _records(ds: Dataset) -> tuple[int, int | None, int | None, float | None, in
     n = len(req)
     if not n or "status" not in ds.request_columns:
         return n, None, None, (float(n) if n else None), None
-    status = req["status"].astype("string").str.lower()
-    error = (status == "error").fillna(False).to_numpy(dtype=bool)
+    error = category_mask(req["status"], lambda s: s.lower() == "error")
     handoff = None
     if {"prefill_s", "ttft_s"} <= ds.request_columns:
         handoff = int((error & req["prefill_s"].notna().to_numpy()
                        & req["ttft_s"].isna().to_numpy()).sum())
-    return (n, int(error.sum()), int(status.isin(NOT_OK).fillna(False).sum()), float(n),
+    not_ok = category_mask(req["status"], lambda s: s.lower() in NOT_OK)
+    return (n, int(error.sum()), int(not_ok.sum()), float(n),
             handoff)
 
 
@@ -198,7 +199,7 @@ def _no_kv_share(ds: Dataset) -> float | None:
     kv = req["kv_bytes"].to_numpy(dtype="float64")
     done = np.isfinite(kv)
     if "status" in ds.request_columns:
-        done &= (req["status"].astype("string").str.lower() == "ok").fillna(False).to_numpy(bool)
+        done &= category_mask(req["status"], lambda s: s.lower() == "ok")
     if not done.any():
         return None
     return float((kv[done] <= 0).mean())
@@ -219,7 +220,7 @@ def _by_failure_bins(ds: Dataset, window: Window, per_bin: pd.Series | None,
             ttft_fail = float(np.nanquantile(a, 0.9))
             ttft_other = float(np.nanquantile(b, 0.9))
     if "status" in ds.request_columns:
-        bad = req["status"].astype("string").str.lower().isin(NOT_OK).to_numpy(dtype=bool)
+        bad = category_mask(req["status"], lambda s: s.lower() in NOT_OK)
         if failing.any() and (~failing).any():
             err_fail = float(bad[failing].mean())
             err_other = float(bad[~failing].mean())

@@ -17,6 +17,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
+from pdprobe.analysis.grouped import category_mask
 
 if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import Slo, Window
@@ -52,7 +53,7 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
     cols = ds.request_columns
     assert slo.ttft_slo_s is not None
     ttft = req["ttft_s"].to_numpy(dtype="float64")
-    failed = (req["status"].fillna("ok") != "ok").to_numpy()
+    failed = category_mask(req["status"], lambda s: s != "ok")
     known = np.isfinite(ttft)
     missed = known & ((ttft > slo.ttft_slo_s) | failed)
     met = known & ~missed
