@@ -22,18 +22,12 @@ from pdprobe.collectors.metrics_map import MetricsMap
 
 # Newer name for an older one (normalised): when both are exposed by one instance (vLLM keeps the
 # deprecated names for a few releases), only the newer is read so nothing is counted twice.
+# Derived from the catalog's one table of renames (metric_catalog.SUPERSEDED_BY, which the file
+# reader's drop_superseded reads too), so a rename added there reaches the live path.
 RENAMES: Final[dict[str, str]] = {
-    "vllm_gpu_cache_usage_perc": "vllm_kv_cache_usage_perc",
-    "vllm_gpu_prefix_cache_queries_total": "vllm_prefix_cache_queries_total",
-    "vllm_gpu_prefix_cache_hits_total": "vllm_prefix_cache_hits_total",
-    "vllm_time_per_output_token_seconds": "vllm_inter_token_latency_seconds",
-    "sglang_num_requests_running": "sglang_num_running_reqs",
-    "sglang_num_requests_waiting": "sglang_num_queue_reqs",
-    "sglang_num_prefill_prealloc_queue_reqs": "sglang_num_prefill_bootstrap_queue_reqs",
-    "sglang_num_prefill_infight_queue_reqs": "sglang_num_prefill_inflight_queue_reqs",
-    "dynamo_component_kvstats_gpu_cache_usage_percent": "dynamo_component_gpu_cache_usage_percent",
-    "dynamo_component_kvstats_gpu_prefix_cache_hit_rate": "dynamo_component_kv_cache_hit_rate",
-    # spiderpool's suffix is unverified: the catalog lists both spellings of each counter.
+    **{normalise_name(old): normalise_name(new) for old, new in mc.SUPERSEDED_BY.items()},
+    # Not renames but two spellings: spiderpool's suffix is unverified, so the catalog lists
+    # both spellings of each counter and the `_total` one wins.
     **{normalise_name(s.name): normalise_name(s.name) + "_total"
        for s in mc.ALL_SPECS if s.engine == "rdma-exporter" and not s.name.endswith("_total")},
 }
