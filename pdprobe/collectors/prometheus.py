@@ -158,10 +158,12 @@ def _collect(session: Session) -> LiveResult:
             return client.raw_samples(selector, window.start_ts, window.end_ts)
         return run_batch(replace(batch, step_s=window.step_s), selector)
 
-    def run_grouped(batch: pp.Batch, promql: str) -> Groups | None:
+    def run_grouped(batch: pp.Batch, promql: str, aggregated: bool) -> Groups | None:
         # Grouped in the worker, so that it overlaps the queries still running.
         sset = run_batch(batch, promql)
-        return batch_groups(batch, sset, node_label=node_label) if sset is not None else None
+        if sset is None:
+            return None
+        return batch_groups(batch, sset, node_label=node_label, as_aggregated=not aggregated)
 
     runner = Runner(client, session.target.max_concurrency, ctx)
     try:
@@ -174,11 +176,15 @@ def _collect(session: Session) -> LiveResult:
         net_matcher = session.network_selector
         if net_batches and not net_matcher and facts.hosts:
             net_matcher = pp.network_host_matcher(facts.hosts)
-        planned = [(b, b.promql(session.selector))
+        # An engine whose instances have one series per name is asked without `sum by`.
+        planned = [(b, (b.engine, b.instance_label) in facts.multi_series)
                    for b in (*engine_batches, *deployment_batches)]
-        planned += [(b, b.promql(net_matcher)) for b in net_batches if net_matcher]
-        planned.sort(key=lambda bq: pp.batch_cost(bq[0], window), reverse=True)
-        futs = {b.id: runner.submit(partial(run_grouped, b, q)) for b, q in planned}
+        planned += [(b, True) for b in net_batches if net_matcher]
+        planned.sort(key=lambda ba: pp.batch_cost(ba[0], window), reverse=True)
+        futs = {b.id: runner.submit(partial(
+                    run_grouped, b, b.promql((net_matcher or "") if b.scope == "network"
+                                             else session.selector, aggregate=agg), agg))
+                for b, agg in planned}
         net_asked = bool(net_batches and net_matcher)
         if ctx.while_waiting is not None:
             ctx.while_waiting()

@@ -1,7 +1,7 @@
 """Role facts of a live collection: roles, engines, nodes and hosts of the instances.
 
-The ``group by`` role queries of ``promql_plan.plan_role_queries`` give each instance's role labels,
-names and node; a router's series about a backend name the backend (as the file reader does).
+The ``count by`` role queries of ``promql_plan.plan_role_queries`` give each instance's role labels,
+names and node (and whether its engine's series are one per instance); a router's series about a backend name the backend (as the file reader does).
 What a label value or a behaviour says is decided by the shared stage ``metric_roles``.
 """
 
@@ -40,11 +40,15 @@ class InstanceFacts:
     nodes: dict[str, str] = field(default_factory=dict)
     hosts: set[str] = field(default_factory=set)  # hosts of `instance` labels (network join)
     notes: list[str] = field(default_factory=list)
+    # (engine, instance label) of the role queries where some instance has more than one series
+    # of the queried family in the window (DP ranks, a router's backends, relabelled restarts)
+    # or an unreadable count: those engine batches keep the server's `sum by`.
+    multi_series: set[tuple[str, str]] = field(default_factory=set)
 
 
 def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
                metrics_map: MetricsMap | None, source: str) -> InstanceFacts:
-    """Role hints, engines and nodes from the ``group by`` answers (same rules as offline)."""
+    """Role hints, engines and nodes from the ``count by`` answers (same rules as offline)."""
     facts = InstanceFacts()
     seen: set[tuple[str, str, str]] = set()
     reader = LabelRoles(source, metrics_map.role_of_value if metrics_map else None)
@@ -52,6 +56,8 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
     default_inst = (metrics_map.instance_label if metrics_map else None) or "instance"
     node_label = metrics_map.node_label if metrics_map else None
     for rq, vector in results:
+        if rq.role is None and _several_series(rq, vector):
+            facts.multi_series.add((rq.engine, rq.instance_label))
         for item in vector:
             lab = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
             inst = lab.get(rq.instance_label, "")
@@ -95,6 +101,20 @@ def role_facts(results: Sequence[tuple[pp.RoleQuery, list[dict[str, Any]]]],
     # One hint per (instance, how): several engines may repeat a label.
     facts.hints = list(dict.fromkeys(facts.hints))
     return facts
+
+
+def _several_series(rq: pp.RoleQuery, vector: Sequence[dict[str, Any]]) -> bool:
+    """Whether some instance of a ``count by`` role answer has more than one series (its rows'
+    counts added up), or a count is not a number."""
+    per_instance: dict[str, float] = {}
+    for item in vector:
+        inst = str((item.get("metric") or {}).get(rq.instance_label, ""))
+        try:
+            count = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return True
+        per_instance[inst] = per_instance.get(inst, 0.0) + count
+    return any(not n <= 1.0 for n in per_instance.values())
 
 
 def _engine_and_role_labels(facts: InstanceFacts, inst: str, rq: pp.RoleQuery,

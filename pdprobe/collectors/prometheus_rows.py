@@ -53,13 +53,14 @@ class Groups:
 
 
 def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = None,
-                 raw: bool = False) -> Groups | None:
+                 raw: bool = False, as_aggregated: bool = False) -> Groups | None:
     """Turn one batch's series into per-(instance, signal, kind, le) group rows.
 
     Cumulative rows: each series is reset/wrap-corrected, carried forward across its gaps, and
     summed over the series of a group (sub-series, filter-label values); gauges are combined
     with the spec's aggregation. ``raw`` series (un-aggregated, possibly raw sample times) go
-    through the same path.
+    through the same path. ``as_aggregated``: the answer to ``batch.promql(aggregate=False)``,
+    read as its ``sum by`` would have been (only the labels that query keeps are looked at).
     """
     import pandas as pd
 
@@ -73,6 +74,8 @@ def batch_groups(batch: pp.Batch, sset: SeriesSet, *, node_label: str | None = N
             kind = fam.row_kind(name)
             if kind is not None:
                 by_name[name] = (fam, kind)
+    if as_aggregated and node_label not in batch.kept_labels:
+        node_label = None  # the server's `sum by` would have dropped it
     members = _members(batch, sset.labels, by_name, node_label)
     if members is None:
         return None

@@ -20,7 +20,9 @@ Query design (docs/live.md has the full table):
 - engine counters and histograms are read at a coarser step than gauges and node series
   (``COARSE_TARGET_POINTS`` per window): their increase between two points is exact whatever
   the step, and a bucket row per ``le`` per instance is what makes answers large;
-- one ``group by (instance, <role labels>)`` query per engine family gives the role labels.
+- one ``count by (instance, <role labels>)`` query per engine family gives the role labels and
+  how many series of one family each instance has: where every instance has one, the engine
+  batches are asked without ``sum by`` (the same answer, cheaper for the server).
 """
 
 from __future__ import annotations
@@ -121,19 +123,30 @@ class Batch:
     def name_regex(self) -> str:
         return "|".join(re2_escape(n) for n in self.series_names())
 
-    def promql(self, selector: str) -> str:
+    def promql(self, selector: str, *, aggregate: bool = True) -> str:
         """The aggregated query: one series per instance (and label kept) per name.
 
         Node counters are asked for as they are: a host's series are already one per device
         and port, so ``sum by`` would return as many series while costing the server six times
         the evaluation, and summing before the wrap correction of 32-bit hardware counters
         would hide wraps. ``batch_groups`` adds up any duplicates (a host scraped twice).
+
+        ``aggregate=False`` asks an engine batch for its series as they are too: when every
+        instance has one series per name (``prometheus_roles.InstanceFacts.multi_series``
+        says), ``sum by`` returns the same series and values, and Prometheus 2.x spends ~1.5x
+        the CPU building each step's groups; ``batch_groups`` then combines any sub-series the
+        way the server would have.
         """
-        if self.scope == "network":
+        if self.scope == "network" or (not aggregate and self.scope == "instance"):
             return self._matchers(selector)
         op = _PROMQL_OP[self.aggregate]
         labels = ", ".join(("__name__", self.instance_label, *self.by_labels))
         return f"{op} by ({labels}) ({self._matchers(selector)})"
+
+    @property
+    def kept_labels(self) -> tuple[str, ...]:
+        """The labels the aggregated query keeps (``__name__``, the instance label, ``by``)."""
+        return ("__name__", self.instance_label, *self.by_labels)
 
     def raw_promql(self, selector: str, instances: Sequence[str]) -> str:
         """The un-aggregated series of a few instances (their raw samples are re-read)."""
@@ -264,7 +277,7 @@ def _representative(fams: Sequence[Family]) -> str:
 
 def plan_role_queries(families: Sequence[Family], window: Window, selector: str,
                       metrics_map: MetricsMap | None = None) -> list[RoleQuery]:
-    """One ``group by`` instant query per (engine, instance label), plus map role selectors."""
+    """One ``count by`` instant query per (engine, instance label), plus map role selectors."""
     groups: dict[tuple[str, str], list[Family]] = {}
     default_inst = (metrics_map.instance_label if metrics_map else None) or "instance"
     for fam in families:
@@ -283,7 +296,9 @@ def plan_role_queries(families: Sequence[Family], window: Window, selector: str,
         labels = tuple(dict.fromkeys((inst, *extra_roles, *mc.ROLE_LABELS, *NAME_LABELS,
                                       "instance", *node_labels, *backends)))
         sel = selector_text(f"__name__={promql_string(rep)}", selector)
-        promql = f"group by ({', '.join(labels)}) (last_over_time({sel}[{span}]))"
+        # count, not group: the value is the instance's number of series of the family in
+        # the window, which tells whether its engine queries need the server's `sum by`.
+        promql = f"count by ({', '.join(labels)}) (last_over_time({sel}[{span}]))"
         out.append(RoleQuery(engine, inst, rep, labels, promql))
         for rs in (metrics_map.role_selectors if metrics_map else ()):
             sel = selector_text(f"__name__={promql_string(rep)}", selector, rs.matchers)

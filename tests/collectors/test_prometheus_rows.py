@@ -22,7 +22,7 @@ from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.openmetrics import read_openmetrics
 from pdprobe.collectors.prometheus_decode import SeriesSet
 from pdprobe.collectors.prometheus_roles import role_facts
-from pdprobe.collectors.prometheus_rows import batch_groups, select_and_flatten
+from pdprobe.collectors.prometheus_rows import Groups, batch_groups, select_and_flatten
 
 DUMP = (Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "identity"
         / "production_stack_router_dump.om")
@@ -104,3 +104,31 @@ def test_role_queries_give_backend_facts_not_the_routers() -> None:
     assert by_inst == {("vllm-prefill-0.llm:8000", "prefill"), ("10.0.0.5:8000", "decode")}
     assert "10.0.0.9:8001" not in facts.engines and "10.0.0.9" not in facts.hosts
     assert facts.nodes["vllm-prefill-0.llm:8000"] == "vllm-prefill-0.llm"
+
+
+def test_an_answer_read_as_is_gives_the_rows_of_its_sum_by() -> None:
+    # One series per instance and name: `sum by (__name__, instance, ...)` returns the same
+    # series with fewer labels; a label the aggregation drops (a metrics map's node label)
+    # must not name groups when the series are asked for as they are.
+    fams = pp.families_from_names(["vllm:num_requests_running"], pp.SpecIndex.build())
+    window = pp.choose_window(30.0, 1750000030.0, STEP_S)
+    (batch,) = pp.plan_batches(fams, window)
+    ts = window.start_ts + np.arange(3) * STEP_S
+    full = [{"__name__": "vllm:num_requests_running", "instance": f"10.0.0.{i}:8000",
+             "job": "vllm", "node": f"n{i}"} for i in (1, 2)]
+    kept = [{k: v for k, v in lab.items() if k in batch.kept_labels} for lab in full]
+    offsets = np.array([0, 3, 6])
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+    def groups(labels: list[dict[str, str]], **kw: bool) -> Groups:
+        g = batch_groups(batch, SeriesSet(labels, np.tile(ts, 2), values, offsets,
+                                          window.start_ts, STEP_S), node_label="node", **kw)
+        assert g is not None
+        return g
+
+    summed, as_is = groups(kept), groups(full, as_aggregated=True)
+    assert summed.keys.equals(as_is.keys)
+    assert np.array_equal(summed.values, as_is.values)
+    assert select_and_flatten([summed])[0].equals(select_and_flatten([as_is])[0])
+    # Read as raw series (a restart's re-read), the node label names the groups' node.
+    assert groups(full).keys["node"].tolist() == ["n1", "n2"]

@@ -120,6 +120,18 @@ def test_batches_aggregate_on_the_server_and_do_not_depend_on_instances() -> Non
     assert len(batches) == 9
 
 
+def test_engine_batches_can_be_asked_without_aggregation() -> None:
+    fams = pp.families_from_names([*VLLM_033, "node_infiniband_port_data_received_bytes_total"],
+                                  pp.SpecIndex.build())
+    for b in pp.plan_batches(fams, pp.choose_window(3600.0, 1_750_003_600.0)):
+        plain = b.promql('job="x"', aggregate=False)
+        if b.scope == "instance":
+            assert plain.startswith("{__name__=~") and 'job="x"' in plain
+            assert b.promql('job="x"').endswith(f"({plain})")
+        else:
+            assert plain == b.promql('job="x"')
+
+
 def test_sglang_batches_keep_tp_rank_0_and_priority_total() -> None:
     fams = pp.families_from_names(["sglang:num_running_reqs"], pp.SpecIndex.build())
     (b,) = pp.plan_batches(fams, pp.choose_window(600.0, 1000.0))
@@ -141,7 +153,7 @@ def test_role_queries_one_per_engine_with_role_and_name_labels() -> None:
     by_engine = {(r.engine, r.instance_label): r for r in rqs}
     vllm = by_engine[("vllm", "instance")]
     assert vllm.family == "vllm:num_requests_running"
-    assert vllm.promql.startswith("group by (instance, role, engine_type, worker_type,")
+    assert vllm.promql.startswith("count by (instance, role, engine_type, worker_type,")
     assert vllm.promql.endswith('(last_over_time({__name__="vllm:num_requests_running", '
                                 'namespace="llm"}[600s]))')
     assert ("dynamo", "worker_id") in by_engine

@@ -10,7 +10,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_window
 from pdprobe.collectors import promql_plan as pp
 from pdprobe.collectors.base import ReadContext
-from pdprobe.collectors.prometheus import collect_live, collect_partial
+from pdprobe.collectors.prometheus import LiveResult, collect_live, collect_partial
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.dataset import Dataset
 from pdprobe.errors import InsufficientDataError, UsageError
@@ -96,6 +96,33 @@ def test_query_count_is_bounded_by_families_not_instances(live_cluster: LiveClus
     # Server-side aggregation: one series per instance and name (and label kept), no raw ones.
     counters = [q for q in ranges if "finished_reason" in q.promql]
     assert counters[0].series <= len(live_cluster.generated.instances) * 12
+
+
+def test_engine_series_are_asked_as_they_are_only_when_one_per_instance(
+        live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdprobe.collectors import prometheus_roles
+
+    def engine_ranges(result: LiveResult) -> list[str]:
+        return [q.promql for q in result.meta.queries
+                if q.endpoint == "/api/v1/query_range" and "vllm:" in q.promql]
+
+    # The fixture's data-parallel instance has two series per name (engine="0"/"1"): its
+    # engine's batches keep the server's aggregation.
+    aggregated = collect_partial(live_cluster.target())
+    assert all(q.startswith(("sum by", "avg by", "max by")) for q in engine_ranges(aggregated))
+    # Read as they are (as for an engine with one series per instance and name), the series
+    # give the same rows: sub-series are added up and reset-corrected by the collector.
+    monkeypatch.setattr(prometheus_roles, "_several_series", lambda rq, vector: False)
+    as_they_are = collect_partial(live_cluster.target())
+    assert engine_ranges(as_they_are)
+    assert not any(q.startswith(("sum by", "avg by", "max by"))
+                   for q in engine_ranges(as_they_are))
+    a, b = (r.partial.metrics.sort_values(["instance", "signal", "kind", "le", "ts"],
+                                          ignore_index=True)
+            for r in (aggregated, as_they_are))
+    assert a.drop(columns="value").equals(b.drop(columns="value"))
+    # avg of the two engines' gauges: the server's running mean vs the collector's sum / n.
+    np.testing.assert_allclose(a["value"].to_numpy(), b["value"].to_numpy(), rtol=1e-12)
 
 
 def test_selector_scopes_every_engine_query(live_cluster: LiveCluster) -> None:
