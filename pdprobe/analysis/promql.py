@@ -27,7 +27,6 @@ from pdprobe.promql_grouped import (
     group_sorted,
     increases_by_window,
     interp_grouped,
-    window_increase,
 )
 from pdprobe.promql_math import (
     EXTRAPOLATION_THRESHOLD,
@@ -93,9 +92,12 @@ def counter_increase_by_instance(metrics: pd.DataFrame, signal: str,
     """
     import pandas as pd
 
+    from pdprobe.analysis.promql_groups import increase_in_window, kind_groups
+    from pdprobe.analysis.tables import signal_rows
+
     cols = _keys(key)
-    frame = _select(metrics, signal, (kind,), None, cols)
-    res = window_increase(frame[[*cols, "ts", "value"]], cols, start_ts, end_ts, from_zero)
+    groups = kind_groups(signal_rows(metrics, signal), kind, cols)
+    res = increase_in_window(groups, cols, start_ts, end_ts, from_zero)
     if res.empty:
         idx = (pd.Index([], name=cols[0], dtype="string") if len(cols) == 1
                else pd.MultiIndex.from_arrays([[] for _ in cols], names=cols))
@@ -119,10 +121,13 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
     """
     import pandas as pd
 
-    frame = _select(metrics, signal, ("bucket", "sum", "count"), instances, ["instance"])
-    frame = frame[["instance", "ts", "kind", "le", "value"]]
-    buckets = frame[frame["kind"] == "bucket"]
-    res = window_increase(buckets, ["instance", "le"], start_ts, end_ts, from_zero)
+    from pdprobe.analysis.promql_groups import increase_in_window, kind_groups
+    from pdprobe.analysis.tables import signal_rows
+
+    # Each kind's rows are grouped and sorted once per table (promql_groups), not per call.
+    rows = signal_rows(metrics, signal)
+    res = increase_in_window(kind_groups(rows, "bucket", ["instance", "le"]), ["instance", "le"],
+                             start_ts, end_ts, from_zero, instances)
     if res.empty:
         out = pd.DataFrame({"le": pd.Series(dtype="float64"), "count": pd.Series(dtype="float64")})
         if by_instance:
@@ -140,9 +145,8 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
     kept = None if not skipped else set(skipped)
     attrs: dict[str, object] = {"skipped_instances": skipped}  # a short list
     for kind in ("sum", "count"):
-        part = frame[frame["kind"] == kind]
-        inc = window_increase(part[["instance", "ts", "value"]], ["instance"], start_ts, end_ts,
-                               from_zero)
+        inc = increase_in_window(kind_groups(rows, kind, ["instance"]), ["instance"], start_ts,
+                                 end_ts, from_zero, instances)
         if kept is not None and len(inc):
             inc = inc[~inc["instance"].isin(kept)]
         per = {str(k): float(v) for k, v in zip(inc.get("instance", []), inc.get("increase", []),
