@@ -70,16 +70,10 @@ class TooLarge(Exception):
 
 
 # The start of each series of a matrix result, up to its first sample: the label object (no
-# braces inside; other labels make the fast path give up) and nothing else. The boundary form
-# (the previous series' closing brace first) begins with a literal, which the regex engine
-# finds with a fast scan.
-_SERIES_LABELS: Final = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[')
-
-
-_SERIES_HEADER: Final = re.compile(rb'\{"metric":\{[^{}]*\},"values":\[')
-
-
-_SERIES_BOUNDARY: Final = re.compile(rb'\},\{"metric":\{[^{}]*\},"values":\[')
+# braces inside; other labels make the fast path give up). Splitting the result array on it
+# leaves each series' ``[ts,"value"],...]]},`` pairs between two label objects, in one pass
+# (the pattern begins with a literal, which the regex engine finds with a fast scan).
+_SERIES_SPLIT: Final = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[')
 
 
 # Characters of a non-JSON answer quoted in the error (after redaction).
@@ -169,22 +163,29 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
 
     import pandas as pd
 
-    end = pos if body[pos:pos + 1] == b"]" else body.find(b"]]}]", pos) + 3
+    # The result array ends with its last series' last pair and the series' brace, the one
+    # "]]}]" of a well-formed answer searched from the end (each pair ends in "]", which makes
+    # a forward search slow); one later in a warning's text fails the checks below and the
+    # answer goes to json.
+    end = pos if body[pos:pos + 1] == b"]" else body.rfind(b"]]}]") + 3
     if end < pos:
         return None
     span = body[pos:end]
     if b'"histograms"' in span:
         return None
-    metrics = _SERIES_LABELS.findall(span)
-    text, n_series = b"", 0
+    metrics: list[bytes] = []
+    text = b""
     if span:
-        first = _SERIES_HEADER.match(span)
-        if first is None:
+        parts = _SERIES_SPLIT.split(span)
+        metrics, pairs = parts[1::2], parts[2::2]
+        # The pieces must tile the array: a header first, each series' pairs closed by "]}"
+        # and, but for the last, the comma before the next header.
+        if parts[0] or not pairs[-1].endswith(b"]}") or not all(
+                p.endswith(b"]},") for p in pairs[:-1]):
             return None
-        text, n_more = _SERIES_BOUNDARY.subn(b"\nnan,nan\n", span[first.end():])
-        text, n_series = b"nan,nan\n" + text, n_more + 1
-    if n_series != len(metrics):
-        return None
+        pairs[:-1] = [p[:-1] for p in pairs[:-1]]
+        text = b"nan,nan\n" + b"\nnan,nan\n".join(pairs)
+    n_series = len(metrics)
     try:
         env = json.loads(body[:pos] + body[end:])
         labels = json.loads(b"[" + b",".join(metrics) + b"]")

@@ -440,6 +440,28 @@ def test_fast_parser_and_json_agree_on_odd_answers(result: list[dict[str, object
     assert sset.offsets.tolist() == np.concatenate(([0], np.cumsum(counts))).tolist()
 
 
+def test_fast_parser_reads_well_formed_answers_itself() -> None:
+    from pdprobe.collectors.prometheus_decode import _fast_matrix
+
+    result = [{"metric": {"__name__": "x", "instance": f"h{i}:1"},
+               "values": [[t, str(t * i)] for t in range(i)]} for i in range(4)]
+
+    def body(**extra: object) -> bytes:
+        return json.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                         "result": result}, **extra},
+                          separators=(",", ":")).encode()
+
+    plain = body()
+    parsed = _fast_matrix(plain, plain.find(b'"result":[') + 10, 0.0, 1.0, "test")
+    assert parsed is not None
+    assert parsed[0].offsets.tolist() == [0, 0, 1, 3, 6]
+    assert parsed[0].values.tolist() == [0.0, 0.0, 2.0, 0.0, 3.0, 6.0]
+    # A warning holding the array's closing characters is left to json (same answer).
+    odd = body(warnings=["a ]]}] warning"])
+    assert _fast_matrix(odd, odd.find(b'"result":[') + 10, 0.0, 1.0, "test") is None
+    assert parse_matrix(odd, 0.0, 1.0, "test")[0].values.tolist() == parsed[0].values.tolist()
+
+
 # --------------------------------------------------------------------------------------------
 # Assembly
 # --------------------------------------------------------------------------------------------
