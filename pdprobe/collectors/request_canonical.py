@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from pdprobe.collectors.request_assemble import Assembled, assemble
 from pdprobe.collectors.request_columns import (
     AZURE,
     LOW_CARDINALITY,
@@ -21,13 +22,10 @@ from pdprobe.collectors.request_columns import (
     STRING_COLUMNS,
     ColumnMap,
 )
+from pdprobe.collectors.request_ids import count_duplicates
 from pdprobe.collectors.request_values import (
     QUOTE_FIRST,
-    _arrival_seconds,
-    _category_codes,
     _rows_hint,
-    _to_float,
-    _to_text,
     _upper_bound,
 )
 from pdprobe.collectors.validate import (
@@ -65,14 +63,20 @@ class _Loaded:
     hash_ids: pa.ListArray | None = None
 
 
-def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skipped: int,
-                  want_hash_ids: bool) -> _Loaded:
+def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt: str,
+                  skipped: int, want_hash_ids: bool) -> _Loaded:
+    """The canonical frame of a source ``table`` (or of its columns already assembled batch by
+    batch, ``request_assemble.assemble``): rows checked, dropped or sorted, warnings and notes.
+    Every column is held once: values are fixed in place and copied only to drop rows."""
     import pandas as pd
     import pyarrow as pa
-    import pyarrow.compute as pc
 
+    if not isinstance(table, Assembled):
+        table = assemble(table.to_batches(), table.schema, cmap, table.num_rows, want_hash_ids)
+    src = table
+    del table
     label = str(path)
-    n = table.num_rows
+    n = src.rows
     if n == 0:
         raise InputError(f"{path}: no data rows (only a header, or nothing but blank lines)",
                          hint="check that the export finished")
@@ -90,8 +94,8 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
                      + (", ..." if len(cmap.ignored) > 10 else ""))
 
     arrival_name = cmap.sources["arrival_ts"]
-    arrival, arrival_notes, _ = _arrival_seconds(table.column(arrival_name), cmap, arrival_name)
-    notes.extend(arrival_notes)
+    arrival = src.arrival
+    notes.extend(src.arrival_notes)
     valid = np.isfinite(arrival)
     no_arrival = ~valid
     if no_arrival.any():
@@ -106,17 +110,17 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
     # required columns with no usable value at all, for a precise fatal message
     useless: list[str] = []
     if no_arrival.all():
-        useless.append(f"{arrival_name!r} ({table.schema.field(arrival_name).type})")
+        useless.append(f"{arrival_name!r} ({src.types[arrival_name]})")
     for canonical in NUMERIC_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
             continue
-        values, non_numeric = _to_float(table.column(name))
+        values, non_numeric = src.numeric.pop(canonical)
         if canonical in ("prompt_tokens", "output_tokens") and not (values >= 0).any():
-            useless.append(f"{name!r} ({table.schema.field(name).type}"
+            useless.append(f"{name!r} ({src.types[name]}"
                            + (f", {non_numeric} non-numeric" if non_numeric else "") + ")")
         if canonical in cmap.scales and cmap.scales[canonical] != 1.0:
-            values = values * cmap.scales[canonical]
+            values *= cmap.scales[canonical]  # in place: the column is held once
         out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):
             unusable = out_of_range | np.isnan(values)  # missing, not a number, or impossible
@@ -130,12 +134,12 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
                     f"{label}: dropped {int(newly.sum())} row(s) whose {name} is missing, not a "
                     f"number, negative or too large ({', '.join([*parts, _rows_hint(newly)])})")
             valid &= ~unusable
-            values = np.rint(values)
+            np.rint(values, out=values)
         else:
             if out_of_range.any():
                 warnings.append(f"{label}: {int(out_of_range.sum())} negative or too large {name} value(s) "
                                 f"treated as unknown ({why}; {_rows_hint(out_of_range)})")
-                values = np.where(out_of_range, np.nan, values)
+                values[out_of_range] = np.nan
             if non_numeric:
                 warnings.append(f"{label}: {non_numeric} non-numeric {name} value(s) treated as "
                                 "unknown")
@@ -149,14 +153,13 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
             warnings.append(f"{label}: {int(heavy.sum())} kv_bytes value(s) above "
                             f"{MAX_KV_BYTES_PER_TOKEN:g} bytes per prompt token treated as "
                             f"unknown ({_rows_hint(heavy)})")
-            numeric["kv_bytes"] = np.where(heavy, np.nan, numeric["kv_bytes"])
+            numeric["kv_bytes"][heavy] = np.nan
     if "cached_tokens" in numeric:
         over = numeric["cached_tokens"] > numeric["prompt_tokens"]
         if over.any():
             warnings.append(f"{label}: {int(over.sum())} row(s) with cached_tokens above "
                             "prompt_tokens: capped at prompt_tokens")
-            numeric["cached_tokens"] = np.where(over, numeric["prompt_tokens"],
-                                                numeric["cached_tokens"])
+            numeric["cached_tokens"][over] = numeric["prompt_tokens"][over]
 
     keep = np.flatnonzero(valid)
     if keep.size == 0:
@@ -166,7 +169,8 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
         raise InputError(f"{path}: no valid rows: {what}",
                          hint="see docs/inputs/requests.md for the expected columns and units")
     kept_arrival = arrival[keep]
-    backwards = int(np.count_nonzero(np.diff(kept_arrival) < 0))
+    # a[i+1] < a[i] is np.diff(a) < 0 for finite times, without an 8-byte temporary per row
+    backwards = int(np.count_nonzero(kept_arrival[1:] < kept_arrival[:-1]))
     if backwards:
         order = np.argsort(kept_arrival, kind="stable")
         keep = keep[order]
@@ -181,12 +185,14 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
     # Build an Arrow table of exactly REQUEST_COLUMNS and convert it in one go: split blocks
     # avoid pandas consolidating ten float columns into one 2-D copy (seconds at 10M rows).
     arrays: dict[str, Any] = {"arrival_ts": pick(arrival)}
-    for canonical, values in numeric.items():
-        picked = pick(values)
-        arrays[canonical] = picked.astype(np.int64) if canonical in (
+    del arrival, src.arrival
+    for canonical in list(numeric):
+        picked = pick(numeric.pop(canonical))  # the unpicked column is released here
+        arrays[canonical] = _as_int64(picked) if canonical in (
             "prompt_tokens", "output_tokens") else picked
-    present = {"arrival_ts", *numeric}
-    empty = [c for c in numeric if c not in ("prompt_tokens", "output_tokens")
+        del picked
+    present = {"arrival_ts", *(c for c in arrays if c != "arrival_ts")}
+    empty = [c for c in arrays if c not in ("arrival_ts", "prompt_tokens", "output_tokens")
              and not np.isfinite(arrays[c]).any()]
     categories: dict[str, tuple[np.ndarray, list[str]]] = {}
     for canonical in STRING_COLUMNS:
@@ -195,7 +201,7 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
             continue
         present.add(canonical)
         if canonical in LOW_CARDINALITY:
-            codes, names, unknown = _category_codes(table.column(name), canonical == "status")
+            codes, names, unknown = src.categories.pop(canonical)
             if unknown:
                 listed = ", ".join(f"{v!r} ({c})" for v, c in list(unknown.items())[:QUOTE_FIRST])
                 warnings.append(f"{label}: status values not understood, treated as unknown: "
@@ -205,7 +211,7 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
             if not (codes >= 0).any():
                 empty.append(canonical)
             continue
-        text = _to_text(table.column(name))
+        text = src.text.pop(canonical)
         if take_idx is not None:
             text = text.take(take_idx)
         arrays[canonical] = text
@@ -215,10 +221,7 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
         notes.append("columns with no values: " + ", ".join(sorted(empty)))
         present -= set(empty)
     if "request_id" in present:
-        ids = arrays["request_id"]
-        if ids.null_count:
-            ids = ids.drop_null()
-        dup = len(ids) - len(pc.unique(ids))  # hash-based; a third faster than pandas here
+        dup = count_duplicates(arrays["request_id"])  # hashes sorted; collisions compared
         if dup:
             warnings.append(f"{label}: {dup} duplicate request_id value(s); rows kept")
         if len(arrays["request_id"]) > KEEP_REQUEST_IDS_MAX_ROWS:
@@ -226,27 +229,32 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
             notes.append(f"request_id values checked for duplicates, not kept in memory (more "
                          f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
     n_kept = int(keep.size)
-    columns = []
+    # One Series per column, put together without a copy: numeric columns are the arrays
+    # above, categorical ones built from their codes (no string per row).
+    strings = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}.get
+    series: dict[str, Any] = {}
     for canonical, dtype in REQUEST_COLUMNS.items():
-        if canonical in arrays:
-            columns.append(arrays[canonical])
-        elif dtype in ("string", "category"):
-            columns.append(pa.nulls(n_kept, pa.string()))
+        if dtype == "category":
+            codes, names = categories.get(canonical, (np.full(n_kept, -1, np.int32), []))
+            series[canonical] = canonical_category(pd.Series(
+                pd.Categorical.from_codes(codes, categories=pd.Index(names))),
+                category_always(canonical))
+        elif dtype == "string":
+            text = arrays.pop(canonical, None)
+            if text is None:
+                text = pa.nulls(n_kept, pa.string())
+            series[canonical] = pa.table({canonical: text}).to_pandas(
+                types_mapper=strings, self_destruct=True)[canonical]
+        elif canonical in arrays:
+            series[canonical] = pd.Series(arrays.pop(canonical), copy=False)
         else:
-            columns.append(np.full(n_kept, np.nan))
-    frame = pa.table(columns, names=list(REQUEST_COLUMNS)).to_pandas(
-        split_blocks=True, self_destruct=True,
-        types_mapper={pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}.get)
-    for canonical, dtype in REQUEST_COLUMNS.items():
-        if dtype != "category":
-            continue
-        codes, names = categories.get(canonical, (np.full(n_kept, -1, np.int32), []))
-        frame[canonical] = canonical_category(pd.Series(
-            pd.Categorical.from_codes(codes, categories=pd.Index(names))), category_always(canonical))
+            series[canonical] = pd.Series(np.full(n_kept, np.nan), copy=False)
+    frame = pd.DataFrame(series, copy=False)
+    del series
 
     hash_ids = None
-    if want_hash_ids and cmap.hash_ids and cmap.hash_ids in table.column_names:
-        col = table.column(cmap.hash_ids)
+    if want_hash_ids and src.hash_ids is not None:
+        col = src.hash_ids
         if take_idx is not None:
             col = col.take(take_idx)
         hash_ids = col.combine_chunks()
@@ -254,3 +262,20 @@ def _canonicalise(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str, skippe
     return _Loaded(frame=frame, request_columns=frozenset(present), format=fmt,
                    rows=int(keep.size), skipped=skipped + int(dropped), warnings=warnings,
                    notes=notes, hash_ids=hash_ids)
+
+
+# Rows converted per step when whole-number floats become int64 in their own memory: a
+# temporary this small stays in cache instead of costing a fresh 80 MB array at 10M rows.
+INT_BLOCK_ROWS: Final = 1 << 16
+
+
+def _as_int64(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64 whole numbers, owned) as int64 in the same memory: the canonical
+    token columns without a second copy of each."""
+    if not values.flags.writeable or not values.flags.c_contiguous:
+        return values.astype(np.int64)
+    out = values.view(np.int64)
+    for start in range(0, values.size, INT_BLOCK_ROWS):
+        end = start + INT_BLOCK_ROWS
+        out[start:end] = values[start:end].astype(np.int64)
+    return out

@@ -8,7 +8,8 @@ only an unusable file raises ``InputError``. JSON Lines is read in ``request_jso
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,12 +35,33 @@ if TYPE_CHECKING:
 # triggers the text fallback in _read_delimited.
 CSV_BLOCK_BYTES: Final = 8 << 20
 
+# Parquet row groups above this many rows are decoded in slices of it: one slice of every
+# mapped column is about 100 MB, so memory does not grow with a writer's row-group size.
+PARQUET_BATCH_ROWS: Final = 1 << 20
+
 # A header line longer than this is not a request-record header.
 SNIFF_HEADER_BYTES: Final = 64 * 1024
 
 
+@dataclass(frozen=True)
+class Batches:
+    """Record batches of a request file's mapped columns, as ``request_assemble`` takes them:
+    their schema, the batches (an iterator: each is read when it is needed) and the number of
+    rows when the file says it up front (a Parquet footer)."""
+
+    schema: pa.Schema
+    batches: Iterable[Any]
+    rows: int | None = None
+
+    @classmethod
+    def of_table(cls, table: pa.Table) -> Batches:
+        """A table already in memory, one batch per chunk."""
+        return cls(table.schema, table.to_batches(), table.num_rows)
+
+
 def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
-                  ) -> tuple[pa.Table, ColumnMap]:
+                  ) -> tuple[Batches, ColumnMap]:
+    """The mapped columns of a Parquet file, one row group at a time (see ``Batches``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -62,11 +84,29 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
                               or pa.types.is_large_string(schema.field(cmap.sources[c]).type))]
         if as_dictionary:  # an option of the file object: opened again (the footer only)
             pf = pq.ParquetFile(source, read_dictionary=as_dictionary)
-        table = pf.read(columns=wanted)
+        read_schema = pa.schema([pf.schema_arrow.field(n) for n in wanted])
+        rows = pf.metadata.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
                          hint="check that the file was written completely") from exc
-    return table, cmap
+    return Batches(read_schema, _row_groups(path, pf, wanted), rows), cmap
+
+
+def _row_groups(path: Path, pf: Any, wanted: list[str]) -> Iterator[Any]:
+    """The row groups of ``pf`` one after the other (a large one in slices): memory holds one
+    row group's decoded columns, not the file's."""
+    import pyarrow as pa
+
+    try:
+        for i in range(pf.num_row_groups):
+            if pf.metadata.row_group(i).num_rows > PARQUET_BATCH_ROWS:
+                yield from pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[i],
+                                           columns=wanted)
+            else:
+                yield from pf.read_row_group(i, columns=wanted).to_batches()
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
+                         hint="check that the file was written completely") from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -184,6 +184,11 @@ def _to_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
         combined = _as_dictionary(arr)
         values = _clean_text(combined.dictionary)
         return pa.chunked_array([pc.take(values, combined.indices)])
+    from pdprobe.collectors.request_ids import plain_ids
+
+    if isinstance(arr, pa.ChunkedArray) and arr.num_chunks and all(
+            plain_ids(chunk) for chunk in arr.chunks):
+        return arr  # nothing to trim, nothing empty: cleaning would copy it unchanged
     return _clean_text(arr)
 
 

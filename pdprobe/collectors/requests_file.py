@@ -18,13 +18,15 @@ times, text, status) and ``request_canonical`` (the canonical frame, row checks)
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
+from pdprobe.collectors.request_assemble import assemble
 from pdprobe.collectors.request_canonical import (
     _canonicalise,
     _Loaded,
@@ -37,6 +39,7 @@ from pdprobe.collectors.request_columns import (
 )
 from pdprobe.collectors.request_formats import (
     SNIFF_HEADER_BYTES,
+    Batches,
     _first_line,
     _header,
     _read_delimited,
@@ -73,7 +76,7 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
     skipped = 0
     warnings: list[str] = []
     if fmt == "parquet":
-        table, cmap = _read_parquet(path, sniffed.compression, want_hash_ids)
+        batches, cmap = _read_parquet(path, sniffed.compression, want_hash_ids)
     else:
         data = _content(path, sniffed.compression)
         if _is_blank(data):
@@ -83,17 +86,39 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         else:
             table, cmap, warnings, skipped = _read_delimited(
                 path, data, "\t" if fmt == "tsv" else ",", want_hash_ids)
-    table, invalid_utf8 = _repair_utf8(table)
-    if invalid_utf8:
-        warnings.append(f"{path}: {invalid_utf8} text value(s) are not valid UTF-8; the bad "
-                        "bytes were replaced (U+FFFD)")
+        batches = Batches.of_table(table)
+        del table
+    repaired = _Repaired(batches.batches)
+    assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
+    if repaired.invalid_utf8:
+        warnings.append(f"{path}: {repaired.invalid_utf8} text value(s) are not valid UTF-8; "
+                        "the bad bytes were replaced (U+FFFD)")
     label = cmap.layout if cmap.layout != RECORDS else fmt
-    loaded = _canonicalise(path, table, cmap, label, skipped, want_hash_ids)
+    loaded = _canonicalise(path, assembled, cmap, label, skipped, want_hash_ids)
     loaded.warnings[:0] = warnings
     if sniffed.compression:
         loaded.notes.insert(0, f"{sniffed.compression}-compressed {fmt}")
     return loaded
 
+
+
+class _Repaired:
+    """The batches with invalid UTF-8 repaired (``_repair_utf8``), counting the bad values."""
+
+    def __init__(self, batches: Iterable[Any]) -> None:
+        self.batches = batches
+        self.invalid_utf8 = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for batch in self.batches:
+            table, bad = _repair_utf8(pa.Table.from_batches([batch]))
+            if bad:
+                self.invalid_utf8 += bad
+                yield from table.combine_chunks().to_batches()
+            else:
+                yield batch
 
 
 def _repair_utf8(table: pa.Table) -> tuple[pa.Table, int]:

@@ -1,0 +1,277 @@
+"""Request-record columns assembled batch by batch: each source column converted once, held once.
+
+A reader hands over record batches (a Parquet row group, a block of CSV or JSON Lines); each
+batch's numeric columns are converted to float64 straight into one output array per column,
+its instance and status columns to categorical codes (cleaned and mapped over each batch's
+distinct values only), and the batch is dropped. Memory therefore holds the canonical columns
+once plus one batch, whatever the number of rows, and no column is ever materialised as
+strings per row.
+
+Columns whose conversion depends on the whole column (text in a numeric column, ISO date-times,
+ids or instance names written as floats) keep their Arrow chunks and are converted at the end
+exactly as a whole-table read converts them, so the result never depends on where batches
+were cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdprobe.collectors.request_columns import (
+    LOW_CARDINALITY,
+    NUMERIC_COLUMNS,
+    STRING_COLUMNS,
+    ColumnMap,
+)
+from pdprobe.collectors.request_values import (
+    _arrival_seconds,
+    _category_codes,
+    _numeric_arrival,
+    _to_float,
+    _to_text,
+)
+from pdprobe.dataset import REQUEST_STATUSES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass
+class Assembled:
+    """The source columns of a request file, converted (see the module docstring).
+
+    ``numeric`` maps a canonical numeric column to its float64 values (NaN for null, unscaled)
+    and how many non-null values were not numbers; ``categories`` a low-cardinality column to
+    ``(codes, sorted names, unknown statuses)``; ``text`` the cleaned ``request_id``.
+    """
+
+    rows: int
+    types: dict[str, pa.DataType]  # source column name -> its Arrow type (for messages)
+    arrival: np.ndarray
+    arrival_notes: list[str]
+    numeric: dict[str, tuple[np.ndarray, int]] = field(default_factory=dict)
+    categories: dict[str, tuple[np.ndarray, list[str], dict[str, int]]] = field(
+        default_factory=dict)
+    text: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    hash_ids: pa.ChunkedArray | None = None
+
+
+def _plain_number(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def _is_text(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+class _Floats:
+    """float64 values of a numeric-typed column, written batch by batch into one array."""
+
+    def __init__(self, rows: int | None) -> None:
+        self.out = np.empty(rows, dtype=np.float64) if rows is not None else None
+        self.parts: list[np.ndarray] = []
+        self.pos = 0
+
+    def add(self, values: np.ndarray) -> None:
+        if self.out is not None and self.pos + values.size <= self.out.size:
+            self.out[self.pos:self.pos + values.size] = values  # numpy casts ints as Arrow does
+        else:
+            self.parts.append(np.asarray(values, dtype=np.float64))
+        self.pos += values.size
+
+    def finish(self) -> np.ndarray:
+        if self.out is not None and not self.parts:
+            return self.out[:self.pos]
+        pieces = ([self.out[:self.out.size]] if self.out is not None else []) + self.parts
+        self.out = None
+        self.parts = []
+        return _owned(np.concatenate(pieces) if len(pieces) != 1 else pieces[0])
+
+
+def _owned(values: np.ndarray) -> np.ndarray:
+    """``values`` writable (the canonical step fixes values in place); a read-only view of
+    Arrow memory is copied."""
+    return values if values.flags.writeable else values.copy()
+
+
+def _batch_floats(arr: pa.Array) -> np.ndarray:
+    """One batch of an integer or float column as numbers (NaN for null, no copy when the
+    column is float64 without nulls)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_floating(arr.type) or arr.null_count:
+        # safe=False: int64 beyond 2**53 (epoch nanoseconds) rounds instead of failing
+        return np.asarray(pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False),
+                          dtype=np.float64)
+    return arr.to_numpy(zero_copy_only=False)  # int64 -> float64 when written into _Floats
+
+
+class _Codes:
+    """A text column of few distinct values (instances, status) as categorical codes,
+    batch by batch: each batch's distinct values are cleaned (and, for ``status``, mapped)
+    and appended to one first-seen list; the row codes are one numpy gather per batch."""
+
+    def __init__(self, rows: int | None, status: bool) -> None:
+        self.status = status
+        self.names: list[str] = sorted(REQUEST_STATUSES) if status else []
+        self.index: dict[str, int] = {v: i for i, v in enumerate(self.names)}
+        self.out = np.empty(rows, dtype=np.int32) if rows is not None else None
+        self.parts: list[np.ndarray] = []
+        self.pos = 0
+        self.unknown: dict[str, int] = {}
+
+    def add(self, arr: pa.Array) -> None:
+        import pyarrow as pa
+
+        codes, names, unknown = _category_codes(pa.chunked_array([arr], arr.type), self.status)
+        for value, count in unknown.items():
+            self.unknown[value] = self.unknown.get(value, 0) + count
+        if not self.status:
+            remap = np.array([self.index.setdefault(v, len(self.index)) for v in names] + [-1],
+                             dtype=np.int32)
+            codes = remap[codes]  # -1 stays -1 (the extra slot)
+        if self.out is not None and self.pos + codes.size <= self.out.size:
+            self.out[self.pos:self.pos + codes.size] = codes
+        else:
+            self.parts.append(codes)
+        self.pos += codes.size
+
+    def finish(self) -> tuple[np.ndarray, list[str], dict[str, int]]:
+        pieces = ([self.out[:min(self.pos, self.out.size)]] if self.out is not None else []) \
+            + self.parts
+        codes = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
+        if self.status:
+            return codes, self.names, self.unknown
+        seen = list(self.index)
+        names = sorted(seen)
+        order = {v: i for i, v in enumerate(names)}
+        remap = np.array([order[v] for v in seen] + [-1], dtype=np.int32)
+        return remap[codes], names, self.unknown
+
+
+class _Chunks:
+    """Arrow chunks kept as they come, converted at the end as one column."""
+
+    def __init__(self) -> None:
+        self.chunks: list[pa.Array] = []
+
+    def add(self, arr: pa.Array) -> None:
+        self.chunks.append(arr)
+
+    def column(self, t: pa.DataType) -> pa.ChunkedArray:
+        import pyarrow as pa
+
+        chunks, self.chunks = self.chunks, []
+        if any(c.type != t for c in chunks):  # a batch repaired for bad UTF-8 lost its dictionary
+            t = t.value_type if pa.types.is_dictionary(t) else t
+            chunks = [c.cast(t) for c in chunks]
+        return pa.chunked_array(chunks, t)
+
+
+def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
+             rows: int | None = None, want_hash_ids: bool = False) -> Assembled:
+    """Convert the record ``batches`` (of ``schema``'s columns, the ones ``cmap`` maps) as
+    described in the module docstring. ``rows`` (when known, e.g. from a Parquet footer)
+    lets each output array be allocated once at its final size."""
+    import pyarrow as pa
+
+    types = {f.name: f.type for f in schema}
+    arrival_name = cmap.sources["arrival_ts"]
+    arrival_type = types[arrival_name]
+    arrival_plain = _plain_number(arrival_type)
+    arrival_ts = pa.types.is_timestamp(arrival_type)
+    arrival_sink: _Floats | _Chunks = (_Floats(rows) if arrival_plain or arrival_ts
+                                       else _Chunks())
+    numeric: dict[str, _Floats | _Chunks] = {}
+    for canonical in NUMERIC_COLUMNS:
+        name = cmap.sources.get(canonical)
+        if name is not None:
+            numeric[canonical] = _Floats(rows) if _plain_number(types[name]) else _Chunks()
+    codes: dict[str, _Codes | _Chunks] = {}
+    text: dict[str, _Chunks] = {}
+    for canonical in STRING_COLUMNS:
+        name = cmap.sources.get(canonical)
+        if name is None:
+            continue
+        if canonical in LOW_CARDINALITY and _is_text(types[name]):
+            codes[canonical] = _Codes(rows, canonical == "status")
+        elif canonical in LOW_CARDINALITY:
+            codes[canonical] = _Chunks()  # numbers as names: cleaned over the whole column
+        else:
+            text[canonical] = _Chunks()
+    hash_sink = _Chunks() if want_hash_ids and cmap.hash_ids in types else None
+
+    n = 0
+    for batch in batches:
+        n += batch.num_rows
+        col = batch.column(arrival_name)
+        if isinstance(arrival_sink, _Floats):
+            if arrival_ts:
+                import pyarrow.compute as pc
+
+                factor = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[arrival_type.unit]
+                ints = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+                arrival_sink.add(np.asarray(ints, dtype=np.float64) * factor)
+            else:
+                arrival_sink.add(_batch_floats(col))
+        else:
+            arrival_sink.add(col)
+        for canonical, sink in numeric.items():
+            col = batch.column(cmap.sources[canonical])
+            sink.add(_batch_floats(col) if isinstance(sink, _Floats) else col)
+        for canonical, csink in codes.items():
+            csink.add(batch.column(cmap.sources[canonical]))
+        for canonical, tsink in text.items():
+            tsink.add(batch.column(cmap.sources[canonical]))
+        if hash_sink is not None:
+            hash_sink.add(batch.column(cmap.hash_ids))
+
+    notes: list[str] = []
+    if isinstance(arrival_sink, _Floats):
+        values = arrival_sink.finish()
+        if arrival_ts:
+            if arrival_type.tz is None:
+                notes.append(f"{arrival_name} has no time zone: assumed UTC")
+            arrival = values
+        else:
+            arrival, notes, _ = _numeric_arrival(values, cmap, arrival_name, notes)
+    else:
+        arrival, notes, _ = _arrival_seconds(arrival_sink.column(arrival_type), cmap,
+                                             arrival_name)
+    out = Assembled(rows=n, types=types, arrival=arrival, arrival_notes=notes)
+    for canonical, sink in numeric.items():
+        name = cmap.sources[canonical]
+        if isinstance(sink, _Floats):
+            out.numeric[canonical] = (sink.finish(), 0)
+        else:
+            values, non_numeric = _to_float(sink.column(types[name]))
+            out.numeric[canonical] = (_owned(values), non_numeric)
+    for canonical, csink in codes.items():
+        name = cmap.sources[canonical]
+        out.categories[canonical] = (csink.finish() if isinstance(csink, _Codes)
+                                     else _category_codes(csink.column(types[name]),
+                                                          canonical == "status"))
+    for canonical, tsink in text.items():
+        out.text[canonical] = _to_text(tsink.column(types[cmap.sources[canonical]]))
+    if hash_sink is not None and cmap.hash_ids is not None:
+        out.hash_ids = hash_sink.column(types[cmap.hash_ids])
+    return out
+
+
+def table_batches(table: pa.Table) -> list[Any]:
+    """A whole table as the batches ``assemble`` takes (one per chunk, no copy)."""
+    return list(table.to_batches())
+
+
+

@@ -1,0 +1,123 @@
+"""Request ids: cleaned without a copy when they need no cleaning, duplicates counted by hash.
+
+At 10M rows a hash table of 10M distinct strings (``pyarrow.compute.unique``) costs 2.5-4
+CPU-s and trimming every id another second. Most exports write ids that are plain ASCII with
+no surrounding blanks, so: a look at each id's first and last byte tells whether anything
+needs trimming (the full cleaning runs only when something does), and duplicates are counted
+from a 64-bit hash of each id, sorted; ids whose hashes collide are compared exactly, so the
+count is exact whatever the hash does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Below this many ids the plain hash table is as fast and simpler.
+HASH_MIN_IDS: Final = 200_000
+# Ids longer than this (bytes) are counted with the plain hash table: padding them to one
+# width would cost more than it saves.
+HASH_MAX_ID_BYTES: Final = 64
+# Odd 64-bit multipliers for the word mix (from splitmix64).
+_MIX_A: Final = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_B: Final = np.uint64(0x94D049BB133111EB)
+_SEED: Final = np.uint64(0x9E3779B97F4A7C15)
+# Bytes that may need trimming or are not ASCII: controls, the space, DEL and above.
+_PLAIN_LOW: Final = 0x21
+_PLAIN_HIGH: Final = 0x7E
+
+
+def _offsets_and_data(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    import pyarrow as pa
+
+    bufs = chunk.buffers()
+    kind = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+    offsets = np.frombuffer(bufs[1], dtype=kind)[chunk.offset:chunk.offset + len(chunk) + 1]
+    data = (np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None
+            else np.zeros(0, np.uint8))
+    return offsets, data
+
+
+def plain_ids(chunk: pa.Array) -> bool:
+    """Whether every non-null id of a string ``chunk`` is non-empty and starts and ends with a
+    printable ASCII character that is not a blank: then cleaning (trim, empty -> missing)
+    would change nothing."""
+    import pyarrow as pa
+
+    if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+        return False
+    if len(chunk) == chunk.null_count:
+        return False
+    offsets, data = _offsets_and_data(chunk)
+    starts, ends = offsets[:-1], offsets[1:]
+    if chunk.null_count:
+        valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+        starts, ends = starts[valid], ends[valid]
+    if not (ends > starts).all():
+        return False
+    first, last = data[starts], data[ends - 1]
+    return bool(((first >= _PLAIN_LOW) & (first <= _PLAIN_HIGH)
+                 & (last >= _PLAIN_LOW) & (last <= _PLAIN_HIGH)).all())
+
+
+def _hashes(chunk: pa.Array) -> np.ndarray | None:
+    """A 64-bit hash of each id of a null-free string chunk, or None when the chunk is not
+    ASCII or holds an id longer than ``HASH_MAX_ID_BYTES`` (then the caller counts exactly)."""
+    import pyarrow.compute as pc
+
+    offsets, data = _offsets_and_data(chunk)
+    lengths = np.diff(offsets)
+    if lengths.size == 0:
+        return np.zeros(0, np.uint64)
+    longest = int(lengths.max())
+    if longest > HASH_MAX_ID_BYTES or (data[offsets[0]:offsets[-1]] > 0x7F).any():
+        return None
+    width = max(8, -(-longest // 8) * 8)
+    # every id padded with blanks to one width: a (rows, words) matrix without a gather;
+    # trimmed ids end in no blank, so padding keeps distinct ids distinct
+    padded = pc.utf8_rpad(chunk, width=width, padding=" ")
+    p_offsets, p_data = _offsets_and_data(padded)
+    words = p_data[p_offsets[0]:p_offsets[-1]].view(np.uint64).reshape(len(chunk), width // 8)
+    h = np.full(len(chunk), _SEED, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(words.shape[1]):
+            h ^= words[:, k]
+            h ^= h >> np.uint64(30)
+            h *= _MIX_A
+            h ^= h >> np.uint64(27)
+            h *= _MIX_B
+            h ^= h >> np.uint64(31)
+    return h
+
+
+def count_duplicates(ids: pa.ChunkedArray) -> int:
+    """How many of the non-null ``ids`` repeat an earlier one (``len - distinct``), exactly."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if ids.null_count:
+        ids = ids.drop_null()
+    n = len(ids)
+    if n < HASH_MIN_IDS or not (pa.types.is_string(ids.type)
+                                or pa.types.is_large_string(ids.type)):
+        return n - len(pc.unique(ids))
+    parts = []
+    for chunk in ids.chunks:
+        h = _hashes(chunk)
+        if h is None:
+            return n - len(pc.unique(ids))
+        parts.append(h)
+    hashes = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    ordered = np.sort(hashes)
+    same = ordered[1:] == ordered[:-1]
+    if not same.any():
+        return 0  # distinct hashes: distinct ids
+    # ids whose hash is shared are compared exactly; every other id is distinct from all
+    shared = np.unique(ordered[1:][same])
+    rows = np.flatnonzero(np.isin(hashes, shared))
+    candidates = ids.take(pa.array(rows))
+    return len(candidates) - len(pc.unique(candidates))
