@@ -1,0 +1,80 @@
+"""Tests for pdprobe/collectors/request_assemble.py: batches give what one table gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pdprobe.collectors import request_formats
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.request_assemble import assemble
+from pdprobe.collectors.request_columns import map_columns
+from pdprobe.collectors.requests_file import read_requests
+
+
+def _table(n: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    decode = [f"d{i}" for i in rng.integers(0, 5, n)]
+    decode[3] = " d9 "  # untrimmed: cleaned per batch
+    return pa.table({
+        "arrival_ts": 1.75e12 + np.arange(n) * 10.0,  # epoch milliseconds
+        "prompt_tokens": rng.integers(1, 4000, n),
+        "output_tokens": pa.array([None if i % 17 == 0 else int(v)
+                                   for i, v in enumerate(rng.integers(1, 500, n))], pa.int64()),
+        "ttft_ms": rng.uniform(5, 900, n),
+        "decode_instance": pa.array(decode).dictionary_encode(),
+        "prefill_instance": pa.array([f"p{(i * 7) % 3}" for i in range(n)]),
+        "status": pa.array(["ok" if i % 11 else "HTTP 503" for i in range(n)]),
+    })
+
+
+def test_batches_assemble_to_what_the_whole_table_gives() -> None:
+    table = pa.concat_tables([_table(300, 1), _table(200, 2)])  # two dictionaries
+    cmap = map_columns(table.column_names)
+    whole = assemble(table.combine_chunks().to_batches(), table.schema, cmap, table.num_rows)
+    sliced = assemble(table.to_batches(max_chunksize=64), table.schema, cmap, None)
+    np.testing.assert_array_equal(whole.arrival, sliced.arrival)
+    assert whole.arrival_notes == sliced.arrival_notes
+    for name in whole.numeric:
+        np.testing.assert_array_equal(whole.numeric[name][0], sliced.numeric[name][0])
+    for name, (codes, names, unknown) in whole.categories.items():
+        other_codes, other_names, other_unknown = sliced.categories[name]
+        assert names == other_names == sorted(names)
+        np.testing.assert_array_equal(codes, other_codes)
+        assert unknown == other_unknown
+    assert sliced.categories["status"][2] == {"HTTP 503": 47}
+    assert "d9" in sliced.categories["decode_instance"][1]
+
+
+def test_parquet_row_groups_and_slices_read_as_one_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = pa.concat_tables([_table(400, 3), _table(400, 4)])
+    path = tmp_path / "r.parquet"
+    pq.write_table(table, path, row_group_size=300)
+    one = tmp_path / "one.parquet"
+    pq.write_table(table, one, row_group_size=10_000)
+    expect = read_requests(one, ReadContext()).requests
+    monkeypatch.setattr(request_formats, "PARQUET_BATCH_ROWS", 128)  # groups read in slices
+    for got in (read_requests(path, ReadContext()).requests,
+                read_requests(one, ReadContext()).requests):
+        pd.testing.assert_frame_equal(got, expect)
+    assert expect["prompt_tokens"].dtype == np.int64
+    assert expect["arrival_ts"].max() == pytest.approx(1.75e9 + 3.99)  # milliseconds read
+    assert isinstance(expect["decode_instance"].dtype, pd.CategoricalDtype)
+    assert expect["ttft_s"].max() < 1.0  # ttft_ms scaled
+
+
+def test_text_in_a_numeric_column_is_converted_over_the_whole_column() -> None:
+    table = pa.table({"arrival_ts": [1.0, 2.0, 3.0, 4.0],
+                      "prompt_tokens": ["10", "20", "x", "40"],
+                      "output_tokens": [1, 2, 3, 4]})
+    cmap = map_columns(table.column_names)
+    got = assemble(table.to_batches(max_chunksize=2), table.schema, cmap, None)
+    values, non_numeric = got.numeric["prompt_tokens"]
+    assert non_numeric == 1 and np.isnan(values[2]) and values[3] == 40.0
+    assert values.flags.writeable  # fixed in place by the canonical step

@@ -1,0 +1,80 @@
+"""Tests for pdprobe/collectors/request_ids.py: the id cleaning shortcut, exact duplicate counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from pdprobe.collectors import request_ids
+from pdprobe.collectors.request_ids import count_duplicates, plain_ids
+from pdprobe.collectors.request_values import _to_text
+
+
+def _exact(ids: pa.ChunkedArray) -> int:
+    ids = ids.drop_null()
+    return len(ids) - len(pc.unique(ids))
+
+
+@pytest.mark.parametrize(("values", "plain"), [
+    (["req-1", "req-2", None], True),
+    ([" req-1", "req-2"], False),  # leading blank
+    (["req-1\t", "req-2"], False),  # trailing tab
+    (["req-1", ""], False),  # empty: becomes missing
+    (["réq", "req"], True),  # non-ASCII inside, plain ends
+    (["req-é", "req"], False),  # non-ASCII at an end: may be a Unicode blank
+    ([None, None], False),
+])
+def test_plain_ids_only_when_cleaning_changes_nothing(values: list[str | None],
+                                                      plain: bool) -> None:
+    chunk = pa.array(values, pa.string())
+    assert plain_ids(chunk) is plain
+    cleaned = _to_text(pa.chunked_array([chunk]))
+    if plain:  # the shortcut returns the ids as they are, which is what cleaning gives
+        assert cleaned.to_pylist() == values
+
+
+def test_to_text_still_cleans_when_one_chunk_needs_it() -> None:
+    ids = pa.chunked_array([pa.array(["a", "b"]), pa.array([" c ", ""])])
+    assert _to_text(ids).to_pylist() == ["a", "b", "c", None]
+
+
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(request_ids, "HASH_MIN_IDS", 1)
+
+
+@pytest.mark.usefixtures("small")
+def test_duplicate_count_is_exact_across_chunks_and_lengths() -> None:
+    rng = np.random.default_rng(3)
+    numbers = rng.integers(0, 5000, 6000)  # many repeats
+    values = [f"id-{n}" + "x" * int(n % 40) for n in numbers]  # 4 to 49 bytes
+    values[7] = None  # type: ignore[call-overload]
+    ids = pa.chunked_array([pa.array(values[:2500]), pa.array(values[2500:])])
+    assert count_duplicates(ids) == _exact(ids)
+    unique = pa.chunked_array([pa.array([f"u{i}" for i in range(3000)])])
+    assert count_duplicates(unique) == 0
+
+
+@pytest.mark.usefixtures("small")
+def test_colliding_hashes_are_compared_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = pa.chunked_array([pa.array(["a", "b", "c", "a", "d"])])
+    monkeypatch.setattr(request_ids, "_hashes",
+                        lambda chunk: np.zeros(len(chunk), np.uint64))  # every hash collides
+    assert count_duplicates(ids) == 1
+
+
+@pytest.mark.usefixtures("small")
+@pytest.mark.parametrize("values", [
+    ["é1", "é2", "é1"],  # not ASCII: padding by characters is not by bytes
+    ["x" * 100, "y" * 100, "x" * 100],  # longer than HASH_MAX_ID_BYTES
+])
+def test_ids_the_hash_does_not_take_are_counted_exactly(values: list[str]) -> None:
+    ids = pa.chunked_array([pa.array(values)])
+    assert count_duplicates(ids) == 1
+
+
+def test_ids_that_differ_only_in_length_hash_apart() -> None:
+    h = request_ids._hashes(pa.array(["ab", "abc", "abcd", "abcdefgh", "abcdefghi"]))
+    assert h is not None and len(set(h.tolist())) == 5
