@@ -94,10 +94,9 @@ def _json_type(canonical: str | None, values: list[Any]) -> pa.DataType:
     return pa.string()
 
 
-def read_jsonl(path: Path, data: bytes | memoryview, want_hash_ids: bool
-               ) -> tuple[pa.Table, ColumnMap, list[str], int]:
-    """Read request records from JSON Lines ``data``: the table, its column map, warnings and
-    the number of lines skipped."""
+def _schema(path: Path, data: bytes | memoryview, want_hash_ids: bool
+            ) -> tuple[pa.Schema, ColumnMap]:
+    """The explicit schema of the mapped keys, learned from the first lines."""
     import pyarrow as pa
 
     sample = _json_sample(data)
@@ -113,7 +112,16 @@ def read_jsonl(path: Path, data: bytes | memoryview, want_hash_ids: bool
     if want_hash_ids and cmap.hash_ids:
         fields.append(pa.field(cmap.hash_ids,
                                _json_type("hash_ids", [r.get(cmap.hash_ids) for r in sample])))
-    schema = pa.schema(list({f.name: f for f in fields}.values()))
+    return pa.schema(list({f.name: f for f in fields}.values())), cmap
+
+
+def read_jsonl(path: Path, data: bytes | memoryview, want_hash_ids: bool
+               ) -> tuple[pa.Table, ColumnMap, list[str], int]:
+    """Read request records from JSON Lines ``data`` whole: the table, its column map,
+    warnings and the number of lines skipped (broken lines found by bisection)."""
+    import pyarrow as pa
+
+    schema, cmap = _schema(path, data, want_hash_ids)
     try:
         return _parse_json(data, schema), cmap, [], 0
     except pa.ArrowInvalid:

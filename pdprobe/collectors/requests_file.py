@@ -19,6 +19,7 @@ times, text, status) and ``request_canonical`` (the canonical frame, row checks)
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from pdprobe.collectors.request_formats import (
     _utf8_name,
 )
 from pdprobe.collectors.request_jsonl import read_jsonl
+from pdprobe.collectors.request_stream import Fallback, stream_delimited, stream_jsonl
 from pdprobe.dataset import (
     ROLE_FROM_LABEL,
     Partial,
@@ -77,19 +79,32 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
     warnings: list[str] = []
     if fmt == "parquet":
         batches, cmap = _read_parquet(path, sniffed.compression, want_hash_ids)
+        repaired = _Repaired(batches.batches)
+        assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
     else:
         data = _content(path, sniffed.compression)
         if _is_blank(data):
             raise InputError(f"{path}: the file is empty", hint="copy it again")
-        if fmt == "jsonl":
-            table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)
-        else:
-            table, cmap, warnings, skipped = _read_delimited(
-                path, data, "\t" if fmt == "tsv" else ",", want_hash_ids)
-        batches = Batches.of_table(table)
-        del table
-    repaired = _Repaired(batches.batches)
-    assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
+        delimiter = "\t" if fmt == "tsv" else ","
+        try:  # streamed: memory holds one block of text at a time
+            with _stream_source(path, sniffed.compression, data) as source:
+                if fmt == "jsonl":
+                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids)
+                else:
+                    batches, cmap = stream_delimited(path, source, data, delimiter,
+                                                     want_hash_ids)
+                repaired = _Repaired(batches.batches)
+                assembled = assemble(repaired, batches.schema, cmap, None, want_hash_ids)
+        except Fallback:  # a broken line or an odd value: read whole, every case worded
+            if fmt == "jsonl":
+                table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)
+            else:
+                table, cmap, warnings, skipped = _read_delimited(path, data, delimiter,
+                                                                 want_hash_ids)
+            batches = Batches.of_table(table)
+            del table
+            repaired = _Repaired(batches.batches)
+            assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
     if repaired.invalid_utf8:
         warnings.append(f"{path}: {repaired.invalid_utf8} text value(s) are not valid UTF-8; "
                         "the bad bytes were replaced (U+FFFD)")
@@ -172,6 +187,27 @@ def _content(path: Path, compression: str | None) -> bytes | memoryview:
         raise InputError(f"{path}: cannot read ({_first_line(exc)})",
                          hint="check the path and permissions") from exc
 
+
+
+@contextmanager
+def _stream_source(path: Path, compression: str | None, data: bytes | memoryview
+                   ) -> Iterator[Any]:
+    """What a streamed read reads: the file itself, read block by block (not memory-mapped,
+    so the file's pages do not count in the process's memory), or the decompressed bytes."""
+    import pyarrow as pa
+
+    if compression is not None or not _utf8_name(path):
+        yield pa.BufferReader(data)
+        return
+    try:
+        source = pa.OSFile(str(path))
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read ({_first_line(exc)})",
+                         hint="check the path and permissions") from exc
+    try:
+        yield source
+    finally:
+        source.close()
 
 
 def _is_blank(data: bytes | memoryview) -> bool:

@@ -1,0 +1,132 @@
+"""Tests for pdprobe/collectors/request_stream.py: pieces read as the whole file reads."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pytest
+
+from pdprobe.collectors import request_stream, requests_file
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.request_stream import Fallback
+from pdprobe.collectors.requests_file import read_requests
+
+ROWS = 3000
+
+
+def _table(rows: int = ROWS) -> pa.Table:
+    rng = np.random.default_rng(7)
+    return pa.table({
+        "request_id": [f"r{i}" for i in range(rows)],
+        "arrival_ts": 1.75e9 + np.arange(rows) * 0.5,
+        "input_tokens": rng.integers(1, 9000, rows),
+        "output_tokens": rng.integers(1, 900, rows),
+        "ttft_ms": np.round(rng.uniform(5, 900, rows), 3),
+        "decode_instance": [f"d{i % 4}" for i in range(rows)],
+        "status": ["ok" if i % 9 else "error" for i in range(rows)],
+        "note": ["x"] * rows,  # not mapped: not converted
+    })
+
+
+def _write_jsonl(table: pa.Table, path: Path) -> None:
+    import json
+
+    rows = table.to_pylist()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _whole(path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """What the whole-file reader gives for ``path``."""
+    with monkeypatch.context() as m:
+        m.setattr(request_stream, "stream_delimited", _refuse)
+        m.setattr(request_stream, "stream_jsonl", _refuse)
+        m.setattr(requests_file, "stream_delimited", _refuse)
+        m.setattr(requests_file, "stream_jsonl", _refuse)
+        return read_requests(path, ReadContext())
+
+
+def _refuse(*args: object, **kwargs: object) -> object:
+    raise Fallback
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(request_stream, "STREAM_PIECE_BYTES", 20_000)  # ~10 pieces
+    monkeypatch.setattr(request_stream, "_TAIL_BYTES", 512)
+
+
+def _no_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> object:
+        raise AssertionError("read whole, not streamed")
+
+    monkeypatch.setattr(requests_file, "_read_delimited", fail)
+    monkeypatch.setattr(requests_file, "read_jsonl", fail)
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "csv.gz"])
+def test_clean_files_stream_in_pieces_to_the_whole_file_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    path = tmp_path / f"r.{fmt}"
+    if fmt == "jsonl":
+        _write_jsonl(_table(), path)
+    else:
+        pcsv.write_csv(_table(), tmp_path / "plain.csv")
+        data = (tmp_path / "plain.csv").read_bytes()
+        path.write_bytes(gzip.compress(data) if fmt.endswith(".gz") else data)
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+    assert got.source == expect.source  # type: ignore[attr-defined]
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
+    assert len(got.requests) == ROWS
+    assert isinstance(got.requests["decode_instance"].dtype, pd.CategoricalDtype)
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("bad", ["malformed", "text"])
+def test_a_bad_row_in_a_later_piece_reads_the_file_whole(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "r.csv"
+    pcsv.write_csv(_table(), path)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2500] = ("1,2\n" if bad == "malformed"
+                   else lines[2500].replace(lines[2500].split(",")[2], '"many"', 1))
+    path.write_text("".join(lines))
+    part = read_requests(path, ReadContext())
+    if bad == "malformed":
+        assert any("skipped 1 malformed row" in w and "line 2501" in w for w in part.warnings)
+        assert len(part.requests) == ROWS - 1
+    else:
+        assert any("dropped 1 row(s) whose input_tokens" in w for w in part.warnings)
+        assert len(part.requests) == ROWS - 1
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_a_broken_json_line_in_a_later_piece_is_skipped_and_named(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _write_jsonl(_table(), path)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2800] = '{"request_id": "r2800", "arrival_ts": \n'
+    path.write_text("".join(lines))
+    part = read_requests(path, ReadContext())
+    assert len(part.requests) == ROWS - 1
+    assert any("skipped 1 line(s)" in w and "line 2801" in w for w in part.warnings)
+
+
+def test_pieces_end_at_line_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(request_stream, "STREAM_PIECE_BYTES", 64)
+    monkeypatch.setattr(request_stream, "_TAIL_BYTES", 8)
+    data = b"".join(b"line %d %s\n" % (i, b"x" * (i % 13)) for i in range(200))
+    pieces = list(request_stream._pieces(pa.BufferReader(data), len(data)))
+    assert b"".join(p.to_pybytes() for p in pieces) == data
+    assert all(p.to_pybytes().endswith(b"\n") for p in pieces)
+    long_line = b"y" * 500 + b"\nshort\n"
+    with pytest.raises(Fallback):
+        list(request_stream._pieces(pa.BufferReader(long_line), len(long_line)))
