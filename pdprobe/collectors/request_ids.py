@@ -105,19 +105,22 @@ def count_duplicates(ids: pa.ChunkedArray) -> int:
     if n < HASH_MIN_IDS or not (pa.types.is_string(ids.type)
                                 or pa.types.is_large_string(ids.type)):
         return n - len(pc.unique(ids))
-    parts = []
+    hashes = np.empty(n, dtype=np.uint64)
+    pos = 0
     for chunk in ids.chunks:
         h = _hashes(chunk)
         if h is None:
             return n - len(pc.unique(ids))
-        parts.append(h)
-    hashes = np.concatenate(parts) if len(parts) != 1 else parts[0]
-    ordered = np.sort(hashes)
-    same = ordered[1:] == ordered[:-1]
+        hashes[pos:pos + h.size] = h
+        pos += h.size
+    hashes.sort()  # in place: one array of 8 bytes per id is all the check holds
+    same = hashes[1:] == hashes[:-1]
     if not same.any():
         return 0  # distinct hashes: distinct ids
     # ids whose hash is shared are compared exactly; every other id is distinct from all
-    shared = np.unique(ordered[1:][same])
-    rows = np.flatnonzero(np.isin(hashes, shared))
+    shared = np.unique(hashes[1:][same])
+    del hashes, same
+    rows = np.flatnonzero(np.concatenate([np.isin(_hashes(chunk), shared)  # type: ignore[arg-type]
+                                          for chunk in ids.chunks]))
     candidates = ids.take(pa.array(rows))
     return len(candidates) - len(pc.unique(candidates))
