@@ -82,11 +82,12 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import column_codes, figures, key_groups
+    from pdprobe.analysis.grouped import column_codes, figures, group_sums, key_groups
 
     req = dataset.requests
     if req.empty:
         return
+    binned = None
     for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
                               ("decode_instance", DECODE_LATENCIES)):
         if not dataset.has_request_column(column) or req[column].isna().all():
@@ -103,33 +104,49 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                 for name, q in figure_quantiles(figures(req, column, source_col)).items():
                     _set(fields, name, field, q)
         if dataset.has_request_column("cached_tokens") and req["cached_tokens"].notna().any():
-            groups = key_groups(req, column)
-            hits = groups.sums(req["cached_tokens"].to_numpy(dtype=np.float64))
-            prompts = groups.sums(req["prompt_tokens"].to_numpy(dtype=np.float64))
-            for name, hit, prompt in zip(groups.labels, hits.tolist(), prompts.tolist(),
+            hits = group_sums(req, column, "cached_tokens")
+            prompts = group_sums(req, column, "prompt_tokens")
+            for name, hit, prompt in zip(key_groups(req, column).labels, hits.tolist(),
+                                         prompts.tolist(),
                                          strict=True):
                 if prompt > 0:
                     _set(fields, name, "prefix_hit_ratio", float(hit / prompt))
         if dataset.has_request_column("ttft_s"):
-            for name, series in _binned_mean_by_code(
-                    codes, labels, req["arrival_ts"].to_numpy(dtype=np.float64),
-                    req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s").items():
+            if binned is None:  # the rows with a time and a TTFT, and their bins: once
+                binned = _binned_rows(req["arrival_ts"].to_numpy(dtype=np.float64),
+                                      req["ttft_s"].to_numpy(dtype=np.float64),
+                                      start, end, step)
+            for name, series in _binned_mean_by_code(codes, labels, binned, start, end, step,
+                                                     "s").items():
                 _set(fields, name, "ttft_series", series)
 
 
-def _binned_mean_by_code(codes: np.ndarray, labels: list[str], ts: np.ndarray,
-                         values: np.ndarray, start: float, end: float, step: float,
-                         unit: str) -> Mapping[str, TimeSeries]:
-    """Mean of ``values`` per (code, time bin) as one regular series per code with a value:
-    ``_binned_by`` on integer codes (bincounts instead of a groupby of a copied frame)."""
-    ok = (codes >= 0) & ~np.isnan(ts) & ~np.isnan(values)
-    if not ok.any():
-        return {}
+def _binned_rows(ts: np.ndarray, values: np.ndarray, start: float, end: float,
+                 step: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The rows with a time and a value, their values and time bins, and the number of bins
+    (``_binned_by``'s bins)."""
+    ok = ~np.isnan(ts) & ~np.isnan(values)
     n_bins = max(1, int(np.ceil((end - start) / step)))
     bins = np.clip(((ts[ok] - start) // step).astype("int64"), 0, n_bins - 1)
-    cell = codes[ok] * n_bins + bins
+    return ok, values[ok], bins, n_bins
+
+
+def _binned_mean_by_code(codes: np.ndarray, labels: list[str],
+                         binned: tuple[np.ndarray, np.ndarray, np.ndarray, int], start: float,
+                         end: float, step: float, unit: str) -> Mapping[str, TimeSeries]:
+    """Mean of the ``binned`` values per (code, time bin) as one regular series per code with
+    a value: ``_binned_by`` on integer codes (bincounts instead of a groupby of a copied
+    frame)."""
+    ok, values, bins, n_bins = binned
+    row_codes = codes[ok]
+    keyed = row_codes >= 0
+    if not keyed.any():
+        return {}
+    if not keyed.all():
+        row_codes, values, bins = row_codes[keyed], values[keyed], bins[keyed]
+    cell = row_codes * n_bins + bins
     size = len(labels) * n_bins
-    sums = np.bincount(cell, weights=values[ok], minlength=size).reshape(len(labels), n_bins)
+    sums = np.bincount(cell, weights=values, minlength=size).reshape(len(labels), n_bins)
     counts = np.bincount(cell, minlength=size).reshape(len(labels), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)

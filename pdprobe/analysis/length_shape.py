@@ -44,13 +44,24 @@ SHAPE_JITTER_SEED: Final = 0
 QUANTILES: Final = (50.0, 90.0, 99.0)
 
 
-def length_distribution(values: np.ndarray) -> LengthDistribution | Missing:
-    """Quantiles (numpy's linear percentile), CV, skewness and a shape label of a sample."""
+def length_distribution(values: np.ndarray,
+                        for_quantiles: np.ndarray | None = None) -> LengthDistribution | Missing:
+    """Quantiles (numpy's linear percentile), CV, skewness and a shape label of a sample.
+
+    ``for_quantiles``, when given, is a sample of ``values`` the quantiles are read from (a very
+    large table: ``grouped.quantile_rows``); count, mean, CV and skewness use every value.
+    """
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x)]
     if x.size == 0:
         return Missing("no lengths")
-    p50, p90, p99 = (float(v) for v in np.percentile(x, QUANTILES))
+    qx = x
+    if for_quantiles is not None:
+        qx = np.asarray(for_quantiles, dtype=np.float64)
+        qx = qx[np.isfinite(qx)]
+        if qx.size == 0:
+            qx = x
+    p50, p90, p99 = (float(v) for v in np.percentile(qx, QUANTILES))
     mean = float(x.mean())
     dev = x - mean
     sq = dev * dev

@@ -16,7 +16,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import LengthDistribution, Quantiles, TimeSeries, WorkloadSummary
-from pdprobe.analysis.grouped import category_mask
+from pdprobe.analysis.grouped import category_mask, quantile_rows
 from pdprobe.analysis.length_shape import QUANTILES, classify_shape, length_distribution
 from pdprobe.analysis.length_shape import is_bimodal as is_bimodal
 from pdprobe.analysis.tables import signal_rows
@@ -99,8 +99,8 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
         window_start_ts=start,
         window_end_ts=end,
         arrival_rate_rps=rate,
-        prompt_tokens=length_distribution(prompt),
-        output_tokens=length_distribution(output),
+        prompt_tokens=length_distribution(prompt, _sampled(req, "prompt_tokens", ok_rows)),
+        output_tokens=length_distribution(output, _sampled(req, "output_tokens", ok_rows)),
         offered_rate_rps=rate if span > 0 else Missing("all requests arrived at one instant"),
         completed_rate_rps=completed,
         cached_fraction=cached,
@@ -110,6 +110,15 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
         source="request records",
         failed_requests=failed,
     )
+
+
+def _sampled(req: pd.DataFrame, column: str, rows: np.ndarray) -> np.ndarray | None:
+    """``column`` over ``rows`` on the quantile sample of a very large table, else None (the
+    quantiles then read every value; ``grouped.quantile_rows``)."""
+    sample = quantile_rows(req)
+    if sample is None:
+        return None
+    return req[column].to_numpy(dtype=np.float64)[sample][rows[sample]]
 
 
 def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: float) -> Maybe[float]:

@@ -71,7 +71,7 @@ def test_unused_categories_and_missing_keys_are_not_groups() -> None:
     frame = _frame(3, 200, categorical=True)
     groups = Groups.of(*column_codes(frame["key"]))
     assert "z-unused" not in groups.labels
-    assert groups.sizes.sum() == frame["key"].notna().sum()
+    assert groups.totals.sum() == frame["key"].notna().sum()
     assert (groups.codes[frame["key"].isna().to_numpy()] == -1).all()
     # e-5 has rows but no values: a group with a count of 0 and NaN figures
     figs = GroupFigures.of(groups.sorted(frame["value"].to_numpy()))
@@ -127,3 +127,84 @@ def test_category_mask(categorical: bool) -> None:
                                   [False, False, True, True, False, True])
     np.testing.assert_array_equal(category_mask(column, lambda s: s.lower() == "error"),
                                   [False, False, True, False, False, True])
+
+
+# --- above the threshold: quantiles from a sample, counts, sums, means and maxima exact -------
+
+def _rank_gap(exact_sorted: np.ndarray, estimate: float, q: float) -> float:
+    """How far (in share of the values) ``estimate`` sits from the exact ``q`` quantile."""
+    n = exact_sorted.size
+    low = np.searchsorted(exact_sorted, estimate, side="left") / n
+    high = np.searchsorted(exact_sorted, estimate, side="right") / n
+    return 0.0 if low <= q <= high else min(abs(low - q), abs(high - q))
+
+
+def _rank_tolerance(q: float, m: int) -> float:
+    """Four standard deviations of a quantile's rank read from ``m`` sampled values."""
+    return 4.0 * float(np.sqrt(q * (1.0 - q) / m)) + 1.0 / m
+
+
+def test_sampled_figures_on_a_million_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1M synthetic rows, 16 instances and one small one: above the threshold the quantiles of
+    a group larger than GROUP_SAMPLE_MAX come from a sample, within the stated rank error; the
+    small group and every count, mean and max stay exact."""
+    from pdprobe.analysis import grouped
+
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 500_000)  # 1M rows: sampled
+    rng = np.random.default_rng(11)
+    n = 1_000_000
+    codes = rng.integers(0, 16, n)
+    codes[:300] = 16  # a small instance: every row read
+    # round-robin-like periodic slowness must not alias the sample
+    values = rng.lognormal(mean=-1.0 + 0.05 * codes + 0.3 * (np.arange(n) % 5 == 0), sigma=0.6)
+    values[rng.random(n) < 0.02] = np.nan
+    names = [f"decode-{i}" for i in range(17)]
+    frame = pd.DataFrame({"key": pd.Categorical.from_codes(codes, categories=names),
+                          "value": values})
+    got = figures(frame, "key", "value")
+    assert key_groups(frame, "key").sampled
+    exact_groups = Groups.of(codes, names)
+    exact = GroupFigures.of(exact_groups.sorted(values))
+    np.testing.assert_array_equal(got.count, exact.count)
+    np.testing.assert_array_equal(got.max, exact.max)
+    np.testing.assert_allclose(got.mean, exact.mean, rtol=1e-12)
+    ordered = exact_groups.sorted(values)
+    for g in range(17):
+        part = ordered.values[ordered.bounds[g]:ordered.bounds[g + 1]]
+        m = min(part.size, grouped.GROUP_SAMPLE_MAX)
+        for q, stat in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            estimate = getattr(got, stat)[g]
+            assert _rank_gap(part, estimate, q) <= _rank_tolerance(q, m), (g, stat)
+        if g == 16:  # below GROUP_SAMPLE_MAX: exact
+            assert got.p90[g] == exact.p90[g] and got.median[g] == exact.median[g]
+
+
+def test_sampled_cells_and_rows_are_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdprobe.analysis import grouped
+
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 1_000)
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 100, 300_000)  # 3,000 rows a cell
+    values = rng.normal(size=codes.size)
+    cap = grouped.sample_max(codes.size, grouped.CELL_SAMPLE_MAX)
+    a = Groups.of(codes, range(100), sample_max=cap)
+    b = Groups.of(codes, range(100), sample_max=cap)
+    np.testing.assert_array_equal(a.order, b.order)
+    assert a.sampled and a.sizes.max() < 1.5 * grouped.CELL_SAMPLE_MAX
+    np.testing.assert_array_equal(a.totals, np.bincount(codes, minlength=100))
+    exact = Groups.of(codes, range(100)).sorted(values)
+    medians = a.sorted(values).median()
+    for g in range(0, 100, 7):
+        part = exact.values[exact.bounds[g]:exact.bounds[g + 1]]
+        m = min(part.size, grouped.CELL_SAMPLE_MAX)
+        assert _rank_gap(part, medians[g], 0.5) <= _rank_tolerance(0.5, m)
+    frame = pd.DataFrame({"v": values})
+    rows = grouped.quantile_rows(frame)
+    assert rows is not None and rows is grouped.quantile_rows(frame)
+    expected = grouped.COLUMN_SAMPLE_ROWS * 1.0 if codes.size > grouped.COLUMN_SAMPLE_ROWS \
+        else codes.size
+    assert abs(rows.size - expected) <= 5 * np.sqrt(expected) + 1
+    small = pd.DataFrame({"v": values[:500]})
+    assert grouped.quantile_rows(small) is None
+    column = small["v"]
+    assert grouped.for_quantiles(small, column) is column

@@ -49,8 +49,12 @@ class Window:
 
     def bin_of(self, ts: np.ndarray) -> np.ndarray:
         """The bin of each timestamp, clipped into the window (NaN goes to bin 0)."""
-        idx = np.floor((np.asarray(ts, dtype=np.float64) - self.start_ts) / self.step_s)
-        return np.clip(np.nan_to_num(idx, nan=0.0), 0, self.n_bins - 1).astype(np.int64)
+        idx = np.asarray(np.asarray(ts, dtype=np.float64) - self.start_ts)  # new; in place on
+        idx /= self.step_s
+        np.floor(idx, out=idx)
+        np.nan_to_num(idx, copy=False, nan=0.0)
+        np.clip(idx, 0, self.n_bins - 1, out=idx)
+        return idx.astype(np.int64)
 
 
 @dataclass(frozen=True)

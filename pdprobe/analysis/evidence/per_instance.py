@@ -58,7 +58,14 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     """
     import pandas as pd
 
-    from pdprobe.analysis.grouped import Groups, figures, key_groups
+    from pdprobe.analysis.grouped import (
+        CELL_SAMPLE_MAX,
+        Groups,
+        figures,
+        group_sums,
+        key_groups,
+        sample_max,
+    )
 
     req = ds.requests
     if req.empty:
@@ -98,7 +105,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         if not groups.n_groups:
             continue
         labels = np.asarray(groups.labels, dtype=object)
-        counts = groups.sizes
+        counts = groups.totals
         # Only instances of this role (or of unknown role) take figures from this column.
         allowed = set(roles.index[roles.isin([role, "unknown"])].astype(str))
         keep = np.fromiter((name in allowed for name in groups.labels), dtype=bool,
@@ -118,16 +125,17 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                 if s.source == c:
                     cols.put(s.name, pd.Series(by_stat[s.stat][keep], index=index))
         if cached:
-            ratio = _ratio(groups.sums(req["cached_tokens"].to_numpy(dtype=np.float64)),
-                           groups.sums(req["prompt_tokens"].to_numpy(dtype=np.float64)))
+            ratio = _ratio(group_sums(req, col, "cached_tokens"),
+                           group_sums(req, col, "prompt_tokens"))
             cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
         # Per-bin, per-instance series for persistence checks: one grouping of the cells.
         n = groups.n_groups
         cell_code = np.where(groups.codes >= 0, bin_of_row * n + groups.codes, -1)
-        cells = Groups.of(cell_code, range(window.n_bins * n))
+        cells = Groups.of(cell_code, range(window.n_bins * n),
+                          sample_max=sample_max(len(req), CELL_SAMPLE_MAX))
         bin_seen = np.zeros(window.n_bins, dtype=bool)
         bin_seen[cells.ids // n] = True
-        sizes = _cell_frame(cells, cells.sizes.astype(np.float64), n, window)
+        sizes = _cell_frame(cells, cells.totals.astype(np.float64), n, window)
         sizes[bin_seen] = np.nan_to_num(sizes[bin_seen], nan=0.0)
         bins[ROLE_COUNT_BINS[role]] = _bins_frame(sizes, groups.labels, window)
         for c, name in _REQUEST_BIN_MEDIANS:

@@ -17,7 +17,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
-from pdprobe.analysis.grouped import category_mask
+from pdprobe.analysis.grouped import category_mask, quantile_rows
 
 if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import Slo, Window
@@ -68,9 +68,15 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
             parts[stage] = np.nan_to_num(req[column].to_numpy(dtype="float64"), nan=0.0)
             measured.append(stage)
     if measured:
-        rest = ttft - np.sum(list(parts.values()), axis=0)
-        parts[REST] = np.clip(np.nan_to_num(rest, nan=0.0), 0.0, None)
-    stages = _excess(parts, missed, met) if measured and missed.any() else ()
+        # the stages summed in place, in stage order (what np.sum(axis=0) of them adds)
+        stacked = iter(parts.values())
+        total = next(stacked).copy()
+        for values in stacked:
+            total += values
+        rest = np.subtract(ttft, total, out=total)
+        parts[REST] = np.clip(np.nan_to_num(rest, nan=0.0, copy=False), 0.0, None, out=rest)
+    rows = quantile_rows(req)
+    stages = _excess(parts, missed, met, rows) if measured and missed.any() else ()
     burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window)
     return SloMissShape(stages=stages, source="per-request", ttft_missed=int(missed.sum()),
                         tpot_missed=tpot_missed, requests=int(known.sum()), burst_share=burst,
@@ -79,12 +85,19 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
                         preemptions=preempt, stages_known=tuple(measured))
 
 
-def _excess(parts: dict[str, np.ndarray], missed: np.ndarray,
-            met: np.ndarray) -> tuple[StageExcess, ...]:
+def _excess(parts: dict[str, np.ndarray], missed: np.ndarray, met: np.ndarray,
+            sample: np.ndarray | None = None) -> tuple[StageExcess, ...]:
+    """Each stage's excess; the medians over the requests that met the objective are read
+    from ``sample`` (rows, ``grouped.quantile_rows``) when given and it holds enough of them."""
     rows = []
+    n_met = int(met.sum())
+    met_sample = met if sample is None else met[sample]
+    if met_sample.sum() < MIN_MET:
+        sample, met_sample = None, met
     for stage, values in parts.items():
         mean_missed = float(values[missed].mean())
-        base = float(np.median(values[met])) if met.sum() >= MIN_MET else None
+        sampled = values if sample is None else values[sample]
+        base = float(np.median(sampled[met_sample])) if n_met >= MIN_MET else None
         rows.append((stage, max(0.0, mean_missed - (base or 0.0)), mean_missed, base))
     total = sum(r[1] for r in rows)
     if total <= 0:

@@ -14,6 +14,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
 from pdprobe.analysis.evidence.stats import ChangePoint
+from pdprobe.analysis.grouped import for_quantiles
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -46,22 +47,25 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
     out: dict[str, Any] = {}
     xfer = transfer_seconds(ds)
     if xfer is not None:
-        x = xfer.to_numpy(dtype="float64")
+        # quantiles on every request, or on a sample of a very large table (grouped module)
+        x_all = xfer.to_numpy(dtype="float64")
+        x = for_quantiles(req, x_all)
         x = x[np.isfinite(x)]
         out.update(latency_p50_s=float(np.median(x)), latency_p90_s=float(np.quantile(x, 0.9)),
-                   latency_source="request records", transfers=int(x.size))
+                   latency_source="request records",
+                   transfers=int(np.count_nonzero(np.isfinite(x_all))))
         if "ttft_s" in cols and req["ttft_s"].notna().any():
-            ratio = (xfer / req["ttft_s"].where(req["ttft_s"] > 0)).to_numpy(
-                dtype="float64")
+            ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = for_quantiles(req, x_all) / np.where(ttft > 0, ttft, np.nan)
             ratio = ratio[np.isfinite(ratio)]
             if ratio.size:
                 out["share_of_ttft_p50"] = float(np.median(ratio))
         if "kv_bytes" in cols and req["kv_bytes"].notna().any():
-            both = req[["kv_bytes"]].assign(secs=xfer).dropna()
-            both = both[both["secs"] > 0]
-            if len(both):
-                out.update(achieved_bytes_per_s=float(both["kv_bytes"].sum()
-                                                      / both["secs"].sum()),
+            kv = req["kv_bytes"].to_numpy(dtype="float64")
+            both = ~np.isnan(kv) & ~np.isnan(x_all) & (x_all > 0)
+            if both.any():
+                out.update(achieved_bytes_per_s=float(kv[both].sum() / x_all[both].sum()),
                            achieved_source="kv_bytes / kv_transfer_s in request records")
     elif not ds.metrics.empty and has_signal(ds.metrics, S.KV_TRANSFER_S):
         hist = histogram_window(ds.metrics, S.KV_TRANSFER_S, window.start_ts, window.end_ts,
@@ -128,11 +132,11 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
     req = ds.requests
     ttft_p90 = tpot_p90 = None
     if "ttft_s" in ds.request_columns and req["ttft_s"].notna().any():
-        ttft_p90 = float(req["ttft_s"].quantile(0.9))
+        ttft_p90 = float(for_quantiles(req, req["ttft_s"]).quantile(0.9))
     elif table["ttft_p90"].notna().any():
         ttft_p90 = float(table["ttft_p90"].max())
     if "tpot_s" in ds.request_columns and req["tpot_s"].notna().any():
-        tpot_p90 = float(req["tpot_s"].quantile(0.9))
+        tpot_p90 = float(for_quantiles(req, req["tpot_s"]).quantile(0.9))
     elif table.loc[table["role"] == "decode", "tpot_p90"].notna().any():
         tpot_p90 = float(table.loc[table["role"] == "decode", "tpot_p90"].median())
     return Slo(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, ttft_attainment=ttft_att,
@@ -164,10 +168,13 @@ def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
     cols = ds.request_columns
     if "queue_s" not in cols or not req["queue_s"].notna().any():
         return None, None
-    q90 = float(req["queue_s"].quantile(0.9))
+    q90 = float(for_quantiles(req, req["queue_s"]).quantile(0.9))
     if "ttft_s" not in cols or not req["ttft_s"].notna().any():
         return None, q90
-    ratio = (req["queue_s"] / req["ttft_s"].where(req["ttft_s"] > 0)).to_numpy(dtype="float64")
+    queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
+    ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = queue / np.where(ttft > 0, ttft, np.nan)
     ratio = ratio[np.isfinite(ratio)]
     return (float(np.median(ratio)) if ratio.size else None), q90
 
