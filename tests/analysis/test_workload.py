@@ -344,3 +344,32 @@ def test_nothing_usable_is_missing() -> None:
                             "le": np.nan, "value": 0.5} for t in ts])
     assert isinstance(summarize_workload(_dataset(pd.DataFrame(), set(), gauges)), Missing)
 
+
+
+@pytest.mark.parametrize("name", ["mooncake_conversation_trace.jsonl",
+                                  "AzureLLMInferenceTrace_conv.csv"])
+def test_length_quantiles_from_a_sample_on_public_traces(traces_dir: Path, name: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public trace (read in place) with the sampling threshold forced below its size: the
+    length quantiles come from a sample of COLUMN_SAMPLE_ROWS rows within the stated rank
+    tolerance (four standard deviations); count, mean, CV and skewness stay exact."""
+    from pdprobe.analysis import grouped
+
+    dataset = fuse([read_requests(traces_dir / name, ReadContext())])
+    full = _summary(dataset)
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 1_000)
+    monkeypatch.setattr(grouped, "COLUMN_SAMPLE_ROWS", 3_000)
+    dataset = fuse([read_requests(traces_dir / name, ReadContext())])  # a new table: no cache
+    sampled = _summary(dataset)
+    for which in ("prompt_tokens", "output_tokens"):
+        a, b = getattr(full, which), getattr(sampled, which)
+        assert isinstance(a, LengthDistribution) and isinstance(b, LengthDistribution)
+        assert b.quantiles.count == a.quantiles.count
+        assert b.quantiles.mean == a.quantiles.mean and b.quantiles.max == a.quantiles.max
+        assert b.cv == a.cv and b.skewness == a.skewness
+        values = np.sort(dataset.requests[which].to_numpy(dtype=np.float64))
+        for q, got in ((0.5, b.quantiles.p50), (0.9, b.quantiles.p90), (0.99, b.quantiles.p99)):
+            low = np.searchsorted(values, got, side="left") / values.size
+            high = np.searchsorted(values, got, side="right") / values.size
+            gap = 0.0 if low <= q <= high else min(abs(low - q), abs(high - q))
+            assert gap <= 4 * np.sqrt(q * (1 - q) / 3_000) + 1 / 3_000, (which, q)

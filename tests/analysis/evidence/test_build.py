@@ -107,3 +107,39 @@ def test_a_single_sample_of_rdma_counters_gives_no_rates_and_no_error() -> None:
     peak = f.nodes.get("rdma_tx_p90_bytes_per_s")
     assert peak is None or peak.isna().all()
     assert f.has_network
+
+
+def test_sampled_evidence_agrees_with_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced far below its threshold, the sampled evidence (grouped quantiles, per-bin medians,
+    cluster p90s) agrees with the exact one: counts and shares identical, quantiles within the
+    stated rank tolerance (here a few percent: samples of 2,000 per instance), and the same
+    findings."""
+    from pdprobe.analysis import grouped
+    from pdprobe.rules.engine import run_rules
+
+    cluster = Cluster(duration_s=1200, rate_rps=60.0, decode_shares=[0.41, 0.2, 0.2, 0.19],
+                      tpot_factor={"decode-0": 1.5}, seed=3)
+    full = cluster.context()
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 10_000)
+    monkeypatch.setattr(grouped, "GROUP_SAMPLE_MAX", 2_000)
+    monkeypatch.setattr(grouped, "CELL_SAMPLE_MAX", 200)
+    monkeypatch.setattr(grouped, "COLUMN_SAMPLE_ROWS", 8_000)
+    sampled = cluster.context()
+    assert len(sampled.dataset.requests) > 60_000
+    a, b = full.evidence.instances, sampled.evidence.instances
+    for col in ("req_count", "req_share", "req_tpot_mean", "req_hit_ratio"):
+        np.testing.assert_allclose(b[col], a[col], rtol=1e-12, equal_nan=True, err_msg=col)
+    for col in ("req_ttft_p50", "req_ttft_p90", "req_tpot_p50", "req_tpot_p90",
+                "req_kv_transfer_p50"):
+        np.testing.assert_allclose(b[col], a[col], rtol=0.05, equal_nan=True, err_msg=col)
+    assert b.loc["decode-0", "req_tpot_p50"] > 1.3 * b.loc["decode-1", "req_tpot_p50"]
+    assert sampled.evidence.slo.ttft_p90_s == pytest.approx(full.evidence.slo.ttft_p90_s,
+                                                            rel=0.05)
+    assert sampled.evidence.transfer.transfers == full.evidence.transfer.transfers
+    bins_a, bins_b = full.evidence.bins["req_tpot"], sampled.evidence.bins["req_tpot"]
+    assert (bins_a.notna() == bins_b.notna()).all().all()
+    np.testing.assert_allclose(bins_b.to_numpy(), bins_a.to_numpy(), rtol=0.1, equal_nan=True)
+    found_full, _ = run_rules(full)
+    found_sampled, _ = run_rules(sampled)
+    assert [(f.code, f.severity) for f in found_sampled] == \
+        [(f.code, f.severity) for f in found_full]
