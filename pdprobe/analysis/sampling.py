@@ -52,7 +52,7 @@ class TimeSample:
 
 def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None,
                 max_requests: int | None = None,
-                block_s: float = SAMPLE_BLOCK_S) -> TimeSample | None:
+                block_s: float = SAMPLE_BLOCK_S, closed: bool = False) -> TimeSample | None:
     """Requests of ``[start, end)`` intervals observed in evenly spread time blocks, or None
     when there are at most ``max_requests`` (default ``SAMPLE_MAX_REQUESTS``; then everything
     is used).
@@ -61,7 +61,8 @@ def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = N
     overlaps to requests of the same group. Blocks are ``block_s`` long from the earliest
     start; one in every ``k = ceil(n / max_requests)`` is kept (the middle one of each run of
     ``k``, so a capture always gives the same sample). ``needed`` marks the observed requests
-    and every request of their group overlapping one of them.
+    and every request of their group overlapping one of them; ``closed`` counts intervals
+    that only touch (one ends when the other starts) as overlapping, as busy periods do.
     """
     s = np.asarray(start, dtype=np.float64)
     e = np.asarray(end, dtype=np.float64)
@@ -74,29 +75,10 @@ def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = N
     observed = block % every == every // 2
     if not observed.any():  # a capture shorter than the stride of blocks: keep it all
         return None
-    codes = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
-    codes = codes - codes.min()
-    # numpy's stable sort of 16-bit integers is a radix sort: instances are few
-    by_group = np.argsort(codes.astype(np.int16) if codes.max() < 2**15 else codes, kind="stable")
-    bounds = np.append(0, np.cumsum(np.bincount(codes)))
+    cand = _candidates(s, e, block, observed, every, float(s.min()), block_s)
     needed = observed.copy()
-    for lo, hi in itertools.pairwise(bounds):  # per group, not per request
-        rows = by_group[lo:hi]
-        obs = rows[observed[rows]]
-        if not len(obs):
-            continue
-        obs = obs[np.argsort(s[obs], kind="stable")]
-        # the union of the observed intervals: disjoint spans, sorted, ends increasing
-        reach = np.maximum.accumulate(e[obs])
-        new = np.ones(len(obs), dtype=bool)
-        new[1:] = s[obs][1:] > reach[:-1]
-        heads = np.flatnonzero(new)
-        span_lo = s[obs][heads]
-        span_hi = reach[np.append(heads[1:] - 1, len(obs) - 1)]
-        # a request overlaps span i when span_lo[i] < its end and its start < span_hi[i]; of
-        # the spans opening before its end the last reaches furthest
-        i = np.searchsorted(span_lo, e[rows], side="left") - 1
-        needed[rows] |= (i >= 0) & (s[rows] < span_hi[np.maximum(i, 0)])
+    needed[cand] = _overlapping(s[cand], e[cand], observed[cand],
+                                None if group is None else np.asarray(group)[cand], closed)
     return TimeSample(observed=observed, needed=needed, every=every, total=n)
 
 
@@ -151,3 +133,68 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
     # f = size / n: in integers, j = ceil((2k + 1)·n / (2·size)) - 1
     pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
     return np.sort(order[pos])
+
+
+def _candidates(s: np.ndarray, e: np.ndarray, block: np.ndarray, observed: np.ndarray,
+                every: int, t0: float, block_s: float) -> np.ndarray:
+    """Positions of the requests that may overlap an observed one (a superset, found with
+    block arithmetic in a few passes): observed ones, those starting before the furthest end
+    of any sampled block at or before theirs, and those ending in or after the next sampled
+    block."""
+    phase = every // 2
+    n_blocks = int(block.max()) + 1
+    reach = np.full(n_blocks, -np.inf)
+    np.maximum.at(reach, block[observed], e[observed])  # over the observed only
+    reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
+    prev = block - (block - phase) % every  # the sampled block at or before each start
+    has_prev = prev >= 0
+    np.maximum(prev, 0, out=prev)
+    late = has_prev & (s <= reach[prev])
+    # the block an end falls in is monotone in the end (as a start's is in the start), so an
+    # end reaching an observed start in block q lies in block q or later
+    early = (e - t0) // block_s >= prev + every * has_prev + phase * ~has_prev
+    return np.flatnonzero(observed | late | early)
+
+
+def _overlapping(s: np.ndarray, e: np.ndarray, observed: np.ndarray,
+                 group: np.ndarray | None, closed: bool) -> np.ndarray:
+    """Whether each request is observed or overlaps an observed one of its group."""
+    n = len(s)
+    if group is None:
+        by_group = None
+        bounds = np.array([0, n])
+    else:
+        codes = np.asarray(group, dtype=np.int64)
+        codes = codes - codes.min() if n else codes
+        # numpy's stable sort of 16-bit integers is a radix sort: instances are few
+        by_group = np.argsort(codes.astype(np.int16) if n and codes.max() < 2**15 else codes,
+                              kind="stable")
+        bounds = np.append(0, np.cumsum(np.bincount(codes)))
+    # every array in group order once (contiguous slices per group below, no gathers)
+    s_g, e_g, obs_g = (s, e, observed) if by_group is None else \
+        (s[by_group], e[by_group], observed[by_group])
+    needed_g = obs_g.copy()
+    for lo, hi in itertools.pairwise(bounds):  # per group, not per request
+        obs = np.flatnonzero(obs_g[lo:hi]) + lo
+        if not len(obs):
+            continue
+        obs = obs[np.argsort(s_g[obs], kind="stable")]
+        # the union of the observed intervals: disjoint spans, sorted, ends increasing
+        reach = np.maximum.accumulate(e_g[obs])
+        new = np.ones(len(obs), dtype=bool)
+        new[1:] = s_g[obs][1:] > reach[:-1]
+        heads = np.flatnonzero(new)
+        span_lo = s_g[obs][heads]
+        span_hi = reach[np.append(heads[1:] - 1, len(obs) - 1)]
+        # a request overlaps span i when span_lo[i] < its end and its start < span_hi[i] (or
+        # <= for closed intervals); of the spans opening before its end the last reaches
+        # furthest
+        i = np.searchsorted(span_lo, e_g[lo:hi], side="right" if closed else "left") - 1
+        reach_i = span_hi[np.maximum(i, 0)]
+        before = s_g[lo:hi] <= reach_i if closed else s_g[lo:hi] < reach_i
+        needed_g[lo:hi] |= (i >= 0) & before
+    if by_group is None:
+        return needed_g
+    needed = np.empty(n, dtype=bool)
+    needed[by_group] = needed_g
+    return needed

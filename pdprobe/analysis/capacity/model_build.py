@@ -10,21 +10,27 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from pdprobe.analysis.capacity.kv_capacity import MeasuredKv, measured_kv_capacity
 from pdprobe.analysis.capacity.perf_fit import (
     BUSY_SEGMENTS,
+    MIN_FIT_POINTS,
     RoleFit,
     busy_periods,
+    busy_segments,
     decode_from_profile,
     decode_metric_observations,
     decode_observations,
     fit_decode,
     fit_prefill,
     fit_prefill_busy,
+    isolated_prefills,
     prefill_from_profile,
     prefill_metric_scale,
     prefill_observations,
 )
+from pdprobe.analysis.capacity.perf_observations import float_column, status_ok
 from pdprobe.analysis.capacity.rates import ModelInputs, decode_context
 from pdprobe.analysis.capacity.transfer import (
     KV_BYTES_MISMATCH_FACTOR,
@@ -37,7 +43,10 @@ from pdprobe.analysis.capacity.transfer import (
 from pdprobe.profiles import DEFAULT_PROFILE, Profile, load_profile
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from pdprobe.analysis.capacity.mix import WorkloadMix
+    from pdprobe.analysis.capacity.perf_observations import BusyPeriods
     from pdprobe.dataset import Dataset
 
 @dataclass(frozen=True)
@@ -74,6 +83,31 @@ def choose_profile(name: str | None, dataset: Dataset | None, *,
         "the data cannot calibrate the model (pass --profile for your model and GPUs)",)
 
 
+def too_thin(requests: pd.DataFrame, periods: BusyPeriods,
+             obs: tuple[np.ndarray, np.ndarray, np.ndarray, str] | str) -> bool:
+    """Whether sampled busy periods (``obs``: ``prefill_observations`` on them) hold too few
+    prefills that ran alone, or too few busy segments, to be fitted (``MIN_FIT_POINTS``) where
+    the whole capture may hold enough.
+
+    Then the periods are reconstructed from every prefill instead, so that sampling never
+    changes which prefill fit is used (requests alone on their instance are rare under load:
+    a sample of one block in 25 holds a 25th of them).
+    """
+    if periods.sample is None or isinstance(obs, str) or obs[3] != BUSY_SEGMENTS:
+        return False  # not sampled, no prefill times, or enough requests ran alone
+    every = periods.sample.every
+    rows = np.flatnonzero(isolated_prefills(requests, periods))
+    usable = np.isfinite(float_column(requests.iloc[rows], "prefill_s")) & np.isfinite(
+        float_column(requests.iloc[rows], "prompt_tokens"))
+    if "status" in requests:
+        usable &= status_ok(requests.iloc[rows])
+    if int(usable.sum()) * every >= MIN_FIT_POINTS:  # as prefill_observations counts them
+        return True
+    seg = busy_segments(requests, periods)
+    n = len(seg[2]) if seg is not None else 0
+    return n < MIN_FIT_POINTS <= n * every
+
+
 def _fit_quality(prefix: str, fit: RoleFit) -> dict[str, float]:
     out = {f"{prefix}_n": float(fit.n)}
     if fit.r2 is not None:
@@ -104,6 +138,14 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
             dataset.has_request_column(c) for c in ("prefill_s", "queue_s", "prefill_instance")
         ) else None
         obs = prefill_observations(dataset, periods)
+        taken = periods.sample if periods is not None else None
+        if periods is not None and taken is not None:
+            if too_thin(dataset.requests, periods, obs):
+                periods = busy_periods(dataset.requests, sample=False)
+                obs = prefill_observations(dataset, periods)
+            else:
+                notes.append("prefill: busy periods are reconstructed around "
+                             + taken.describe("prefills"))
         if isinstance(obs, str):
             scaled = prefill_metric_scale(dataset, mix.uncached_tokens, mix.cached_tokens,
                                           profile) \

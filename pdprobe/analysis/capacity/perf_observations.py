@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
-from pdprobe.analysis.sampling import time_sample
+from pdprobe.analysis.sampling import TimeSample, time_sample
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,12 +65,21 @@ def instance_codes(column: pd.Series) -> tuple[np.ndarray, int]:
 
 @dataclass(frozen=True, eq=False)
 class BusyPeriods:
-    """Prefill intervals sorted by instance and start, each with its busy period."""
+    """Prefill intervals sorted by instance and start, each with its busy period.
+
+    Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills the periods are reconstructed around a
+    time-block sample (``sample``): ``observed`` marks the sampled requests, the others are
+    there because they overlap (or touch) one. An observed request's period neighbours are
+    all present, so whether it ran alone is exact; a period's ends beyond the sample are not.
+    """
 
     row: np.ndarray  # request position
     start: np.ndarray
     end: np.ndarray
     period: np.ndarray  # int64 id from 1, consecutive along the sort order
+    group: np.ndarray | None = None  # instance code, non-decreasing
+    observed: np.ndarray | None = None  # in the sample (None: not sampled, all are)
+    sample: TimeSample | None = None
 
     def __len__(self) -> int:
         return len(self.row)
@@ -85,11 +94,12 @@ def sort_by_group(codes: np.ndarray, n_groups: int, values: np.ndarray) -> np.nd
     return order[np.argsort(codes[order], kind="stable")]
 
 
-def busy_periods(requests: pd.DataFrame) -> BusyPeriods:
+def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     """Prefill intervals grouped into busy periods per instance (overlapping ones merge).
 
     Sorted by instance (name order) and start; requests without a start, end or instance are
-    left out.
+    left out. Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills (unless ``sample`` is false)
+    the periods are those around a time-block sample (``BusyPeriods.sample``).
     """
     start = float_column(requests, "arrival_ts") + float_column(requests, "queue_s")
     end = start + float_column(requests, "prefill_s")
@@ -99,8 +109,15 @@ def busy_periods(requests: pd.DataFrame) -> BusyPeriods:
     if len(rows) == 0:
         empty = np.zeros(0)
         return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
+    # touching prefills (one starts as the other ends) share a period: closed overlaps
+    taken = time_sample(start[rows], end[rows], codes[rows], closed=True) if sample else None
+    observed = None
+    if taken is not None:
+        observed = taken.observed[taken.needed]
+        rows = rows[taken.needed]
     order = sort_by_group(codes[rows], n_names, start[rows])
     rows = rows[order]
+    observed = observed[order] if observed is not None else None
     s, e, g = start[rows], end[rows], codes[rows]
     first = np.ones(len(rows), dtype=bool)
     first[1:] = g[1:] != g[:-1]
@@ -110,7 +127,7 @@ def busy_periods(requests: pd.DataFrame) -> BusyPeriods:
         np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
     new_period = first.copy()
     new_period[1:] |= s[1:] > reach[:-1]  # starts after everything before it has ended
-    return BusyPeriods(rows, s, e, np.cumsum(new_period))
+    return BusyPeriods(rows, s, e, np.cumsum(new_period), g, observed, taken)
 
 
 def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
@@ -119,8 +136,10 @@ def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None
     out = np.zeros(len(requests), dtype=bool)
     if not len(busy):
         return out
-    size = np.bincount(busy.period)[busy.period]
-    out[busy.row[size == 1]] = True
+    alone = np.bincount(busy.period)[busy.period] == 1
+    if busy.observed is not None:  # sampled: only the sample's neighbours are all known
+        alone &= busy.observed
+    out[busy.row[alone]] = True
     return out
 
 
@@ -161,7 +180,41 @@ def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None
     begin[new] = period_start[order][heads][new]  # a period's first segment starts with it
     duration = last - begin
     ok = duration > 0
+    if busy.observed is not None and busy.group is not None:
+        ok &= _complete(busy, seg_period, begin, last)
     return seg_u[ok], seg_attn[ok], duration[ok]
+
+
+def _complete(busy: BusyPeriods, seg_period: np.ndarray, begin: np.ndarray,
+              last: np.ndarray) -> np.ndarray:
+    """Per segment of a sampled reconstruction: whether it is the full data's.
+
+    A segment ``[begin, last]`` whose overlapping prefills are all observed has every prefill
+    finishing in it present (a missing one would overlap an observed one, so it would have
+    been kept), and its instance was busy throughout: its busy time and tokens are exact.
+    Segments overlapping a request kept only for its overlap are dropped.
+    """
+    assert busy.observed is not None and busy.group is not None
+    seg_group = busy.group[np.flatnonzero(np.diff(busy.period, prepend=0))][seg_period - 1]
+    ok = np.ones(len(begin), dtype=bool)
+    margin = ~busy.observed
+    cut = np.flatnonzero(np.diff(busy.group)) + 1
+    for lo, hi in itertools.pairwise(np.concatenate([[0], cut, [len(busy)]])):  # per instance
+        m = np.flatnonzero(margin[lo:hi]) + lo
+        if not len(m):
+            continue
+        # the margin prefills' union (they are in start order): disjoint spans
+        reach = np.maximum.accumulate(busy.end[m])
+        new = np.ones(len(m), dtype=bool)
+        new[1:] = busy.start[m][1:] > reach[:-1]
+        heads = np.flatnonzero(new)
+        span_lo = busy.start[m][heads]
+        span_hi = reach[np.append(heads[1:] - 1, len(m) - 1)]
+        g = busy.group[lo]
+        a, b = np.searchsorted(seg_group, [g, g + 1])
+        i = np.searchsorted(span_lo, last[a:b], side="right") - 1
+        ok[a:b] &= ~((i >= 0) & (span_hi[np.maximum(i, 0)] >= begin[a:b]))
+    return ok
 
 
 def group_codes(group: np.ndarray) -> tuple[np.ndarray, int]:
@@ -294,9 +347,11 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
     steps = np.maximum(out - 1.0, 0.0)
     start = arrival + ttft
     end = start + tpot * steps
-    no_ttft = ~np.isfinite(start) & np.isfinite(arrival + e2e)
-    end = np.where(no_ttft, arrival + e2e, end)
-    start = np.where(no_ttft, end - tpot * steps, start)
+    unplaced = ~np.isfinite(start)
+    if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
+        no_ttft = unplaced & np.isfinite(arrival + e2e)
+        end = np.where(no_ttft, arrival + e2e, end)
+        start = np.where(no_ttft, end - tpot * steps, start)
     usable = np.isfinite(start) & np.isfinite(end) & (end > start) & np.isfinite(prompt)
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
@@ -312,8 +367,6 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         share = 1.0 / pool if pool else 1.0
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
-    batch = np.full(len(req), np.nan)
-    ctx = np.full(len(req), np.nan)
     rows = np.flatnonzero(usable)
     sample = time_sample(start[rows], end[rows], np.asarray(group)[rows])
     observed = usable
@@ -324,11 +377,12 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         how = f"{how}; {sample.describe('requests')}"
     b, k = decode_concurrency(start[rows], end[rows], prompt[rows], steps[rows],
                               np.asarray(group)[rows])
-    batch[rows], ctx[rows] = b * share, k * share
     fit_ok = observed & (out >= MIN_OUTPUT_FOR_TPOT) & np.isfinite(tpot)
     if "status" in req:
         fit_ok &= status_ok(req)
-    return batch[fit_ok], ctx[fit_ok], tpot[fit_ok], how
+    # rows ascend, so the kept ones come out in row order: no per-request arrays of the table
+    kept = fit_ok[rows]
+    return b[kept] * share, k[kept] * share, tpot[fit_ok], how
 
 
 def decode_metric_observations(dataset: Dataset, kv_capacity_tokens: int,

@@ -60,12 +60,15 @@ def window_index(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return idx
 
 
-def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int | None]:
+def active_instances(dataset: Dataset, role: str, edges: np.ndarray,
+                     arrival_window: np.ndarray | None = None) -> list[int | None]:
     """Per window: instances of ``role`` that reported samples or served requests in it.
 
     Metric samples count for instances known to have the role; request records name the
-    instance directly. All windows at once: each source's labels become integer codes and
-    (window, instance) pairs are marked in a presence table, never per-window scans.
+    instance directly. All windows at once: each source's labels become integer codes (a
+    categorical column's own codes: no string per row) and (window, instance) pairs are marked
+    in a presence table, never per-window scans. ``arrival_window``: each record's window
+    (``window_index`` of its arrival) when the caller has it, shared by both roles.
     """
     import pandas as pd
 
@@ -83,17 +86,23 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
         codes, labels = column_codes(m, "instance")
         member = np.fromiter((str(u) in names for u in labels), dtype=bool, count=len(labels))
         renumber = np.append(np.where(member, np.cumsum(member) - 1, -1), -1)
-        sources.append((m["ts"].to_numpy(dtype=np.float64, na_value=np.nan),
+        sources.append((window_index(m["ts"].to_numpy(dtype=np.float64, na_value=np.nan), edges),
                         renumber[codes], labels[member]))
     req = dataset.requests
     col = f"{role}_instance"
     if len(req) and dataset.has_request_column(col):
-        codes, labels = pd.factorize(req[col].astype("string"))
-        sources.append((req["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan),
-                        codes, labels))
+        column = req[col]
+        if isinstance(column.dtype, pd.CategoricalDtype):  # the canonical dtype: its codes
+            codes, labels = column.cat.codes.to_numpy(), pd.Index(column.cat.categories)
+        else:
+            codes, labels = pd.factorize(column.astype("string"))
+        if arrival_window is None:
+            arrival_window = window_index(
+                req["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan), edges)
+        sources.append((arrival_window, codes, labels))
     seen: dict[str, np.ndarray] = {}  # instance -> windows it was seen in
-    for times, codes, labels in sources:
-        pairs = _window_label_pairs(window_index(times, edges), codes, labels, n_win)
+    for win, codes, labels in sources:
+        pairs = _window_label_pairs(win, codes, labels, n_win)
         for label, present in pairs.items():  # loop over instances, not rows
             seen[label] = seen[label] | present if label in seen else present
     if not seen:
@@ -112,7 +121,13 @@ def _window_label_pairs(win: np.ndarray, codes: np.ndarray, uniq: pd.Index,
     k = len(uniq)
     if k == 0 or not ok.any():
         return {}
-    key = codes[ok].astype(np.int64) * n_win + win[ok]
+    if ok.all():  # the usual case: no copies of the selection
+        key = codes.astype(np.int64)
+    else:
+        key = codes[ok].astype(np.int64)
+        win = win[ok]
+    key *= n_win
+    key += win
     if k * n_win <= MAX_PRESENCE_CELLS:
         table = np.bincount(key, minlength=k * n_win).reshape(k, n_win) > 0
     else:  # many labels over many windows: mark only the pairs that occur
@@ -187,8 +202,12 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prompt = np.bincount(idx, weights=prompt, minlength=n_win) / count
         mean_output = np.bincount(idx, weights=output, minlength=n_win) / count
-    active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
-    active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
+    arrival_window = window_index(dataset.requests["arrival_ts"].to_numpy(
+        dtype=np.float64, na_value=np.nan), edges) if dataset and len(dataset.requests) else None
+    active_p = active_instances(dataset, "prefill", edges, arrival_window) if dataset \
+        else [None] * n_win
+    active_d = active_instances(dataset, "decode", edges, arrival_window) if dataset \
+        else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
     counted = counter_served_rates(dataset, edges) if dataset and done is None else None
     out = []
