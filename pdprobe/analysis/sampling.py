@@ -150,9 +150,9 @@ def _candidates(s: np.ndarray, e: np.ndarray, block: np.ndarray, observed: np.nd
     has_prev = prev >= 0
     np.maximum(prev, 0, out=prev)
     late = has_prev & (s <= reach[prev])
-    # the block an end falls in is monotone in the end (as a start's is in the start), so an
-    # end reaching an observed start in block q lies in block q or later
-    early = (e - t0) // block_s >= prev + every * has_prev + phase * ~has_prev
+    # an end reaching an observed start in block q (floor((start - t0) / block_s) = q, floor
+    # division) is at least q by the rounded quotient too: rounding is monotone and q exact
+    early = np.floor((e - t0) / block_s) >= prev + every * has_prev + phase * ~has_prev
     return np.flatnonzero(observed | late | early)
 
 

@@ -177,17 +177,19 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         if "cached_tokens" in requests else np.zeros(len(requests))
     ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
     ok = np.isfinite(prompt) & np.isfinite(output) & (prompt >= 1) & np.isfinite(ts)
-    prompt, output, ts = prompt[ok], np.maximum(output[ok], 1.0), ts[ok]
-    cached = np.nan_to_num(cached[ok], nan=0.0)
+    every_row = bool(ok.all())  # the usual case: no copies of the selection
+    if not every_row:
+        prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
+    output = np.maximum(output, 1.0)
+    cached = np.nan_to_num(cached, nan=0.0)
     cached = np.clip(cached, 0.0, np.maximum(prompt - 1.0, 0.0))
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
     limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
-    source = np.flatnonzero(ok) if len(ts) > limit else None  # rows, for a sample's records
+    order = None
     if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):  # records are usually in order
         order = np.argsort(ts, kind="stable")
         prompt, cached, output, ts = prompt[order], cached[order], output[order], ts[order]
-        source = source[order] if source is not None else None
     span = float(ts[-1] - ts[0])
     observed = (len(ts) - 1) / span if span > 0 else float("nan")
     if rate_rps is None:
@@ -197,12 +199,15 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         ts = ts[0] + (ts - ts[0]) * (observed / rate_rps)
     cv2, how, load = arrival_profile(ts, timescale_s)
     keep = sampling.stratified_sample(sampling.length_strata(prompt, output), limit) \
-        if source is not None else None
+        if len(ts) > limit else None
     if keep is None:
         return WorkloadMix(prompt, cached, output, float(rate_rps), cv2, how, description,
                            arrival_ts=ts, load=load)
-    pop = Population(ts, prompt, cached, output, keep,
-                     source[keep] if source is not None else None)
+    # each sampled request's row in the records: through the sort, then the selection
+    source = keep if order is None else order[keep]
+    if not every_row:
+        source = np.flatnonzero(ok)[source]
+    pop = Population(ts, prompt, cached, output, keep, source)
     if load is not None and load.window_of is not None:
         load = replace(load, window_of=load.window_of[keep])
     return WorkloadMix(prompt[keep], cached[keep], output[keep], float(rate_rps), cv2, how,

@@ -110,7 +110,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         empty = np.zeros(0)
         return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
     # touching prefills (one starts as the other ends) share a period: closed overlaps
-    taken = time_sample(start[rows], end[rows], codes[rows], closed=True) if sample else None
+    pick = slice(None) if len(rows) == len(start) else rows  # all valid: views, no gathers
+    taken = time_sample(start[pick], end[pick], codes[pick], closed=True) if sample else None
     observed = None
     if taken is not None:
         observed = taken.observed[taken.needed]
@@ -368,7 +369,8 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
     rows = np.flatnonzero(usable)
-    sample = time_sample(start[rows], end[rows], np.asarray(group)[rows])
+    pick = slice(None) if len(rows) == len(start) else rows  # all usable: views, no gathers
+    sample = time_sample(start[pick], end[pick], np.asarray(group)[pick])
     observed = usable
     if sample is not None:  # exact figures for the sampled requests, from their overlaps
         observed = np.zeros(len(req), dtype=bool)

@@ -66,19 +66,20 @@ def measured_kv_bytes(dataset: Dataset) -> KvBytes | str:
                   if dataset.has_request_column("cached_tokens") else np.zeros(len(req)))
         cached = np.nan_to_num(cached, nan=0.0)
         ok = np.isfinite(kv) & (kv > 0) & np.isfinite(prompt) & (prompt >= 1)
-        if ok.sum() >= MIN_KV_OBSERVATIONS:
-            kv, prompt, cached = kv[ok], prompt[ok], cached[ok]
+        n_ok = int(ok.sum())
+        if n_ok >= MIN_KV_OBSERVATIONS:
+            if n_ok < len(ok):  # (all of them, usually: no copies then)
+                kv, prompt, cached = kv[ok], prompt[ok], cached[ok]
             uncached = np.maximum(prompt - cached, 1.0)
             # The basis whose per-request ratio varies less is the one the connector moves:
             # the whole prompt, or only what the decode side does not already hold.
-            cv = {name: float(np.std(kv / tok) / np.mean(kv / tok))
-                  for name, tok in (("prompt", prompt), ("uncached", uncached))}
+            cv = {name: _cv(kv / tok) for name, tok in (("prompt", prompt), ("uncached", uncached))}
             basis = "uncached" if cv["uncached"] < cv["prompt"] else "prompt"
             tokens = uncached if basis == "uncached" else prompt
             value = float(kv.sum() / tokens.sum())
-            return KvBytes(value, basis, f"measured kv_bytes of {int(ok.sum())} requests "
+            return KvBytes(value, basis, f"measured kv_bytes of {n_ok} requests "
                                          f"per {'uncached prompt' if basis == 'uncached' else 'prompt'} token",
-                           int(ok.sum()))
+                           n_ok)
     from pdprobe import signals as S
     from pdprobe.analysis.promql import counter_increase_by_instance, histogram_window
 
@@ -94,6 +95,11 @@ def measured_kv_bytes(dataset: Dataset) -> KvBytes | str:
     return KvBytes(total_bytes / tokens, "uncached",
                    f"transfer-bytes histogram over KV-received tokens ({count:.0f} transfers)",
                    int(count))
+
+
+def _cv(ratio: np.ndarray) -> float:
+    """Coefficient of variation (``std / mean``) of per-request ratios."""
+    return float(np.std(ratio) / np.mean(ratio))
 
 
 def profile_matching_kv_bytes(bytes_per_token: float) -> Profile | None:
