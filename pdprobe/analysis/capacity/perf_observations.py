@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
-from pdprobe.analysis.sampling import TimeSample, time_sample
+from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, time_sample
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,13 +85,29 @@ class BusyPeriods:
         return len(self.row)
 
 
+# Up to this many groups ``sort_by_group`` radix-sorts by group first and sorts each group's
+# values on its own (one pass of gathers instead of two; values within an instance are nearly
+# in order already, which the stable sort exploits); beyond it, one sort by value first.
+FEW_GROUPS: Final = 256
+
+
 def sort_by_group(codes: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
-    """Permutation sorting by (group code, value), stable: a sort by value, then a radix
-    sort by the (small integer) codes."""
-    order = np.argsort(values, kind="stable")
+    """Permutation sorting by (group code, value), stable (ties keep their order): a radix
+    sort by the (small integer) codes and a sort of each group's values, or for many groups a
+    sort by value then a radix sort by the codes (the same permutation)."""
     if n_groups < 2**15:
         codes = codes.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort
-    return order[np.argsort(codes[order], kind="stable")]
+    if n_groups > FEW_GROUPS:
+        order = np.argsort(values, kind="stable")
+        return order[np.argsort(codes[order], kind="stable")]
+    by_group = np.argsort(codes, kind="stable")
+    grouped = values[by_group]
+    cuts = np.flatnonzero(codes[by_group][1:] != codes[by_group][:-1]) + 1
+    for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(by_group)]):  # per group
+        part = grouped[lo:hi]
+        if len(part) > 1 and not bool(np.all(part[1:] >= part[:-1])):
+            by_group[lo:hi] = by_group[lo:hi][np.argsort(part, kind="stable")]
+    return by_group
 
 
 def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
@@ -101,10 +117,17 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     left out. Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills (unless ``sample`` is false)
     the periods are those around a time-block sample (``BusyPeriods.sample``).
     """
-    start = float_column(requests, "arrival_ts") + float_column(requests, "queue_s")
-    end = start + float_column(requests, "prefill_s")
+    arrival = float_column(requests, "arrival_ts")
+    queue = float_column(requests, "queue_s")
+    prefill = float_column(requests, "prefill_s")
     codes, n_names = instance_codes(requests["prefill_instance"])
-    valid = np.isfinite(start) & np.isfinite(end) & (codes >= 0)
+    n = len(requests)
+    start, end, valid = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+    for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
+        hi = lo + PASS_CHUNK
+        s = start[lo:hi] = arrival[lo:hi] + queue[lo:hi]
+        e = end[lo:hi] = s + prefill[lo:hi]
+        valid[lo:hi] = np.isfinite(s) & np.isfinite(e) & (codes[lo:hi] >= 0)
     rows = np.flatnonzero(valid)
     if len(rows) == 0:
         empty = np.zeros(0)
@@ -345,15 +368,21 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
     tpot = float_column(req, "tpot_s")
     ttft = float_column(req, "ttft_s")
     e2e = float_column(req, "e2e_s")
-    steps = np.maximum(out - 1.0, 0.0)
-    start = arrival + ttft
-    end = start + tpot * steps
-    unplaced = ~np.isfinite(start)
-    if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
-        no_ttft = unplaced & np.isfinite(arrival + e2e)
-        end = np.where(no_ttft, arrival + e2e, end)
-        start = np.where(no_ttft, end - tpot * steps, start)
-    usable = np.isfinite(start) & np.isfinite(end) & (end > start) & np.isfinite(prompt)
+    n = len(req)
+    steps, start, end, usable = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+    for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
+        hi = lo + PASS_CHUNK
+        st = steps[lo:hi] = np.maximum(out[lo:hi] - 1.0, 0.0)
+        s = arrival[lo:hi] + ttft[lo:hi]
+        e = s + tpot[lo:hi] * st
+        unplaced = ~np.isfinite(s)
+        if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
+            done = arrival[lo:hi] + e2e[lo:hi]
+            no_ttft = unplaced & np.isfinite(done)
+            e = np.where(no_ttft, done, e)
+            s = np.where(no_ttft, e - tpot[lo:hi] * st, s)
+        start[lo:hi], end[lo:hi] = s, e
+        usable[lo:hi] = np.isfinite(s) & np.isfinite(e) & (e > s) & np.isfinite(prompt[lo:hi])
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"

@@ -240,6 +240,19 @@ def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
     if not dataset.has_request_column("prefill_s"):
         return "no prefill_s column in the request records"
     req = dataset.requests
+    what = "per-request prefill_s"
+    if dataset.has_request_column("queue_s") and dataset.has_request_column("prefill_instance"):
+        # the requests alone first: under load they are few, and only they are read then
+        rows = np.flatnonzero(isolated_prefills(req, periods))
+        alone = _observations(req.iloc[rows])
+        if len(alone[1]) >= MIN_FIT_POINTS:
+            return (*alone, "prefill_s of requests alone on their instance")
+        what = BUSY_SEGMENTS
+    return (*_observations(req), what)
+
+
+def _observations(req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(uncached tokens, prefill time, cached tokens) of the rows with both times known."""
     prompt = float_column(req, "prompt_tokens")
     cached = np.nan_to_num(float_column(req, "cached_tokens"), nan=0.0)
     t = float_column(req, "prefill_s")
@@ -247,15 +260,7 @@ def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
     if "status" in req:
         ok &= status_ok(req)
     uncached = np.maximum(prompt - cached, 1.0)
-    what = "per-request prefill_s"
-    if dataset.has_request_column("queue_s") and dataset.has_request_column("prefill_instance"):
-        alone = isolated_prefills(req, periods)
-        if int((alone & ok).sum()) >= MIN_FIT_POINTS:
-            ok &= alone
-            what = "prefill_s of requests alone on their instance"
-        else:
-            what = BUSY_SEGMENTS
-    return uncached[ok], t[ok], cached[ok], what
+    return uncached[ok], t[ok], cached[ok]
 
 
 BUSY_SEGMENTS: Final = "busy time of prefill instances"
