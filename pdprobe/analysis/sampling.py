@@ -110,11 +110,14 @@ def length_strata(*lengths: np.ndarray) -> np.ndarray:
     """Each request's length stratum: the octave of each length array, combined into one
     integer code (two arrays give codes below 2^12)."""
     code = np.zeros(len(lengths[0]), dtype=np.int64)
-    for values in lengths:
-        octave = np.frexp(np.asarray(values, dtype=np.float64))[1]  # v = m·2^e, m in [0.5, 1)
-        np.clip(octave, 0, LENGTH_OCTAVES - 1, out=octave)
-        code *= LENGTH_OCTAVES
-        code += octave
+    for lo in range(0, len(code), PASS_CHUNK):  # chunks: no whole-size temporaries
+        part = code[lo:lo + PASS_CHUNK]
+        for values in lengths:
+            # v = m·2^e with m in [0.5, 1): e is the octave
+            octave = np.frexp(np.asarray(values[lo:lo + PASS_CHUNK], dtype=np.float64))[1]
+            np.clip(octave, 0, LENGTH_OCTAVES - 1, out=octave)
+            part *= LENGTH_OCTAVES
+            part += octave
     return code
 
 

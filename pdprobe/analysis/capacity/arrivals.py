@@ -62,6 +62,37 @@ def _sorted_finite(values: np.ndarray) -> np.ndarray:
     return v
 
 
+# Passes over every arrival run in chunks of this many (temporaries stay in the CPU cache).
+ARRIVAL_CHUNK: Final = 1 << 16
+
+
+def _gap_counts(ts: np.ndarray) -> tuple[int, bool]:
+    """Of the gaps between sorted arrivals: how many are zero, and whether any is positive."""
+    zeros, positive = 0, False
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo in range(0, len(ts) - 1, ARRIVAL_CHUNK):  # chunks: each gap once
+            gaps = np.diff(ts[lo:lo + ARRIVAL_CHUNK + 1])
+            zeros += int(np.count_nonzero(gaps == 0.0))
+            positive = positive or bool(np.any(gaps > 0.0))
+    return zeros, positive
+
+
+def _window_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each sorted arrival's load window (the tail joins the last), and arrivals per
+    ``SUB_BINS`` sub-bin of each full window (int64, ``n_win * SUB_BINS``)."""
+    w_idx = np.empty(len(ts), dtype=np.int64)
+    m = n_win * SUB_BINS
+    counts = np.zeros(m, dtype=np.int64)
+    limit, sub_width = n_win * win, win / SUB_BINS
+    for lo in range(0, len(ts), ARRIVAL_CHUNK):  # chunks: no temporaries of every arrival
+        rel = ts[lo:lo + ARRIVAL_CHUNK] - ts[0]
+        np.minimum((rel // win).astype(np.int64), n_win - 1, out=w_idx[lo:lo + ARRIVAL_CHUNK])
+        # sorted: the arrivals before the end of the last full window are a prefix
+        inside = rel[: int(np.searchsorted(rel, limit, side="left"))]
+        counts += np.bincount((inside // sub_width).astype(np.int64), minlength=m)[:m]
+    return w_idx, counts
+
+
 def _zero_share(gaps: np.ndarray) -> float:
     """``mean(gaps == 0)``: the same number, counted without a float pass."""
     return np.count_nonzero(gaps == 0.0) / len(gaps) if len(gaps) else float("nan")
@@ -124,11 +155,13 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
     with np.errstate(over="ignore", invalid="ignore"):  # out-of-range times: inf, judged below
-        gaps = np.diff(ts)
         span = float(ts[-1] - ts[0])
     win = WINDOW_PER_TIMESCALE * max(float(timescale_s), 0.1)
     note = ""
-    if _zero_share(gaps) > QUANTISED_ZERO_GAP_FRACTION and np.any(gaps > 0.0):
+    zeros, positive = _gap_counts(ts)
+    if zeros / (len(ts) - 1) > QUANTISED_ZERO_GAP_FRACTION and positive:
+        with np.errstate(over="ignore", invalid="ignore"):
+            gaps = np.diff(ts)
         quantum = float(np.median(gaps[gaps > 0.0]))
         win = max(win, SUB_BINS * quantum)
         note = f", timestamps bucketed every {quantum:.3g} s"
@@ -142,17 +175,12 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
     if n_win < MIN_DISPERSION_BINS:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
-    rel = ts - ts[0]
-    w_idx = np.minimum((rel // win).astype(np.int64), n_win - 1)  # the tail joins the last
+    w_idx, counts = _window_counts(ts, win, n_win)
     counts_w = np.bincount(w_idx, minlength=n_win).astype(np.float64)
     widths = np.full(n_win, win)
     widths[-1] = span - win * (n_win - 1)
     load = LoadWindows(counts_w / counts_w.sum(), (counts_w / widths) / (counts_w.sum() / span),
                        win, w_idx)
-    # sorted: the arrivals before the end of the last full window are a prefix (no mask)
-    inside = rel[: int(np.searchsorted(rel, n_win * win, side="left"))]
-    sub = (inside // (win / SUB_BINS)).astype(np.int64)
-    counts = np.bincount(sub, minlength=n_win * SUB_BINS)[: n_win * SUB_BINS]
     counts = counts.reshape(n_win, SUB_BINS).astype(np.float64)
     within = float(np.sum((counts - counts.mean(axis=1, keepdims=True)) ** 2)) / (
         n_win * (SUB_BINS - 1))

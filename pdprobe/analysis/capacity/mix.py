@@ -181,8 +181,12 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     if not every_row:
         prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
     output = np.maximum(output, 1.0)
-    cached = np.nan_to_num(cached, nan=0.0)
-    cached = np.clip(cached, 0.0, np.maximum(prompt - 1.0, 0.0))
+    known = np.empty(len(cached))
+    for lo in range(0, len(cached), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
+        hi = lo + sampling.PASS_CHUNK
+        known[lo:hi] = np.clip(np.nan_to_num(cached[lo:hi], nan=0.0), 0.0,
+                               np.maximum(prompt[lo:hi] - 1.0, 0.0))
+    cached = known
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
     limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
