@@ -102,7 +102,8 @@ def sort_by_group(codes: np.ndarray, n_groups: int, values: np.ndarray) -> np.nd
         return order[np.argsort(codes[order], kind="stable")]
     by_group = np.argsort(codes, kind="stable")
     grouped = values[by_group]
-    cuts = np.flatnonzero(codes[by_group][1:] != codes[by_group][:-1]) + 1
+    sorted_codes = codes[by_group]
+    cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
     for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(by_group)]):  # per group
         part = grouped[lo:hi]
         if len(part) > 1 and not bool(np.all(part[1:] >= part[:-1])):
@@ -139,8 +140,9 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     if taken is not None:
         observed = taken.observed[taken.needed]
         rows = rows[taken.needed]
-    order = sort_by_group(codes[rows], n_names, start[rows])
-    rows = rows[order]
+        pick = rows
+    order = sort_by_group(codes[pick], n_names, start[pick])
+    rows = order if isinstance(pick, slice) else rows[order]
     observed = observed[order] if observed is not None else None
     s, e, g = start[rows], end[rows], codes[rows]
     first = np.ones(len(rows), dtype=bool)
