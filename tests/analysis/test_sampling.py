@@ -157,3 +157,28 @@ def test_length_strata_are_octaves_of_prompt_and_output() -> None:
     codes = sampling.length_strata(np.array([1.0, 2.0, 3.0, 1024.0]), np.array([1.0, 1.0, 7.0, 8.0]))
     # prompt 1 -> octave 1, 2-3 -> 2, 1024 -> 11; output 1 -> 1, 7 -> 3, 8 -> 4
     assert codes.tolist() == [1 * 64 + 1, 2 * 64 + 1, 2 * 64 + 3, 11 * 64 + 4]
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_needed_is_every_request_overlapping_a_sampled_one(closed: bool) -> None:
+    """Against a brute-force check; ``closed`` also takes requests that only touch a sampled
+    one (starting as it ends), as busy periods chain them."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    start = np.round(np.sort(rng.uniform(0, 1800, n)), 1)
+    end = start + np.round(rng.exponential(5.0, n), 1)
+    chain = rng.integers(1, n, 300)  # some start exactly when the one before ends
+    start[chain] = end[chain - 1]
+    end[chain] = np.maximum(end[chain], start[chain] + 0.5)
+    group = rng.integers(0, 3, n)
+    sample = time_sample(start, end, group, max_requests=600, closed=closed)
+    assert sample is not None
+    obs = np.flatnonzero(sample.observed)
+    expected = sample.observed.copy()
+    for j in range(n):  # brute force over the observed ones of the same group
+        same = obs[group[obs] == group[j]]
+        if closed:
+            expected[j] |= bool(np.any((start[same] <= end[j]) & (start[j] <= end[same])))
+        else:
+            expected[j] |= bool(np.any((start[same] < end[j]) & (start[j] < end[same])))
+    assert np.array_equal(sample.needed, expected)

@@ -1,0 +1,121 @@
+"""Tests for pdprobe/analysis/capacity/perf_observations.py: busy periods on a time sample.
+
+Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills the busy periods are reconstructed around a
+time-block sample: whether a sampled request ran alone is exact, the busy segments kept are
+exact ones, and the busy-time fit agrees with the full one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity.model_build import too_thin
+from pdprobe.analysis.capacity.perf_observations import (
+    BUSY_SEGMENT_S,
+    busy_periods,
+    busy_segments,
+    isolated_prefills,
+    sort_by_group,
+)
+from pdprobe.analysis.capacity.perf_policy import (
+    BUSY_SEGMENTS,
+    fit_prefill_busy,
+    prefill_observations,
+)
+from pdprobe.profiles import DEFAULT_PROFILE, load_profile
+from tests.analysis.capacity._data import dataset
+
+
+def _prefills(n: int, instances: int = 4, rate: float = 12.0, seed: int = 7,
+              idle_every: int | None = None) -> pd.DataFrame:
+    """FCFS prefill queues per instance (a request starts when the one before it ends, so busy
+    periods are chains of touching intervals), alone time ``0.02 + 1e-4·u`` plus noise; a
+    quiet stretch every ten minutes leaves some requests alone (or, with ``idle_every``, a
+    two-second pause after every so many requests: few alone)."""
+    rng = np.random.default_rng(seed)
+    arrival = 1.7e9 + np.cumsum(rng.exponential(1.0 / rate, n))
+    if idle_every is None:
+        quiet = ((arrival - arrival[0]) % 600.0) < 60.0
+        arrival = arrival + np.cumsum(np.where(quiet, rng.exponential(0.5, n), 0.0))
+    else:
+        arrival = arrival + 2.0 * (np.arange(n) // idle_every)
+    prompt = np.maximum(np.round(rng.lognormal(6.5, 0.9, n)), 1.0)
+    service = (0.02 + 1e-4 * prompt) * rng.uniform(0.97, 1.03, n)
+    inst = rng.integers(0, instances, n)
+    start = np.empty(n)
+    free = np.full(instances, -np.inf)
+    for i in range(n):  # the queue itself (test data only)
+        start[i] = max(arrival[i], free[inst[i]])
+        free[inst[i]] = start[i] + service[i]
+    return pd.DataFrame({
+        "arrival_ts": arrival, "prompt_tokens": prompt.astype(np.int64),
+        "output_tokens": np.full(n, 50, dtype=np.int64),
+        "queue_s": start - arrival, "prefill_s": service,
+        "prefill_instance": [f"p{i}" for i in inst],
+    })
+
+
+def test_sampled_periods_keep_exact_isolation_for_the_sampled_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    req = dataset(_prefills(40_000)).requests
+    full = busy_periods(req, sample=False)
+    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 8_000)
+    part = busy_periods(req)
+    assert full.sample is None and full.observed is None
+    assert part.sample is not None and part.observed is not None
+    assert len(part) < 0.5 * len(full)
+    alone_full = isolated_prefills(req, full)
+    alone_part = isolated_prefills(req, part)
+    observed = np.zeros(len(req), dtype=bool)
+    observed[part.row[part.observed]] = True
+    assert alone_part.sum() > 20
+    assert np.array_equal(alone_part, alone_full & observed)  # exact on the sample, nowhere else
+
+
+def test_sampled_busy_segments_are_exact_ones_and_the_fit_agrees(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    req = dataset(_prefills(40_000, rate=30.0)).requests
+    seg_full = busy_segments(req, busy_periods(req, sample=False))
+    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 8_000)
+    part = busy_periods(req)
+    seg = busy_segments(req, part)
+    assert seg is not None and seg_full is not None
+    assert 0 < len(seg[2]) < 0.6 * len(seg_full[2])
+    assert np.all(seg[2] > 0) and np.all(seg[2] < 4 * BUSY_SEGMENT_S)
+    # every segment's busy time is the work of the prefills finishing in it: with a tight
+    # service law, seconds per (0.02 + 1e-4·u) unit stay the full data's
+    profile = load_profile(DEFAULT_PROFILE)
+    a = fit_prefill_busy(req, profile, busy_periods(req, sample=False))
+    b = fit_prefill_busy(req, profile, part)
+    assert a is not None and b is not None
+    u = np.array([500.0, 2000.0, 8000.0])
+    assert b[0].batched_s(u) == pytest.approx(a[0].batched_s(u), rel=0.02)
+
+
+def test_too_few_sampled_requests_alone_fall_back_to_every_prefill(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests alone on their instance are rare under load: when the sample holds too few to
+    fit but the capture holds enough, the periods are rebuilt from every prefill."""
+    req = dataset(_prefills(40_000, rate=48.0, idle_every=200))  # 188 alone, 24 sampled
+    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 4_000)
+    part = busy_periods(req.requests)
+    obs = prefill_observations(req, part)
+    assert not isinstance(obs, str) and obs[3] == BUSY_SEGMENTS
+    assert too_thin(req.requests, part, obs)
+    full = prefill_observations(req, busy_periods(req.requests, sample=False))
+    assert not isinstance(full, str) and full[3] != BUSY_SEGMENTS
+    assert not too_thin(req.requests, busy_periods(req.requests, sample=False), full)
+
+
+def test_sort_by_group_is_the_stable_sort_by_group_then_value() -> None:
+    rng = np.random.default_rng(3)
+    for groups in (1, 5, 300, 1000):  # radix first, and value first beyond FEW_GROUPS
+        codes = rng.integers(0, groups, 5000)
+        values = np.round(rng.normal(size=5000), 1)
+        values[::97] = np.nan
+        order = np.argsort(values, kind="stable")
+        expected = order[np.argsort(codes[order], kind="stable")]
+        assert np.array_equal(sort_by_group(codes, groups, values), expected)
