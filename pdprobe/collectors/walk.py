@@ -17,13 +17,15 @@ from pdprobe.errors import UsageError
 
 @dataclass(frozen=True)
 class DatasetRef:
-    """A partitioned Parquet dataset to read as one input (``collectors/requests_dataset.py``):
-    a local folder with ``key=value`` partition folders, or an object-storage URI."""
+    """A partitioned dataset of request records to read as one input
+    (``collectors/requests_dataset.py``): a local folder with ``key=value`` partition folders
+    (Parquet, CSV/TSV or JSON Lines members), or an object-storage URI (Parquet)."""
 
     root: str  # the folder or URI as shown in the report
     files: tuple[str, ...] = ()  # local member files; empty for a URI (listed when read)
     base_dir: str = ""  # where partition folders start (local); "" for a URI
     uri: bool = False
+    format: str = "parquet"  # parquet | csv | tsv | jsonl (local text datasets: by suffix)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ HIVE_SEGMENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^=]+$")
 # What starts every Parquet file (and ends it): members without the `.parquet` suffix (Hive's
 # `000000_0`) are told by it.
 PARQUET_MAGIC: Final = b"PAR1"
+# Partition-folder members read as one text dataset, by suffix (uncompressed only: a
+# compressed member stays a plain input, read and windowed on its own).
+TEXT_MEMBER_SUFFIXES: Final = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl",
+                               ".ndjson": "jsonl"}
 # A URI scheme pyarrow's filesystems open (`s3://bucket/prefix`); a Path keeps it as `s3:`.
 URI_SCHEME: Final = re.compile(r"^([a-z][a-z0-9+.-]*):$")
 
@@ -147,18 +153,20 @@ def uri_of(path: Path) -> str | None:
 
 def partitioned(top: Path, files: list[Path], exclude: Sequence[str] = ()
                 ) -> tuple[list[Path], list[DatasetRef]]:
-    """Split a folder's files into plain files and Hive-partitioned Parquet datasets.
+    """Split a folder's files into plain files and Hive-partitioned datasets.
 
     A dataset's root is the folder above the first ``key=value`` folder (``top`` itself when
     ``top`` is a partition folder: its own ``key=value`` names above count as partitions);
-    its members are the Parquet files under partition folders. Other files there (Spark's
-    ``_SUCCESS``, ``_committed_*``, a CSV) stay plain inputs, except ``_``-names, which
-    Hive and Spark write as markers and are skipped quietly. Excluded members stay out.
+    its members are the Parquet files under partition folders or, in a dataset without
+    Parquet files, the uncompressed CSV/TSV/JSON Lines files (one dataset per format). Other
+    files there (Spark's ``_SUCCESS``, ``_committed_*``, a CSV beside Parquet parts) stay
+    plain inputs, except ``_``-names, which Hive and Spark write as markers and are skipped
+    quietly. Excluded members stay out.
     """
     base = top
     while HIVE_SEGMENT.match(base.name) and base.parent != base:
         base = base.parent
-    members: dict[Path, list[str]] = {}
+    members: dict[tuple[Path, str], list[str]] = {}
     plain: list[Path] = []
     for p in files:
         rel = p.relative_to(top).parts
@@ -171,16 +179,29 @@ def partitioned(top: Path, files: list[Path], exclude: Sequence[str] = ()
             continue  # _SUCCESS, _committed_..., _metadata: markers, not data
         if exclude and excluded(p.relative_to(top).as_posix(), p.name, exclude):
             plain.append(p)  # the caller leaves it out with the other excluded files
-        elif _is_parquet(p):
-            members.setdefault(root, []).append(str(p))
+        elif (fmt := _member_format(p)) is not None:
+            members.setdefault((root, fmt), []).append(str(p))
         else:
             plain.append(p)
+    parquet_roots = {root for root, fmt in members if fmt == "parquet"}
+    for root, fmt in [k for k in members if k[1] != "parquet" and k[0] in parquet_roots]:
+        plain.extend(Path(name) for name in members.pop((root, fmt)))  # beside Parquet parts
+    plain.sort()
+    roots = {root for root, _ in members}
     # markers beside the partition folders (Spark's _SUCCESS at the table's root)
-    plain = [p for p in plain if not (p.name.startswith("_") and p.parent in members)]
+    plain = [p for p in plain if not (p.name.startswith("_") and p.parent in roots)]
     refs = [DatasetRef(root=str(root), files=tuple(names),
-                       base_dir=str(base if root == top else root))
-            for root, names in members.items()]
+                       base_dir=str(base if root == top else root), format=fmt)
+            for (root, fmt), names in members.items()]
     return plain, refs
+
+
+def _member_format(p: Path) -> str | None:
+    """The format of a partition folder's member: Parquet by its magic bytes, uncompressed
+    CSV/TSV/JSON Lines by their suffix (``collectors/requests_dataset_text.py``)."""
+    if _is_parquet(p):
+        return "parquet"
+    return TEXT_MEMBER_SUFFIXES.get(p.suffix.lower())
 
 
 def _is_parquet(p: Path) -> bool:
