@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.request_assemble import Assembled
 from pdprobe.collectors.walk import DatasetRef
 from pdprobe.errors import InputError
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
+    from pdprobe.collectors.request_columns import ColumnMap
     from pdprobe.dataset import Partial
 
 # Partition keys that name time, most to least coarse (compared lower case). Partition values
@@ -169,15 +171,24 @@ def read_dataset(ref: DatasetRef, ctx: ReadContext) -> DatasetRead:
         else:
             hint = ("check the URI, the credentials, and that this pyarrow build reads "
                     "that filesystem (s3:// is tested)")
-        raise InputError(f"{label}: cannot read the Parquet dataset ({what[:300]})",
+        kind = {"parquet": "Parquet", "jsonl": "JSON Lines"}.get(ref.format,
+                                                                 ref.format.upper())
+        if ref.format != "parquet":
+            hint = ("a part file holds a malformed row or a value of another type than the "
+                    "first file's: read that file on its own to see which line")
+        raise InputError(f"{label}: cannot read the {kind} dataset ({what[:300]})",
                          hint=hint) from exc
 
 
 def _read(ref: DatasetRef, ctx: ReadContext, label: str) -> DatasetRead:
     import pyarrow.dataset as ds
 
-    from pdprobe.collectors.requests_file import map_columns, partial_from_table, require_columns
+    from pdprobe.collectors.requests_file import map_columns, require_columns
 
+    if ref.format != "parquet":
+        from pdprobe.collectors.requests_dataset_text import read_text_dataset
+
+        return read_text_dataset(ref, ctx, label)
     fs, files, base = _open(ref)
     dataset = ds.dataset(files, format="parquet", filesystem=fs, partitioning="hive",
                          partition_base_dir=base)
@@ -195,15 +206,25 @@ def _read(ref: DatasetRef, ctx: ReadContext, label: str) -> DatasetRead:
                                     wanted, ctx)
     notes = [f"Hive-partitioned Parquet dataset of {len(files):,} files"
              + (f" (partitions {', '.join(sorted(part_names))})" if part_names else "")]
+    return dataset_read(label, table, cmap, "parquet-dataset", notes, pushdown)
+
+
+def dataset_read(label: str, table: pa.Table | Assembled, cmap: ColumnMap, fmt: str,
+                 notes: list[str], pushdown: Pushdown | None) -> DatasetRead:
+    """The ``DatasetRead`` of the rows read from a dataset (a table, or assembled batches):
+    one source labelled ``label`` with the dataset's ``notes`` first."""
+    from pdprobe.collectors.requests_file import partial_from_table
+
     if pushdown is not None:
-        notes.append(pushdown.note())
-    if table.num_rows == 0:
+        notes = [*notes, pushdown.note()]
+    rows = table.rows if isinstance(table, Assembled) else table.num_rows
+    if rows == 0:
         from pdprobe.dataset import Partial, SourceInfo
 
-        source = SourceInfo(path=label, kind="requests", format="parquet-dataset", rows=0,
+        source = SourceInfo(path=label, kind="requests", format=fmt, rows=0,
                             notes=(*notes, "nothing in the --since/--until window"))
         return DatasetRead(Partial(source=source), pushdown)
-    partial = partial_from_table(Path(label), table, cmap, "parquet-dataset")
+    partial = partial_from_table(Path(label), table, cmap, fmt)
     from dataclasses import replace
 
     # a URI is no Path (it would lose a "/"): the source and its hints carry the label

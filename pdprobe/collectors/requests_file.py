@@ -27,7 +27,7 @@ import numpy as np
 
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
-from pdprobe.collectors.request_assemble import assemble
+from pdprobe.collectors.request_assemble import Assembled, assemble
 from pdprobe.collectors.request_canonical import (
     _canonicalise,
     _Loaded,
@@ -260,13 +260,15 @@ def read_requests(path: Path, ctx: ReadContext) -> Partial:
     return _as_partial(path, _load(path))
 
 
-# --- hook for collectors/requests_dataset.py (partitioned Parquet read as one table) ----------
+# --- hooks for collectors/requests_dataset*.py (partitioned datasets read as one input) ----
 require_columns = _require
 
 
-def partial_from_table(path: Path, table: pa.Table, cmap: ColumnMap, fmt: str) -> Partial:
-    """A ``Partial`` from request records already read into one Arrow table (the columns
-    ``cmap`` maps), with the same checks, notes and canonical table as ``read_requests``."""
+def partial_from_table(path: Path, table: pa.Table | Assembled, cmap: ColumnMap,
+                       fmt: str) -> Partial:
+    """A ``Partial`` from request records already read into one Arrow table, or assembled
+    from batches (``request_assemble.assemble``; the columns ``cmap`` maps), with the same
+    checks, notes and canonical table as ``read_requests``."""
     loaded = _canonicalise(path, table, cmap, fmt, 0, False)
     return _as_partial(path, loaded)
 
