@@ -9,8 +9,11 @@ Then, each in a fresh process (so peak RSS is per run), ``pdprobe diagnose --for
 - ``that hour alone``: ``hour.parquet`` (the same rows as a single file);
 - ``dataset, whole`` (``--whole``): every partition, for scale.
 
+``--format csv`` or ``jsonl`` writes the part files (and the single hour) as CSV or JSON
+Lines instead (``collectors/requests_dataset_text.py``; pruned by partition only).
+
 Prints wall, CPU and peak RSS per run and the files and row groups the dataset run read (from
-the report's source notes), as a Markdown table; writes bench/out/bench_partitions.json.
+the report's source notes), as a Markdown table; writes bench/out/bench_partitions_FMT.json.
 
 Usage (from the repository root)::
 
@@ -80,12 +83,15 @@ def hour_name(h: int) -> tuple[str, str]:
     return time.strftime("%Y-%m-%d", stamp), time.strftime("%H", stamp)
 
 
-def ensure_dataset(hours: int, rows: int, row_group: int, pick: int) -> tuple[Path, Path]:
-    """The dataset folder and the single-file copy of hour ``pick`` (made once per shape)."""
-    import pyarrow.parquet as pq
-
-    shape = OUT / f"{hours}x{rows}_rg{row_group}"
-    root, single = shape / "requests", shape / f"hour-{pick}.parquet"
+def ensure_dataset(hours: int, rows: int, row_group: int, pick: int, fmt: str = "parquet"
+                   ) -> tuple[Path, Path]:
+    """The dataset folder and the single-file copy of hour ``pick`` (made once per shape):
+    Parquet part files, or CSV / JSON Lines ones (Spark's ``.csv(path)`` / ``.json(path)``
+    layout, uncompressed)."""
+    shape = OUT / (f"{hours}x{rows}_rg{row_group}" if fmt == "parquet"
+                   else f"{hours}x{rows}_{fmt}")
+    suffix = {"parquet": "snappy.parquet", "csv": "csv", "jsonl": "jsonl"}[fmt]
+    root, single = shape / "requests", shape / f"hour-{pick}.{fmt}"
     if (shape / "done").exists():
         return root, single
     shutil.rmtree(shape, ignore_errors=True)
@@ -94,13 +100,26 @@ def ensure_dataset(hours: int, rows: int, row_group: int, pick: int) -> tuple[Pa
         folder = root / f"date={date}" / f"hour={hour}"
         folder.mkdir(parents=True)
         table = hour_table(h, rows)
-        pq.write_table(table, folder / "part-00000.snappy.parquet", row_group_size=row_group,
-                       compression="snappy")
+        write(table, folder / f"part-00000.{suffix}", fmt, row_group)
         if h == pick:
-            pq.write_table(table, single, row_group_size=row_group, compression="snappy")
+            write(table, single, fmt, row_group)
     (root / "_SUCCESS").write_bytes(b"")
     (shape / "done").write_text("")
     return root, single
+
+
+def write(table: Any, path: Path, fmt: str, row_group: int) -> None:
+    """One part file in ``fmt`` (text formats as bench_requests.py writes them)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    from bench_requests import _plain, write_jsonl
+
+    if fmt == "parquet":
+        pq.write_table(table, path, row_group_size=row_group, compression="snappy")
+    elif fmt == "csv":
+        pcsv.write_csv(_plain(table), path)
+    else:
+        write_jsonl(table, path)
 
 
 def child(args: list[str]) -> None:
@@ -145,11 +164,14 @@ def main() -> None:
     ap.add_argument("--hour", type=int, default=6, help="which hour of the dataset to diagnose")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--whole", action="store_true", help="also diagnose the whole dataset")
+    ap.add_argument("--format", choices=("parquet", "csv", "jsonl"), default="parquet",
+                    help="the part files' format (text datasets are pruned by partition only)")
     opts = ap.parse_args()
     os.environ.pop("PDPROBE_SINCE", None)
     os.environ.pop("PDPROBE_UNTIL", None)
     started = time.perf_counter()
-    root, single = ensure_dataset(opts.hours, opts.rows_per_hour, opts.row_group, opts.hour)
+    root, single = ensure_dataset(opts.hours, opts.rows_per_hour, opts.row_group, opts.hour,
+                                  opts.format)
     print(f"dataset ready in {time.perf_counter() - started:.1f} s: {root}", file=sys.stderr)
     since = T0 + 3600 * opts.hour
     window = ["--since", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)),
@@ -166,11 +188,11 @@ def main() -> None:
             r["case"] = name
             results.append(r)
             print(f"{name}: {r.get('wall_s', float('nan')):.2f} s", file=sys.stderr)
-    meta = {"hours": opts.hours, "rows_per_hour": opts.rows_per_hour,
+    meta = {"hours": opts.hours, "rows_per_hour": opts.rows_per_hour, "format": opts.format,
             "row_group": opts.row_group, "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "load_1min": f"{load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end"}
-    (OUT / "bench_partitions.json").write_text(json.dumps({"meta": meta, "runs": results},
+    (OUT / f"bench_partitions_{opts.format}.json").write_text(json.dumps({"meta": meta, "runs": results},
                                                           indent=1))
     print(markdown(results, meta))
 
@@ -188,8 +210,10 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         rows.append(f"| {r['case']} | {r['requests'] or 0:,} | {r['wall_s']:.2f} s | "
                     f"{r['cpu_s']:.2f} s | {r['peak_rss_mb']:,.0f} MB | {read} |")
     rows.append("")
-    rows.append(f"{meta['hours']} h x {meta['rows_per_hour']:,} rows, row groups of "
-                f"{meta['row_group']:,}; {meta['cpus']} CPUs, load {meta['load_1min']}")
+    layout = (f"row groups of {meta['row_group']:,}" if meta["format"] == "parquet"
+              else f"{meta['format']} part files")
+    rows.append(f"{meta['hours']} h x {meta['rows_per_hour']:,} rows, {layout}; "
+                f"{meta['cpus']} CPUs, load {meta['load_1min']}")
     return "\n".join(rows)
 
 
