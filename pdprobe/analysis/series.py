@@ -15,7 +15,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.analysis.instances import window_of
 from pdprobe.analysis.stats import series_step
-from pdprobe.analysis.tables import has_signal
+from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
 
 if TYPE_CHECKING:
@@ -121,15 +121,21 @@ def _network_rates(dataset: Dataset, start: float, step: float, n_bins: int,
     import pandas as pd
 
     bounds = np.asarray([*edges, edges[-1] + step], dtype=np.float64)
-    # device/port may be absent (a node-level counter): a key of its own, not a dropped row
-    network = network.assign(device=network["device"].fillna(""), port=network["port"].fillna(""))
     out: list[LabeledSeries] = []
     for name, signals, unit in ((RDMA_RETRANSMITS, S.RETRANSMIT_SIGNALS, "1/s"),
                                 (RDMA_CONGESTION, (S.RDMA_CNP_HANDLED_TOTAL,), "1/s"),
                                 (RDMA_TX_BANDWIDTH, (S.RDMA_TX_BYTES_TOTAL,), "bytes/s")):
         # per port and counter kind: increases per bin with resets handled as Prometheus does
-        parts = [counter_increase_by_window(network, sig, bounds, key=PORT_KEY)
-                 for sig in signals if has_signal(network, sig)]
+        parts = []
+        for sig in signals:
+            # Only the signal's rows (the table's cached split), not a copy of the whole table.
+            rows = signal_rows(network, sig)
+            if rows.empty:
+                continue
+            # device/port may be absent (a node-level counter): a key of its own, not a
+            # dropped row
+            rows = rows.assign(device=rows["device"].fillna(""), port=rows["port"].fillna(""))
+            parts.append(counter_increase_by_window(rows, sig, bounds, key=PORT_KEY))
         parts = [p for p in parts if not p.empty]
         if not parts:
             continue
