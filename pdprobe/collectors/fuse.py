@@ -270,6 +270,8 @@ def _one_source_per_quantity(partials: Sequence[Partial]) -> tuple[list[Partial]
     mixed: each is cumulative from its own start. The best source is the higher kind in
     ``_PRECEDENCE``, then the one with more rows of that quantity.
     """
+    if sum(p.metrics is not None and len(p.metrics) > 0 for p in partials) < 2:
+        return list(partials), []  # one source of metrics (a live collection): nothing to drop
     owners: dict[tuple[str, str], tuple[int, int, int]] = {}  # (instance, signal) -> rank, rows, i
     counts: list[dict[tuple[str, str], int]] = []
     for i, p in enumerate(partials):
