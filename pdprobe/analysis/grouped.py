@@ -107,7 +107,10 @@ class Groups:
         raw = np.asarray(codes, dtype=np.int64)
         names = [str(x) for x in labels]
         n = len(names)
-        totals = np.bincount(raw + 1, minlength=n + 1)[1:]  # slot 0 counts the -1 rows
+        if raw.size and raw.min() >= 0:
+            totals = np.bincount(raw, minlength=n)
+        else:
+            totals = np.bincount(raw + 1, minlength=n + 1)[1:]  # slot 0 counts the -1 rows
         used = totals > 0
         ids = np.flatnonzero(used)
         if not used.all():  # renumber the used groups 0..k-1; unused and -1 rows go to -1

@@ -60,12 +60,17 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     req = dataset.requests
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
     ok_rows = np.isfinite(arrival)
-    arrival = arrival[ok_rows]
-    if arrival.size > 1 and np.any(np.diff(arrival) < 0):
+    every = bool(ok_rows.all())  # then no row is dropped: no copies
+
+    def kept(values: np.ndarray) -> np.ndarray:
+        return values if every else values[ok_rows]
+
+    arrival = kept(arrival)
+    if arrival.size > 1 and np.any(arrival[1:] < arrival[:-1]):
         order = np.argsort(arrival, kind="stable")
         arrival = arrival[order]
-    prompt = req["prompt_tokens"].to_numpy(dtype=np.float64)[ok_rows]
-    output = req["output_tokens"].to_numpy(dtype=np.float64)[ok_rows]
+    prompt = kept(req["prompt_tokens"].to_numpy(dtype=np.float64))
+    output = kept(req["output_tokens"].to_numpy(dtype=np.float64))
     count = int(arrival.size)
     if count == 0:
         return Missing("no request record has an arrival time")
@@ -76,7 +81,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
 
     cached: Maybe[float] = Missing("no cached_tokens column in request records")
     if dataset.has_request_column("cached_tokens"):
-        cached_tokens = req["cached_tokens"].to_numpy(dtype=np.float64)[ok_rows]
+        cached_tokens = kept(req["cached_tokens"].to_numpy(dtype=np.float64))
         have = np.isfinite(cached_tokens)
         denominator = float(prompt[have].sum())
         cached = (float(cached_tokens[have].sum()) / denominator if denominator > 0
@@ -84,7 +89,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
 
     failed = 0
     if dataset.has_request_column("status"):
-        failed = int(category_mask(req["status"], lambda s: s != "ok")[ok_rows].sum())
+        failed = int(kept(category_mask(req["status"], lambda s: s != "ok")).sum())
 
     completed: Maybe[float] = Missing("no e2e_s column in request records")
     if dataset.has_request_column("e2e_s") and span > 0:
@@ -127,15 +132,18 @@ def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: floa
     Counted over the same window as the arrival rate, so offered vs. completed compares like with
     like; at steady state they differ only by the requests still in flight at the window's end.
     """
-    arrival = req["arrival_ts"].to_numpy(dtype=np.float64)[rows]
-    e2e = req["e2e_s"].to_numpy(dtype=np.float64)[rows]
+    every = bool(rows.all())
+    arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
+    e2e = req["e2e_s"].to_numpy(dtype=np.float64)
     done = np.isfinite(e2e)
+    if not every:
+        done &= rows
     if "status" in req.columns:
-        done &= ~category_mask(req["status"], lambda s: s != "ok")[rows]
+        done &= ~category_mask(req["status"], lambda s: s != "ok")
     if not done.any():
         return Missing("no successful request has an e2e_s value")
-    finish = arrival[done] + e2e[done]
-    inside = int(np.count_nonzero((finish >= start) & (finish <= end)))
+    finish = arrival + e2e  # per row, as over the done rows alone
+    inside = int(np.count_nonzero(done & (finish >= start) & (finish <= end)))
     return inside / (end - start)
 
 

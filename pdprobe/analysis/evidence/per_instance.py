@@ -77,12 +77,15 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
 
     derived: dict[str, np.ndarray] = {}
     if has("prefill_s"):
-        uncached = req["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+        # a new float array, then in place: prompt - cached (0 where unknown), at least 1
+        uncached = np.array(req["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan),
+                            dtype=np.float64, copy=True)
         if has("cached_tokens"):
-            uncached = uncached - np.nan_to_num(
+            uncached -= np.nan_to_num(
                 req["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan), nan=0.0)
-        derived["prefill_s_per_token"] = (req["prefill_s"].to_numpy(dtype=np.float64)
-                                          / np.maximum(uncached, 1.0))
+        np.maximum(uncached, 1.0, out=uncached)
+        derived["prefill_s_per_token"] = np.divide(
+            req["prefill_s"].to_numpy(dtype=np.float64), uncached, out=uncached)
     xfer = transfer_seconds(ds)
     if xfer is not None and has("kv_bytes"):
         x = xfer.to_numpy(dtype=np.float64)
@@ -130,7 +133,10 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
         # Per-bin, per-instance series for persistence checks: one grouping of the cells.
         n = groups.n_groups
-        cell_code = np.where(groups.codes >= 0, bin_of_row * n + groups.codes, -1)
+        cell_code = bin_of_row * n
+        cell_code += groups.codes
+        if not groups.complete:
+            cell_code[groups.codes < 0] = -1
         cells = Groups.of(cell_code, range(window.n_bins * n),
                           sample_max=sample_max(len(req), CELL_SAMPLE_MAX))
         bin_seen = np.zeros(window.n_bins, dtype=bool)

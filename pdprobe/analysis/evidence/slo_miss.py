@@ -111,11 +111,14 @@ def _bursts(arrival: np.ndarray, missed: np.ndarray,
             window: Window) -> tuple[float | None, float | None]:
     """Share of misses, and of all requests, in the busiest BUSY_BIN_SHARE of the bins."""
     ok = np.isfinite(arrival)
+    every = bool(ok.all())  # then no copies of the rows
     if missed.sum() < 5 or ok.sum() < 20:
         return None, None
-    t = arrival[ok]
+    t = arrival if every else arrival[ok]
     width = max(window.step_s, BURST_BIN_MIN_S)
-    bins = np.floor((t - t.min()) / width).astype(np.int64)
+    scaled = t - t.min()
+    scaled /= width
+    bins = np.floor(scaled, out=scaled).astype(np.int64)
     counts = np.bincount(bins)
     if len(counts) < 5:
         return None, None
@@ -123,7 +126,7 @@ def _bursts(arrival: np.ndarray, missed: np.ndarray,
     busy = np.zeros(len(counts), dtype=bool)
     busy[np.argsort(-counts, kind="stable")[:n_busy]] = True
     in_busy = busy[bins]
-    m = missed[ok]
+    m = missed if every else missed[ok]
     return float(in_busy[m].mean()), float(in_busy.mean())
 
 
