@@ -74,28 +74,46 @@ def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
-class _Floats:
-    """float64 values of a numeric-typed column, written batch by batch into one array."""
+class _Column:
+    """One output column written batch by batch: into an array reserved for ``rows`` while it
+    has room (the batch is then released), the rest into copies appended after it."""
 
-    def __init__(self, rows: int | None) -> None:
-        self.out = np.empty(rows, dtype=np.float64) if rows is not None else None
+    def __init__(self, rows: int | None, dtype: type) -> None:
+        self.dtype = dtype
+        self.out: np.ndarray | None = (np.empty(rows, dtype=dtype) if rows is not None
+                                       else None)
+        self.written = 0
         self.parts: list[np.ndarray] = []
-        self.pos = 0
 
-    def add(self, values: np.ndarray) -> None:
-        if self.out is not None and self.pos + values.size <= self.out.size:
-            self.out[self.pos:self.pos + values.size] = values  # numpy casts ints as Arrow does
-        else:
-            self.parts.append(np.asarray(values, dtype=np.float64))
-        self.pos += values.size
-
-    def finish(self) -> np.ndarray:
+    def put(self, values: np.ndarray) -> None:
         if self.out is not None and not self.parts:
-            return self.out[:self.pos]
-        pieces = ([self.out[:self.out.size]] if self.out is not None else []) + self.parts
+            head = values[:self.out.size - self.written]  # numpy casts ints as Arrow does
+            self.out[self.written:self.written + head.size] = head
+            self.written += head.size
+            values = values[head.size:]
+        if values.size:
+            self.parts.append(np.array(values, dtype=self.dtype))  # a copy: the batch goes
+
+    def collected(self) -> np.ndarray:
+        pieces = ([self.out[:self.written]] if self.out is not None else []) + self.parts
         self.out = None
         self.parts = []
-        return _owned(np.concatenate(pieces) if len(pieces) != 1 else pieces[0])
+        if not pieces:
+            return np.empty(0, dtype=self.dtype)
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+class _Floats(_Column):
+    """float64 values of a numeric-typed column."""
+
+    def __init__(self, rows: int | None) -> None:
+        super().__init__(rows, np.float64)
+
+    def add(self, values: np.ndarray) -> None:
+        self.put(values)
+
+    def finish(self) -> np.ndarray:
+        return _owned(self.collected())
 
 
 def _owned(values: np.ndarray) -> np.ndarray:
@@ -126,9 +144,7 @@ class _Codes:
         self.status = status
         self.names: list[str] = sorted(REQUEST_STATUSES) if status else []
         self.index: dict[str, int] = {v: i for i, v in enumerate(self.names)}
-        self.out = np.empty(rows, dtype=np.int32) if rows is not None else None
-        self.parts: list[np.ndarray] = []
-        self.pos = 0
+        self.codes = _Column(rows, np.int32)
         self.unknown: dict[str, int] = {}
 
     def add(self, arr: pa.Array) -> None:
@@ -141,16 +157,10 @@ class _Codes:
             remap = np.array([self.index.setdefault(v, len(self.index)) for v in names] + [-1],
                              dtype=np.int32)
             codes = remap[codes]  # -1 stays -1 (the extra slot)
-        if self.out is not None and self.pos + codes.size <= self.out.size:
-            self.out[self.pos:self.pos + codes.size] = codes
-        else:
-            self.parts.append(codes)
-        self.pos += codes.size
+        self.codes.put(codes)
 
     def finish(self) -> tuple[np.ndarray, list[str], dict[str, int]]:
-        pieces = ([self.out[:min(self.pos, self.out.size)]] if self.out is not None else []) \
-            + self.parts
-        codes = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
+        codes = self.codes.collected()
         if self.status:
             return codes, self.names, self.unknown
         seen = list(self.index)
@@ -182,8 +192,10 @@ class _Chunks:
 def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
              rows: int | None = None, want_hash_ids: bool = False) -> Assembled:
     """Convert the record ``batches`` (of ``schema``'s columns, the ones ``cmap`` maps) as
-    described in the module docstring. ``rows`` (when known, e.g. from a Parquet footer)
-    lets each output array be allocated once at its final size."""
+    described in the module docstring. ``rows`` (known from a Parquet footer, or an estimate)
+    lets each output array be allocated once: a batch's values are copied into it and the
+    batch released, rows beyond it are appended, and reserved rows never written cost no
+    memory (``np.empty`` pages are committed when first written)."""
     import pyarrow as pa
 
     types = {f.name: f.type for f in schema}

@@ -52,6 +52,12 @@ class Batches:
     schema: pa.Schema
     batches: Iterable[Any]
     rows: int | None = None
+    capacity: int | None = None  # rows to reserve when ``rows`` is not known (an estimate)
+
+    @property
+    def reserve(self) -> int | None:
+        """Rows each output column is allocated for up front."""
+        return self.rows if self.rows is not None else self.capacity
 
     @classmethod
     def of_table(cls, table: pa.Table) -> Batches:

@@ -94,7 +94,8 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
                     batches, cmap = stream_delimited(path, source, data, delimiter,
                                                      want_hash_ids)
                 repaired = _Repaired(batches.batches)
-                assembled = assemble(repaired, batches.schema, cmap, None, want_hash_ids)
+                assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
+                                     want_hash_ids)
         except Fallback:  # a broken line or an odd value: read whole, every case worded
             if fmt == "jsonl":
                 table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)

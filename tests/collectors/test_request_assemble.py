@@ -38,6 +38,13 @@ def test_batches_assemble_to_what_the_whole_table_gives() -> None:
     cmap = map_columns(table.column_names)
     whole = assemble(table.combine_chunks().to_batches(), table.schema, cmap, table.num_rows)
     sliced = assemble(table.to_batches(max_chunksize=64), table.schema, cmap, None)
+    # reserved for too few rows (a batch straddles the end) or for too many: the same
+    for reserve in (150, 2000):
+        other = assemble(table.to_batches(max_chunksize=64), table.schema, cmap, reserve)
+        np.testing.assert_array_equal(other.arrival, whole.arrival)
+        np.testing.assert_array_equal(other.numeric["ttft_s"][0], whole.numeric["ttft_s"][0])
+        np.testing.assert_array_equal(other.categories["decode_instance"][0],
+                                      whole.categories["decode_instance"][0])
     np.testing.assert_array_equal(whole.arrival, sliced.arrival)
     assert whole.arrival_notes == sliced.arrival_notes
     for name in whole.numeric:
