@@ -7,6 +7,11 @@ on 127.0.0.1, then times ``collect_partial`` (queries, points, seconds) and the 
 written in groups of instances so promtool never holds more than one group in memory.
 
     /work/venv/bin/python bench/bench_live.py [--workdir DIR] [--instances 512] [--runs 3]
+        [--checkout DIR ...] [--header 'Name: value']
+
+With ``--checkout`` (repeatable) the end-to-end runs alternate between this checkout and the
+others given, against the same server, and print each one's user and system CPU separately: on
+a shared machine that is the only fair before/after (wall times move with the neighbours).
 
 Prints a Markdown table (progress on stderr) and leaves a JSON copy in bench/out/. Wall times
 depend on the machine's load (recorded); the CPU seconds of pdprobe and of Prometheus much less.
@@ -17,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -85,6 +89,10 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=512)
     parser.add_argument("--duration", type=int, default=3600, help="seconds of data")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--checkout", type=Path, action="append", default=[],
+                        help="another pdprobe checkout to alternate the end-to-end runs with")
+    parser.add_argument("--header", action="append", default=[],
+                        help="passed to diagnose as -H (e.g. 'Accept-Encoding: identity')")
     args = parser.parse_args()
     n_prefill = args.instances // 4
     meta = build(args.workdir, n_prefill, args.instances - n_prefill, args.duration)
@@ -92,13 +100,16 @@ def main() -> None:
     assert tools is not None
     # An installed pdprobe has its bytecode compiled at install time; a checkout run with
     # PYTHONDONTWRITEBYTECODE (as here) would compile ~90 modules again in every timed run.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "pdprobe")], check=True)
+    checkouts = [REPO, *(c.resolve() for c in args.checkout)]
+    for checkout in checkouts:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "pdprobe")],
+                       check=True)
     server = PromServer.start(args.workdir / "tsdb", args.workdir / "server", tools[1])
     try:
         # promtool wrote one block per group: let Prometheus merge the overlapping blocks first
         # (it compacts them in the background a minute after start), or the runs would time it.
         wait_compacted(args.workdir / "tsdb")
-        results = run(server.url, server.proc.pid, meta, args.runs)
+        results = run(server.url, server.proc.pid, meta, args.runs, checkouts, args.header)
     finally:
         server.stop()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -116,7 +127,8 @@ def wait_compacted(tsdb: Path, timeout_s: float = 900.0) -> None:
         time.sleep(15)
 
 
-def run(url: str, prom_pid: int, meta: dict[str, object], runs: int) -> dict[str, object]:
+def run(url: str, prom_pid: int, meta: dict[str, object], runs: int,
+        checkouts: list[Path], headers: list[str]) -> dict[str, object]:
     from pdprobe.collectors.prometheus import collect_partial
     from pdprobe.collectors.prometheus_target import PrometheusTarget
 
@@ -148,37 +160,55 @@ def run(url: str, prom_pid: int, meta: dict[str, object], runs: int) -> dict[str
               f"{row['points']:,} | {row['metric_rows']:,} | {row['network_rows']:,} | "
               f"{load:.1f} |", flush=True)
     cmd = [sys.executable, "-m", "pdprobe", "diagnose", "--prometheus", url, "--since",
-           f"{duration:.0f}s", "--until", f"{end:.0f}", "--timeout", "120", "--format", "json"]
+           f"{duration:.0f}s", "--until", f"{end:.0f}", "--timeout", "120", "--format", "json",
+           *(arg for h in headers for arg in ("-H", h))]
     print()
-    print("| `diagnose --prometheus` run | exit | status | wall (s) | pdprobe CPU (s) | "
-          "Prometheus CPU (s) | peak RSS (MB) | load avg |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| `diagnose --prometheus` run | checkout | exit | status | wall (s) | pdprobe CPU (s) "
+          "| user (s) | sys (s) | Prometheus CPU (s) | peak RSS (MB) | load avg |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     e2e = []
     for i in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        load = os.getloadavg()[0]
+        for checkout in checkouts:
+            e2e.append(run_diagnose(cmd, checkout, prom_pid, i + 1))
+    for checkout in checkouts:
+        walls = sorted(r["wall_s"] for r in e2e if r["checkout"] == str(checkout))
+        cpus = sorted(r["cpu_s"] for r in e2e if r["checkout"] == str(checkout))
+        prom = sorted(r["prometheus_cpu_s"] for r in e2e if r["checkout"] == str(checkout))
+        print()
+        print(f"`pdprobe diagnose --prometheus` end to end ({checkout}): median "
+              f"{walls[len(walls) // 2]:.2f} s, best {walls[0]:.2f} s, worst {walls[-1]:.2f} s "
+              f"over {runs} runs; pdprobe CPU median {cpus[len(cpus) // 2]:.2f} s, Prometheus "
+              f"CPU median {prom[len(prom) // 2]:.2f} s")
+    return {"cluster": meta, "collect": rows, "diagnose": e2e}
+
+
+def run_diagnose(cmd: list[str], checkout: Path, prom_pid: int, run_no: int) -> dict[str, object]:
+    """One end-to-end diagnosis of ``checkout``: its own CPU and peak RSS (``os.wait4``)."""
+    import tempfile
+
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pcpu0, t0 = proc_cpu_s(prom_pid), time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        # cwd too: `python -m` puts the working directory first on sys.path.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=checkout,
+                                env={**os.environ, "PYTHONPATH": str(checkout)})
+        _, wstatus, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(wstatus)
         took = time.monotonic() - t0
         pcpu = proc_cpu_s(prom_pid) - pcpu0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: monotone across runs.
-        rss_mb = after.ru_maxrss / 1024
-        status = (json.loads(proc.stdout)["status"] if proc.stdout.strip()
-                  else proc.stderr.strip()[:80])
-        e2e.append({"run": i + 1, "exit": proc.returncode, "status": status,
-                    "wall_s": round(took, 2), "cpu_s": round(cpu, 2),
-                    "prometheus_cpu_s": round(pcpu, 2), "peak_rss_mb": round(rss_mb),
-                    "load": round(load, 1)})
-        print(f"| {i + 1} | {proc.returncode} | {status} | {took:.2f} | {cpu:.2f} | {pcpu:.2f} | "
-              f"{rss_mb:.0f} | {load:.1f} |", flush=True)
-    walls = sorted(r["wall_s"] for r in e2e)
-    print()
-    print(f"`pdprobe diagnose --prometheus` end to end: median {walls[len(walls) // 2]:.2f} s, "
-          f"best {walls[0]:.2f} s, worst {walls[-1]:.2f} s over {runs} runs")
-    return {"cluster": meta, "collect": rows, "diagnose": e2e}
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    status = json.loads(stdout)["status"] if stdout.strip() else stderr.strip()[:80]
+    user, system = usage.ru_utime, usage.ru_stime
+    row = {"run": run_no, "checkout": str(checkout), "exit": proc.returncode, "status": status,
+           "wall_s": round(took, 2), "cpu_s": round(user + system, 2), "user_s": round(user, 2),
+           "sys_s": round(system, 2), "prometheus_cpu_s": round(pcpu, 2),
+           "peak_rss_mb": round(usage.ru_maxrss / 1024), "load": round(load, 1)}
+    print(f"| {run_no} | {checkout.name} | {proc.returncode} | {status} | {took:.2f} | "
+          f"{row['cpu_s']:.2f} | {user:.2f} | {system:.2f} | {pcpu:.2f} | "
+          f"{row['peak_rss_mb']} | {load:.1f} |", flush=True)
+    return row
 
 
 if __name__ == "__main__":
