@@ -129,18 +129,49 @@ def wait_compacted(tsdb: Path, timeout_s: float = 900.0) -> None:
 
 def run(url: str, prom_pid: int, meta: dict[str, object], runs: int,
         checkouts: list[Path], headers: list[str]) -> dict[str, object]:
+    end, duration = float(meta["end_ts"]), float(meta["duration_s"])  # type: ignore[arg-type]
+    print(f"{meta['n_prefill']} prefill + {meta['n_decode']} decode instances, "
+          f"{duration / 3600:g} h at 15 s, {meta['samples']:,} samples in the TSDB")
+    # The end-to-end runs come first: a child's peak RSS counts the parent's memory at fork
+    # time, and the in-process collections below would make it the parent's ~1 GB.
+    cmd = [sys.executable, "-m", "pdprobe", "diagnose", "--prometheus", url, "--since",
+           f"{duration:.0f}s", "--until", f"{end:.0f}", "--timeout", "120", "--format", "json",
+           *(arg for h in headers for arg in ("-H", h))]
+    log("warm-up run (Prometheus' caches), not timed")
+    run_diagnose(cmd, checkouts[0], prom_pid, 0, show=False)
+    print()
+    print("| `diagnose --prometheus` run | checkout | exit | status | wall (s) | pdprobe CPU (s) "
+          "| user (s) | sys (s) | Prometheus CPU (s) | peak RSS (MB) | load avg |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    e2e = []
+    for i in range(runs):
+        for checkout in checkouts:
+            e2e.append(run_diagnose(cmd, checkout, prom_pid, i + 1))
+    rows = collect_runs(url, prom_pid, end, duration, runs)
+    for checkout in checkouts:
+        walls = sorted(r["wall_s"] for r in e2e if r["checkout"] == str(checkout))
+        cpus = sorted(r["cpu_s"] for r in e2e if r["checkout"] == str(checkout))
+        prom = sorted(r["prometheus_cpu_s"] for r in e2e if r["checkout"] == str(checkout))
+        print()
+        print(f"`pdprobe diagnose --prometheus` end to end ({checkout}): median "
+              f"{walls[len(walls) // 2]:.2f} s, best {walls[0]:.2f} s, worst {walls[-1]:.2f} s "
+              f"over {runs} runs; pdprobe CPU median {cpus[len(cpus) // 2]:.2f} s, Prometheus "
+              f"CPU median {prom[len(prom) // 2]:.2f} s")
+    return {"cluster": meta, "collect": rows, "diagnose": e2e}
+
+
+def collect_runs(url: str, prom_pid: int, end: float, duration: float,
+                 runs: int) -> list[dict[str, object]]:
+    """``collect_partial`` of this checkout in this process: queries, points, CPU."""
     from pdprobe.collectors.prometheus import collect_partial
     from pdprobe.collectors.prometheus_target import PrometheusTarget
 
-    end, duration = float(meta["end_ts"]), float(meta["duration_s"])  # type: ignore[arg-type]
     target = PrometheusTarget(url=url, since_s=duration, until_ts=end, timeout_s=120.0)
-    print(f"{meta['n_prefill']} prefill + {meta['n_decode']} decode instances, "
-          f"{duration / 3600:g} h at 15 s, {meta['samples']:,} samples in the TSDB")
     print()
     print("| run | collect wall (s) | pdprobe CPU (s) | Prometheus CPU (s) | queries | "
           "range queries | points | metric rows | network rows | load avg |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    rows = []
+    rows: list[dict[str, object]] = []
     for i in range(runs):
         load = os.getloadavg()[0]
         cpu0, pcpu0, t0 = time.process_time(), proc_cpu_s(prom_pid), time.monotonic()
@@ -159,30 +190,11 @@ def run(url: str, prom_pid: int, meta: dict[str, object], runs: int,
         print(f"| {i + 1} | {took:.2f} | {cpu:.2f} | {pcpu:.2f} | {len(qs)} | {len(ranges)} | "
               f"{row['points']:,} | {row['metric_rows']:,} | {row['network_rows']:,} | "
               f"{load:.1f} |", flush=True)
-    cmd = [sys.executable, "-m", "pdprobe", "diagnose", "--prometheus", url, "--since",
-           f"{duration:.0f}s", "--until", f"{end:.0f}", "--timeout", "120", "--format", "json",
-           *(arg for h in headers for arg in ("-H", h))]
-    print()
-    print("| `diagnose --prometheus` run | checkout | exit | status | wall (s) | pdprobe CPU (s) "
-          "| user (s) | sys (s) | Prometheus CPU (s) | peak RSS (MB) | load avg |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    e2e = []
-    for i in range(runs):
-        for checkout in checkouts:
-            e2e.append(run_diagnose(cmd, checkout, prom_pid, i + 1))
-    for checkout in checkouts:
-        walls = sorted(r["wall_s"] for r in e2e if r["checkout"] == str(checkout))
-        cpus = sorted(r["cpu_s"] for r in e2e if r["checkout"] == str(checkout))
-        prom = sorted(r["prometheus_cpu_s"] for r in e2e if r["checkout"] == str(checkout))
-        print()
-        print(f"`pdprobe diagnose --prometheus` end to end ({checkout}): median "
-              f"{walls[len(walls) // 2]:.2f} s, best {walls[0]:.2f} s, worst {walls[-1]:.2f} s "
-              f"over {runs} runs; pdprobe CPU median {cpus[len(cpus) // 2]:.2f} s, Prometheus "
-              f"CPU median {prom[len(prom) // 2]:.2f} s")
-    return {"cluster": meta, "collect": rows, "diagnose": e2e}
+    return rows
 
 
-def run_diagnose(cmd: list[str], checkout: Path, prom_pid: int, run_no: int) -> dict[str, object]:
+def run_diagnose(cmd: list[str], checkout: Path, prom_pid: int, run_no: int, *,
+                 show: bool = True) -> dict[str, object]:
     """One end-to-end diagnosis of ``checkout``: its own CPU and peak RSS (``os.wait4``)."""
     import tempfile
 
@@ -205,9 +217,10 @@ def run_diagnose(cmd: list[str], checkout: Path, prom_pid: int, run_no: int) -> 
            "wall_s": round(took, 2), "cpu_s": round(user + system, 2), "user_s": round(user, 2),
            "sys_s": round(system, 2), "prometheus_cpu_s": round(pcpu, 2),
            "peak_rss_mb": round(usage.ru_maxrss / 1024), "load": round(load, 1)}
-    print(f"| {run_no} | {checkout.name} | {proc.returncode} | {status} | {took:.2f} | "
-          f"{row['cpu_s']:.2f} | {user:.2f} | {system:.2f} | {pcpu:.2f} | "
-          f"{row['peak_rss_mb']} | {load:.1f} |", flush=True)
+    if show:
+        print(f"| {run_no} | {checkout.name} | {proc.returncode} | {status} | {took:.2f} | "
+              f"{row['cpu_s']:.2f} | {user:.2f} | {system:.2f} | {pcpu:.2f} | "
+              f"{row['peak_rss_mb']} | {load:.1f} |", flush=True)
     return row
 
 
