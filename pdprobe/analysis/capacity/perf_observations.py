@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
 from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, time_sample
 
@@ -67,7 +68,7 @@ def instance_codes(column: pd.Series) -> tuple[np.ndarray, int]:
 class BusyPeriods:
     """Prefill intervals sorted by instance and start, each with its busy period.
 
-    Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills the periods are reconstructed around a
+    Above ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` prefills the periods are reconstructed around a
     time-block sample (``sample``): ``observed`` marks the sampled requests, the others are
     there because they overlap (or touch) one. An observed request's period neighbours are
     all present, so whether it ran alone is exact; a period's ends beyond the sample are not.
@@ -115,8 +116,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     """Prefill intervals grouped into busy periods per instance (overlapping ones merge).
 
     Sorted by instance (name order) and start; requests without a start, end or instance are
-    left out. Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills (unless ``sample`` is false)
-    the periods are those around a time-block sample (``BusyPeriods.sample``).
+    left out. Above ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` prefills (unless ``sample`` is
+    false) the periods are those around a time-block sample (``BusyPeriods.sample``).
     """
     arrival = float_column(requests, "arrival_ts")
     queue = float_column(requests, "queue_s")
@@ -135,7 +136,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
     # touching prefills (one starts as the other ends) share a period: closed overlaps
     pick = slice(None) if len(rows) == len(start) else rows  # all valid: views, no gathers
-    taken = time_sample(start[pick], end[pick], codes[pick], closed=True) if sample else None
+    taken = time_sample(start[pick], end[pick], codes[pick], closed=True,
+                        max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS) if sample else None
     observed = None
     if taken is not None:
         observed = taken.observed[taken.needed]

@@ -16,6 +16,7 @@ import numpy as np
 
 from pdprobe.analysis.base import RatioWindow
 from pdprobe.analysis.capacity.mix import WorkloadMix
+from pdprobe.analysis.capacity.perf_observations import float_column, status_ok
 from pdprobe.analysis.capacity.rates import ModelInputs
 from pdprobe.analysis.capacity.ratio_fit import ratio_fit
 from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utilizations
@@ -142,11 +143,10 @@ def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     req = dataset.requests
     if not (len(req) and dataset.has_request_column("e2e_s")):
         return None
-    done = (req["arrival_ts"] + req["e2e_s"]).to_numpy(dtype=np.float64, na_value=np.nan)
+    done = float_column(req, "arrival_ts") + float_column(req, "e2e_s")
     w = window_index(done, edges)
     if dataset.has_request_column("status"):
-        ok = (req["status"].fillna("ok") == "ok").to_numpy(dtype=bool)
-        w = w[ok]
+        w[~status_ok(req)] = -1  # no status counts as ok
     return np.bincount(w[w >= 0], minlength=len(edges) - 1)
 
 

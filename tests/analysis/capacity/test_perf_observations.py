@@ -1,6 +1,6 @@
 """Tests for pdprobe/analysis/capacity/perf_observations.py: busy periods on a time sample.
 
-Above ``sampling.SAMPLE_MAX_REQUESTS`` prefills the busy periods are reconstructed around a
+Above ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` prefills the busy periods are reconstructed around a
 time-block sample: whether a sampled request ran alone is exact, the busy segments kept are
 exact ones, and the busy-time fit agrees with the full one.
 """
@@ -62,7 +62,7 @@ def test_sampled_periods_keep_exact_isolation_for_the_sampled_requests(
         monkeypatch: pytest.MonkeyPatch) -> None:
     req = dataset(_prefills(40_000)).requests
     full = busy_periods(req, sample=False)
-    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 8_000)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 8_000)
     part = busy_periods(req)
     assert full.sample is None and full.observed is None
     assert part.sample is not None and part.observed is not None
@@ -79,7 +79,7 @@ def test_sampled_busy_segments_are_exact_ones_and_the_fit_agrees(
         monkeypatch: pytest.MonkeyPatch) -> None:
     req = dataset(_prefills(40_000, rate=30.0)).requests
     seg_full = busy_segments(req, busy_periods(req, sample=False))
-    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 8_000)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 8_000)
     part = busy_periods(req)
     seg = busy_segments(req, part)
     assert seg is not None and seg_full is not None
@@ -100,7 +100,7 @@ def test_too_few_sampled_requests_alone_fall_back_to_every_prefill(
     """Requests alone on their instance are rare under load: when the sample holds too few to
     fit but the capture holds enough, the periods are rebuilt from every prefill."""
     req = dataset(_prefills(40_000, rate=48.0, idle_every=200))  # 188 alone, 24 sampled
-    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 4_000)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 4_000)
     part = busy_periods(req.requests)
     obs = prefill_observations(req, part)
     assert not isinstance(obs, str) and obs[3] == BUSY_SEGMENTS

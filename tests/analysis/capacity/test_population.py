@@ -176,6 +176,7 @@ def _plans(paths: tuple[Path, ...], monkeypatch: pytest.MonkeyPatch, fraction: f
     n = len(ds.requests)
     monkeypatch.setattr(sampling, "MIX_SAMPLE_REQUESTS", int(n * fraction))
     monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", int(n * fraction))
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", int(n * fraction))
     sampled = estimate_capacity(ds, workload, capacity_options(request))
     assert not isinstance(full, Missing) and not isinstance(sampled, Missing)
     return full, sampled
