@@ -28,12 +28,13 @@ import numpy as np
 SAMPLE_MAX_REQUESTS: Final = 400_000
 # Prefill busy periods are sampled above this many prefills (a larger sample than decode's):
 # the prefill fit prefers requests that ran alone on their instance, and under load they are
-# rare (188 of 10 million in the bench capture), so a sample holds too few of them sooner;
-# then the periods are rebuilt from every prefill (``model_build.too_thin``), which costs the
-# sample's reconstruction on top. Up to 2 million the reconstruction is exact; beyond it one
-# block in ``ceil(n / 2M)`` keeps a fifth of a 10-million capture's lone requests (37 there,
-# above the 30 a fit needs), for about half the cost of every prefill.
-BUSY_SAMPLE_MAX_REQUESTS: Final = 2_000_000
+# rare (188 of 10 million in the bench capture, 29 of them in a one-in-five block sample), so
+# a sample holds too few of them sooner; then the periods are rebuilt from every prefill
+# (``model_build.too_thin``), which costs the sample's reconstruction on top. Most of a
+# sampled reconstruction's cost is the passes over every prefill, not the sample's size, so
+# a generous one costs little: up to 4 million it is exact, and at 10 million one block in
+# three keeps 54 lone requests (a fit needs 30).
+BUSY_SAMPLE_MAX_REQUESTS: Final = 4_000_000
 # Length of a sampled time block: a minute holds many decode lifetimes (seconds to a minute),
 # so a block's overlap margin stays small against the block, and it is short against a capture
 # of hours, so the blocks fall in every phase of the load.
