@@ -135,7 +135,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         empty = np.zeros(0)
         return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
     # touching prefills (one starts as the other ends) share a period: closed overlaps
-    pick = slice(None) if len(rows) == len(start) else rows  # all valid: views, no gathers
+    # all valid: views; else a mask (a sequential copy, cheaper than gathering by position)
+    pick: slice | np.ndarray = slice(None) if len(rows) == len(start) else valid
     taken = time_sample(start[pick], end[pick], codes[pick], closed=True,
                         max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS) if sample else None
     observed = None
@@ -402,7 +403,8 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
     rows = np.flatnonzero(usable)
-    pick = slice(None) if len(rows) == len(start) else rows  # all usable: views, no gathers
+    # all usable: views; else a mask (a sequential copy, cheaper than gathering by position)
+    pick = slice(None) if len(rows) == len(start) else usable
     sample = time_sample(start[pick], end[pick], np.asarray(group)[pick])
     observed = usable
     if sample is not None:  # exact figures for the sampled requests, from their overlaps
