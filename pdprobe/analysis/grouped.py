@@ -251,12 +251,13 @@ class GroupFigures:
 
     labels: tuple[str, ...]
     count: np.ndarray  # non-NaN values
-    mean: np.ndarray
-    max: np.ndarray
+    mean: np.ndarray  # all-NaN when measured without ``moments``
+    max: np.ndarray  # ditto
     median: np.ndarray  # pandas' grouped median
     p50: np.ndarray  # pandas' grouped linear quantiles
     p90: np.ndarray
     p99: np.ndarray
+    moments: bool = True  # mean and max were measured
 
     @classmethod
     def of(cls, groups: SortedGroups) -> GroupFigures:
@@ -266,19 +267,23 @@ class GroupFigures:
                    p90=groups.quantile(0.9), p99=groups.quantile(0.99))
 
     @classmethod
-    def measure(cls, groups: Groups, values: np.ndarray) -> GroupFigures:
+    def measure(cls, groups: Groups, values: np.ndarray, moments: bool = True) -> GroupFigures:
         """The figures of ``values`` per group; quantiles from the sample of a sampled grouping
-        (count, mean and max stay exact)."""
+        (count, mean and max stay exact). Without ``moments`` a sampled grouping skips the
+        mean and max (two passes over every row) and leaves them NaN."""
         ordered = groups.sorted(values)
         if not groups.sampled:
             return cls.of(ordered)
         count = groups.counts(values)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, groups.sums(values) / np.maximum(count, 1), np.nan)
-        return cls(labels=groups.labels, count=count, mean=mean,
-                   max=groups.maxima(values, count),
+        mean = np.full(groups.n_groups, np.nan)
+        top = mean
+        if moments:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(count > 0, groups.sums(values) / np.maximum(count, 1), np.nan)
+            top = groups.maxima(values, count)
+        return cls(labels=groups.labels, count=count, mean=mean, max=top,
                    median=ordered.median(), p50=ordered.quantile(0.5),
-                   p90=ordered.quantile(0.9), p99=ordered.quantile(0.99))
+                   p90=ordered.quantile(0.9), p99=ordered.quantile(0.99), moments=moments)
 
     def series(self, stat: str) -> pd.Series:
         """One figure per group as a float series indexed by label."""
@@ -374,17 +379,19 @@ def key_groups(table: pd.DataFrame, key: str) -> Groups:
     return found
 
 
-def figures(table: pd.DataFrame, key: str, column: str,
-            values: np.ndarray | None = None) -> GroupFigures:
+def figures(table: pd.DataFrame, key: str, column: str, values: np.ndarray | None = None,
+            moments: bool = True) -> GroupFigures:
     """Count, mean, max, median and p50/p90/p99 of ``column`` per value of ``key`` (cached per
-    table; ``values`` stands in for a column derived from the table under that name)."""
+    table; ``values`` stands in for a column derived from the table under that name). Without
+    ``moments`` the mean and max may be NaN (``GroupFigures.measure``)."""
     cache = table_cache(table)
-    if ("figures", key, column) not in cache:
+    found: GroupFigures | None = cache.get(("figures", key, column))
+    if found is None or (moments and not found.moments):
         groups = key_groups(table, key)
         data = table[column].to_numpy(dtype=np.float64, na_value=np.nan) if values is None \
             else values
-        cache[("figures", key, column)] = GroupFigures.measure(groups, data)
-    found: GroupFigures = cache[("figures", key, column)]
+        found = GroupFigures.measure(groups, data, moments)
+        cache[("figures", key, column)] = found
     return found
 
 

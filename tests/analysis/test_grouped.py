@@ -161,7 +161,12 @@ def test_sampled_figures_on_a_million_rows(monkeypatch: pytest.MonkeyPatch) -> N
     names = [f"decode-{i}" for i in range(17)]
     frame = pd.DataFrame({"key": pd.Categorical.from_codes(codes, categories=names),
                           "value": values})
-    got = figures(frame, "key", "value")
+    lean = figures(frame, "key", "value", moments=False)  # quantiles only: no mean, no max
+    assert np.isnan(lean.mean).all() and np.isnan(lean.max).all()
+    got = figures(frame, "key", "value")  # measured again, with them
+    assert got is not lean and got.moments
+    assert figures(frame, "key", "value", moments=False) is got
+    np.testing.assert_array_equal(got.p90, lean.p90)
     assert key_groups(frame, "key").sampled
     exact_groups = Groups.of(codes, names)
     exact = GroupFigures.of(exact_groups.sorted(values))

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 # order their quantiles are computed.
 _QUANTILE_INPUTS = ("ttft_s", "tpot_s", "queue_s", "kv_transfer_s", "prefill_s_per_token",
                     "xfer_bytes_per_s")
+# The columns whose per-instance mean is evidence (REQUEST_QUANTILES' "mean" statistics).
+_MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
 # Per-bin medians of request columns, per instance: (request column, bins name).
 _REQUEST_BIN_MEDIANS = (("tpot_s", "req_tpot"), ("ttft_s", "req_ttft"),
                         ("prefill_s_per_token", "req_prefill_per_token"),
@@ -120,7 +122,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             data = values(c)
             if data is None:
                 continue
-            figs = figures(req, col, c, derived.get(c))
+            figs = figures(req, col, c, derived.get(c), moments=c in _MEAN_INPUTS)
             if not figs.count.sum():
                 continue
             by_stat = {"p50": figs.median, "p90": figs.p90, "mean": figs.mean}
@@ -146,7 +148,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         bins[ROLE_COUNT_BINS[role]] = _bins_frame(sizes, groups.labels, window)
         for c, name in _REQUEST_BIN_MEDIANS:
             data = values(c)
-            if data is None or not figures(req, col, c, derived.get(c)).count.sum():
+            if data is None or not figures(req, col, c, derived.get(c),
+                                           moments=c in _MEAN_INPUTS).count.sum():
                 continue
             medians = cells.sorted(data).median()
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
