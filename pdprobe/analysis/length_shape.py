@@ -52,7 +52,9 @@ def length_distribution(values: np.ndarray,
     large table: ``grouped.quantile_rows``); count, mean, CV and skewness use every value.
     """
     x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
+    finite = np.isfinite(x)
+    if not finite.all():  # a copy only when something is dropped
+        x = x[finite]
     if x.size == 0:
         return Missing("no lengths")
     qx = x
