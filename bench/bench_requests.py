@@ -366,6 +366,9 @@ def main() -> None:
         return
 
     paths = ensure_files(args.rows, args.formats)
+    # An installed pdprobe has its bytecode compiled at install time; a checkout run with
+    # PYTHONDONTWRITEBYTECODE would compile every module again in each timed process.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "pdprobe")], check=True)
     load_before = os.getloadavg()[0]
     results: list[dict[str, Any]] = []
     tools = ["e2e", *([] if args.no_duckdb else ["duckdb"]), *(["pdprobe"] if args.steps else [])]
