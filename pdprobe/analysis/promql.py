@@ -27,6 +27,7 @@ from pdprobe.promql_grouped import (
     group_sorted,
     increases_by_window,
     interp_grouped,
+    window_increase,
 )
 from pdprobe.promql_math import (
     EXTRAPOLATION_THRESHOLD,
@@ -49,7 +50,8 @@ __all__ = [
     "SortedGroups", "correct_counter", "correct_counters_grouped", "counter_increase_by_instance",
     "counter_increase_by_window", "fraction_below", "gauge_series", "group_sorted",
     "histogram_quantile", "histogram_quantiles_by_instance", "histogram_quantiles_matrix",
-    "histogram_totals_by_window", "histogram_window", "increase", "rate", "rate_series",
+    "histogram_totals_by_window", "histogram_window", "increase", "increases_by_window",
+    "interp_grouped", "rate", "rate_series", "window_increase",
 ]
 
 AGGREGATIONS: Final = ("mean", "max", "min", "sum", "median", "last", "first")
