@@ -47,6 +47,8 @@ _DATE_VALUE: Final = re.compile(r"^(\d{4})-?(\d{2})-?(\d{2})(?:[T _-]?(\d{2}))?$
 PUSHDOWN_MARGIN_S: Final = 0.001
 # Epoch magnitudes of a numeric arrival column (as requests_file detects them from values).
 EPOCH_UNIT_BOUNDS: Final = ((1e17, 1e-9), (1e14, 1e-6), (1e11, 1e-3))
+# Batches decoded ahead of the one being converted: a little overlap, memory a few batches.
+BATCH_READAHEAD: Final = 2
 # Object names that are not data in a listed prefix (Spark/Hive markers, hidden files).
 _NOT_DATA_PREFIXES: Final = ("_", ".")
 # Suffixes of Parquet objects in a listing (object storage is not sniffed byte by byte).
@@ -181,8 +183,11 @@ def read_dataset(ref: DatasetRef, ctx: ReadContext) -> DatasetRead:
 
 
 def _read(ref: DatasetRef, ctx: ReadContext, label: str) -> DatasetRead:
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
+    from pdprobe.collectors.request_assemble import assemble
+    from pdprobe.collectors.request_columns import LOW_CARDINALITY
     from pdprobe.collectors.requests_file import map_columns, require_columns
 
     if ref.format != "parquet":
@@ -197,16 +202,35 @@ def _read(ref: DatasetRef, ctx: ReadContext, label: str) -> DatasetRead:
     cmap = map_columns(names)
     require_columns(Path(label), cmap, names)
     wanted = list(dict.fromkeys(cmap.sources.values()))
+    # instance and status columns decoded as dictionaries (codes), as for one file
+    as_dictionary = [cmap.sources[c] for c in LOW_CARDINALITY if c in cmap.sources
+                     and _is_text(dataset.schema.field(cmap.sources[c]).type)]
+    if as_dictionary:
+        dataset = ds.dataset(files, filesystem=fs, partitioning="hive", partition_base_dir=base,
+                             format=ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(
+                                 dictionary_columns=as_dictionary)))
     arrival = cmap.sources["arrival_ts"]
     pushdown = None
     if ctx.window is None:
-        table = dataset.to_table(columns=wanted)
+        scanned: ds.Dataset = dataset
+        reserve = None
     else:
-        table, pushdown = _windowed(dataset, fs, arrival, cmap.scales.get("arrival_ts"),
-                                    wanted, ctx)
+        scanned, reserve, pushdown = _windowed(dataset, fs, arrival,
+                                               cmap.scales.get("arrival_ts"), ctx)
+    # batch by batch into the canonical columns: memory holds them once, not the dataset
+    schema = pa.schema([dataset.schema.field(n) for n in wanted])
+    batches = scanned.to_batches(columns=wanted, batch_readahead=BATCH_READAHEAD,
+                                 fragment_readahead=1)
+    assembled = assemble((b for b in batches if b.num_rows), schema, cmap, reserve)
     notes = [f"Hive-partitioned Parquet dataset of {len(files):,} files"
              + (f" (partitions {', '.join(sorted(part_names))})" if part_names else "")]
-    return dataset_read(label, table, cmap, "parquet-dataset", notes, pushdown)
+    return dataset_read(label, assembled, cmap, "parquet-dataset", notes, pushdown)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
 def dataset_read(label: str, table: pa.Table | Assembled, cmap: ColumnMap, fmt: str,
@@ -234,8 +258,9 @@ def dataset_read(label: str, table: pa.Table | Assembled, cmap: ColumnMap, fmt: 
 
 
 def _windowed(dataset: ds.FileSystemDataset, fs: Any, arrival: str, scale: float | None,
-              wanted: list[str], ctx: ReadContext) -> tuple[pa.Table, Pushdown]:
-    """The rows of the partitions and row groups that can hold the window."""
+              ctx: ReadContext) -> tuple[ds.Dataset, int, Pushdown]:
+    """The partitions' row groups that can hold the window (a dataset to scan), how many
+    rows they hold, and what the window spared."""
     import pyarrow.dataset as ds
 
     assert ctx.window is not None
@@ -266,10 +291,10 @@ def _windowed(dataset: ds.FileSystemDataset, fs: Any, arrival: str, scale: float
         pieces.extend(chosen)
     # whole row groups: the exact cut (time_window.py) then counts what was outside
     sub = ds.FileSystemDataset(pieces, dataset.schema, dataset.format, filesystem=fs)
-    table = sub.to_table(columns=wanted)
+    rows = sum(rg.num_rows for f in pieces for rg in f.row_groups)
     named = [r for r in ranges if r is not None]
     span = (min(r[0] for r in named), max(r[1] for r in named)) if named else None
-    return table, Pushdown(len(fragments), len(keep), groups, read, unread, span)
+    return sub, rows, Pushdown(len(fragments), len(keep), groups, read, unread, span)
 
 
 def _scale(time_type: pa.DataType, scale: float | None, sample_max: float | None) -> float | None:
