@@ -1,4 +1,4 @@
-"""Bounded samples of request records for the capacity model's per-request reconstructions.
+"""Bounded samples of request records for the capacity model.
 
 Reconstructing the decode batch every request shared sorts every start and end event of a
 capture: at 10 million requests that is most of a diagnosis, while a fit of three coefficients
@@ -7,8 +7,11 @@ observes the requests that *start* in evenly spread time blocks (every ``k``-th 
 ``SAMPLE_BLOCK_S``): a sample stratified by time window, holding every instance and every
 length that ran in those windows in proportion. Each sampled request's figure stays exact:
 the reconstruction runs on every request of the same instance that overlaps a sampled one,
-which is everything its figure depends on. Counts, sums and quantiles elsewhere keep using all
-rows; only these reconstructions are sampled, and the fit notes say so.
+which is everything its figure depends on. Prefill busy periods are sampled the same way
+above ``BUSY_SAMPLE_MAX_REQUESTS``. The capacity plan sizes on a proportional stratified
+sample of ``MIX_SAMPLE_REQUESTS`` (``stratified_sample``: arrival time × length octaves).
+Counts and sums (rates, burstiness, load windows, window counts) keep using all rows, and
+the notes say what was sampled.
 """
 
 from __future__ import annotations
