@@ -2,7 +2,7 @@
 
 Prefill: each instance's prefill intervals grouped into busy periods (``busy_periods``), the
 requests that ran alone (``isolated_prefills``) and segments of busy time against computed
-tokens (``busy_segments``). Decode: the time-averaged batch and context every request saw,
+tokens (``busy_segments``), all in ``perf_busy.py`` and importable from here. Decode: the time-averaged batch and context every request saw,
 reconstructed from all requests on its instance (``decode_concurrency``), and per-minute
 (batch, context, ITL) points from metrics when there are no records. Vectorised: no Python
 loop over requests.
@@ -10,240 +10,45 @@ loop over requests.
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis import sampling
-from pdprobe.analysis.capacity.perf_models import attention_tokens2
-from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, time_sample
+# The busy periods and the column helpers live in their own modules; their names stay
+# importable from here.
+from pdprobe.analysis.capacity.perf_busy import (
+    BUSY_SEGMENT_S,
+    BusyPeriods,
+    busy_periods,
+    busy_segments,
+    isolated_prefills,
+)
+from pdprobe.analysis.capacity.perf_columns import (
+    FEW_GROUPS,
+    float_column,
+    instance_codes,
+    sort_by_group,
+    status_ok,
+)
+from pdprobe.analysis.sampling import PASS_CHUNK, time_sample
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from pdprobe.dataset import Dataset
 
 # Decode requests need at least this many output tokens to have a meaningful TPOT.
 MIN_OUTPUT_FOR_TPOT: Final = 2
-# Busy periods of prefill instances are cut into segments this long (by when their requests
-# finish): many forwards each, so a forward straddling a boundary is a small error.
-BUSY_SEGMENT_S: Final = 10.0
 # Bin width for metric-based decode observations: several scrapes per bin, short enough that
 # the batch size is roughly constant within it.
 METRIC_FIT_STEP_S: Final = 60.0
 
-
-def float_column(frame: pd.DataFrame, name: str) -> np.ndarray:
-    """Column ``name`` as float64 (NaN where missing; all NaN when the column is absent)."""
-    if name not in frame:
-        return np.full(len(frame), np.nan)
-    return frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def status_ok(frame: pd.DataFrame) -> np.ndarray:
-    """Whether each request finished ``ok`` (no status counts as ok)."""
-    status = frame["status"]
-    ok = (status == "ok").fillna(False).to_numpy(dtype=bool)  # on categorical codes
-    return ok | status.isna().to_numpy()
-
-
-def instance_codes(column: pd.Series) -> tuple[np.ndarray, int]:
-    """Integer codes of an instance column in name order (-1 where missing) and how many.
-
-    A canonical categorical column (``dataset.canonical_category``: sorted categories) gives
-    its codes as they are; anything else is factorized with its names sorted.
-    """
-    import pandas as pd
-
-    if isinstance(column.dtype, pd.CategoricalDtype) and \
-            column.cat.categories.is_monotonic_increasing:
-        return column.cat.codes.to_numpy().astype(np.int64), len(column.cat.categories)
-    codes, names = pd.factorize(column.astype("string"), sort=True)
-    return np.asarray(codes, dtype=np.int64), len(names)
-
-
-@dataclass(frozen=True, eq=False)
-class BusyPeriods:
-    """Prefill intervals sorted by instance and start, each with its busy period.
-
-    Above ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` prefills the periods are reconstructed around a
-    time-block sample (``sample``): ``observed`` marks the sampled requests, the others are
-    there because they overlap (or touch) one. An observed request's period neighbours are
-    all present, so whether it ran alone is exact; a period's ends beyond the sample are not.
-    """
-
-    row: np.ndarray  # request position
-    start: np.ndarray
-    end: np.ndarray
-    period: np.ndarray  # int64 id from 1, consecutive along the sort order
-    group: np.ndarray | None = None  # instance code, non-decreasing
-    observed: np.ndarray | None = None  # in the sample (None: not sampled, all are)
-    sample: TimeSample | None = None
-
-    def __len__(self) -> int:
-        return len(self.row)
-
-
-# Up to this many groups ``sort_by_group`` radix-sorts by group first and sorts each group's
-# values on its own (one pass of gathers instead of two; values within an instance are nearly
-# in order already, which the stable sort exploits); beyond it, one sort by value first.
-FEW_GROUPS: Final = 256
-
-
-def sort_by_group(codes: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
-    """Permutation sorting by (group code, value), stable (ties keep their order): a radix
-    sort by the (small integer) codes and a sort of each group's values, or for many groups a
-    sort by value then a radix sort by the codes (the same permutation)."""
-    if n_groups < 2**15:
-        codes = codes.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort
-    if n_groups > FEW_GROUPS:
-        order = np.argsort(values, kind="stable")
-        return order[np.argsort(codes[order], kind="stable")]
-    by_group = np.argsort(codes, kind="stable")
-    grouped = values[by_group]
-    sorted_codes = codes[by_group]
-    cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
-    for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(by_group)]):  # per group
-        part = grouped[lo:hi]
-        if len(part) > 1 and not bool(np.all(part[1:] >= part[:-1])):
-            by_group[lo:hi] = by_group[lo:hi][np.argsort(part, kind="stable")]
-    return by_group
-
-
-def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
-    """Prefill intervals grouped into busy periods per instance (overlapping ones merge).
-
-    Sorted by instance (name order) and start; requests without a start, end or instance are
-    left out. Above ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` prefills (unless ``sample`` is
-    false) the periods are those around a time-block sample (``BusyPeriods.sample``).
-    """
-    arrival = float_column(requests, "arrival_ts")
-    queue = float_column(requests, "queue_s")
-    prefill = float_column(requests, "prefill_s")
-    codes, n_names = instance_codes(requests["prefill_instance"])
-    n = len(requests)
-    start, end, valid = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
-    for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
-        hi = lo + PASS_CHUNK
-        s = start[lo:hi] = arrival[lo:hi] + queue[lo:hi]
-        e = end[lo:hi] = s + prefill[lo:hi]
-        valid[lo:hi] = np.isfinite(s) & np.isfinite(e) & (codes[lo:hi] >= 0)
-    rows = np.flatnonzero(valid)
-    if len(rows) == 0:
-        empty = np.zeros(0)
-        return BusyPeriods(rows, empty, empty, np.zeros(0, dtype=np.int64))
-    # touching prefills (one starts as the other ends) share a period: closed overlaps
-    # all valid: views; else a mask (a sequential copy, cheaper than gathering by position)
-    pick: slice | np.ndarray = slice(None) if len(rows) == len(start) else valid
-    taken = time_sample(start[pick], end[pick], codes[pick], closed=True,
-                        max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS) if sample else None
-    observed = None
-    if taken is not None:
-        observed = taken.observed[taken.needed]
-        rows = rows[taken.needed]
-        pick = rows
-    order = sort_by_group(codes[pick], n_names, start[pick])
-    rows = order if isinstance(pick, slice) else rows[order]
-    observed = observed[order] if observed is not None else None
-    s, e, g = start[rows], end[rows], codes[rows]
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = g[1:] != g[:-1]
-    bounds = np.append(np.flatnonzero(first), len(rows))
-    reach = np.empty(len(rows))
-    for lo, hi in itertools.pairwise(bounds):  # per instance, not per request
-        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
-    new_period = first.copy()
-    new_period[1:] |= s[1:] > reach[:-1]  # starts after everything before it has ended
-    return BusyPeriods(rows, s, e, np.cumsum(new_period), g, observed, taken)
-
-
-def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
-    """Whether each request's prefill overlapped no other prefill on its instance."""
-    busy = periods if periods is not None else busy_periods(requests)
-    out = np.zeros(len(requests), dtype=bool)
-    if not len(busy):
-        return out
-    alone = np.bincount(busy.period)[busy.period] == 1
-    if busy.observed is not None:  # sampled: only the sample's neighbours are all known
-        alone &= busy.observed
-    out[busy.row[alone]] = True
-    return out
-
-
-def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(computed tokens, attention tokens², busy seconds) per segment of prefill busy time.
-
-    Each busy period is cut into ``BUSY_SEGMENT_S`` segments by when requests finish prefill;
-    a segment's busy time runs from the previous segment's last finish (or the period start)
-    to its own last finish, and is charged to the requests finishing in it. ``periods`` is
-    ``busy_periods(requests)`` when the caller has it already.
-    """
-    busy = periods if periods is not None else busy_periods(requests)
-    if not len(busy):
-        return None
-    rows, period = busy.row, busy.period
-    prompt = float_column(requests, "prompt_tokens")[rows]
-    cached = np.nan_to_num(float_column(requests, "cached_tokens")[rows], nan=0.0)
-    u = np.maximum(prompt - cached, 1.0)
-    attn = attention_tokens2(u, cached)
-    # periods are consecutive runs sorted by start: a period's first row has its earliest start
-    opens = np.flatnonzero(np.diff(period, prepend=0))
-    period_start = busy.start[opens][period - 1]
-    seg = ((busy.end - period_start) // BUSY_SEGMENT_S).astype(np.int64)
-    seg -= seg.min()  # (a negative prefill_s would end before its period starts)
-    key = period * (int(seg.max()) + 1) + seg  # (period, segment) as one sortable integer
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    heads = np.flatnonzero(np.diff(key, prepend=-1))
-    seg_u = np.add.reduceat(u[order], heads)
-    seg_attn = np.add.reduceat(attn[order], heads)
-    last = np.maximum.reduceat(busy.end[order], heads)
-    seg_period = period[order][heads]
-    begin = np.empty(len(heads))
-    begin[1:] = last[:-1]
-    new = np.ones(len(heads), dtype=bool)
-    new[1:] = seg_period[1:] != seg_period[:-1]
-    begin[new] = period_start[order][heads][new]  # a period's first segment starts with it
-    duration = last - begin
-    ok = duration > 0
-    if busy.observed is not None and busy.group is not None:
-        ok &= _complete(busy, seg_period, begin, last)
-    return seg_u[ok], seg_attn[ok], duration[ok]
-
-
-def _complete(busy: BusyPeriods, seg_period: np.ndarray, begin: np.ndarray,
-              last: np.ndarray) -> np.ndarray:
-    """Per segment of a sampled reconstruction: whether it is the full data's.
-
-    A segment ``[begin, last]`` whose overlapping prefills are all observed has every prefill
-    finishing in it present (a missing one would overlap an observed one, so it would have
-    been kept), and its instance was busy throughout: its busy time and tokens are exact.
-    Segments overlapping a request kept only for its overlap are dropped.
-    """
-    assert busy.observed is not None and busy.group is not None
-    seg_group = busy.group[np.flatnonzero(np.diff(busy.period, prepend=0))][seg_period - 1]
-    ok = np.ones(len(begin), dtype=bool)
-    margin = ~busy.observed
-    cut = np.flatnonzero(np.diff(busy.group)) + 1
-    for lo, hi in itertools.pairwise(np.concatenate([[0], cut, [len(busy)]])):  # per instance
-        m = np.flatnonzero(margin[lo:hi]) + lo
-        if not len(m):
-            continue
-        # the margin prefills' union (they are in start order): disjoint spans
-        reach = np.maximum.accumulate(busy.end[m])
-        new = np.ones(len(m), dtype=bool)
-        new[1:] = busy.start[m][1:] > reach[:-1]
-        heads = np.flatnonzero(new)
-        span_lo = busy.start[m][heads]
-        span_hi = reach[np.append(heads[1:] - 1, len(m) - 1)]
-        g = busy.group[lo]
-        a, b = np.searchsorted(seg_group, [g, g + 1])
-        i = np.searchsorted(span_lo, last[a:b], side="right") - 1
-        ok[a:b] &= ~((i >= 0) & (span_hi[np.maximum(i, 0)] >= begin[a:b]))
-    return ok
+__all__ = [
+    "BUSY_SEGMENT_S", "FEW_GROUPS", "METRIC_FIT_STEP_S", "MIN_OUTPUT_FOR_TPOT",
+    "SWEEP_BLOCK_REQUESTS", "BusyPeriods", "busy_periods", "busy_segments",
+    "decode_concurrency", "decode_metric_observations", "decode_observations",
+    "float_column", "group_codes", "instance_codes", "isolated_prefills", "sort_by_group",
+    "status_ok",
+]
 
 
 def group_codes(group: np.ndarray) -> tuple[np.ndarray, int]:
