@@ -128,11 +128,11 @@ def _header(data: bytes | memoryview, delimiter: str) -> list[str]:
     return [c.strip().lstrip("\ufeff") for c in row]
 
 
-def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_hash_ids: bool
-                    ) -> tuple[pa.Table, ColumnMap, list[str], int]:
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-
+def header_columns(path: Path, data: bytes | memoryview, delimiter: str, want_hash_ids: bool
+                   ) -> tuple[ColumnMap, list[str]]:
+    """The column map of a delimited file's header line and the source columns to read (the
+    hashed id column too when ``want_hash_ids``); a missing header or required column is an
+    ``InputError`` naming the file."""
     names = _header(data, delimiter)
     if not [n for n in names if n]:
         raise InputError(f"{path}: the first line is not a header",
@@ -142,6 +142,15 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
     wanted = list(dict.fromkeys(cmap.sources.values()))
     if want_hash_ids and cmap.hash_ids:
         wanted.append(cmap.hash_ids)
+    return cmap, wanted
+
+
+def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_hash_ids: bool
+                    ) -> tuple[pa.Table, ColumnMap, list[str], int]:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    cmap, wanted = header_columns(path, data, delimiter, want_hash_ids)
     invalid: list[str] = []
     invalid_lines: list[int | None] = []
 

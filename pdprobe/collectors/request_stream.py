@@ -28,17 +28,14 @@ from pdprobe.collectors.request_columns import (
     LOW_CARDINALITY,
     STRING_COLUMNS,
     ColumnMap,
-    _require,
-    map_columns,
 )
 from pdprobe.collectors.request_formats import (
     CSV_BLOCK_BYTES,
     Batches,
-    _header,
     _without_unraisable,
+    header_columns,
 )
 from pdprobe.collectors.request_jsonl import JSON_BLOCK_BYTES, _schema
-from pdprobe.errors import InputError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,15 +96,7 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    names = _header(data, delimiter)
-    if not [n for n in names if n]:
-        raise InputError(f"{path}: the first line is not a header",
-                         hint="add a header line naming the columns")
-    cmap = map_columns(names)
-    _require(path, cmap, names)
-    wanted = list(dict.fromkeys(cmap.sources.values()))
-    if want_hash_ids and cmap.hash_ids:
-        wanted.append(cmap.hash_ids)
+    cmap, wanted = header_columns(path, data, delimiter, want_hash_ids)
     types: dict[str, Any] = {
         cmap.sources[c]: pa.dictionary(pa.int32(), pa.string()) if c in LOW_CARDINALITY
         else pa.string() for c in STRING_COLUMNS if c in cmap.sources}
