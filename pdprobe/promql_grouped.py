@@ -90,31 +90,45 @@ def window_increase(frame: pd.DataFrame, group_cols: list[str], start_ts: float 
     if frame.empty:
         return pd.DataFrame(columns=[*group_cols, "increase"])
     g = group_sorted(frame, group_cols, dropna=False)
-    last_pos = g.ends - 1
-    last, last_ts = g.values[last_pos], g.ts[last_pos]
-    size = g.sizes
-    if start_ts is None:
-        base = g.values[g.starts]
+    counts = None
+    if start_ts is not None:
+        # Per group, samples at or before the start and strictly before it (time-sorted).
+        counts = (np.add.reduceat((g.ts <= start_ts).astype(np.int64), g.starts),
+                  np.add.reduceat((g.ts < start_ts).astype(np.int64), g.starts))
+    inc = increase_within(g.values, g.ts, g.starts, g.sizes, start_ts, counts, from_zero)
+    out = g.key_frame(frame, group_cols, g.starts)
+    out["increase"] = inc
+    return out
+
+
+def increase_within(values: np.ndarray, ts: np.ndarray, starts: np.ndarray, size: np.ndarray,
+                    start_ts: float | None, counts: tuple[np.ndarray, np.ndarray] | None,
+                    from_zero: bool) -> np.ndarray:
+    """Per group of time-sorted samples (``values[starts[i]:starts[i] + size[i]]``, every
+    ``size`` > 0), the increase from the window's base to the last sample; NaN when unknown.
+
+    With ``start_ts``, ``counts`` gives per group the samples at or before it and strictly
+    before it; the base is the last sample at or before the start, else the first inside.
+    """
+    last_pos = starts + size - 1
+    last, last_ts = values[last_pos], ts[last_pos]
+    if start_ts is None or counts is None:
+        base = values[starts]
         n_used = size
         in_window = size > 0
     else:
-        # Per group, samples at or before the start and strictly before it (time-sorted).
-        n_at_or_before = np.add.reduceat((g.ts <= start_ts).astype(np.int64), g.starts)
-        n_before = np.add.reduceat((g.ts < start_ts).astype(np.int64), g.starts)
+        n_at_or_before, n_before = counts
         n_inside = size - n_before
         has_before = n_at_or_before > 0
-        base_before = g.values[np.maximum(g.starts + n_at_or_before - 1, 0)]
-        base_inside = g.values[np.minimum(g.starts + n_before, g.ends - 1)]
+        base_before = values[np.maximum(starts + n_at_or_before - 1, 0)]
+        base_inside = values[np.minimum(starts + n_before, last_pos)]
         base = np.where(has_before, base_before, np.where(n_inside > 0, base_inside, np.nan))
         n_used = n_inside + has_before.astype(np.int64)
         # A series whose last sample precedes the window has ended: its increase is unknown.
         in_window = (last_ts >= start_ts) & (n_inside > 0)
     inc = last - base
     inc = np.where(n_used < 2, last, inc) if from_zero else np.where(n_used >= 2, inc, np.nan)
-    inc = np.where(in_window, inc, np.nan)
-    out = g.key_frame(frame, group_cols, g.starts)
-    out["increase"] = inc
-    return out
+    return np.where(in_window, inc, np.nan)
 
 
 def increases_by_window(g: SortedGroups, edges: np.ndarray,

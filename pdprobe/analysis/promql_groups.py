@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pdprobe.promql_grouped import SortedGroups, group_sorted
+from pdprobe.promql_grouped import SortedGroups, group_sorted, increase_within
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,27 +74,12 @@ def increase_in_window(kg: KindGroups, cols: list[str], start_ts: float | None,
     if not use.any():
         return pd.DataFrame(columns=[*cols, "increase"])
     sel = np.flatnonzero(use)
-    starts, size = g.starts[sel], n_end[sel]
-    last_pos = starts + size - 1
-    last, last_ts = g.values[last_pos], ts[last_pos]
-    if start_ts is None:
-        base = g.values[starts]
-        n_used = size
-        in_window = size > 0
-    else:
+    counts = None
+    if start_ts is not None:
         # Samples at or before the start, and strictly before it, among those up to the end.
-        n_at_or_before = np.add.reduceat((upto & (ts <= start_ts)).astype(np.int64), g.starts)[sel]
-        n_before = np.add.reduceat((upto & (ts < start_ts)).astype(np.int64), g.starts)[sel]
-        n_inside = size - n_before
-        has_before = n_at_or_before > 0
-        base_before = g.values[np.maximum(starts + n_at_or_before - 1, 0)]
-        base_inside = g.values[np.minimum(starts + n_before, last_pos)]
-        base = np.where(has_before, base_before, np.where(n_inside > 0, base_inside, np.nan))
-        n_used = n_inside + has_before.astype(np.int64)
-        in_window = (last_ts >= start_ts) & (n_inside > 0)
-    inc = last - base
-    inc = np.where(n_used < 2, last, inc) if from_zero else np.where(n_used >= 2, inc, np.nan)
-    inc = np.where(in_window, inc, np.nan)
+        counts = (np.add.reduceat((upto & (ts <= start_ts)).astype(np.int64), g.starts)[sel],
+                  np.add.reduceat((upto & (ts < start_ts)).astype(np.int64), g.starts)[sel])
+    inc = increase_within(g.values, ts, g.starts[sel], n_end[sel], start_ts, counts, from_zero)
     out = kg.first_key.take(sel).reset_index(drop=True)
     out["increase"] = inc
     return out
