@@ -163,20 +163,16 @@ _TRACES = ("AzureLLMInferenceTrace_code.csv", "AzureLLMInferenceTrace_conv.csv",
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trace", _TRACES)
-def test_real_traces_at_a_constant_adequate_ratio_never_fire(trace: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_real_traces_at_a_constant_adequate_ratio_never_fire(trace: str, traces_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The public traces (../shared/traces: Azure LLM inference 2023 code/conversation,
     Mooncake conversation/synthetic, read in place) replayed by the simulator at the matrix's
     healthy counts and never rescaled: their natural length drift is no ratio-lag."""
     from dataclasses import replace
-    from pathlib import Path
 
     scenarios = pytest.importorskip("pdprobe.sim.scenarios")
     from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
-    base = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-    if not (base / trace).is_file():
-        pytest.skip(f"public traces not found beside the repository (../shared/traces/{trace}): "
-                    "skipped")
+    base = traces_dir  # the conftest fixture: skipped without the traces, fails in CI
     for load in ("healthy-low", "healthy-high"):
         cfg = scenarios.build_scenario(load, trace=base / trace)
         out = tmp_path / load
