@@ -13,10 +13,10 @@ into counters.
 Nothing in a log is fatal: lines that are not understood, carry a malformed value or no timestamp
 are counted in ``SourceInfo.skipped`` and reported with their line numbers in a warning.
 
-The family modules import the shared helpers (``log_toolkit``, ``log_time``, re-exported here);
-this module imports the family modules lazily inside
-``read_engine_log`` so there is no import cycle. Splitting the lines into streams, the tally of
-skipped lines and the assembly into a ``Partial`` live in ``log_assembly``.
+The family modules import the shared helpers from ``log_toolkit`` and ``log_time``, where they
+are defined; this module imports the family modules lazily inside ``read_engine_log``. Splitting
+the lines into streams, the tally of skipped lines and the assembly into a ``Partial`` live in
+``log_assembly``.
 """
 
 from __future__ import annotations
@@ -32,37 +32,8 @@ import pyarrow.compute as pc
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import GZIP_MAGIC, open_binary
 from pdprobe.collectors.log_assembly import ScannedLines, _partial, _Problems, _split, _with_stamps
-
-# The family modules' toolkit and the timestamp reading live in their own modules; their names
-# are re-exported here, where the family modules (vllm_log, sglang_log, ...) import them.
-from pdprobe.collectors.log_time import (
-    TimeParts,
-    YearChoice,
-    assign_years,
-    extract_time_parts,
-    unix_seconds,
-)
-from pdprobe.collectors.log_toolkit import (
-    MIB,
-    MIN_EVIDENCE_LINES,
-    ROLE_FROM_ENGINE_FIELDS,
-    STALE_AFTER_S,
-    EventRows,
-    FamilyOutput,
-    KeyValues,
-    LineKind,
-    SignalSpec,
-    as_lines,
-    combine_subseries,
-    extract,
-    first_bad,
-    group,
-    interval_events,
-    literal_route,
-    matched,
-    numeric,
-    parse_key_values,
-)
+from pdprobe.collectors.log_time import assign_years, extract_time_parts, unix_seconds
+from pdprobe.collectors.log_toolkit import FamilyOutput, LineKind
 from pdprobe.dataset import Partial
 
 # Read this many (decompressed) bytes at a time so a multi-GB log never sits in memory whole;
@@ -72,15 +43,6 @@ CHUNK_BYTES: Final = 32 * 2**20
 READ_BYTES: Final = 256 * 2**10
 # Lines parsed per call: bounds the memory of the vectorised intermediates on multi-GB logs.
 PARSE_BATCH_LINES: Final = 200_000
-
-
-# --- shared pieces for the family modules ------------------------------------------------------
-
-
-# --- timestamps ---------------------------------------------------------------------------------
-
-
-# --- combining sub-series into instance series ---------------------------------------------------
 
 
 # --- the reader ----------------------------------------------------------------------------------
@@ -284,35 +246,3 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
-
-
-
-__all__ = [
-    "MIB",
-    "MIN_EVIDENCE_LINES",
-    "ROLE_FROM_ENGINE_FIELDS",
-    "STALE_AFTER_S",
-    "EventRows",
-    "FamilyOutput",
-    "KeyValues",
-    "LineKind",
-    "SignalSpec",
-    "TimeParts",
-    "YearChoice",
-    "as_lines",
-    "assign_years",
-    "combine_subseries",
-    "extract",
-    "extract_time_parts",
-    "first_bad",
-    "group",
-    "instance_for",
-    "interval_events",
-    "literal_route",
-    "matched",
-    "numeric",
-    "parse_key_values",
-    "read_engine_log",
-    "scan_lines",
-    "unix_seconds",
-]

@@ -19,8 +19,8 @@ import pandas as pd
 import pyarrow as pa
 
 from pdprobe import signals as S
-from pdprobe.collectors.engine_log import EventRows, as_lines
 from pdprobe.collectors.log_markers import VLLM_FAILURE_MARKERS
+from pdprobe.collectors.log_toolkit import EventRows, as_lines
 
 NIXL_MARKERS: Final = VLLM_FAILURE_MARKERS  # one list: sniffing and routing agree
 # vLLM's scheduler after a failed KV load (vllm/v1/core/sched/scheduler.py,

@@ -15,18 +15,9 @@ import pytest
 from pdprobe import signals as S
 from pdprobe.collectors import engine_log
 from pdprobe.collectors.base import ReadContext
-from pdprobe.collectors.engine_log import (
-    SignalSpec,
-    TimeParts,
-    assign_years,
-    combine_subseries,
-    extract_time_parts,
-    instance_for,
-    parse_key_values,
-    read_engine_log,
-    scan_lines,
-    unix_seconds,
-)
+from pdprobe.collectors.engine_log import instance_for, read_engine_log, scan_lines
+from pdprobe.collectors.log_time import TimeParts, assign_years, extract_time_parts, unix_seconds
+from pdprobe.collectors.log_toolkit import SignalSpec, as_lines, combine_subseries, parse_key_values
 from pdprobe.dataset import EVENT_COLUMNS, METRIC_COLUMNS
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -193,7 +184,7 @@ def test_copied_capture_reads_last_decembers_log_in_the_records_year(tmp_path):
 
 def test_parse_key_values_maps_scales_and_tolerates():
     kv = parse_key_values(
-        engine_log.as_lines(["a=1, b (ms)=2.5, zzz=9", "b (ms)=oops, a=3", "nothing here", ""]),
+        as_lines(["a=1, b (ms)=2.5, zzz=9", "b (ms)=oops, a=3", "nothing here", ""]),
         separator=", ", assign="=", keys={"a": ("a", 1.0), "b (ms)": ("b_s", 1e-3)})
     np.testing.assert_allclose(kv.columns["a"], [1, 3, np.nan, np.nan])
     np.testing.assert_allclose(kv.columns["b_s"], [0.0025, np.nan, np.nan, np.nan])

@@ -11,7 +11,8 @@ import pytest
 
 from pdprobe import signals as S
 from pdprobe.collectors.base import ReadContext
-from pdprobe.collectors.engine_log import ROLE_FROM_ENGINE_FIELDS, read_engine_log
+from pdprobe.collectors.engine_log import read_engine_log
+from pdprobe.collectors.log_toolkit import ROLE_FROM_ENGINE_FIELDS
 from pdprobe.collectors.vllm_log import (
     parse_events,
     parse_kv_transfer,
