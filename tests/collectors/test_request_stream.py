@@ -130,3 +130,24 @@ def test_pieces_end_at_line_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     long_line = b"y" * 500 + b"\nshort\n"
     with pytest.raises(Fallback):
         list(request_stream._pieces(pa.BufferReader(long_line), len(long_line)))
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("trace", ["AzureLLMInferenceTrace_conv.csv",
+                                   "mooncake_conversation_trace.jsonl"])
+def test_public_traces_stream_in_pieces_to_the_whole_file_result(
+        traces_dir: Path, monkeypatch: pytest.MonkeyPatch, trace: str) -> None:
+    """Real producers' files, read in place with their own column names (Azure LLM inference
+    2023: ``TIMESTAMP,ContextTokens,GeneratedTokens``; Mooncake: ``timestamp`` in ms,
+    ``input_length``, ``output_length``, ``hash_ids``), cut into ~20 kB pieces: the same frame,
+    source and warnings as the whole-file reader."""
+    path = traces_dir / trace
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    assert path.stat().st_size > 10 * 20_000  # many pieces, not one
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+    assert got.source == expect.source  # type: ignore[attr-defined]
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
+    assert len(got.requests) > 1000
