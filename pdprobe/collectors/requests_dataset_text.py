@@ -70,6 +70,9 @@ def read_text_dataset(ref: DatasetRef, ctx: ReadContext, label: str) -> DatasetR
         span = (min(r[0] for r in named), max(r[1] for r in named)) if named else None
         pushdown = Pushdown(len(fragments), len(kept), 0, 0, 0, span)
         fragments = kept
+    if ref.format != "jsonl":
+        _check_headers([f.path for f in fragments], wanted, "\t" if ref.format == "tsv" else ",",
+                       first)
     sub = ds.FileSystemDataset(fragments, dataset.schema, dataset.format,
                                filesystem=dataset.filesystem)
     wanted_schema = _select(dataset.schema, wanted)
@@ -136,6 +139,25 @@ def _format(fmt: str, first: Path, head: bytes) -> tuple[Any, pa.Schema, Any]:
                                             check_utf8=False),
         read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES)),
             inferred.schema, cmap)
+
+
+def _check_headers(paths: list[str], wanted: list[str], delimiter: str, first: Path) -> None:
+    """Every member to be read names the mapped columns in its header line: pyarrow would read
+    a member without one as nulls (its rows then dropped as unreadable, the file unnamed), so
+    such a member is an ``InputError`` naming it. One line per member is read."""
+    from pdprobe.collectors.request_formats import _header
+    from pdprobe.errors import InputError
+
+    for path in paths:
+        with open(path, "rb") as fh:
+            names = set(_header(fh.readline(HEAD_BYTES), delimiter))
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise InputError(
+                f"{path}: the header has no column {', '.join(missing)}, which the dataset's "
+                f"first member {first} has",
+                hint="give every file of a partitioned dataset the same header, or pass the odd "
+                     "file as an input of its own")
 
 
 def _with(schema: pa.Schema, partitions: pa.Schema | None) -> pa.Schema:

@@ -113,3 +113,18 @@ def test_a_bad_member_is_one_line_naming_the_dataset(
     assert run(["diagnose", str(lake), "--format", "json"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len([line for line in err if "CSV dataset" in line]) == 1
+
+
+def test_a_member_without_the_mapped_columns_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pyarrow reads a member lacking a column as nulls: without the header check its rows
+    were dropped as 'missing arrival_ts' with no file named."""
+    lake = write_lake(tmp_path / "requests", "csv")
+    member = sorted(lake.rglob("*.csv"))[1]
+    member.write_text("foo,bar\n1,2\n")
+    ref = walk_paths([lake]).datasets[0]
+    with pytest.raises(InputError, match=f"{member.name}: the header has no column"):
+        read_dataset(ref, ReadContext())
+    assert run(["diagnose", str(lake), "--format", "json"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if str(member) in line]) == 1
