@@ -32,12 +32,13 @@ sorted copy of a column.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+
+from pdprobe.analysis.table_cache import table_cache
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -353,20 +354,6 @@ def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
         values = list(uniques)
     lookup = np.array([bool(test(str(v))) for v in values] + [False], dtype=bool)
     return lookup[codes]  # code -1 (missing) reads the trailing False
-
-
-# Per request table: {key: Groups} and {(key, column): GroupFigures}; see the module docstring.
-_CACHE: dict[int, tuple[weakref.ref[pd.DataFrame], dict[Any, Any]]] = {}
-
-
-def table_cache(table: pd.DataFrame) -> dict[Any, Any]:
-    """A dict of figures computed from ``table``, kept as long as the table lives."""
-    key = id(table)
-    hit = _CACHE.get(key)
-    if hit is None or hit[0]() is not table:
-        hit = (weakref.ref(table, lambda _ref: _CACHE.pop(key, None)), {})
-        _CACHE[key] = hit
-    return hit[1]
 
 
 def key_groups(table: pd.DataFrame, key: str) -> Groups:

@@ -10,13 +10,13 @@ times; here each (signal rows, kind, key) is sorted once (cached while its rows 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdprobe.analysis.table_cache import table_cache
 from pdprobe.promql_grouped import SortedGroups, group_sorted, increase_within
 
 if TYPE_CHECKING:
@@ -32,26 +32,20 @@ class KindGroups:
     first_key: pd.DataFrame  # the key columns at each group's first row (dtypes kept)
 
 
-# Per signal-rows frame (by id, dropped with the frame): (kind, key columns) -> KindGroups.
-_CACHE: dict[int, tuple[weakref.ref[pd.DataFrame], dict[tuple[str, tuple[str, ...]], KindGroups]]] = {}
 
 
 def kind_groups(rows: pd.DataFrame, kind: str, cols: list[str]) -> KindGroups:
     """``rows`` (one signal's rows) of ``kind`` with a value, grouped by ``cols`` then time."""
-    key = id(rows)
-    hit = _CACHE.get(key)
-    if hit is None or hit[0]() is not rows:
-        hit = (weakref.ref(rows, lambda _ref: _CACHE.pop(key, None)), {})
-        _CACHE[key] = hit
-    spec = (kind, tuple(cols))
-    found = hit[1].get(spec)
+    cache = table_cache(rows)  # per signal-rows frame
+    spec = ("kind groups", kind, tuple(cols))
+    found: KindGroups | None = cache.get(spec)
     if found is None:
         keep = ((rows["kind"] == kind) & rows["value"].notna()).fillna(False).to_numpy(dtype=bool)
         picked = np.flatnonzero(keep)
         frame = rows[[*cols, "ts", "value"]].take(picked)
         g = group_sorted(frame, cols, dropna=False)
         found = KindGroups(g, picked, g.key_frame(frame, cols, g.starts))
-        hit[1][spec] = found
+        cache[spec] = found
     return found
 
 

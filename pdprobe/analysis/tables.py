@@ -8,28 +8,25 @@ on small tables.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.table_cache import table_cache
+
 if TYPE_CHECKING:
     import pandas as pd
 
-# pd.factorize of a column, per table and column, computed once: several analyses need the
-# instance of every one of 1.7M metric rows as an integer. Keyed by id() and dropped when the
-# table is garbage-collected; sound because tables are not modified in place (Dataset is frozen).
-_CODES: dict[int, tuple[weakref.ref[pd.DataFrame], dict[str, tuple[np.ndarray, pd.Index]]]] = {}
-# Below this many rows factorizing again is as cheap as the cache.
+# pd.factorize of a column is computed once per table and column (``table_cache``): several
+# analyses need the instance of every one of 1.7M metric rows as an integer. Below this many
+# rows factorizing again is as cheap as the cache.
 _CODES_MIN_ROWS: Final = 50_000
 
 
-# The rows of each signal, per table, split once: the analyses select by signal dozens of
-# times, and scanning (then taking from) 1.7M string rows each time was most of a 512-instance
-# live diagnosis. Keyed by id() and dropped when the table is garbage-collected.
-_SIGNAL_FRAMES: dict[int, tuple[weakref.ref[pd.DataFrame], dict[str, pd.DataFrame]]] = {}
-# Below this many rows a scan is as cheap as the split.
+# The rows of each signal are split once per table (``table_cache``): the analyses select by
+# signal dozens of times, and scanning (then taking from) 1.7M string rows each time was most of
+# a 512-instance live diagnosis. Below this many rows a scan is as cheap as the split.
 _SIGNAL_SPLIT_MIN_ROWS: Final = 50_000
 
 
@@ -37,19 +34,17 @@ def signal_rows(table: pd.DataFrame, signal: str) -> pd.DataFrame:
     """The rows of ``signal``, in table order and with the table's index (``table[mask]``)."""
     if len(table) < _SIGNAL_SPLIT_MIN_ROWS:
         return table[(table["signal"] == signal).to_numpy(dtype=bool, na_value=False)]
-    key = id(table)
-    hit = _SIGNAL_FRAMES.get(key)
-    if hit is None or hit[0]() is not table:
+    cache = table_cache(table)
+    frames = cache.get("signal frames")
+    if frames is None:
         import pandas as pd
 
         codes, uniques = pd.factorize(table["signal"], use_na_sentinel=True)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
-        frames = {str(u): table.take(order[bounds[i]:bounds[i + 1]])
-                  for i, u in enumerate(uniques)}
-        hit = (weakref.ref(table, lambda _ref: _SIGNAL_FRAMES.pop(key, None)), frames)
-        _SIGNAL_FRAMES[key] = hit
-    frame = hit[1].get(signal)
+        frames = cache["signal frames"] = {str(u): table.take(order[bounds[i]:bounds[i + 1]])
+                                           for i, u in enumerate(uniques)}
+    frame = frames.get(signal)
     return frame if frame is not None else table.iloc[0:0]
 
 
@@ -70,13 +65,10 @@ def column_codes(table: pd.DataFrame, column: str) -> tuple[np.ndarray, pd.Index
 
     if len(table) < _CODES_MIN_ROWS:
         return pd.factorize(table[column])
-    key = id(table)
-    hit = _CODES.get(key)
-    if hit is None or hit[0]() is not table:
-        hit = (weakref.ref(table, lambda _ref: _CODES.pop(key, None)), {})
-        _CODES[key] = hit
-    if column not in hit[1]:
+    cache = table_cache(table)
+    found = cache.get(("codes", column))
+    if found is None:
         codes, labels = pd.factorize(table[column])
         codes.setflags(write=False)
-        hit[1][column] = (codes, labels)
-    return hit[1][column]
+        found = cache[("codes", column)] = (codes, labels)
+    return found

@@ -122,7 +122,7 @@ def transfer_seconds(ds: Dataset) -> pd.Series | None:
 def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
     """The bin of every request's arrival (``window.bin_of``), computed once per request table
     and window (read-only)."""
-    from pdprobe.analysis.grouped import table_cache
+    from pdprobe.analysis.table_cache import table_cache
 
     cache = table_cache(ds.requests)
     key = ("arrival_bins", window)
