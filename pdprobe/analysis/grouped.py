@@ -326,7 +326,7 @@ def for_quantiles(table: pd.DataFrame, values: Any) -> Any:
     return values.iloc[rows] if hasattr(values, "iloc") else np.asarray(values)[rows]
 
 
-def column_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Integer codes (-1 for missing) and labels of a key column: a categorical's own codes and
     categories; other columns as strings, labels sorted (as ``astype(str).astype("category")``)."""
     import pandas as pd
@@ -360,7 +360,7 @@ def key_groups(table: pd.DataFrame, key: str) -> Groups:
     """The rows of ``table`` grouped by the key column ``key`` (cached per table)."""
     cache = table_cache(table)
     if ("groups", key) not in cache:
-        cache[("groups", key)] = Groups.of(*column_codes(table[key]),
+        cache[("groups", key)] = Groups.of(*key_codes(table[key]),
                                            sample_max=sample_max(len(table), GROUP_SAMPLE_MAX))
     found: Groups = cache[("groups", key)]
     return found

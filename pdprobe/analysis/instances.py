@@ -82,7 +82,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import column_codes, figures, group_sums, key_groups
+    from pdprobe.analysis.grouped import figures, group_sums, key_codes, key_groups
 
     req = dataset.requests
     if req.empty:
@@ -93,7 +93,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
         if not dataset.has_request_column(column) or req[column].isna().all():
             continue
         # value_counts: every category (unused ones count 0), else every value present
-        codes, labels = column_codes(req[column])
+        codes, labels = key_codes(req[column])
         counts = np.bincount(codes[codes >= 0], minlength=len(labels))
         total = float(counts.sum())
         for name, n in zip(labels, counts.tolist(), strict=True):

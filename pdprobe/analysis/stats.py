@@ -33,11 +33,11 @@ def quantiles(values: np.ndarray | pd.Series) -> Quantiles | None:
 def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Quantiles]:
     """Quantiles of ``column`` per value of ``key`` (pandas' grouped linear quantiles), from one
     grouping on integer codes and one sort per group (``analysis.grouped``)."""
-    from pdprobe.analysis.grouped import GroupFigures, Groups, column_codes
+    from pdprobe.analysis.grouped import GroupFigures, Groups, key_codes
 
     if frame.empty:
         return {}
-    groups = Groups.of(*column_codes(frame[key]))
+    groups = Groups.of(*key_codes(frame[key]))
     values = frame[column].to_numpy(dtype=np.float64, na_value=np.nan)
     return figure_quantiles(GroupFigures.of(groups.sorted(values)))
 

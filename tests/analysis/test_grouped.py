@@ -10,8 +10,8 @@ from pdprobe.analysis.grouped import (
     GroupFigures,
     Groups,
     category_mask,
-    column_codes,
     figures,
+    key_codes,
     key_groups,
     stable_order,
 )
@@ -51,7 +51,7 @@ def _expected(frame: pd.DataFrame) -> dict[str, pd.Series]:
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 500])
 def test_figures_equal_pandas_groupby(seed: int, n: int, categorical: bool) -> None:
     frame = _frame(seed, n, categorical)
-    groups = Groups.of(*column_codes(frame["key"]))
+    groups = Groups.of(*key_codes(frame["key"]))
     ordered = groups.sorted(frame["value"].to_numpy())
     got = {"count": ordered.count, "mean": ordered.mean(), "max": ordered.max(),
            "median": ordered.median()}
@@ -69,7 +69,7 @@ def test_figures_equal_pandas_groupby(seed: int, n: int, categorical: bool) -> N
 
 def test_unused_categories_and_missing_keys_are_not_groups() -> None:
     frame = _frame(3, 200, categorical=True)
-    groups = Groups.of(*column_codes(frame["key"]))
+    groups = Groups.of(*key_codes(frame["key"]))
     assert "z-unused" not in groups.labels
     assert groups.totals.sum() == frame["key"].notna().sum()
     assert (groups.codes[frame["key"].isna().to_numpy()] == -1).all()
@@ -81,7 +81,7 @@ def test_unused_categories_and_missing_keys_are_not_groups() -> None:
 
 def test_sums_equal_pandas_grouped_sum() -> None:
     frame = _frame(4, 300, categorical=True)
-    groups = Groups.of(*column_codes(frame["key"]))
+    groups = Groups.of(*key_codes(frame["key"]))
     want = frame.groupby("key", observed=True)["value"].sum()
     np.testing.assert_allclose(groups.sums(frame["value"].to_numpy()), want.to_numpy(),
                                rtol=1e-12)

@@ -120,7 +120,7 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from pdprobe.analysis.grouped import column_codes as request_codes
+    from pdprobe.analysis.grouped import key_codes
     from pdprobe.analysis.tables import column_codes
 
     names = list(index.astype(str))
@@ -146,7 +146,7 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
         all_bins = arrival_bins(ds, window)
     for col in ROLE_COLUMN.values():
         if col in ds.request_columns and len(req):
-            codes, labels = request_codes(req[col])
+            codes, labels = key_codes(req[col])
             lookup = np.array([pos.get(u, -1) for u in labels] + [-1], dtype=np.int64)
             where = lookup[codes]  # code -1 (missing) maps to the trailing -1
             ok = (where >= 0) & inside
