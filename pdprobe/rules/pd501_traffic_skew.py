@@ -284,13 +284,17 @@ def pd_series(values: np.ndarray, index: pd.Index) -> pd.Series:
 def _chi_square_p(source: str, counts: pd.Series, fair_s: pd.Series) -> float | None:
     """Chi-square p-value of the counts against the fair shares, None when the shares are not
     counts or too few (under MIN_REQUESTS_PER_INSTANCE per instance)."""
-    from scipy import stats
+    # scipy.special, not scipy.stats: the same survival function (stats.chisquare's p-value
+    # is chdtrc(k - 1, statistic)) without importing scipy.stats (~0.9 s) on every diagnosis.
+    from scipy.special import chdtrc
 
     if not (source in COUNT_SOURCES and counts.notna().all()
             and float(counts.sum()) >= MIN_REQUESTS_PER_INSTANCE * len(counts)):
         return None
+    observed = counts.to_numpy(dtype="float64")
     expected = float(counts.sum()) * fair_s.to_numpy()
-    return float(stats.chisquare(counts.to_numpy(dtype="float64"), f_exp=expected).pvalue)
+    statistic = float(((observed - expected) ** 2 / expected).sum())
+    return float(chdtrc(len(observed) - 1, statistic))
 
 
 def _impact(f: ClusterEvidence, role: str, rows: pd.DataFrame, over: list[str],

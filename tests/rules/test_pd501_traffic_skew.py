@@ -86,3 +86,23 @@ def test_inconclusive_without_instance_names() -> None:
     req = Cluster(duration_s=300).requests().drop(columns=["prefill_instance", "decode_instance"])
     [res] = RULE.evaluate(make_context(make_dataset(req)))
     assert isinstance(res, Inconclusive) and "decode_instance" in res.needs
+
+
+def test_chi_square_p_equals_scipy_stats_chisquare() -> None:
+    """The p-value without scipy.stats is scipy.stats.chisquare's, bit for bit."""
+    import numpy as np
+    import pandas as pd
+    from scipy import stats
+
+    from pdprobe.rules.pd501_traffic_skew import COUNT_SOURCES, _chi_square_p
+
+    source = sorted(COUNT_SOURCES)[0]
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        k = int(rng.integers(2, 30))
+        counts = pd.Series(rng.integers(50, 5000, size=k).astype("float64"))
+        weights = rng.random(k) + 0.05
+        fair = pd.Series(weights / weights.sum())
+        expected = float(counts.sum()) * fair.to_numpy()
+        want = float(stats.chisquare(counts.to_numpy(), f_exp=expected).pvalue)
+        assert _chi_square_p(source, counts, fair) == want
