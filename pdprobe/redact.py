@@ -29,6 +29,32 @@ WORD_REDACT_BELOW = 4
 
 _PCT = re.compile(r"%[0-9A-F]{2}")
 
+# Header names that carry credentials (Authorization, Cookie, X-Api-Key, X-Auth-Token,
+# X-Amz-Security-Token, CF-Access-Client-Secret, X-Vault-Token, ...). Other headers (a tenant
+# such as X-Scope-OrgID: prod, Accept-Encoding: gzip) are not secrets: redacting their values
+# shredded every report line holding those letters ("prod-decode-0" became "***-decode-0").
+_SECRET_HEADER = re.compile(
+    r"authorization|cookie|token|secret|passw|auth|key|session|signature|credential|jwt",
+    re.IGNORECASE)
+# A value that looks like a credential whatever its header's name: an auth scheme, or a long
+# run of letters and digits (an API key, a JWT, a UUID-like tenant secret).
+_SECRET_VALUE = re.compile(r"(?i)^(?:bearer|basic|token|digest|negotiate|apikey)\s+\S")
+CREDENTIAL_LIKE_MIN_CHARS = 20
+
+
+def secret_header(name: str, value: str) -> bool:
+    """Whether an extra HTTP header's value is to be treated as a secret (and redacted).
+
+    True for credential-like names (``Authorization``, ``Cookie``, anything with token, key,
+    secret, auth, password, session, signature, credential or JWT in it), for values starting
+    with an auth scheme (``Bearer ...``), and for values of at least 20 characters mixing
+    letters and digits; False for plain values such as a tenant id or ``gzip``.
+    """
+    if _SECRET_HEADER.search(name) or _SECRET_VALUE.match(value):
+        return True
+    return (len(value) >= CREDENTIAL_LIKE_MIN_CHARS
+            and any(c.isdigit() for c in value) and any(c.isalpha() for c in value))
+
 
 def _escaped(text: str) -> set[str]:
     """``text`` as it appears inside a JSON string, a Python repr and a URL."""

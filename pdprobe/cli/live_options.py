@@ -235,7 +235,7 @@ def build_target(
     for item in header or []:
         name, sep, value = item.partition(":")
         name, value = name.strip(), value.strip()
-        if value:
+        if value and redact.secret_header(name, value):
             redact.register([value])
         if not sep or not name:
             raise UsageError(f"--header {clean(name)!r}... is not 'Name: value'",

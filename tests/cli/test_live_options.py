@@ -99,3 +99,13 @@ def test_url_passwords_with_hash_or_slash_become_basic_auth() -> None:
     assert target is not None
     assert target.url == "http://prom:9090"
     assert (target.basic_auth_user, target.basic_auth_password) == ("bob", "p#ss/w")
+
+
+def test_a_tenant_header_does_not_shred_the_report_but_a_key_header_is_redacted() -> None:
+    """`-H 'X-Scope-OrgID: prod'` (README's example) must leave "prod-decode-0" readable;
+    `-H 'X-Api-Key: ...'` is still redacted everywhere."""
+    from pdprobe.redact import scrub
+
+    build_target("http://prom:9090/", header=["X-Scope-OrgID: prod", "X-Api-Key: k3y-v4lue"])
+    assert scrub("prod-decode-0 is slow") == "prod-decode-0 is slow"
+    assert scrub("sent k3y-v4lue") == "sent ***"
