@@ -186,8 +186,7 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
     records exist the split is re-tested on the requests themselves (rank test), which is far
     more powerful than comparing bin means.
     """
-    from scipy import stats
-
+    from pdprobe.analysis.evidence.rank_tests import mann_whitney_p
     from pdprobe.analysis.evidence.stats import change_point
 
     if "prompt_mean" not in cluster.columns:
@@ -224,7 +223,7 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
                 p_key = "prompt_p_requests" if name == "prompt" else "output_p_requests"
                 sampled = max(a.size, b.size) > MIX_RANK_TEST_MAX
                 a, b = rank_sample(a), rank_sample(b)
-                out[p_key] = float(stats.mannwhitneyu(a, b).pvalue)
+                out[p_key] = mann_whitney_p(a, b)
                 if sampled:
                     notes.append(f"{name} rank test on a sample of {a.size:,} and {b.size:,} "
                                  "requests either side of the split (every k-th)")
