@@ -203,10 +203,7 @@ def change_point(ts: np.ndarray, values: np.ndarray) -> ChangePoint | None:
     score = np.where(valid, score, -np.inf)
     k = int(ks[int(np.argmax(score))])
     before, after = v[:k], v[k:]
-    if np.ptp(v) == 0:
-        p = 1.0
-    else:
-        p = mann_whitney_p(before, after)
+    p = 1.0 if np.ptp(v) == 0 else mann_whitney_p(before, after)
     return ChangePoint(index=k, ts=float(t[k]), before=float(np.median(before)),
                        after=float(np.median(after)), p_value=p,
                        before_swing=window_swing(before))
