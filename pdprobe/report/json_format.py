@@ -10,7 +10,7 @@ import dataclasses
 import math
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from pdprobe.analysis.base import LengthDistribution, Quantiles
 from pdprobe.report.base import RenderOptions
@@ -25,11 +25,24 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
+# Scalars emitted as they are; checked by exact type first (most of a report's ~70k values).
+_PLAIN: Final = frozenset({str, int, bool, type(None)})
+# What a list of plain numbers holds: the report's series (hundreds of thousands of values).
+_NUMBERS: Final = frozenset({float, int})
+
+
 class _Serializer:
     def __init__(self) -> None:
         self.missing: dict[str, str] = {}
+        # A type's dataclass field names, None for a type that is not a dataclass.
+        self._fields: dict[type, tuple[str, ...] | None] = {}
 
     def value(self, obj: Any, path: str) -> Any:
+        kind = type(obj)
+        if kind in _PLAIN:
+            return obj
+        if kind is float:
+            return obj if math.isfinite(obj) else None
         if isinstance(obj, Missing):
             self.missing[path] = obj.reason
             return None
@@ -37,20 +50,46 @@ class _Serializer:
             return obj.value
         if isinstance(obj, float):  # numpy.float64 too: emitted as a plain float
             return float(obj) if math.isfinite(obj) else None
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return {f.name: self.value(getattr(obj, f.name), f"{path}.{f.name}")
-                    for f in dataclasses.fields(obj)}
+        names = self._field_names(kind)
+        if names is not None:
+            out = {}
+            for name in names:  # plain fields inline: a call per leaf was most of the cost
+                v = getattr(obj, name)
+                vk = type(v)
+                if vk in _PLAIN:
+                    out[name] = v
+                elif vk is float:
+                    out[name] = v if math.isfinite(v) else None
+                else:
+                    out[name] = self.value(v, f"{path}.{name}")
+            return out
         if isinstance(obj, dict):
             return {str(k): self.value(v, f"{path}.{k}") for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            if all(type(v) is float or type(v) is int for v in obj):
+            kinds = set(map(type, obj))
+            if kinds <= _NUMBERS:
                 # Series values (hundreds of thousands in a large cluster's report): no path
-                # per element is needed, as none of them can be a Missing.
+                # per element is needed, as none of them can be a Missing. A finite sum means
+                # every value is finite (a NaN or an infinity never sums to a finite number).
+                if math.isfinite(sum(obj)):
+                    return list(obj)
                 return [v if type(v) is int or math.isfinite(v) else None for v in obj]
+            if kinds <= _PLAIN:  # names, labels: emitted as they are
+                return list(obj)
             return [self.value(v, f"{path}[{i}]") for i, v in enumerate(obj)]
         if hasattr(obj, "item"):  # numpy scalar
             return self.value(obj.item(), path)
         return obj
+
+    def _field_names(self, kind: type) -> tuple[str, ...] | None:
+        """Field names of a dataclass type (cached per type), None for any other type."""
+        try:
+            return self._fields[kind]
+        except KeyError:
+            names = (tuple(f.name for f in dataclasses.fields(kind))
+                     if dataclasses.is_dataclass(kind) and kind is not type else None)
+            self._fields[kind] = names
+            return names
 
 
 def _length_summary(dist: Any, ser: _Serializer, path: str) -> Any:
