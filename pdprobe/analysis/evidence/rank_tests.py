@@ -2,12 +2,12 @@
 
 ``import scipy.stats`` costs ~0.8 CPU-s (it loads scipy.optimize, scipy.sparse, scipy.spatial,
 ... and builds its distributions' docstrings); ``scipy.special`` ~0.3 CPU-s. The live path
-calls Kendall's tau and Theil–Sen (rule trends), Mann–Whitney U (change points) and Pearson's
-chi-square (PD501) a handful of times on series of a few hundred bins, so the same arithmetic
-is done here on numpy and ``scipy.special``: the algorithms of scipy 1.17 (``kendalltau``
+calls Kendall's tau and Theil–Sen (rule trends) and Mann–Whitney U (change points) a handful
+of times on series of a few hundred bins, so the same arithmetic is done here on numpy and
+``scipy.special``: the algorithms of scipy 1.17 (``kendalltau``
 method 'auto', variant 'b'; ``theilslopes`` method 'separate'; ``mannwhitneyu`` two-sided,
-continuity-corrected, method 'auto' with its exact null distribution; ``spearmanr``;
-``chisquare``), operation for operation, so the numbers are identical, not just close.
+continuity-corrected, method 'auto' with its exact null distribution; ``spearmanr``),
+operation for operation, so the numbers are identical, not just close.
 ``tests/analysis/evidence/test_rank_tests.py`` compares them with ``scipy.stats`` on random
 inputs with ties and small samples.
 
@@ -267,23 +267,3 @@ def spearman_rho(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     prob = 2 * stdtr(dof, -np.abs(t))
     return float(rs[1, 0]), float(prob[1, 0])
 
-
-def chi_square_p(observed: np.ndarray, expected: np.ndarray) -> float:
-    """p-value of Pearson's chi-square (``scipy.stats.chisquare(observed, f_exp=expected)``).
-
-    As scipy, the sums of observed and expected counts must agree (relative 1.5e-8).
-    """
-    from scipy.special import chdtrc
-
-    f_obs = np.asarray(observed, dtype=np.float64)
-    f_exp = np.asarray(expected, dtype=np.float64)
-    rtol = np.finfo(np.float64).eps ** 0.5
-    with np.errstate(invalid="ignore"):
-        obs_sum, exp_sum = np.sum(f_obs), np.sum(f_exp)
-        relative_diff = np.abs(obs_sum - exp_sum) / np.minimum(obs_sum, exp_sum)
-    if relative_diff > rtol:
-        raise ValueError("the sums of the observed and expected frequencies must agree to a "
-                         f"relative tolerance of {rtol}, they differ by {relative_diff}")
-    stat = np.sum((f_obs - f_exp) ** 2 / f_exp)
-    df = np.asarray(f_obs.size, dtype=np.float64) - 1 - 0.0
-    return float(chdtrc(df, stat))
