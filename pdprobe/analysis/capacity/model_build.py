@@ -163,6 +163,9 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
             else:
                 what = "per-request prefill_s" if obs[3] == BUSY_SEGMENTS else obs[3]
                 prefill, pfit = fit_prefill(obs[0], obs[1], profile, cached=obs[2], what=what)
+        # memory: the busy periods (millions of rows at scale) are not read past the prefill
+        # fit; released before the decode reconstruction builds its own arrays
+        del periods, obs
         kv_cap = measured_kv_capacity(dataset)
         capacity_tokens = round(kv_cap.tokens) if isinstance(kv_cap, MeasuredKv) \
             else profile.kv_capacity_tokens

@@ -25,12 +25,14 @@ from pdprobe.analysis.capacity.perf_busy import (
 )
 from pdprobe.analysis.capacity.perf_columns import (
     FEW_GROUPS,
+    FloatColumns,
     float_column,
+    instance_code_view,
     instance_codes,
     sort_by_group,
     status_ok,
 )
-from pdprobe.analysis.sampling import PASS_CHUNK, time_sample
+from pdprobe.analysis.sampling import PASS_CHUNK, sample_intervals
 
 if TYPE_CHECKING:
 
@@ -168,63 +170,77 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
     A request decodes from its first token (``arrival + ttft_s``) for ``tpot_s · (output - 1)``
     seconds; the batch it shared is reconstructed from all requests on the same
     ``decode_instance``.
+
+    Memory: the decode intervals are computed chunk by chunk (``decode_spans``) to find the
+    usable rows and draw the sample, and again only at the rows the reconstruction needs; no
+    whole-size start, end or float copy of an integer column is made (at 10 million requests
+    those were about 0.8 GB of fresh pages).
     """
     if not dataset.has_request_column("tpot_s"):
         return "no tpot_s column in the request records"
     req = dataset.requests
-    arrival = float_column(req, "arrival_ts")
-    prompt = float_column(req, "prompt_tokens")
-    out = float_column(req, "output_tokens")
-    tpot = float_column(req, "tpot_s")
-    ttft = float_column(req, "ttft_s")
-    e2e = float_column(req, "e2e_s")
+    cols = FloatColumns(req, ("arrival_ts", "prompt_tokens", "output_tokens", "tpot_s",
+                              "ttft_s", "e2e_s"))
     n = len(req)
-    steps, start, end, usable = np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+    usable = np.empty(n, dtype=bool)
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
-        hi = lo + PASS_CHUNK
-        st = steps[lo:hi] = np.maximum(out[lo:hi] - 1.0, 0.0)
-        s = arrival[lo:hi] + ttft[lo:hi]
-        e = s + tpot[lo:hi] * st
-        unplaced = ~np.isfinite(s)
-        if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
-            done = arrival[lo:hi] + e2e[lo:hi]
-            no_ttft = unplaced & np.isfinite(done)
-            e = np.where(no_ttft, done, e)
-            s = np.where(no_ttft, e - tpot[lo:hi] * st, s)
-        start[lo:hi], end[lo:hi] = s, e
-        usable[lo:hi] = np.isfinite(s) & np.isfinite(e) & (e > s) & np.isfinite(prompt[lo:hi])
+        rows = slice(lo, lo + PASS_CHUNK)
+        s, e, _ = decode_spans(cols, rows)
+        usable[rows] = np.isfinite(s) & np.isfinite(e) & (e > s) & \
+            np.isfinite(cols("prompt_tokens", rows))
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
     if dataset.has_request_column("decode_instance") and req["decode_instance"].notna().any():
         # integer codes straight from the column (missing names are one group of their own):
         # no per-row Python strings
-        group = instance_codes(req["decode_instance"])[0]
+        group: np.ndarray | None = instance_code_view(req["decode_instance"])[0]
         share = 1.0
     else:
-        group = np.zeros(len(req), dtype=np.int64)
+        group = None  # one group: the same reconstruction as all-zero codes
         pool = len(dataset.instances_of("decode"))
         share = 1.0 / pool if pool else 1.0
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
-    rows = np.flatnonzero(usable)
-    # all usable: views; else a mask (a sequential copy, cheaper than gathering by position)
-    pick = slice(None) if len(rows) == len(start) else usable
-    sample = time_sample(start[pick], end[pick], np.asarray(group)[pick])
-    observed = usable
+    sample = sample_intervals(lambda at: decode_spans(cols, at)[:2], n,
+                              None if usable.all() else usable, group)
     if sample is not None:  # exact figures for the sampled requests, from their overlaps
-        observed = np.zeros(len(req), dtype=bool)
-        observed[rows[sample.observed]] = True
-        rows = rows[sample.needed]
+        observed = sample.observed
+        rows = np.flatnonzero(sample.needed)
         how = f"{how}; {sample.describe('requests')}"
-    b, k = decode_concurrency(start[rows], end[rows], prompt[rows], steps[rows],
-                              np.asarray(group)[rows])
-    fit_ok = observed & (out >= MIN_OUTPUT_FOR_TPOT) & np.isfinite(tpot)
+    else:
+        observed = usable
+        rows = np.flatnonzero(usable)
+    del usable
+    start, end, steps = decode_spans(cols, rows)
+    codes = np.zeros(len(rows), dtype=np.int64) if group is None else group[rows]
+    b, k = decode_concurrency(start, end, cols("prompt_tokens", rows), steps, codes)
+    # the fit's requests among rows (rows ascend: they come out in row order)
+    tpot = cols("tpot_s", rows)
+    kept = observed[rows] & (cols("output_tokens", rows) >= MIN_OUTPUT_FOR_TPOT) & \
+        np.isfinite(tpot)
     if "status" in req:
-        fit_ok &= status_ok(req)
-    # rows ascend, so the kept ones come out in row order: no per-request arrays of the table
-    kept = fit_ok[rows]
-    return b[kept] * share, k[kept] * share, tpot[fit_ok], how
+        kept &= status_ok(req, rows)
+    return b[kept] * share, k[kept] * share, tpot[kept], how
+
+
+def decode_spans(cols: FloatColumns, rows: slice | np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(decode start, decode end, decode steps) of the requests at ``rows``: from the first
+    token (``arrival + ttft_s``) for ``tpot_s · (output - 1)`` seconds, or placed back from
+    the end (``arrival + e2e_s``) when there is no first-token time."""
+    steps = np.maximum(cols("output_tokens", rows) - 1.0, 0.0)
+    arrival = cols("arrival_ts", rows)
+    tpot = cols("tpot_s", rows)
+    s = arrival + cols("ttft_s", rows)
+    e = s + tpot * steps
+    unplaced = ~np.isfinite(s)
+    if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
+        done = arrival + cols("e2e_s", rows)
+        no_ttft = unplaced & np.isfinite(done)
+        e = np.where(no_ttft, done, e)
+        s = np.where(no_ttft, e - tpot * steps, s)
+    return s, e, steps
 
 
 def decode_metric_observations(dataset: Dataset, kv_capacity_tokens: int,
