@@ -115,7 +115,7 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     every = math.ceil(n / max_requests)
     phase = every // 2
     t0, s_max = math.inf, -math.inf
-    for lo, hi, s, _ in _chunks(intervals, n_rows, valid):
+    for _lo, _hi, s, _ in _chunks(intervals, n_rows, valid):
         if len(s):
             t0, s_max = min(t0, float(s.min())), max(s_max, float(s.max()))
     # floor division is monotone: the latest start is in the last block

@@ -182,3 +182,36 @@ def test_needed_is_every_request_overlapping_a_sampled_one(closed: bool) -> None
         else:
             expected[j] |= bool(np.any((start[same] < end[j]) & (start[j] < end[same])))
     assert np.array_equal(sample.needed, expected)
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 1 << 16])
+@pytest.mark.parametrize("closed", [False, True])
+def test_sample_intervals_by_chunks_is_time_sample_of_the_valid_rows(
+        monkeypatch: pytest.MonkeyPatch, chunk: int, closed: bool) -> None:
+    """``sample_intervals`` reads the intervals chunk by chunk (odd chunk boundaries here) over
+    every row, invalid ones included as NaN, and gathers group codes at candidates only: the
+    same sample as ``time_sample`` of the valid rows' whole arrays, mapped back to rows."""
+    start, end, group = _intervals(30_000, seed=11, hours=2.0)
+    rng = np.random.default_rng(2)
+    valid = rng.random(len(start)) > 0.1
+    s_all, e_all = start.copy(), end.copy()
+    s_all[~valid & (rng.random(len(start)) < 0.5)] = np.nan  # what a missing column gives
+    e_all[~valid] = np.nan
+    reference = time_sample(start[valid], end[valid], group[valid], max_requests=3_000,
+                            closed=closed)
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    seen: list[int] = []
+
+    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(rows.stop - rows.start if isinstance(rows, slice) else -len(rows))
+        return s_all[rows], e_all[rows]
+
+    sample = sampling.sample_intervals(spans, len(start), valid, group.astype(np.int8),
+                                       max_requests=3_000, closed=closed)
+    assert reference is not None and sample is not None
+    assert max(seen) <= chunk  # whole-size arrays are never asked for, only positions
+    assert (sample.every, sample.total) == (reference.every, reference.total)
+    assert np.array_equal(sample.observed[valid], reference.observed)
+    assert np.array_equal(sample.needed[valid], reference.needed)
+    assert not sample.observed[~valid].any() and not sample.needed[~valid].any()
+    assert sample.describe("requests") == reference.describe("requests")

@@ -72,9 +72,9 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
 
     valid = np.empty(n, dtype=bool)
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
-        rows = slice(lo, lo + PASS_CHUNK)
-        s, e = spans(rows)
-        valid[rows] = np.isfinite(s) & np.isfinite(e) & (codes[rows] >= 0)
+        chunk = slice(lo, lo + PASS_CHUNK)
+        s, e = spans(chunk)
+        valid[chunk] = np.isfinite(s) & np.isfinite(e) & (codes[chunk] >= 0)
     if not valid.any():
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,

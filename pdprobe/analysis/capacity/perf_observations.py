@@ -184,10 +184,10 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
     n = len(req)
     usable = np.empty(n, dtype=bool)
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
-        rows = slice(lo, lo + PASS_CHUNK)
-        s, e, _ = decode_spans(cols, rows)
-        usable[rows] = np.isfinite(s) & np.isfinite(e) & (e > s) & \
-            np.isfinite(cols("prompt_tokens", rows))
+        chunk = slice(lo, lo + PASS_CHUNK)
+        s, e, _ = decode_spans(cols, chunk)
+        usable[chunk] = np.isfinite(s) & np.isfinite(e) & (e > s) & \
+            np.isfinite(cols("prompt_tokens", chunk))
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"

@@ -119,3 +119,99 @@ def test_sort_by_group_is_the_stable_sort_by_group_then_value() -> None:
         order = np.argsort(values, kind="stable")
         expected = order[np.argsort(codes[order], kind="stable")]
         assert np.array_equal(sort_by_group(codes, groups, values), expected)
+
+
+def _chunk(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """Passes over every request in chunks of ``size`` (odd boundaries)."""
+    from pdprobe.analysis.capacity import perf_busy, perf_observations
+
+    for module in (sampling, perf_busy, perf_observations):
+        monkeypatch.setattr(module, "PASS_CHUNK", size)
+
+
+@pytest.mark.parametrize("chunk", [13, 1 << 16])
+def test_sampled_busy_periods_by_chunks_are_the_whole_array_reconstruction(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """The intervals are computed chunk by chunk and at the kept rows only: the periods equal a
+    reconstruction from whole start/end arrays sampled with ``time_sample`` (rows without a
+    start or an instance left out)."""
+    frame = _prefills(12_000)
+    frame.loc[frame.index % 17 == 0, "queue_s"] = np.nan
+    frame["prefill_instance"] = frame["prefill_instance"].where(frame.index % 23 != 0)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 3_000)
+    _chunk(monkeypatch, chunk)
+    req = dataset(frame).requests
+    got = busy_periods(req)
+    start = (req["arrival_ts"] + req["queue_s"]).to_numpy()
+    end = start + req["prefill_s"].to_numpy()
+    codes = req["prefill_instance"].cat.codes.to_numpy().astype(np.int64)
+    valid = np.isfinite(start) & np.isfinite(end) & (codes >= 0)
+    rows = np.flatnonzero(valid)
+    ref = sampling.time_sample(start[rows], end[rows], codes[rows], closed=True,
+                               max_requests=3_000)
+    assert ref is not None and got.sample is not None and got.observed is not None
+    keep = rows[ref.needed]
+    order = sort_by_group(codes[keep], int(codes.max()) + 1, start[keep])
+    np.testing.assert_array_equal(got.row, keep[order])
+    np.testing.assert_array_equal(got.start, start[keep[order]])
+    np.testing.assert_array_equal(got.end, end[keep[order]])
+    np.testing.assert_array_equal(got.group, codes[keep[order]])
+    np.testing.assert_array_equal(got.observed, ref.observed[ref.needed][order])
+
+
+def _decoding(n: int, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    arrival = 1.7e9 + np.sort(rng.uniform(0, 3 * 3600, n))
+    ttft = rng.uniform(0.05, 1.0, n)
+    ttft[rng.random(n) < 0.05] = np.nan  # placed back from the end instead
+    out = rng.integers(1, 400, n)
+    tpot = rng.uniform(0.01, 0.05, n)
+    e2e = ttft + tpot * (out - 1) + 0.01
+    e2e[rng.random(n) < 0.02] = np.nan
+    return pd.DataFrame({
+        "arrival_ts": arrival, "prompt_tokens": rng.integers(10, 4000, n),
+        "output_tokens": out, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
+        "decode_instance": [f"d{i}" for i in rng.integers(0, 5, n)],
+        "status": np.where(rng.random(n) < 0.03, "error", "ok"),
+    })
+
+
+@pytest.mark.parametrize("chunk", [11, 1 << 16])
+def test_decode_observations_by_chunks_are_the_whole_array_reconstruction(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Decode intervals computed chunk by chunk and at the needed rows only give the
+    observations of whole arrays: placed from the first token (or back from the end), sampled
+    with ``time_sample`` on the usable rows, swept on the needed ones."""
+    from pdprobe.analysis.capacity.perf_observations import (
+        decode_concurrency,
+        decode_observations,
+    )
+
+    monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", 2_000)
+    _chunk(monkeypatch, chunk)
+    ds = dataset(_decoding(10_000))
+    got = decode_observations(ds)
+    assert not isinstance(got, str) and "a sample of" in got[3]
+    req = ds.requests
+    arrival, ttft, tpot, e2e = (req[c].to_numpy(dtype=float)
+                                for c in ("arrival_ts", "ttft_s", "tpot_s", "e2e_s"))
+    out = req["output_tokens"].to_numpy(dtype=float)
+    steps = np.maximum(out - 1.0, 0.0)
+    s = arrival + ttft
+    e = s + tpot * steps
+    back = ~np.isfinite(s) & np.isfinite(arrival + e2e)
+    e = np.where(back, arrival + e2e, e)
+    s = np.where(back, e - tpot * steps, s)
+    usable = np.flatnonzero(np.isfinite(s) & np.isfinite(e) & (e > s))
+    codes = req["decode_instance"].cat.codes.to_numpy().astype(np.int64)
+    ref = sampling.time_sample(s[usable], e[usable], codes[usable])
+    assert ref is not None
+    rows = usable[ref.needed]
+    b, k = decode_concurrency(s[rows], e[rows], req["prompt_tokens"].to_numpy(dtype=float)[rows],
+                              steps[rows], codes[rows])
+    observed = np.zeros(len(req), dtype=bool)
+    observed[usable[ref.observed]] = True
+    fit = observed & (out >= 2) & np.isfinite(tpot) & (req["status"] == "ok").to_numpy()
+    np.testing.assert_array_equal(got[0], b[fit[rows]])
+    np.testing.assert_array_equal(got[1], k[fit[rows]])
+    np.testing.assert_array_equal(got[2], tpot[fit])
