@@ -16,162 +16,27 @@ import numpy as np
 
 from pdprobe.analysis.base import RatioWindow
 from pdprobe.analysis.capacity.mix import WorkloadMix
-from pdprobe.analysis.capacity.perf_observations import float_column, status_ok
 from pdprobe.analysis.capacity.rates import ModelInputs
 from pdprobe.analysis.capacity.ratio_fit import ratio_fit
 from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utilizations
+from pdprobe.analysis.capacity.window_counts import (
+    active_instances,
+    counter_served_rates,
+    known_sum,
+    run_sums,
+    served_counts,
+    window_bounds,
+    window_edges,
+    window_index,
+)
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from pdprobe.dataset import Dataset
 
 # A window needs this many requests for its length mix and burstiness to mean something.
 MIN_WINDOW_REQUESTS: Final = 20
-# A trailing window shorter than this share of the window length is merged into the previous.
-MIN_TAIL_FRACTION: Final = 0.5
-# Cap on the number of windows (a week at 5 minutes is 2016); wider windows beyond it.
-MAX_WINDOWS: Final = 2000
-# Instances × windows beyond which presence is found from the distinct pairs, not a full table.
-MAX_PRESENCE_CELLS: Final = 4_000_000
-
-
-def window_edges(start: float, end: float, window_s: float) -> np.ndarray:
-    """Window boundaries covering [start, end]; a short tail joins the last full window."""
-    span = end - start
-    if span <= 0:
-        return np.array([start, start + window_s])
-    width = max(window_s, span / MAX_WINDOWS)
-    n = max(int(span // width), 1)
-    edges = start + width * np.arange(n + 1)
-    tail = end - edges[-1]
-    if tail > MIN_TAIL_FRACTION * width or n == 0:
-        edges = np.append(edges, end)
-    else:
-        edges[-1] = end
-    return edges
-
-
-def window_index(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Each time's window ``w`` with ``edges[w] <= t < edges[w + 1]``, or -1 outside all."""
-    t = np.asarray(times, dtype=np.float64)
-    idx = np.searchsorted(edges, t, side="right") - 1
-    idx[(idx >= len(edges) - 1) | ~np.isfinite(t)] = -1
-    return idx
-
-
-def active_instances(dataset: Dataset, role: str, edges: np.ndarray,
-                     arrival_window: np.ndarray | None = None) -> list[int | None]:
-    """Per window: instances of ``role`` that reported samples or served requests in it.
-
-    Metric samples count for instances known to have the role; request records name the
-    instance directly. All windows at once: each source's labels become integer codes (a
-    categorical column's own codes: no string per row) and (window, instance) pairs are marked
-    in a presence table, never per-window scans. ``arrival_window``: each record's window
-    (``window_index`` of its arrival) when the caller has it, shared by both roles.
-    """
-    import pandas as pd
-
-    from pdprobe.analysis.tables import column_codes
-
-    n_win = len(edges) - 1
-    names = {i.name for i in dataset.instances_of(role)}  # type: ignore[arg-type]
-    if not names:
-        return [None] * n_win
-    sources: list[tuple[np.ndarray, np.ndarray, pd.Index]] = []
-    m = dataset.metrics
-    if len(m):
-        # The metric rows' instance codes (shared by every analysis); codes of instances
-        # without the role become -1 (decided per distinct name, not per row).
-        codes, labels = column_codes(m, "instance")
-        member = np.fromiter((str(u) in names for u in labels), dtype=bool, count=len(labels))
-        renumber = np.append(np.where(member, np.cumsum(member) - 1, -1), -1)
-        sources.append((window_index(m["ts"].to_numpy(dtype=np.float64, na_value=np.nan), edges),
-                        renumber[codes], labels[member]))
-    req = dataset.requests
-    col = f"{role}_instance"
-    if len(req) and dataset.has_request_column(col):
-        column = req[col]
-        if isinstance(column.dtype, pd.CategoricalDtype):  # the canonical dtype: its codes
-            codes, labels = column.cat.codes.to_numpy(), pd.Index(column.cat.categories)
-        else:
-            codes, labels = pd.factorize(column.astype("string"))
-        if arrival_window is None:
-            arrival_window = window_index(
-                req["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan), edges)
-        sources.append((arrival_window, codes, labels))
-    seen: dict[str, np.ndarray] = {}  # instance -> windows it was seen in
-    for win, codes, labels in sources:
-        pairs = _window_label_pairs(win, codes, labels, n_win)
-        for label, present in pairs.items():  # loop over instances, not rows
-            seen[label] = seen[label] | present if label in seen else present
-    if not seen:
-        return [None] * n_win
-    counts = np.sum(list(seen.values()), axis=0)
-    return [int(c) if c else None for c in counts]
-
-
-def _window_label_pairs(win: np.ndarray, codes: np.ndarray, uniq: pd.Index,
-                        n_win: int) -> dict[str, np.ndarray]:
-    """For each label: in which windows it occurs (``win`` -1 and missing labels skipped).
-
-    ``codes``/``uniq`` are the factorized labels (code -1: missing).
-    """
-    ok = (win >= 0) & (codes >= 0)
-    k = len(uniq)
-    if k == 0 or not ok.any():
-        return {}
-    if ok.all():  # the usual case: no copies of the selection
-        key = codes.astype(np.int64)
-    else:
-        key = codes[ok].astype(np.int64)
-        win = win[ok]
-    key *= n_win
-    key += win
-    if k * n_win <= MAX_PRESENCE_CELLS:
-        table = np.bincount(key, minlength=k * n_win).reshape(k, n_win) > 0
-    else:  # many labels over many windows: mark only the pairs that occur
-        table = np.zeros((k, n_win), dtype=bool)
-        pairs = np.unique(key)
-        table[pairs // n_win, pairs % n_win] = True
-    return {str(label): table[i] for i, label in enumerate(uniq)}
-
-
-def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
-    """Per window: requests completed ``ok`` in it, from the records (None without ``e2e_s``)."""
-    req = dataset.requests
-    if not (len(req) and dataset.has_request_column("e2e_s")):
-        return None
-    done = float_column(req, "arrival_ts") + float_column(req, "e2e_s")
-    w = window_index(done, edges)
-    if dataset.has_request_column("status"):
-        w[~status_ok(req)] = -1  # no status counts as ok
-    return np.bincount(w[w >= 0], minlength=len(edges) - 1)
-
-
-def counter_served_rates(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
-    """Per window: completions per second from the decode instances' finished-requests
-    counters (NaN where no increase is known); None without metrics."""
-    if dataset.metrics.empty:
-        return None
-    from pdprobe import signals as S
-    from pdprobe.analysis.promql import counter_increase_by_window
-
-    inc = counter_increase_by_window(dataset.metrics, S.REQUESTS_FINISHED_TOTAL, edges)
-    decode = [i.name for i in dataset.instances_of("decode")]
-    if decode:
-        inc = inc[inc.index.isin(decode)]
-    return _known_sum(inc.to_numpy(dtype=np.float64)) / np.diff(edges)
-
-
-def _known_sum(values: np.ndarray) -> np.ndarray:
-    """Column sums over the known (non-NaN) cells; NaN for a column with none."""
-    known = ~np.isnan(values)
-    total = np.where(known, values, 0.0).sum(axis=0)
-    return np.where(known.any(axis=0), total, np.nan)
-
-
 def _rate_or_none(rates: np.ndarray | None, w: int) -> float | None:
     if rates is None or not math.isfinite(rates[w]):
         return None
@@ -193,21 +58,16 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         return ()
     edges = window_edges(float(ts[0]), float(ts[-1]), window_s)
     n_win = len(edges) - 1
-    idx = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n_win - 1)
     # arrivals are sorted, so each window's requests are one run: its bounds, not a mask
-    bounds = np.searchsorted(idx, np.arange(n_win + 1), side="left")
+    bounds = window_bounds(ts, edges)
     count = np.diff(bounds)
     prompt = pop.prompt_tokens if pop is not None else mix.prompt_tokens
     output = pop.output_tokens if pop is not None else mix.output_tokens
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_prompt = np.bincount(idx, weights=prompt, minlength=n_win) / count
-        mean_output = np.bincount(idx, weights=output, minlength=n_win) / count
-    arrival_window = window_index(dataset.requests["arrival_ts"].to_numpy(
-        dtype=np.float64, na_value=np.nan), edges) if dataset and len(dataset.requests) else None
-    active_p = active_instances(dataset, "prefill", edges, arrival_window) if dataset \
-        else [None] * n_win
-    active_d = active_instances(dataset, "decode", edges, arrival_window) if dataset \
-        else [None] * n_win
+        mean_prompt = run_sums(prompt, bounds) / count
+        mean_output = run_sums(output, bounds) / count
+    active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
+    active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
     counted = counter_served_rates(dataset, edges) if dataset and done is None else None
     out = []
@@ -361,7 +221,7 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
         mean_prompt = np.where(has_p & (counts > 0), prompt_sums / counts, np.nan)
         mean_output = np.where(has_o & (out_counts > 0), output_sums / out_counts, np.nan)
     counts = np.where(has_p, counts, np.nan)
-    started = _known_sum(counter_increase_by_window(metrics, S.REQUESTS_STARTED_TOTAL, edges)
+    started = known_sum(counter_increase_by_window(metrics, S.REQUESTS_STARTED_TOTAL, edges)
                          .to_numpy(dtype=np.float64))
     served_rates = counter_served_rates(dataset, edges)
     out = []

@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.recommend import Slo
-from pdprobe.analysis.capacity.windows import (
-    MIN_WINDOW_REQUESTS,
-    active_instances,
-    ratio_windows,
-    served_counts,
-    window_edges,
-    window_index,
-)
+from pdprobe.analysis.capacity.windows import MIN_WINDOW_REQUESTS, ratio_windows
 from pdprobe.dataset import InstanceInfo
 from pdprobe.values import Missing
 
 from ._data import dataset, simple_model
-
-
-def test_window_edges() -> None:
-    assert window_edges(0.0, 1000.0, 300.0) == pytest.approx([0, 300, 600, 1000])
-    assert window_edges(0.0, 1100.0, 300.0) == pytest.approx([0, 300, 600, 900, 1100])
-    assert window_edges(5.0, 5.0, 300.0) == pytest.approx([5.0, 305.0])
 
 
 def test_windows_follow_a_load_step_and_the_deployment() -> None:
@@ -70,50 +55,3 @@ def test_thin_windows_are_missing_with_reason() -> None:
     assert isinstance(thin[0].theoretical_ratio, Missing)
     assert "only 10 requests" in thin[0].theoretical_ratio.reason
     assert isinstance(thin[0].deployed_prefill, Missing)
-
-
-def test_window_index_is_half_open() -> None:
-    edges = np.array([0.0, 10.0, 20.0, 25.0])
-    t = np.array([-1.0, 0.0, 9.999, 10.0, 24.9, 25.0, np.nan])
-    assert window_index(t, edges).tolist() == [-1, 0, 0, 1, 2, -1, -1]
-
-
-def test_active_instances_and_served_counts_match_per_window_filters() -> None:
-    rng = np.random.default_rng(2)
-    n = 2000
-    ts = np.sort(rng.uniform(0, 1200, n))
-    frame = pd.DataFrame({
-        "arrival_ts": ts, "prompt_tokens": 100, "output_tokens": 10,
-        # p1 only serves the second half; one record names an instance nobody declared
-        "prefill_instance": np.where(ts < 600, "p0", rng.choice(["p0", "p1"], n)),
-        "decode_instance": pd.Series("d0", index=range(n)).mask(rng.random(n) < 0.001),
-        "e2e_s": rng.uniform(1, 200, n),
-        "status": rng.choice(["ok", "ok", "ok", "error"], n),
-    })
-    frame.loc[5, "prefill_instance"] = "stray"
-    metrics = pd.DataFrame({
-        "ts": np.arange(0.0, 1200.0, 15.0).repeat(2),
-        "instance": np.tile(["d1", "other"], 80),  # d1 only ever reports metrics
-        "signal": "requests_running", "kind": "gauge", "le": np.nan, "value": 1.0,
-    })
-    insts = (InstanceInfo("p0", "prefill", "t"), InstanceInfo("p1", "prefill", "t"),
-             InstanceInfo("d0", "decode", "t"), InstanceInfo("d1", "decode", "t"))
-    ds = dataset(frame, metrics=metrics, instances=insts)
-    edges = window_edges(float(ts[0]), float(ts[-1]), 300.0)
-    req, m = ds.requests, ds.metrics
-    for role in ("prefill", "decode"):
-        names = {i.name for i in insts if i.role == role}
-        expected = []
-        for lo, hi in itertools.pairwise(edges):
-            seen = set(m.loc[(m["ts"] >= lo) & (m["ts"] < hi), "instance"]) & names
-            inside = req[(req["arrival_ts"] >= lo) & (req["arrival_ts"] < hi)]
-            seen |= set(inside[f"{role}_instance"].dropna().astype(str))
-            expected.append(len(seen) or None)
-        assert active_instances(ds, role, edges) == expected
-    assert active_instances(ds, "prefill", edges)[0] == 2  # p0 and the stray record
-    done = (req["arrival_ts"] + req["e2e_s"]).to_numpy()
-    ok = (req["status"] == "ok").to_numpy()
-    expected_done = [int(np.sum(ok & (done >= lo) & (done < hi)))
-                     for lo, hi in itertools.pairwise(edges)]
-    counts = served_counts(ds, edges)
-    assert counts is not None and counts.tolist() == expected_done

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from pdprobe.analysis.base import RatioWindow
-from pdprobe.analysis.capacity.windows import planner_by_window, window_edges, with_planner
+from pdprobe.analysis.capacity.window_counts import window_edges
+from pdprobe.analysis.capacity.windows import planner_by_window, with_planner
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.fuse import fuse
 from pdprobe.collectors.openmetrics import read_openmetrics

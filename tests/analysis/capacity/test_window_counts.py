@@ -1,0 +1,123 @@
+"""Tests for pdprobe/analysis/capacity/window_counts.py: counts per window from every
+request, chunk by chunk, equal to whole-array passes."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity.window_counts import (
+    active_instances,
+    run_sums,
+    served_counts,
+    window_bounds,
+    window_edges,
+    window_index,
+)
+from pdprobe.dataset import InstanceInfo
+
+from ._data import dataset
+
+
+def test_window_edges() -> None:
+    assert window_edges(0.0, 1000.0, 300.0) == pytest.approx([0, 300, 600, 1000])
+    assert window_edges(0.0, 1100.0, 300.0) == pytest.approx([0, 300, 600, 900, 1100])
+    assert window_edges(5.0, 5.0, 300.0) == pytest.approx([5.0, 305.0])
+
+
+def test_window_index_is_half_open() -> None:
+    edges = np.array([0.0, 10.0, 20.0, 25.0])
+    t = np.array([-1.0, 0.0, 9.999, 10.0, 24.9, 25.0, np.nan])
+    assert window_index(t, edges).tolist() == [-1, 0, 0, 1, 2, -1, -1]
+
+
+def test_active_instances_and_served_counts_match_per_window_filters() -> None:
+    rng = np.random.default_rng(2)
+    n = 2000
+    ts = np.sort(rng.uniform(0, 1200, n))
+    frame = pd.DataFrame({
+        "arrival_ts": ts, "prompt_tokens": 100, "output_tokens": 10,
+        # p1 only serves the second half; one record names an instance nobody declared
+        "prefill_instance": np.where(ts < 600, "p0", rng.choice(["p0", "p1"], n)),
+        "decode_instance": pd.Series("d0", index=range(n)).mask(rng.random(n) < 0.001),
+        "e2e_s": rng.uniform(1, 200, n),
+        "status": rng.choice(["ok", "ok", "ok", "error"], n),
+    })
+    frame.loc[5, "prefill_instance"] = "stray"
+    metrics = pd.DataFrame({
+        "ts": np.arange(0.0, 1200.0, 15.0).repeat(2),
+        "instance": np.tile(["d1", "other"], 80),  # d1 only ever reports metrics
+        "signal": "requests_running", "kind": "gauge", "le": np.nan, "value": 1.0,
+    })
+    insts = (InstanceInfo("p0", "prefill", "t"), InstanceInfo("p1", "prefill", "t"),
+             InstanceInfo("d0", "decode", "t"), InstanceInfo("d1", "decode", "t"))
+    ds = dataset(frame, metrics=metrics, instances=insts)
+    edges = window_edges(float(ts[0]), float(ts[-1]), 300.0)
+    req, m = ds.requests, ds.metrics
+    for role in ("prefill", "decode"):
+        names = {i.name for i in insts if i.role == role}
+        expected = []
+        for lo, hi in itertools.pairwise(edges):
+            seen = set(m.loc[(m["ts"] >= lo) & (m["ts"] < hi), "instance"]) & names
+            inside = req[(req["arrival_ts"] >= lo) & (req["arrival_ts"] < hi)]
+            seen |= set(inside[f"{role}_instance"].dropna().astype(str))
+            expected.append(len(seen) or None)
+        assert active_instances(ds, role, edges) == expected
+    assert active_instances(ds, "prefill", edges)[0] == 2  # p0 and the stray record
+    done = (req["arrival_ts"] + req["e2e_s"]).to_numpy()
+    ok = (req["status"] == "ok").to_numpy()
+    expected_done = [int(np.sum(ok & (done >= lo) & (done < hi)))
+                     for lo, hi in itertools.pairwise(edges)]
+    counts = served_counts(ds, edges)
+    assert counts is not None and counts.tolist() == expected_done
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])
+def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPatch,
+                                                   chunk: int) -> None:
+    """Run bounds, length sums (bit for bit ``np.bincount``'s), presence and completions,
+    computed a chunk at a time (odd boundaries), equal the whole-array computations."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(8)
+    n = 5000
+    ts = np.sort(1.7e9 + rng.uniform(0, 1500, n))
+    prompt = rng.lognormal(6, 1.5, n)  # not integers: the order of additions shows
+    edges = window_edges(float(ts[0]), float(ts[-1]), 300.0)
+    at = int(np.searchsorted(ts, edges[2]))
+    ts[at:at + 40] = edges[2]  # ties on an edge
+    idx = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, len(edges) - 2)
+    bounds = window_bounds(ts, edges)
+    assert bounds.tolist() == np.searchsorted(idx, np.arange(len(edges)), side="left").tolist()
+    want = np.bincount(idx, weights=prompt, minlength=len(edges) - 1)
+    assert run_sums(prompt, bounds).tolist() == want.tolist()  # the same bits
+    ints = rng.integers(1, 9000, n)
+    assert run_sums(ints, bounds).tolist() == np.bincount(
+        idx, weights=ints, minlength=len(edges) - 1).tolist()
+    frame = pd.DataFrame({
+        "arrival_ts": ts, "prompt_tokens": 100, "output_tokens": 10,
+        "prefill_instance": rng.choice(["p0", "p1", "p2"], n),
+        "decode_instance": pd.Series("d0", index=range(n)).mask(ts > ts[n // 2]),
+        "e2e_s": np.where(rng.random(n) < 0.05, np.nan, rng.uniform(1, 900, n)),
+        "status": rng.choice(["ok", "ok", "error"], n),
+    })
+    frame.loc[frame.index[ts < ts[0] + 400], "prefill_instance"] = "p0"
+    insts = (*(InstanceInfo(f"p{i}", "prefill", "t") for i in range(3)),
+             InstanceInfo("d0", "decode", "t"))
+    ds = dataset(frame, instances=insts)
+    req = ds.requests
+    win = window_index(req["arrival_ts"].to_numpy(), edges)
+    for role in ("prefill", "decode"):
+        col = req[f"{role}_instance"]
+        expected = [len(set(col[win == w].dropna())) or None for w in range(len(edges) - 1)]
+        assert active_instances(ds, role, edges) == expected
+    assert active_instances(ds, "prefill", edges)[0] == 1
+    done = window_index((req["arrival_ts"] + req["e2e_s"]).to_numpy(), edges)
+    ok = (req["status"] == "ok").to_numpy()
+    counts = served_counts(ds, edges)
+    assert counts is not None
+    assert counts.tolist() == np.bincount(done[ok & (done >= 0)],
+                                          minlength=len(edges) - 1).tolist()
