@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from pdprobe.collectors import request_duckdb
 from pdprobe.collectors.request_columns import (
     LOW_CARDINALITY,
     STRING_COLUMNS,
@@ -145,11 +146,16 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
 def stream_jsonl(path: Path, source: Any, data: bytes | memoryview, want_hash_ids: bool
                  ) -> tuple[Batches, ColumnMap]:
     """The mapped columns of a clean JSON Lines file, piece by piece (module docstring), with
-    the schema learned from the first lines (``request_jsonl._schema``)."""
+    the schema learned from the first lines (``request_jsonl._schema``); read by DuckDB where
+    it applies (``request_duckdb``)."""
     import pyarrow.json as pjson
 
     schema, cmap = _schema(path, data, want_hash_ids)
     size = source.size()
+    if request_duckdb.wanted() and request_duckdb.applies(path, source, schema):
+        head = np.frombuffer(data[:STREAM_PIECE_BYTES], dtype=np.uint8)
+        return request_duckdb.read_jsonl(path, schema, size, head.size,
+                                         int(np.count_nonzero(head == 0x0A)), Fallback), cmap
 
     def read(piece: pa.Buffer) -> pa.Table:
         return pjson.read_json(

@@ -1,0 +1,219 @@
+"""Tests for pdprobe/collectors/request_duckdb.py: DuckDB's JSON Lines read gives pyarrow's frame."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.collectors import request_duckdb, requests_file
+from pdprobe.collectors.base import ReadContext
+from pdprobe.collectors.requests_file import read_requests
+from pdprobe.dataset import Partial
+from pdprobe.errors import InputError
+
+ROWS = 2000
+
+
+def _records(rows: int = ROWS) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(11)
+    out: list[dict[str, Any]] = []
+    for i in range(rows):
+        out.append({
+            "request_id": f"r{i}",
+            "arrival_ts": 1.75e9 + i * 0.37 + float(rng.uniform(0, 0.1)),
+            "input_tokens": int(rng.integers(1, 9000)),
+            "output_tokens": int(rng.integers(1, 900)),
+            "ttft_ms": float(rng.uniform(5, 900)),
+            "kv_bytes": int(rng.integers(1, 2**62)),  # beyond 2**53: rounded as pyarrow rounds
+            "prefill_instance": ["préfill-α", "prefill-東京", "p\"quoted\"", "p\\back"][i % 4],
+            "decode_instance": f"decode-{i % 5}",
+            "status": ["ok", "error", "timeout", "aborted", "OK ", None][i % 6],
+            "note": {"nested": [1, 2]},  # not mapped: not read
+        })
+    return out
+
+
+def _write(path: Path, records: list[dict[str, Any]], eol: str = "\n", head: str = "") -> None:
+    path.write_bytes((head + "".join(json.dumps(r, ensure_ascii=False) + eol
+                                     for r in records)).encode("utf-8"))
+
+
+def _read(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> Partial:
+    with monkeypatch.context() as m:
+        m.setenv(request_duckdb.ENGINE_ENV, engine)
+        return read_requests(path, ReadContext())
+
+
+class _Spy:
+    """Counts the batches DuckDB handed over and the whole-file (pyarrow) re-reads."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.batches = 0
+        self.whole = 0
+        batches = request_duckdb._batches
+        whole = requests_file.read_jsonl
+
+        def counted(*args: Any) -> Any:
+            for batch in batches(*args):
+                self.batches += 1
+                yield batch
+
+        def whole_read(*args: Any) -> Any:
+            self.whole += 1
+            return whole(*args)
+
+        monkeypatch.setattr(request_duckdb, "_batches", counted)
+        monkeypatch.setattr(requests_file, "read_jsonl", whole_read)
+
+
+def _same(a: Partial, b: Partial) -> None:
+    assert a.requests is not None and b.requests is not None
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    assert a.source == b.source
+    assert a.warnings == b.warnings
+    assert a.request_columns == b.request_columns
+    assert a.role_hints == b.role_hints
+
+
+duckdb_only = pytest.mark.skipif(importlib.util.find_spec("duckdb") is None,
+                                 reason="duckdb not installed (pip install 'pdprobe[duckdb]')")
+
+
+@duckdb_only
+@pytest.mark.parametrize("variant", ["plain", "crlf", "bom", "blank_lines", "missing_keys",
+                                     "nulls", "key_order", "ints_as_floats", "no_final_eol"])
+def test_clean_files_read_by_duckdb_give_pyarrows_frame(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
+    records = _records()
+    eol, head = "\n", ""
+    if variant == "crlf":
+        eol = "\r\n"
+    elif variant == "bom":
+        head = "\ufeff"
+    elif variant == "missing_keys":
+        for r in records[300::7]:
+            del r["ttft_ms"], r["decode_instance"]
+    elif variant == "nulls":
+        for r in records[500::5]:
+            r.update(ttft_ms=None, prefill_instance=None, kv_bytes=None)
+    elif variant == "key_order":
+        records = [dict(reversed(list(r.items()))) for r in records]
+    elif variant == "ints_as_floats":
+        for r in records[::3]:
+            r["arrival_ts"] = int(r["arrival_ts"])
+            r["ttft_ms"] = 7
+    path = tmp_path / "r.jsonl"
+    _write(path, records, eol, head)
+    if variant == "blank_lines":
+        text = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        text[100:100] = ["\n", "   \n"]
+        path.write_text("".join(text), encoding="utf-8")
+    if variant == "no_final_eol":
+        path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    expect = _read(path, "pyarrow", monkeypatch)
+    spy = _Spy(monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert spy.batches >= 1 and spy.whole == 0  # DuckDB read it, no fallback
+    _same(got, expect)
+    assert got.requests is not None and len(got.requests) > 0
+
+
+@duckdb_only
+@pytest.mark.parametrize("bad", [
+    '{"request_id": "r1", "arrival_ts": \n',  # broken JSON
+    '{"request_id": 17, "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6}\n',
+    '{"request_id": "x", "arrival_ts": 1e400, "input_tokens": 5, "output_tokens": 6}\n',
+    '{"request_id": "x", "request_id": "y", "arrival_ts": 1.75e9, "input_tokens": 5, '
+    '"output_tokens": 6}\n',  # a key twice
+    '{"request_id": "x", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6, '
+    '"decode_instance": {"a": 1}}\n',  # an object in a text key
+    '{"request_id": "x", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6, '
+    '"status": true}\n',  # a boolean in a text key
+    '[1, 2]\n',  # not an object
+    "{'request_id': 'x'}\n",  # not JSON
+])
+def test_what_duckdb_reads_otherwise_falls_back_to_pyarrow_with_the_same_warnings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, _records())
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1500] = bad
+    path.write_text("".join(lines), encoding="utf-8")
+    expect = _read(path, "pyarrow", monkeypatch)
+    spy = _Spy(monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert spy.whole == 1  # read again by pyarrow, every case worded as before
+    _same(got, expect)
+    assert any("line 1501" in w for w in got.warnings)
+
+
+@duckdb_only
+def test_known_difference_a_number_written_as_a_string_is_read_not_skipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why the engine is opt-in (module docstring): pyarrow skips the line, DuckDB reads 2.5."""
+    path = tmp_path / "r.jsonl"
+    records = _records()
+    records[1500]["ttft_ms"] = "2.5"
+    _write(path, records)
+    expect = _read(path, "pyarrow", monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert expect.requests is not None and got.requests is not None
+    assert len(expect.requests) == ROWS - 1
+    assert any("line 1501" in w for w in expect.warnings)
+    assert len(got.requests) == ROWS
+    assert not any("line 1501" in w for w in got.warnings)
+    row = got.requests[got.requests["request_id"] == "r1500"]
+    assert row["ttft_s"].tolist() == [pytest.approx(2.5e-3)]
+
+
+@duckdb_only
+@pytest.mark.parametrize("name", ["r.jsonl.gz", "r[1].jsonl", "it's.jsonl"])
+def test_compressed_and_glob_named_files_keep_pyarrow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    path = tmp_path / name
+    _write(tmp_path / "plain.jsonl", _records(300))
+    data = (tmp_path / "plain.jsonl").read_bytes()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    expect = _read(path, "pyarrow", monkeypatch)
+    spy = _Spy(monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert spy.batches == (1 if name == "it's.jsonl" else 0)  # a quote in a name is escaped
+    _same(got, expect)
+
+
+def test_the_engine_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
+    assert request_duckdb.engine() == "pyarrow"
+    assert not request_duckdb.wanted()
+    monkeypatch.setenv(request_duckdb.ENGINE_ENV, " DuckDB ")
+    assert request_duckdb.engine() == "duckdb"
+    monkeypatch.setenv(request_duckdb.ENGINE_ENV, "polars")
+    with pytest.raises(InputError, match="PDPROBE_REQUEST_ENGINE='polars' is not one of"):
+        request_duckdb.engine()
+
+
+def test_asking_for_duckdb_without_it_says_how_to_install_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(request_duckdb.ENGINE_ENV, "duckdb")
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # import fails
+    with pytest.raises(InputError, match="not installed") as info:
+        request_duckdb.wanted()
+    assert "pdprobe[duckdb]" in (info.value.hint or "")
+
+
+def test_the_query_quotes_names_and_paths() -> None:
+    import pyarrow as pa
+
+    schema = pa.schema([("it's", pa.float64()), ('a"b', pa.string())])
+    sql = request_duckdb._query(Path("/tmp/o'k.jsonl"), schema)
+    assert "'/tmp/o''k.jsonl'" in sql
+    assert "'it''s': 'DOUBLE'" in sql and "'a\"b': 'JSON'" in sql
+    assert '"a""b"' in sql
