@@ -48,13 +48,85 @@ def test_two_ports_and_a_reset_never_give_a_negative_rate() -> None:
     assert np.nanmedian(rates) == pytest.approx(3 / 15, rel=0.01)
 
 
-def test_missing_instance_names_fill_a_categorical_in_name_order() -> None:
-    import pandas as pd
+class _Req:
+    def __init__(self, requests: pd.DataFrame) -> None:
+        self.requests = requests
 
-    from pdprobe.analysis.series import _filled
+    def has_request_column(self, name: str) -> bool:
+        return name in self.requests.columns
 
-    col = pd.Series(pd.Categorical(["d1", None, "b0"], categories=["b0", "d1"]))
-    out = _filled(col, "all")
-    assert out.tolist() == ["d1", "all", "b0"]
-    assert list(out.cat.categories) == ["all", "b0", "d1"]
-    assert _filled(pd.Series(["x", None], dtype="string"), "all").tolist() == ["x", "all"]
+
+def _pandas_latency(req: pd.DataFrame, start: float, step: float,
+                    n_bins: int) -> list[tuple[str, np.ndarray]]:
+    """The frame-copying pandas version the code-based one replaced, as the reference."""
+    sub = req[["arrival_ts", "decode_instance", "kv_transfer_s"]].dropna(subset=["kv_transfer_s"])
+    col = sub["decode_instance"]
+    if isinstance(col.dtype, pd.CategoricalDtype) and col.isna().any():
+        cats = col.cat.categories
+        if "all" not in cats:
+            col = col.cat.set_categories(sorted([*cats, "all"]))
+    sub = sub.assign(decode_instance=col.fillna("all"),
+                     _bin=np.clip(((sub["arrival_ts"] - start) // step).astype("int64"), 0,
+                                  n_bins - 1))
+    table = (sub.groupby(["decode_instance", "_bin"], observed=True)["kv_transfer_s"]
+             .quantile(0.9).unstack("_bin").reindex(columns=range(n_bins)))
+    return [(str(k), row) for k, row in zip(table.index, table.to_numpy(dtype=float),
+                                            strict=True)]
+
+
+def _frames() -> list[pd.DataFrame]:
+    rng = np.random.default_rng(11)
+    out = []
+    for n, n_inst, sort_arrival in ((1, 1, True), (40, 3, True), (5000, 12, True),
+                                    (5000, 12, False), (20000, 40, False)):
+        names = [f"d{i}" for i in rng.permutation(n_inst)]  # categories not in name order
+        inst = np.asarray(names, dtype=object)[rng.integers(0, n_inst, size=n)]
+        kv = np.round(rng.lognormal(-4, 1, size=n), 4)  # ties
+        arrival = 1000.0 + rng.uniform(0, 600, size=n)
+        if sort_arrival:
+            arrival.sort()
+        out.append(pd.DataFrame({"arrival_ts": arrival, "kv_transfer_s": kv,
+                                 "decode_instance": pd.Categorical(inst, categories=names)}))
+    base = out[2]
+    holes = base.copy()  # unknown instances and missing latencies
+    holes.loc[holes.index[::7], "decode_instance"] = None
+    holes.loc[holes.index[::5], "kv_transfer_s"] = np.nan
+    out.append(holes)
+    only_nan_kv = base.copy()  # an unknown instance only where the latency is missing too
+    only_nan_kv.loc[only_nan_kv.index[::9], ["decode_instance", "kv_transfer_s"]] = None
+    out.append(only_nan_kv)
+    named_all = holes.copy()  # an instance really called "all": the unknown rows join it
+    named_all["decode_instance"] = named_all["decode_instance"].cat.rename_categories(
+        {named_all["decode_instance"].cat.categories[0]: "all"})
+    out.append(named_all)
+    strings = holes.assign(decode_instance=holes["decode_instance"].astype(object))
+    out.append(strings)
+    return out
+
+
+def test_latency_per_instance_equals_the_pandas_groupby_quantile() -> None:
+    """Codes, chunked bins and partitions give pandas' p90 per (instance, bin) bit for bit,
+    in its row order: unsorted categories, unknown instances, missing latencies, an instance
+    named "all", requests out of arrival order, string names."""
+    from pdprobe.analysis.series import _latency_from_requests
+
+    for frame in _frames():
+        for start, step, n_bins in ((1000.0, 60.0, 10), (1010.5, 7.3, 90), (1000.0, 600.0, 1)):
+            edges = tuple(start + step * i for i in range(n_bins))
+            got = _latency_from_requests(_Req(frame), start, step, n_bins, edges)  # type: ignore[arg-type]
+            want = _pandas_latency(frame, start, step, n_bins)
+            assert [dict(s.labels)["instance"] for s in got] == [k for k, _ in want]
+            for s, (_, row) in zip(got, want, strict=True):
+                assert np.array_equal(np.asarray(s.series.values, dtype=float), row,
+                                      equal_nan=True)
+
+
+def test_missing_instance_names_join_the_series_in_name_order() -> None:
+    from pdprobe.analysis.series import _latency_from_requests
+
+    frame = pd.DataFrame({"arrival_ts": [0.0, 1.0, 2.0], "kv_transfer_s": [0.1, 0.2, 0.3],
+                          "decode_instance": pd.Categorical(["d1", None, "b0"],
+                                                            categories=["d1", "b0"])})
+    got = _latency_from_requests(_Req(frame), 0.0, 10.0, 1, (0.0,))  # type: ignore[arg-type]
+    assert [dict(s.labels)["instance"] for s in got] == ["all", "b0", "d1"]
+    assert [s.series.values for s in got] == [(0.2,), (0.3,), (0.1,)]
