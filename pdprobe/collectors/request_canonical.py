@@ -13,6 +13,13 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe.collectors.request_assemble import Assembled, assemble
+from pdprobe.collectors.request_blocks import (
+    above_per_row,
+    any_at_least,
+    any_finite,
+    count_backwards,
+    null_strings,
+)
 from pdprobe.collectors.request_columns import (
     AZURE,
     LOW_CARDINALITY,
@@ -116,7 +123,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         if name is None:
             continue
         values, non_numeric = src.numeric.pop(canonical)
-        if canonical in ("prompt_tokens", "output_tokens") and not (values >= 0).any():
+        if canonical in ("prompt_tokens", "output_tokens") and not any_at_least(values, 0.0):
             useless.append(f"{name!r} ({src.types[name]}"
                            + (f", {non_numeric} non-numeric" if non_numeric else "") + ")")
         if canonical in cmap.scales and cmap.scales[canonical] != 1.0:
@@ -146,9 +153,8 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         numeric[canonical] = values
 
     if "kv_bytes" in numeric:
-        with np.errstate(invalid="ignore", over="ignore"):
-            heavy = numeric["kv_bytes"] > MAX_KV_BYTES_PER_TOKEN * np.maximum(
-                numeric["prompt_tokens"], 1.0)
+        heavy = above_per_row(numeric["kv_bytes"], numeric["prompt_tokens"],
+                              MAX_KV_BYTES_PER_TOKEN)
         if heavy.any():
             warnings.append(f"{label}: {int(heavy.sum())} kv_bytes value(s) above "
                             f"{MAX_KV_BYTES_PER_TOKEN:g} bytes per prompt token treated as "
@@ -161,22 +167,24 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
                             "prompt_tokens: capped at prompt_tokens")
             numeric["cached_tokens"][over] = numeric["prompt_tokens"][over]
 
-    keep = np.flatnonzero(valid)
-    if keep.size == 0:
+    all_valid = bool(valid.all())
+    keep = np.arange(0) if all_valid else np.flatnonzero(valid)  # no index of every row
+    n_kept = n if all_valid else int(keep.size)
+    if n_kept == 0:
         what = ("column " + " and ".join(useless) + " holds no usable value"
                 if useless else f"all {n} rows lack a usable arrival time, prompt length or "
                                 "output length")
         raise InputError(f"{path}: no valid rows: {what}",
                          hint="see docs/inputs/requests.md for the expected columns and units")
-    kept_arrival = arrival[keep]
-    # a[i+1] < a[i] is np.diff(a) < 0 for finite times, without an 8-byte temporary per row
-    backwards = int(np.count_nonzero(kept_arrival[1:] < kept_arrival[:-1]))
+    kept_arrival = arrival if all_valid else arrival[keep]
+    backwards = count_backwards(kept_arrival)
     if backwards:
         order = np.argsort(kept_arrival, kind="stable")
-        keep = keep[order]
+        keep = order if all_valid else keep[order]
         warnings.append(f"{label}: arrivals out of order at {backwards} place(s); rows sorted by "
                         "arrival time")
-    all_rows = keep.size == n and not backwards
+    del kept_arrival
+    all_rows = all_valid and not backwards
     take_idx = None if all_rows else pa.array(keep)
 
     def pick(values: np.ndarray) -> np.ndarray:
@@ -193,7 +201,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         del picked
     present = {"arrival_ts", *(c for c in arrays if c != "arrival_ts")}
     empty = [c for c in arrays if c not in ("arrival_ts", "prompt_tokens", "output_tokens")
-             and not np.isfinite(arrays[c]).any()]
+             and not any_finite(arrays[c])]
     categories: dict[str, tuple[np.ndarray, list[str]]] = {}
     for canonical in STRING_COLUMNS:
         name = cmap.sources.get(canonical)
@@ -208,7 +216,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
                                 f"{listed}")
             codes = pick(codes)
             categories[canonical] = (codes, names)
-            if not (codes >= 0).any():
+            if not any_at_least(codes, 0):
                 empty.append(canonical)
             continue
         text = src.text.pop(canonical)
@@ -217,6 +225,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         arrays[canonical] = text
         if text.null_count == len(text):
             empty.append(canonical)
+        del text  # held by ``arrays`` only: released there once checked
     if empty:
         notes.append("columns with no values: " + ", ".join(sorted(empty)))
         present -= set(empty)
@@ -228,7 +237,6 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
             del arrays["request_id"]  # checked; no analysis reads the values
             notes.append(f"request_id values checked for duplicates, not kept in memory (more "
                          f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
-    n_kept = int(keep.size)
     # One Series per column, put together without a copy: numeric columns are the arrays
     # above, categorical ones built from their codes (no string per row).
     strings = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}.get
@@ -242,7 +250,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         elif dtype == "string":
             text = arrays.pop(canonical, None)
             if text is None:
-                text = pa.nulls(n_kept, pa.string())
+                text = null_strings(n_kept)
             series[canonical] = pa.table({canonical: text}).to_pandas(
                 types_mapper=strings, self_destruct=True)[canonical]
         elif canonical in arrays:
@@ -258,9 +266,9 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         if take_idx is not None:
             col = col.take(take_idx)
         hash_ids = col.combine_chunks()
-    dropped = n - keep.size
+    dropped = n - n_kept
     return _Loaded(frame=frame, request_columns=frozenset(present), format=fmt,
-                   rows=int(keep.size), skipped=skipped + int(dropped), warnings=warnings,
+                   rows=n_kept, skipped=skipped + int(dropped), warnings=warnings,
                    notes=notes, hash_ids=hash_ids)
 
 

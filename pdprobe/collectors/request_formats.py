@@ -35,9 +35,15 @@ if TYPE_CHECKING:
 # triggers the text fallback in _read_delimited.
 CSV_BLOCK_BYTES: Final = 8 << 20
 
-# Parquet row groups above this many rows are decoded in slices of it: one slice of every
-# mapped column is about 100 MB, so memory does not grow with a writer's row-group size.
-PARQUET_BATCH_ROWS: Final = 1 << 20
+# Parquet is decoded in record batches of this many rows, whatever a writer's row-group size:
+# one batch of every mapped column is ~8 MB, a decoded 1M-row group ~170 MB. Arrow's pool then
+# stays near 50 MB and is reused batch after batch (at 10M rows a row group at a time kept
+# ~300 MB of Arrow memory and its first touch cost ~1 CPU-s of page zeroing); smaller batches
+# cost more Python per batch than they save.
+PARQUET_BATCH_ROWS: Final = 1 << 16
+# Column chunks are read through a buffered stream of this many bytes instead of whole (a
+# compressed 1M-row group is ~50 MB); pre-buffering (whole row groups at once) is off.
+PARQUET_BUFFER_BYTES: Final = 1 << 20
 
 # A header line longer than this is not a request-record header.
 SNIFF_HEADER_BYTES: Final = 64 * 1024
@@ -88,8 +94,9 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
         as_dictionary = [cmap.sources[c] for c in LOW_CARDINALITY if c in cmap.sources
                          and (pa.types.is_string(schema.field(cmap.sources[c]).type)
                               or pa.types.is_large_string(schema.field(cmap.sources[c]).type))]
-        if as_dictionary:  # an option of the file object: opened again (the footer only)
-            pf = pq.ParquetFile(source, read_dictionary=as_dictionary)
+        # options of the file object: opened again (the footer only)
+        pf = pq.ParquetFile(source, read_dictionary=as_dictionary or None,
+                            buffer_size=PARQUET_BUFFER_BYTES, pre_buffer=False)
         read_schema = pa.schema([pf.schema_arrow.field(n) for n in wanted])
         rows = pf.metadata.num_rows
     except (pa.ArrowException, OSError) as exc:
@@ -99,17 +106,12 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
 
 
 def _row_groups(path: Path, pf: Any, wanted: list[str]) -> Iterator[Any]:
-    """The row groups of ``pf`` one after the other (a large one in slices): memory holds one
-    row group's decoded columns, not the file's."""
+    """The rows of ``pf`` in batches of ``PARQUET_BATCH_ROWS``: memory holds one batch's
+    decoded columns, not a row group's or the file's."""
     import pyarrow as pa
 
     try:
-        for i in range(pf.num_row_groups):
-            if pf.metadata.row_group(i).num_rows > PARQUET_BATCH_ROWS:
-                yield from pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[i],
-                                           columns=wanted)
-            else:
-                yield from pf.read_row_group(i, columns=wanted).to_batches()
+        yield from pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
                          hint="check that the file was written completely") from exc

@@ -86,22 +86,38 @@ def time_outliers(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S) -> np.ndarray:
     sort. On a tie between clusters the earliest wins.
     """
     out = np.zeros(ts.shape, dtype=bool)
+    lo, hi = _finite_range(ts)
+    if lo is None or hi is None or hi - lo <= gap_s:
+        return out
     finite = np.isfinite(ts)
-    if not finite.any():
-        return out
     vals = ts[finite]
-    if float(vals.max()) - float(vals.min()) <= gap_s:
-        return out
     order = np.argsort(vals, kind="stable")
     s = vals[order]
     breaks = np.flatnonzero(np.diff(s) > gap_s) + 1
     bounds = np.concatenate(([0], breaks, [s.size]))
     sizes = np.diff(bounds)
     best = int(np.argmax(sizes))
-    lo, hi = s[bounds[best]], s[bounds[best + 1] - 1]
-    keep = (vals >= lo) & (vals <= hi)
+    first, last = s[bounds[best]], s[bounds[best + 1] - 1]
+    keep = (vals >= first) & (vals <= last)
     out[np.flatnonzero(finite)[~keep]] = True
     return out
+
+
+def _finite_range(ts: np.ndarray) -> tuple[float | None, float | None]:
+    """The smallest and largest finite value (None without one), without copying the finite
+    values out: NaN is skipped by ``fmin``/``fmax``; only infinities need a closer look."""
+    if ts.size == 0:
+        return None, None
+    with np.errstate(invalid="ignore"):
+        lo, hi = float(np.fmin.reduce(ts)), float(np.fmax.reduce(ts))
+    if np.isfinite(lo) and np.isfinite(hi):
+        return lo, hi
+    if not (np.isinf(lo) or np.isinf(hi)):  # no finite value, no infinity: all NaN
+        return None, None
+    vals = ts[np.isfinite(ts)]  # rare: infinities among the times
+    if not vals.size:
+        return None, None
+    return float(vals.min()), float(vals.max())
 
 
 def check_times(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S) -> list[Dropped]:
@@ -110,7 +126,7 @@ def check_times(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S) -> list[Dropped]:
     bad, why = implausible(ts, 0.0, MAX_EPOCH_S)
     if bad.any():
         drops.append(Dropped(bad, f"not a Unix time in seconds between 1970 and 2286 ({why})"))
-    rest = np.where(bad, np.nan, ts)
+    rest = np.where(bad, np.nan, ts) if drops else ts  # no copy when every time is in range
     far = time_outliers(rest, gap_s)
     if far.any():
         drops.append(Dropped(far, f"more than {gap_s / 86400:g} days away from the other "
