@@ -235,6 +235,9 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
             warnings.append(f"{label}: {dup} duplicate request_id value(s); rows kept")
         if len(arrays["request_id"]) > KEEP_REQUEST_IDS_MAX_ROWS:
             del arrays["request_id"]  # checked; no analysis reads the values
+            # Arrow's allocator keeps freed memory for reuse (mimalloc): the ids' ~150 MB at
+            # 10M rows would stay in the process while the frame is built and analysed
+            pa.default_memory_pool().release_unused()
             notes.append(f"request_id values checked for duplicates, not kept in memory (more "
                          f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
     # One Series per column, put together without a copy: numeric columns are the arrays

@@ -85,3 +85,34 @@ def test_text_in_a_numeric_column_is_converted_over_the_whole_column() -> None:
     values, non_numeric = got.numeric["prompt_tokens"]
     assert non_numeric == 1 and np.isnan(values[2]) and values[3] == 40.0
     assert values.flags.writeable  # fixed in place by the canonical step
+
+
+def test_odd_parquet_batch_sizes_give_the_same_frame(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = pa.concat_tables([_table(333, 5), _table(290, 6)])
+    path = tmp_path / "r.parquet"
+    pq.write_table(table, path, row_group_size=250)
+    monkeypatch.setattr(request_formats, "PARQUET_BATCH_ROWS", 1 << 20)
+    expect = read_requests(path, ReadContext())
+    for rows in (1, 37, 250, 251):  # batches across, at and within row-group edges
+        monkeypatch.setattr(request_formats, "PARQUET_BATCH_ROWS", rows)
+        got = read_requests(path, ReadContext())
+        pd.testing.assert_frame_equal(got.requests, expect.requests)
+        assert got.warnings == expect.warnings and got.source == expect.source
+
+
+def test_codes_widen_past_int8_when_a_column_has_many_instances() -> None:
+    n = 1000
+    # the first batches name few instances, later ones up to 300: codes widen mid-stream
+    names = [f"d{(i * 7) % (3 if i < 500 else 300):03d}" for i in range(n)]
+    table = pa.table({"arrival_ts": np.arange(n, dtype=np.float64),
+                      "prompt_tokens": np.ones(n, np.int64), "output_tokens": np.ones(n, np.int64),
+                      "decode_instance": pa.array(names).dictionary_encode(),
+                      "prefill_instance": pa.array([f"p{i % 3}" for i in range(n)])})
+    cmap = map_columns(table.column_names)
+    got = assemble(table.to_batches(max_chunksize=64), table.schema, cmap, n)
+    codes, labels, _ = got.categories["decode_instance"]
+    assert codes.dtype == np.int32 and len(labels) == 300
+    assert [labels[c] for c in codes] == names
+    few, few_labels, _ = got.categories["prefill_instance"]
+    assert few.dtype == np.int8 and [few_labels[c] for c in few] == [f"p{i % 3}" for i in range(n)]

@@ -55,3 +55,19 @@ def test_sanitize_metrics_drops_what_no_engine_reports() -> None:
     assert "30 days away" in text and "without a time" in text
     same, none = sanitize_metrics(kept, "m.om")
     assert same is kept and none == []
+
+
+def test_infinities_and_nan_among_times_do_not_hide_outliers() -> None:
+    ts = T0 + np.arange(200) * 0.5
+    ts[[3, 50]] = np.nan
+    ts[[10, 90]] = [np.inf, -np.inf]
+    ts[120] = 5.0  # 1970: far from the bulk
+    assert np.flatnonzero(time_outliers(ts)).tolist() == [120]
+    assert not time_outliers(np.array([np.nan, np.inf, -np.inf])).any()
+    assert not time_outliers(np.full(4, np.nan)).any()
+    assert not time_outliers(np.zeros(0)).any()
+    # out-of-range times are dropped once, not again as outliers of the rest
+    ts[120] = T0
+    ts[7] = -3.0
+    drops = check_times(ts)
+    assert [d.count for d in drops] == [3]  # -3 and the two infinities

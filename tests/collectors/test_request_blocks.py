@@ -1,0 +1,78 @@
+"""Tests for pdprobe/collectors/request_blocks.py: block-wise passes answer as numpy does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pdprobe.collectors import request_blocks
+from pdprobe.collectors.request_blocks import (
+    above_per_row,
+    any_at_least,
+    any_finite,
+    count_backwards,
+    null_strings,
+    remap_codes,
+)
+
+
+@pytest.fixture(autouse=True)
+def _small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(request_blocks, "BLOCK_ROWS", 7)  # many blocks, a ragged last one
+
+
+def test_any_finite_and_any_at_least_find_a_value_in_any_block() -> None:
+    values = np.full(50, np.nan)
+    assert not any_finite(values) and not any_at_least(values, 0.0)
+    values[-1] = np.inf
+    assert not any_finite(values) and any_at_least(values, 0.0)
+    values[33] = -1.0
+    assert any_finite(values) and not any_at_least(values[:40], 0.0)
+    assert not any_finite(np.zeros(0)) and not any_at_least(np.zeros(0), 0.0)
+
+
+def test_count_backwards_counts_across_block_edges() -> None:
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 2, 7, 8, 15, 61):
+        values = rng.uniform(0, 10, n)
+        assert count_backwards(values) == int(np.count_nonzero(np.diff(values) < 0))
+    edge = np.arange(16.0)
+    edge[7] = -1.0  # a step down exactly at a block edge (6 -> 7) and up after it
+    assert count_backwards(edge) == 1
+
+
+def test_above_per_row_is_the_whole_array_expression() -> None:
+    rng = np.random.default_rng(5)
+    kv = rng.uniform(0, 300, 40)
+    kv[[2, 9]] = np.nan
+    per = rng.uniform(-1, 3, 40)  # below 1: the bound uses 1
+    per[11] = np.nan
+    with np.errstate(invalid="ignore"):
+        expect = kv > 100.0 * np.maximum(per, 1.0)
+    got = above_per_row(kv, per, 100.0)
+    assert got.dtype == bool and got.tolist() == expect.tolist() and expect.any()
+
+
+def test_remap_codes_in_place_and_minus_one_takes_the_last_slot() -> None:
+    codes = np.array([0, 2, -1, 1, 1, 0, 2, -1, 2, 0], dtype=np.int8)
+    remap = np.array([2, 0, 1, -1], dtype=np.int8)
+    expect = remap[codes]
+    got = remap_codes(codes, remap)
+    assert got is codes and got.tolist() == expect.tolist()
+    base = np.arange(20, dtype=np.int32) % 3
+    view = base[::2]  # not contiguous: gathered into a copy, the input left alone
+    expect = remap[view]
+    assert remap_codes(view, remap.astype(np.int32)).tolist() == expect.tolist()
+    assert base.tolist() == (np.arange(20) % 3).tolist()
+
+
+def test_null_strings_are_what_pa_nulls_gives_pandas() -> None:
+    got = null_strings(1000)
+    assert got.null_count == 1000 and got.type == pa.large_string()
+    got.validate(full=True)
+    strings = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}.get
+    a = pa.table({"x": got}).to_pandas(types_mapper=strings)["x"]
+    b = pa.table({"x": pa.nulls(1000, pa.string())}).to_pandas(types_mapper=strings)["x"]
+    pd.testing.assert_series_equal(a, b)
