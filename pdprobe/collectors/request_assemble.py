@@ -15,7 +15,7 @@ were cut.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,6 +28,7 @@ from pdprobe.collectors.request_columns import (
     STRING_COLUMNS,
     ColumnMap,
 )
+from pdprobe.collectors.request_ids import row_hashes
 from pdprobe.collectors.request_values import (
     _arrival_seconds,
     _category_codes,
@@ -59,6 +60,11 @@ class Assembled:
         default_factory=dict)
     text: dict[str, pa.ChunkedArray] = field(default_factory=dict)
     hash_ids: pa.ChunkedArray | None = None
+    # request ids hashed as they were read instead of held (``assemble``'s ``ids_again``):
+    # one hash per row (0 for null; None when an id could not be hashed) and the cleaned id
+    # chunks read again, in row order
+    id_hashes: np.ndarray | None = None
+    ids_again: Callable[[], Iterator[pa.Array]] | None = None
 
 
 def _plain_number(t: pa.DataType) -> bool:
@@ -205,13 +211,49 @@ class _Chunks:
         return pa.chunked_array(chunks, t)
 
 
+class _IdHashes:
+    """Request ids (a string column) hashed batch by batch (``request_ids.row_hashes``) and
+    dropped: 8 bytes per row instead of the ids themselves (~15 bytes each at 10M rows)."""
+
+    def __init__(self, rows: int | None) -> None:
+        self.hashes: _Column | None = _Column(rows, np.uint64)
+
+    def add(self, arr: pa.Array) -> None:
+        if self.hashes is None:
+            return  # an id the hash does not take: the ids are read again whole
+        h = None
+        for chunk in _cleaned_ids(arr):
+            h = row_hashes(chunk)
+            if h is None:
+                break
+            self.hashes.put(h)
+        if h is None and len(arr):
+            self.hashes = None
+
+    def finish(self) -> np.ndarray | None:
+        return None if self.hashes is None else self.hashes.collected()
+
+
+def _cleaned_ids(arr: pa.Array) -> list[pa.Array]:
+    """A batch of raw ids cleaned as ``_to_text`` cleans the whole column (trimmed, empty as
+    null: value by value, so batch by batch gives the same)."""
+    import pyarrow as pa
+
+    return list(_to_text(pa.chunked_array([arr], arr.type)).chunks)
+
+
 def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
-             rows: int | None = None, want_hash_ids: bool = False) -> Assembled:
+             rows: int | None = None, want_hash_ids: bool = False,
+             ids_again: Callable[[], Iterable[pa.Array]] | None = None) -> Assembled:
     """Convert the record ``batches`` (of ``schema``'s columns, the ones ``cmap`` maps) as
     described in the module docstring. ``rows`` (known from a Parquet footer, or an estimate)
     lets each output array be allocated once: a batch's values are copied into it and the
     batch released, rows beyond it are appended, and reserved rows never written cost no
-    memory (``np.empty`` pages are committed when first written)."""
+    memory (``np.empty`` pages are committed when first written).
+
+    ``ids_again``, when the source can be read again, yields the raw ``request_id`` column
+    again in row order: a string id column is then hashed as it is read, not held, and read
+    again only where needed (``request_ids.count_hashed``)."""
     import pyarrow as pa
 
     types = {f.name: f.type for f in schema}
@@ -228,6 +270,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             numeric[canonical] = _Floats(rows) if _plain_number(types[name]) else _Chunks()
     codes: dict[str, _Codes | _Chunks] = {}
     text: dict[str, _Chunks] = {}
+    id_sink: _IdHashes | None = None
     for canonical in STRING_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
@@ -236,6 +279,9 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             codes[canonical] = _Codes(rows, canonical == "status")
         elif canonical in LOW_CARDINALITY:
             codes[canonical] = _Chunks()  # numbers as names: cleaned over the whole column
+        elif canonical == "request_id" and ids_again is not None and (
+                pa.types.is_string(types[name]) or pa.types.is_large_string(types[name])):
+            id_sink = _IdHashes(rows)
         else:
             text[canonical] = _Chunks()
     hash_sink = _Chunks() if want_hash_ids and cmap.hash_ids in types else None
@@ -262,6 +308,8 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             csink.add(batch.column(cmap.sources[canonical]))
         for canonical, tsink in text.items():
             tsink.add(batch.column(cmap.sources[canonical]))
+        if id_sink is not None:
+            id_sink.add(batch.column(cmap.sources["request_id"]))
         if hash_sink is not None:
             hash_sink.add(batch.column(cmap.hash_ids))
 
@@ -292,6 +340,10 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
                                                           canonical == "status"))
     for canonical, tsink in text.items():
         out.text[canonical] = _to_text(tsink.column(types[cmap.sources[canonical]]))
+    if id_sink is not None and ids_again is not None:
+        again = ids_again
+        out.id_hashes = id_sink.finish()
+        out.ids_again = lambda: (chunk for raw in again() for chunk in _cleaned_ids(raw))
     if hash_sink is not None and cmap.hash_ids is not None:
         out.hash_ids = hash_sink.column(types[cmap.hash_ids])
     return out

@@ -29,7 +29,7 @@ from pdprobe.collectors.request_columns import (
     STRING_COLUMNS,
     ColumnMap,
 )
-from pdprobe.collectors.request_ids import count_duplicates
+from pdprobe.collectors.request_ids import count_duplicates, count_hashed
 from pdprobe.collectors.request_values import (
     QUOTE_FIRST,
     _rows_hint,
@@ -203,6 +203,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
     empty = [c for c in arrays if c not in ("arrival_ts", "prompt_tokens", "output_tokens")
              and not any_finite(arrays[c])]
     categories: dict[str, tuple[np.ndarray, list[str]]] = {}
+    hashed: tuple[int, int] | None = None  # (duplicates, ids) of ids hashed while read
     for canonical in STRING_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
@@ -219,6 +220,16 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
             if not any_at_least(codes, 0):
                 empty.append(canonical)
             continue
+        if canonical == "request_id" and src.ids_again is not None:  # hashed while read
+            if src.id_hashes is not None and n_kept > KEEP_REQUEST_IDS_MAX_ROWS:
+                hashed = count_hashed(src.id_hashes, None if all_valid else valid,
+                                      src.ids_again)
+                src.id_hashes = None
+                if not hashed[1]:
+                    empty.append(canonical)
+                continue
+            # the ids go into the frame (few rows kept) or could not be hashed: read again
+            src.text[canonical] = pa.chunked_array(list(src.ids_again()))
         text = src.text.pop(canonical)
         if take_idx is not None:
             text = text.take(take_idx)
@@ -230,10 +241,14 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         notes.append("columns with no values: " + ", ".join(sorted(empty)))
         present -= set(empty)
     if "request_id" in present:
-        dup = count_duplicates(arrays["request_id"])  # hashes sorted; collisions compared
+        dup = (hashed[0] if hashed is not None  # hashes sorted; collisions compared
+               else count_duplicates(arrays["request_id"]))
         if dup:
             warnings.append(f"{label}: {dup} duplicate request_id value(s); rows kept")
-        if len(arrays["request_id"]) > KEEP_REQUEST_IDS_MAX_ROWS:
+        if hashed is not None:
+            notes.append(f"request_id values checked for duplicates, not kept in memory (more "
+                         f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
+        elif len(arrays["request_id"]) > KEEP_REQUEST_IDS_MAX_ROWS:
             del arrays["request_id"]  # checked; no analysis reads the values
             # Arrow's allocator keeps freed memory for reuse (mimalloc): the ids' ~150 MB at
             # 10M rows would stay in the process while the frame is built and analysed

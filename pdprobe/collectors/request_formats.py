@@ -59,6 +59,8 @@ class Batches:
     batches: Iterable[Any]
     rows: int | None = None
     capacity: int | None = None  # rows to reserve when ``rows`` is not known (an estimate)
+    # the raw request_id column read again from the start (a file that can be), or None
+    ids_again: Callable[[], Iterator[Any]] | None = None
 
     @property
     def reserve(self) -> int | None:
@@ -102,7 +104,17 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
                          hint="check that the file was written completely") from exc
-    return Batches(read_schema, _row_groups(path, pf, wanted), rows), cmap
+    id_name = cmap.sources.get("request_id")
+    again = None
+    if isinstance(source, Path) and id_name is not None:
+        def again() -> Iterator[Any]:
+            try:
+                pf = pq.ParquetFile(source, buffer_size=PARQUET_BUFFER_BYTES, pre_buffer=False)
+            except (pa.ArrowException, OSError) as exc:
+                raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
+                                 hint="check that the file was written completely") from exc
+            return (batch.column(0) for batch in _row_groups(path, pf, [id_name]))
+    return Batches(read_schema, _row_groups(path, pf, wanted), rows, ids_again=again), cmap
 
 
 def _row_groups(path: Path, pf: Any, wanted: list[str]) -> Iterator[Any]:

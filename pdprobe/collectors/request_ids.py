@@ -10,6 +10,7 @@ count is exact whatever the hash does.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -85,13 +86,26 @@ def _hashes(chunk: pa.Array) -> np.ndarray | None:
     h = np.full(len(chunk), _SEED, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for k in range(words.shape[1]):
-            h ^= words[:, k]
-            h ^= h >> np.uint64(30)
-            h *= _MIX_A
-            h ^= h >> np.uint64(27)
-            h *= _MIX_B
-            h ^= h >> np.uint64(31)
+            # only the words an id has: the padding's width is the chunk's longest id, and an
+            # id must hash alike in every chunk (a blank word of padding would change it)
+            rows = lengths > 8 * k
+            if rows.all():  # every id this long: mixed in place, no gather
+                h ^= words[:, k]
+                _mix(h)
+            else:
+                g = h[rows] ^ words[rows, k]
+                _mix(g)
+                h[rows] = g
     return h
+
+
+def _mix(h: np.ndarray) -> None:
+    """splitmix64's finaliser, in place."""
+    h ^= h >> np.uint64(30)
+    h *= _MIX_A
+    h ^= h >> np.uint64(27)
+    h *= _MIX_B
+    h ^= h >> np.uint64(31)
 
 
 def count_duplicates(ids: pa.ChunkedArray) -> int:
@@ -124,3 +138,55 @@ def count_duplicates(ids: pa.ChunkedArray) -> int:
                                           for chunk in ids.chunks]))
     candidates = ids.take(pa.array(rows))
     return len(candidates) - len(pc.unique(candidates))
+
+
+def row_hashes(chunk: pa.Array) -> np.ndarray | None:
+    """The hash of each id of a cleaned string ``chunk`` as ``count_duplicates`` hashes it, 0
+    for a null id (an id's hash of 0 becomes 1); None when the chunk holds ids the hash does
+    not take (not ASCII, longer than ``HASH_MAX_ID_BYTES``)."""
+    nulls = chunk.null_count
+    if nulls == len(chunk):
+        return np.zeros(len(chunk), np.uint64)
+    h = _hashes(chunk.drop_null() if nulls else chunk)
+    if h is None:
+        return None
+    h[h == 0] = 1  # 0 marks a null id
+    if not nulls:
+        return h
+    out = np.zeros(len(chunk), np.uint64)
+    out[chunk.is_valid().to_numpy(zero_copy_only=False)] = h
+    return out
+
+
+def count_hashed(hashes: np.ndarray, rows: np.ndarray | None,
+                 again: Callable[[], Iterable[pa.Array]]) -> tuple[int, int]:
+    """``(duplicates, ids)`` among the ``rows`` (a mask over all rows; None for all) of a
+    column whose ids were hashed as they were read (``row_hashes``; 0 for null), exactly:
+    only ids whose hash is shared are read again (``again`` yields the cleaned id chunks in
+    row order) and compared. ``hashes`` is sorted in place when ``rows`` is None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    h = hashes if rows is None else hashes[rows]
+    h.sort()
+    h = h[int(np.searchsorted(h, np.uint64(1))):]  # nulls (0) first: not ids
+    present = int(h.size)
+    same = h[1:] == h[:-1]
+    if not same.any():
+        return 0, present  # distinct hashes: distinct ids
+    shared = np.unique(h[1:][same])
+    del h, same
+    candidates: list[pa.Array] = []
+    start = 0
+    for chunk in again():
+        end = start + len(chunk)
+        hit = np.isin(row_hashes(chunk), shared)  # type: ignore[arg-type]
+        if rows is not None:
+            hit &= rows[start:end]
+        if hit.any():
+            candidates.append(chunk.filter(pa.array(hit)))
+        start = end
+    if not candidates:
+        return 0, present
+    ids = pa.chunked_array(candidates)
+    return len(ids) - len(pc.unique(ids)), present

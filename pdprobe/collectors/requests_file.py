@@ -18,13 +18,14 @@ times, text, status) and ``request_canonical`` (the canonical frame, row checks)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pdprobe.collectors import request_canonical
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
 from pdprobe.collectors.request_assemble import Assembled, assemble
@@ -80,7 +81,10 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
     if fmt == "parquet":
         batches, cmap = _read_parquet(path, sniffed.compression, want_hash_ids)
         repaired = _Repaired(batches.batches)
-        assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
+        # many ids (released once checked): hashed as they are read instead of held
+        many = batches.rows is not None and batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
+        assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids,
+                             ids_again=_repaired_ids(batches.ids_again) if many else None)
     else:
         data = _content(path, sniffed.compression)
         if _is_blank(data):
@@ -126,6 +130,23 @@ def _release_unused() -> None:
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
+
+
+def _repaired_ids(again: Callable[[], Iterable[Any]] | None
+                  ) -> Callable[[], Iterator[Any]] | None:
+    """The id column read again (``Batches.ids_again``) with invalid UTF-8 repaired as the
+    first read repaired it."""
+    if again is None:
+        return None
+    read_again = again
+
+    def ids() -> Iterator[Any]:
+        import pyarrow as pa
+
+        for chunk in read_again():
+            table, _ = _repair_utf8(pa.table({"id": chunk}))
+            yield from table.column(0).chunks
+    return ids
 
 
 class _Repaired:

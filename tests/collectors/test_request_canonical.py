@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pdprobe.collectors import request_canonical
+from pdprobe.collectors import request_canonical, request_formats
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.requests_file import read_requests
 from pdprobe.dataset import REQUEST_STATUSES
@@ -54,3 +54,48 @@ def test_request_ids_of_big_files_are_checked_then_released(
     assert "request_id" in part.request_columns
     assert any("1 duplicate request_id" in w for w in part.warnings)
     assert any("not kept in memory" in note for note in part.source.notes)
+
+
+def _ids_file(tmp_path: Path, ids: list[str | None], bad_rows: set[int]) -> Path:
+    n = len(ids)
+    path = tmp_path / "ids.parquet"
+    pq.write_table(pa.table({
+        "request_id": ids,
+        "arrival_ts": [1.75e9 + i for i in range(n)],
+        "prompt_tokens": [-5 if i in bad_rows else 100 for i in range(n)],  # -5: row dropped
+        "output_tokens": [10] * n,
+    }), path, row_group_size=23)
+    return path
+
+
+@pytest.mark.parametrize("prefix", ["req-", "réq-"])  # réq: not hashed, read again whole
+def test_ids_hashed_while_read_count_as_held_ids(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
+    ids: list[str | None] = [f"{prefix}{i % 37}" for i in range(60)]  # 23 repeats
+    ids[3], ids[4], ids[41] = None, "  ", f" {prefix}5 "  # missing, blank, untrimmed repeat
+    bad = {40, 45, 50}  # dropped rows: their ids (repeats) are not counted
+    path = _ids_file(tmp_path, ids, bad)
+    held = read_requests(path, ReadContext())  # 57 rows kept, ids kept and counted
+    kept = [v.strip() for i, v in enumerate(ids) if i not in bad and v and v.strip()]
+    dup = len(kept) - len(set(kept))
+    assert any(f"{dup} duplicate request_id" in w for w in held.warnings)
+    monkeypatch.setattr(request_canonical, "KEEP_REQUEST_IDS_MAX_ROWS", 20)
+    monkeypatch.setattr(request_formats, "PARQUET_BATCH_ROWS", 7)
+    hashed = read_requests(path, ReadContext())
+    assert hashed.warnings == held.warnings
+    assert hashed.requests["request_id"].isna().all() and "request_id" in hashed.request_columns
+    assert any("not kept in memory" in note for note in hashed.source.notes)
+    pd.testing.assert_frame_equal(hashed.requests.drop(columns="request_id"),
+                                  held.requests.drop(columns="request_id"))
+
+
+def test_few_rows_kept_of_many_read_keep_their_ids(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids: list[str | None] = [f"r{i % 9}" for i in range(50)]
+    path = _ids_file(tmp_path, ids, set(range(10, 50)))  # 10 rows kept of 50
+    held = read_requests(path, ReadContext())
+    monkeypatch.setattr(request_canonical, "KEEP_REQUEST_IDS_MAX_ROWS", 20)  # 50 read > 20
+    again = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(again.requests, held.requests)
+    assert again.warnings == held.warnings and again.source == held.source
+    assert again.requests["request_id"].tolist()[-2:] == ["r8", "r0"]

@@ -78,3 +78,33 @@ def test_ids_the_hash_does_not_take_are_counted_exactly(values: list[str]) -> No
 def test_ids_that_differ_only_in_length_hash_apart() -> None:
     h = request_ids._hashes(pa.array(["ab", "abc", "abcd", "abcdefgh", "abcdefghi"]))
     assert h is not None and len(set(h.tolist())) == 5
+
+
+@pytest.mark.usefixtures("small")
+def test_an_id_hashes_alike_in_chunks_of_different_widths() -> None:
+    # the first chunk pads to 24 bytes, the second to 8: "abc" is the same id in both
+    ids = pa.chunked_array([pa.array(["abc", "x" * 20, "q"]), pa.array(["abc", "zz"])])
+    assert count_duplicates(ids) == 1
+    first, second = (request_ids.row_hashes(c) for c in ids.chunks)
+    assert first is not None and second is not None and first[0] == second[0]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_hashed_ids_are_counted_exactly_among_the_chosen_rows(
+        monkeypatch: pytest.MonkeyPatch, collide: bool) -> None:
+    rng = np.random.default_rng(9)
+    values: list[str | None] = [f"r{n}" for n in rng.integers(0, 300, 1000)]
+    values[5] = values[17] = None
+    chunks = [pa.array(values[s:s + 128]) for s in range(0, 1000, 128)]
+    if collide:  # every hash equal: every id is read again and compared
+        monkeypatch.setattr(request_ids, "_hashes", lambda c: np.zeros(len(c), np.uint64))
+    hashes = np.concatenate([request_ids.row_hashes(c) for c in chunks])  # type: ignore[misc]
+    rows = rng.random(1000) < 0.7
+    ids = pa.chunked_array(chunks)
+    chosen = ids.filter(pa.array(rows))
+    got = request_ids.count_hashed(hashes, rows, lambda: iter(chunks))
+    assert got == (_exact(chosen), len(chosen) - chosen.null_count)
+    got_all = request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks))
+    assert got_all == (_exact(ids), 998)
+    nothing = request_ids.count_hashed(np.zeros(4, np.uint64), None, lambda: iter([]))
+    assert nothing == (0, 0)
