@@ -26,8 +26,16 @@ input, simulated scenario and public trace is below ``QUANTILE_EXACT_ROWS``: exa
 ``key_groups`` and ``figures`` cache their answer per request table and column (keyed by
 ``id()``, dropped when the table is garbage-collected; sound because tables are never modified
 in place), so the instance summaries and the evidence read one computation. The cache holds
-only the grouping of each key (one integer array) and the small per-group figures, never a
-sorted copy of a column.
+only the grouping of each key and the small per-group figures, never a sorted copy of a
+column: a categorical key's own int8/int16 codes (no copy when every category is used) and
+int32 positions of the rows its quantiles read (the sample above ``QUANTILE_EXACT_ROWS``).
+
+Memory: at 10M rows every full-length temporary is tens of MB of fresh pages, and on a VM
+touching fresh memory costs about 3 CPU-s of system time per GB. So counts, sums and maxima
+run over slices of ``CHUNK_ROWS`` rows with ``ufunc.at`` (which adds in row order, exactly as
+one ``np.bincount`` does), the sample's draws are taken slice by slice from the same random
+stream, and a derived column can be passed as a row getter (``Column``) that is asked for one
+slice at a time and for the sampled rows, so it is never built at full length.
 """
 
 from __future__ import annotations
@@ -64,6 +72,44 @@ COLUMN_SAMPLE_ROWS: Final = 1_000_000
 SAMPLE_SEED: Final = 17
 
 
+# Full-length passes (counts, sums, the sample's draws) run over slices of this many rows:
+# each slice's temporaries are reused by the allocator, where a whole-column temporary of 10M
+# rows is 80 MB of fresh pages (on a VM about 0.25 CPU-s of system time each). Every input
+# below it is one slice, so the figures are those of one pass.
+CHUNK_ROWS: Final = 1 << 20
+
+# A row getter: the values of a column (or of one derived from several) at some rows, given
+# as a slice or an integer array of positions; lets derived columns be computed per slice and
+# for a sample without ever being materialised at full length.
+Rows = slice | np.ndarray
+Column = np.ndarray | Callable[[Rows], np.ndarray]
+
+
+def take(values: Column, rows: Rows) -> np.ndarray:
+    """``values`` at ``rows`` (an array indexed, a getter called) as float64."""
+    if callable(values):
+        return np.asarray(values(rows), dtype=np.float64)
+    return np.asarray(values)[rows].astype(np.float64, copy=False)  # only these rows converted
+
+
+def chunks(n: int) -> list[slice]:
+    """``range(n)`` as slices of at most ``CHUNK_ROWS`` rows."""
+    return [slice(i, min(i + CHUNK_ROWS, n)) for i in range(0, n, CHUNK_ROWS)]
+
+
+def compact_dtype(n_codes: int) -> type[np.signedinteger[Any]]:
+    """The smallest signed integer type holding -1..n_codes (codes, a spare slot, -1)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_codes < np.iinfo(dtype).max:
+            return dtype
+    return np.int64
+
+
+def index_dtype(n_rows: int) -> type[np.signedinteger[Any]]:
+    """int32 for positions below 2**31 (half of int64's memory), else int64."""
+    return np.int32 if n_rows < np.iinfo(np.int32).max else np.int64
+
+
 def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     """Positions of ``codes`` (0 <= code < n_groups) sorted by code, equal codes in row order."""
     c = np.asarray(codes)
@@ -76,15 +122,30 @@ def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     return np.argsort(c, kind="stable")
 
 
+def _sample_rows(codes: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """Rows kept by a Bernoulli draw at ``rate[code]`` (code -1: never), the fixed-seed draws
+    taken slice by slice (the same stream as one draw of every row)."""
+    rng = np.random.default_rng(SAMPLE_SEED)
+    keep_rate = np.append(rate.astype(np.float32), np.float32(0.0))  # code -1: the last slot
+    picked = []
+    for part in chunks(codes.size):
+        uniform = rng.random(part.stop - part.start, dtype=np.float32)
+        hit = np.flatnonzero(uniform < keep_rate[codes[part]])
+        picked.append(hit.astype(index_dtype(codes.size)) + part.start)
+    return np.concatenate(picked) if picked else np.zeros(0, dtype=np.int32)
+
+
 @dataclass(frozen=True)
 class Groups:
     """Rows grouped by integer codes: only groups with at least one row, in code order.
 
-    ``codes`` gives each row's group (-1: none) and ``totals`` each group's rows; group ``g``'s
-    rows are ``order[bounds[g]:bounds[g + 1]]``, in row order: all of them, or a sample when
-    ``sampled`` (``codes`` and ``totals`` still cover every row, and so do ``counts``, ``sums``
-    and ``maxima``). ``labels`` names the groups; ``ids`` gives the code each group had before
-    the unused ones were dropped.
+    ``codes`` gives each row's group (-1: none), in the smallest integer type that holds them
+    (a categorical key's own codes when every category is used: no copy); ``totals`` each
+    group's rows; group ``g``'s rows are ``order[bounds[g]:bounds[g + 1]]`` (int32 positions
+    below 2**31 rows), in row order: all of them, or a sample when ``sampled`` (``codes`` and
+    ``totals`` still cover every row, and so do ``counts``, ``sums`` and ``maxima``).
+    ``labels`` names the groups; ``ids`` gives the code each group had before the unused ones
+    were dropped.
     """
 
     codes: np.ndarray
@@ -105,38 +166,45 @@ class Groups:
         ``sample_max / rows`` of them (a Bernoulli sample per row: a round-robin router's period
         cannot alias it), and only those rows are sorted.
         """
-        raw = np.asarray(codes, dtype=np.int64)
+        raw = np.asarray(codes)
+        if raw.dtype.kind not in "iu":
+            raw = raw.astype(np.int64)
         names = [str(x) for x in labels]
         n = len(names)
-        if raw.size and raw.min() >= 0:
-            totals = np.bincount(raw, minlength=n)
-        else:
-            totals = np.bincount(raw + 1, minlength=n + 1)[1:]  # slot 0 counts the -1 rows
+        per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
+        for part in chunks(raw.size):
+            np.add.at(per_code, raw[part], 1)
+        totals = per_code[:n]
         used = totals > 0
         ids = np.flatnonzero(used)
         if not used.all():  # renumber the used groups 0..k-1; unused and -1 rows go to -1
             lookup = np.append(np.where(used, np.cumsum(used) - 1, -1), -1)
-            raw = lookup[raw]
+            raw = lookup.astype(compact_dtype(int(used.sum())))[raw]
             names = [name for name, u in zip(names, used, strict=True) if u]
             totals = totals[used]
+        elif raw.dtype.itemsize > np.dtype(compact_dtype(n)).itemsize:
+            raw = raw.astype(compact_dtype(n))
         n_missing = int(raw.size - totals.sum())
         common = {"codes": raw, "labels": tuple(names), "ids": ids, "totals": totals,
                   "complete": not n_missing}
         bounds = np.zeros(len(names) + 1, dtype=np.int64)
+        positions = index_dtype(raw.size)
         if sample_max is not None and (totals > sample_max).any():
             rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
-            uniform = np.random.default_rng(SAMPLE_SEED).random(raw.size, dtype=np.float32)
-            rows = np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[raw])  # -1: never
+            rows = _sample_rows(raw, rate)
             picked = raw[rows]
             np.cumsum(np.bincount(picked, minlength=len(names)), out=bounds[1:])
-            return cls(order=rows[stable_order(picked, len(names))], bounds=bounds,
+            order = rows[stable_order(picked, len(names))]
+            return cls(order=order.astype(positions, copy=False), bounds=bounds,
                        sampled=True, **common)  # type: ignore[arg-type]
-        if n_missing:
-            order = stable_order(raw + 1, len(names) + 1)[n_missing:]  # -1 rows first
+        if n_missing:  # -1 rows first, then dropped
+            shifted = raw.astype(compact_dtype(len(names) + 1)) + 1
+            order = stable_order(shifted, len(names) + 1)[n_missing:]
         else:
             order = stable_order(raw, len(names))
         np.cumsum(totals, out=bounds[1:])
-        return cls(order=order, bounds=bounds, **common)  # type: ignore[arg-type]
+        return cls(order=order.astype(positions, copy=False), bounds=bounds,
+                   **common)  # type: ignore[arg-type]
 
     @property
     def n_groups(self) -> int:
@@ -148,32 +216,49 @@ class Groups:
         """Rows per group in ``order`` (``totals`` unless sampled)."""
         return np.diff(self.bounds)
 
-    def counts(self, values: Any) -> np.ndarray:
-        """Non-NaN values per group."""
-        v = np.asarray(values, dtype=np.float64)
-        nan_rows = np.isnan(v) & (self.codes >= 0)
-        return self.totals - np.bincount(self.codes[nan_rows], minlength=self.n_groups)
+    def _accumulate(self, values: Column, ufunc: np.ufunc, start: float,
+                    skip_nan: bool) -> np.ndarray:
+        """``ufunc.at`` of every row's value into its group's slot, slice by slice, in row order
+        (for ``np.add`` the very sums ``np.bincount`` adds); a slot past the groups takes the
+        rows without one. ``skip_nan`` adds 0 for a NaN value."""
+        out = np.full(self.n_groups + 1, start)
+        for part in chunks(self.codes.size):
+            v = take(values, part)
+            if skip_nan:
+                nan = np.isnan(v)
+                if nan.any():
+                    v = np.where(nan, 0.0, v)  # a slice of a column is a view: not in place
+            ufunc.at(out, self.codes[part], v)
+        return out[:-1]
 
-    def maxima(self, values: Any, counts: np.ndarray) -> np.ndarray:
+    def counts(self, values: Column) -> np.ndarray:
+        """Non-NaN values per group."""
+        nan_rows = np.zeros(self.n_groups + 1, dtype=np.int64)
+        for part in chunks(self.codes.size):
+            nan = np.isnan(take(values, part))
+            if nan.any():
+                np.add.at(nan_rows, self.codes[part][nan], 1)
+        return self.totals - nan_rows[:-1]
+
+    def maxima(self, values: Column, counts: np.ndarray) -> np.ndarray:
         """Largest non-NaN value per group over every row (NaN where ``counts``, the non-NaN
         values per group, is 0)."""
-        out = np.full(self.n_groups + 1, -np.inf)  # code -1 indexes the spare last slot
-        np.fmax.at(out, self.codes, np.asarray(values, dtype=np.float64))
-        return np.where(counts > 0, out[:-1], np.nan)
+        top = self._accumulate(values, np.fmax, -np.inf, skip_nan=False)
+        return np.where(counts > 0, top, np.nan)
 
-    def sums(self, values: Any) -> np.ndarray:
+    def sums(self, values: Column) -> np.ndarray:
         """Sum of each group's non-NaN values (0 when it has none), as pandas' grouped sum."""
-        v = np.asarray(values, dtype=np.float64)
-        nan = np.isnan(v)
-        weights = np.where(nan, 0.0, v) if nan.any() else v  # NaN adds nothing
-        if self.complete:
-            return np.bincount(self.codes, weights=weights, minlength=self.n_groups)
-        # rows without a group go to a leading slot that is dropped
-        return np.bincount(self.codes + 1, weights=weights, minlength=self.n_groups + 1)[1:]
+        return self._accumulate(values, np.add, 0.0, skip_nan=True)
 
-    def sorted(self, values: Any) -> SortedGroups:
-        """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group)."""
-        v = np.asarray(values, dtype=np.float64)[self.order]
+    def gather(self, values: Column) -> np.ndarray:
+        """``values`` at the rows of ``order``, group after group (a new array)."""
+        return take(values, self.order)
+
+    def sorted(self, values: Column, gathered: np.ndarray | None = None) -> SortedGroups:
+        """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group);
+        ``gathered``, when given, is ``gather(values)`` already computed (it is sorted in
+        place)."""
+        v = self.gather(values) if gathered is None else gathered
         missing = np.isnan(v)
         bounds = self.bounds
         if missing.any():
@@ -268,7 +353,7 @@ class GroupFigures:
                    p90=groups.quantile(0.9), p99=groups.quantile(0.99))
 
     @classmethod
-    def measure(cls, groups: Groups, values: np.ndarray, moments: bool = True) -> GroupFigures:
+    def measure(cls, groups: Groups, values: Column, moments: bool = True) -> GroupFigures:
         """The figures of ``values`` per group; quantiles from the sample of a sampled grouping
         (count, mean and max stay exact). Without ``moments`` a sampled grouping skips the
         mean and max (two passes over every row) and leaves them NaN."""
@@ -309,8 +394,9 @@ def quantile_rows(table: pd.DataFrame) -> np.ndarray | None:
         return None
     cache = table_cache(table)
     if "quantile_rows" not in cache:
-        uniform = np.random.default_rng(SAMPLE_SEED).random(n, dtype=np.float32)
-        rows = np.flatnonzero(uniform < np.float32(COLUMN_SAMPLE_ROWS / n))
+        # the draws of one code for every row, taken slice by slice (no 4-byte-per-row array)
+        rows = _sample_rows(np.zeros(n, dtype=np.int8),
+                            np.array([COLUMN_SAMPLE_ROWS / n], dtype=np.float32))
         rows.setflags(write=False)
         cache["quantile_rows"] = rows
     found: np.ndarray = cache["quantile_rows"]
@@ -331,14 +417,22 @@ def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     categories; other columns as strings, labels sorted (as ``astype(str).astype("category")``)."""
     import pandas as pd
 
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return (np.asarray(column.cat.codes.to_numpy(), dtype=np.int64),
-                [str(c) for c in column.cat.categories])
+    if isinstance(column.dtype, pd.CategoricalDtype):  # its own (int8/int16) codes: no copy
+        return column.cat.codes.to_numpy(), [str(c) for c in column.cat.categories]
     present = column.notna().to_numpy()
-    codes = np.full(len(column), -1, dtype=np.int64)
     sub_codes, uniques = pd.factorize(column[present].astype(str), sort=True)
+    codes = np.full(len(column), -1, dtype=compact_dtype(len(uniques)))
     codes[present] = sub_codes
     return codes, [str(u) for u in uniques]
+
+
+def column_values(table: pd.DataFrame, column: str) -> np.ndarray:
+    """A numeric column's own array (a view: ``take`` converts the rows it reads to float64),
+    else the column as float64 with NaN for missing."""
+    series = table[column]
+    if series.dtype.kind in "fiu":
+        return series.to_numpy()
+    return series.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
@@ -366,7 +460,7 @@ def key_groups(table: pd.DataFrame, key: str) -> Groups:
     return found
 
 
-def figures(table: pd.DataFrame, key: str, column: str, values: np.ndarray | None = None,
+def figures(table: pd.DataFrame, key: str, column: str, values: Column | None = None,
             moments: bool = True) -> GroupFigures:
     """Count, mean, max, median and p50/p90/p99 of ``column`` per value of ``key`` (cached per
     table; ``values`` stands in for a column derived from the table under that name). Without
@@ -375,8 +469,7 @@ def figures(table: pd.DataFrame, key: str, column: str, values: np.ndarray | Non
     found: GroupFigures | None = cache.get(("figures", key, column))
     if found is None or (moments and not found.moments):
         groups = key_groups(table, key)
-        data = table[column].to_numpy(dtype=np.float64, na_value=np.nan) if values is None \
-            else values
+        data = column_values(table, column) if values is None else values
         found = GroupFigures.measure(groups, data, moments)
         cache[("figures", key, column)] = found
     return found
@@ -386,7 +479,6 @@ def group_sums(table: pd.DataFrame, key: str, column: str) -> np.ndarray:
     """Sum of ``column``'s non-NaN values per value of ``key`` (``key_groups`` order; cached)."""
     cache = table_cache(table)
     if ("sums", key, column) not in cache:
-        values = table[column].to_numpy(dtype=np.float64, na_value=np.nan)
-        cache[("sums", key, column)] = key_groups(table, key).sums(values)
+        cache[("sums", key, column)] = key_groups(table, key).sums(column_values(table, column))
     found: np.ndarray = cache[("sums", key, column)]
     return found

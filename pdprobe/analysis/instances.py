@@ -82,19 +82,21 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import figures, group_sums, key_codes, key_groups
+    from pdprobe.analysis.grouped import chunks, figures, group_sums, key_codes, key_groups
 
     req = dataset.requests
     if req.empty:
         return
-    binned = None
     for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
                               ("decode_instance", DECODE_LATENCIES)):
         if not dataset.has_request_column(column) or req[column].isna().all():
             continue
         # value_counts: every category (unused ones count 0), else every value present
         codes, labels = key_codes(req[column])
-        counts = np.bincount(codes[codes >= 0], minlength=len(labels))
+        counts = np.zeros(len(labels) + 1, dtype=np.int64)  # the last slot: rows without one
+        for part in chunks(len(codes)):
+            np.add.at(counts, codes[part], 1)
+        counts = counts[:-1]
         total = float(counts.sum())
         for name, n in zip(labels, counts.tolist(), strict=True):
             _set(fields, name, "requests", int(n))
@@ -112,46 +114,44 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                 if prompt > 0:
                     _set(fields, name, "prefix_hit_ratio", float(hit / prompt))
         if dataset.has_request_column("ttft_s"):
-            if binned is None:  # the rows with a time and a TTFT, and their bins: once
-                binned = _binned_rows(req["arrival_ts"].to_numpy(dtype=np.float64),
-                                      req["ttft_s"].to_numpy(dtype=np.float64),
-                                      start, end, step)
-            for name, series in _binned_mean_by_code(codes, labels, binned, start, end, step,
-                                                     "s").items():
+            for name, series in _binned_mean_by_code(
+                    codes, labels, req["arrival_ts"].to_numpy(dtype=np.float64),
+                    req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s").items():
                 _set(fields, name, "ttft_series", series)
 
 
-def _binned_rows(ts: np.ndarray, values: np.ndarray, start: float, end: float,
-                 step: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The rows with a time and a value, their values and time bins, and the number of bins
-    (``_binned_by``'s bins)."""
-    ok = ~np.isnan(ts) & ~np.isnan(values)
+def _binned_mean_by_code(codes: np.ndarray, labels: list[str], ts: np.ndarray,
+                         values: np.ndarray, start: float, end: float, step: float,
+                         unit: str) -> Mapping[str, TimeSeries]:
+    """Mean of ``values`` per (code, time bin) over the rows with a code, a time and a value,
+    as one regular series per code with a value: ``_binned_by`` on integer codes, slice by
+    slice (``grouped.chunks``; sums added in row order, as one bincount adds them), so no
+    full-length bin, cell or mask array is built."""
+    from pdprobe.analysis.grouped import chunks
+
     n_bins = max(1, int(np.ceil((end - start) / step)))
-    bins = np.clip(((ts[ok] - start) // step).astype("int64"), 0, n_bins - 1)
-    return ok, values[ok], bins, n_bins
-
-
-def _binned_mean_by_code(codes: np.ndarray, labels: list[str],
-                         binned: tuple[np.ndarray, np.ndarray, np.ndarray, int], start: float,
-                         end: float, step: float, unit: str) -> Mapping[str, TimeSeries]:
-    """Mean of the ``binned`` values per (code, time bin) as one regular series per code with
-    a value: ``_binned_by`` on integer codes (bincounts instead of a groupby of a copied
-    frame)."""
-    ok, values, bins, n_bins = binned
-    row_codes = codes[ok]
-    keyed = row_codes >= 0
-    if not keyed.any():
-        return {}
-    if not keyed.all():
-        row_codes, values, bins = row_codes[keyed], values[keyed], bins[keyed]
-    cell = row_codes * n_bins + bins
     size = len(labels) * n_bins
-    sums = np.bincount(cell, weights=values, minlength=size).reshape(len(labels), n_bins)
-    counts = np.bincount(cell, minlength=size).reshape(len(labels), n_bins)
+    sums = np.zeros(size)
+    counts = np.zeros(size, dtype=np.int64)
+    for part in chunks(len(ts)):
+        t, v, c = ts[part], values[part], codes[part]
+        ok = ~np.isnan(t)
+        ok &= ~np.isnan(v)
+        ok &= c >= 0
+        if not ok.any():
+            continue
+        cell = np.clip(((t[ok] - start) // step).astype(np.int64), 0, n_bins - 1)
+        cell += c[ok].astype(np.int64) * n_bins
+        np.add.at(sums, cell, v[ok])
+        np.add.at(counts, cell, 1)
+    if not counts.any():
+        return {}
+    cell_sums = sums.reshape(len(labels), n_bins)
+    cell_counts = counts.reshape(len(labels), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        means = np.where(cell_counts > 0, cell_sums / np.maximum(cell_counts, 1), np.nan)
     edges = tuple(float(start + step * i) for i in range(n_bins))
-    rows = np.flatnonzero(counts.any(axis=1))
+    rows = np.flatnonzero(cell_counts.any(axis=1))
     return {labels[r]: TimeSeries(ts=edges, values=tuple(means[r].tolist()), unit=unit,
                                   step_s=float(step))
             for r in rows.tolist()}

@@ -213,3 +213,81 @@ def test_sampled_cells_and_rows_are_deterministic(monkeypatch: pytest.MonkeyPatc
     assert grouped.quantile_rows(small) is None
     column = small["v"]
     assert grouped.for_quantiles(small, column) is column
+
+
+# --- compact codes, slices and row getters: the same figures with less memory ---------------
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+@pytest.mark.parametrize("seed", range(3))
+def test_sliced_passes_equal_one_pass(monkeypatch: pytest.MonkeyPatch, chunk: int,
+                                      seed: int) -> None:
+    """Counts, sums and maxima taken slice by slice (odd slice sizes, int8 codes with -1, NaN,
+    a group without values) are pandas' grouped count/sum/max, the sums to the last bit of
+    one bincount."""
+    from pdprobe.analysis import grouped
+
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", chunk)
+    frame = _frame(seed, 501, categorical=True)
+    codes, labels = key_codes(frame["key"])
+    assert codes.dtype == np.int8  # the categorical's own codes, not an int64 copy
+    groups = Groups.of(codes, labels)
+    assert groups.order.dtype == np.int32
+    values = frame["value"].to_numpy()
+    want = _expected(frame)
+    np.testing.assert_array_equal(groups.counts(values), want["count"].to_numpy())
+    one_pass = np.bincount(groups.codes[groups.codes >= 0].astype(np.int64),
+                           weights=np.nan_to_num(values[groups.codes >= 0]),
+                           minlength=groups.n_groups)
+    np.testing.assert_array_equal(groups.sums(values), one_pass)
+    top = groups.maxima(values, groups.counts(values))
+    np.testing.assert_array_equal(top, want["max"].to_numpy(dtype=np.float64))
+
+
+def test_row_getter_equals_the_array(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A derived column given as a row getter gives the figures of the materialised column,
+    and the getter is only ever asked for slices and for the grouping's rows."""
+    from pdprobe.analysis import grouped
+
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", 100)
+    frame = _frame(5, 450, categorical=True)
+    groups = Groups.of(*key_codes(frame["key"]))
+    values = frame["value"].to_numpy() * 3.0
+    asked: list[int] = []
+
+    def getter(rows: slice | np.ndarray) -> np.ndarray:
+        part = values[rows]
+        asked.append(part.size)
+        return part.copy()
+
+    a = GroupFigures.measure(groups, values)
+    b = GroupFigures.measure(groups, getter)
+    for stat in ("count", "mean", "max", "median", "p90", "p99"):
+        np.testing.assert_array_equal(getattr(a, stat), getattr(b, stat), err_msg=stat)
+    assert max(asked) <= max(100, groups.order.size)
+
+
+def test_sampled_grouping_with_slices_is_the_one_pass_sample(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample's draws taken slice by slice are those of one draw: the same rows."""
+    from pdprobe.analysis import grouped
+
+    rng = np.random.default_rng(3)
+    codes = rng.integers(-1, 5, 20_001).astype(np.int16)
+    whole = Groups.of(codes, range(5), sample_max=700)
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", 999)
+    sliced = Groups.of(codes, range(5), sample_max=700)
+    assert whole.sampled and sliced.sampled
+    np.testing.assert_array_equal(whole.order, sliced.order)
+    np.testing.assert_array_equal(whole.bounds, sliced.bounds)
+    n = 20_001
+    uniform = np.random.default_rng(grouped.SAMPLE_SEED).random(n, dtype=np.float32)
+    rate = np.minimum(1.0, 700 / np.bincount(codes[codes >= 0], minlength=5)).astype(np.float32)
+    expected = np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[codes])
+    np.testing.assert_array_equal(np.sort(sliced.order), expected)
+
+
+def test_string_keys_get_compact_codes() -> None:
+    column = pd.Series(["b", None, "a", "b"], dtype=object)
+    codes, labels = key_codes(column)
+    assert codes.dtype == np.int8 and labels == ["a", "b"]
+    np.testing.assert_array_equal(codes, [1, -1, 0, 1])

@@ -96,3 +96,28 @@ def test_metric_based_summaries_and_histograms() -> None:
     assert ttft.mean == pytest.approx(0.42)  # from _sum/_count, exact
     assert summaries["p0"].prompt_tokens_per_s == pytest.approx(6000 / 60)
     assert isinstance(summaries["p0"].requests, Missing)  # no request records name it
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 20])
+def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Per-instance TTFT series from slices equal pandas' mean per (instance, bin), with rows
+    missing their instance, time or TTFT left out."""
+    from pdprobe.analysis import grouped
+    from pdprobe.analysis.instances import _binned_mean_by_code
+
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(4)
+    n = 211
+    codes = rng.integers(-1, 3, n).astype(np.int8)
+    ts = rng.uniform(0.0, 100.0, n)
+    ts[::17] = np.nan
+    values = rng.lognormal(size=n)
+    values[::13] = np.nan
+    got = _binned_mean_by_code(codes, ["a", "b", "c"], ts, values, 0.0, 100.0, 15.0, "s")
+    frame = pd.DataFrame({"code": codes, "bin": np.clip((ts - 0.0) // 15.0, 0, 6), "v": values})
+    frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
+    want = frame.groupby(["code", "bin"])["v"].mean()
+    assert sorted(got) == ["a", "b", "c"]
+    for (code, b), mean in want.items():
+        assert got["abc"[int(code)]].values[int(b)] == pytest.approx(mean, rel=1e-12)
+    assert sum(np.isfinite(s.values).sum() for s in got.values()) == len(want)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pdprobe.analysis.evidence.model import Window
-    from pdprobe.analysis.grouped import Groups
+    from pdprobe.analysis.grouped import Column, Groups, Rows
     from pdprobe.dataset import Dataset
 
 # Request-record columns summarised per instance (two are derived per request below), in the
@@ -63,6 +63,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
         Groups,
+        column_values,
+        compact_dtype,
         figures,
         group_sums,
         key_groups,
@@ -77,28 +79,40 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     def has(c: str) -> bool:
         return c in present and c in req.columns and bool(req[c].notna().any())
 
-    derived: dict[str, np.ndarray] = {}
+    # Derived per-request columns as row getters (``grouped.Column``): computed per slice for
+    # the counts and sums, and at the sampled rows for the quantiles, never at full length.
+    derived: dict[str, Column] = {}
     if has("prefill_s"):
-        # a new float array, then in place: prompt - cached (0 where unknown), at least 1
-        uncached = np.array(req["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan),
-                            dtype=np.float64, copy=True)
-        if has("cached_tokens"):
-            uncached -= np.nan_to_num(
-                req["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan), nan=0.0)
-        np.maximum(uncached, 1.0, out=uncached)
-        derived["prefill_s_per_token"] = np.divide(
-            req["prefill_s"].to_numpy(dtype=np.float64), uncached, out=uncached)
+        prompt = req["prompt_tokens"].to_numpy()
+        prefill = req["prefill_s"].to_numpy(dtype=np.float64)
+        cached_col = req["cached_tokens"].to_numpy(dtype=np.float64) if has("cached_tokens") \
+            else None
+
+        def per_token(rows: Rows) -> np.ndarray:
+            # prefill_s / (prompt - cached (0 where unknown), at least 1)
+            uncached = prompt[rows].astype(np.float64)
+            if cached_col is not None:
+                uncached -= np.nan_to_num(cached_col[rows], nan=0.0)
+            np.maximum(uncached, 1.0, out=uncached)
+            return np.divide(prefill[rows], uncached, out=uncached)
+
+        derived["prefill_s_per_token"] = per_token
     xfer = transfer_seconds(ds)
     if xfer is not None and has("kv_bytes"):
-        x = xfer.to_numpy(dtype=np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            derived["xfer_bytes_per_s"] = req["kv_bytes"].to_numpy(dtype=np.float64) / np.where(
-                x > 0, x, np.nan)
+        x_all = xfer.to_numpy(dtype=np.float64)
+        kv_all = req["kv_bytes"].to_numpy(dtype=np.float64)
 
-    def values(c: str) -> np.ndarray | None:
+        def bytes_per_s(rows: Rows) -> np.ndarray:
+            x = x_all[rows]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return kv_all[rows] / np.where(x > 0, x, np.nan)
+
+        derived["xfer_bytes_per_s"] = bytes_per_s
+
+    def values(c: str) -> Column | None:
         if c in derived:
             return derived[c]
-        return req[c].to_numpy(dtype=np.float64, na_value=np.nan) if c in req.columns else None
+        return column_values(req, c) if c in req.columns else None
 
     bin_of_row = arrival_bins(ds, window)
     roles = pd.Series(cols.text["role"], index=cols.index)
@@ -135,12 +149,15 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
         # Per-bin, per-instance series for persistence checks: one grouping of the cells.
         n = groups.n_groups
-        cell_code = bin_of_row * n
+        # each row's (bin, instance) cell, in the smallest type holding the cells
+        cell_code = bin_of_row.astype(compact_dtype(window.n_bins * n))
+        cell_code *= n
         cell_code += groups.codes
         if not groups.complete:
             cell_code[groups.codes < 0] = -1
         cells = Groups.of(cell_code, range(window.n_bins * n),
                           sample_max=sample_max(len(req), CELL_SAMPLE_MAX))
+        del cell_code  # the grouping holds its own (or this very) array
         bin_seen = np.zeros(window.n_bins, dtype=bool)
         bin_seen[cells.ids // n] = True
         sizes = _cell_frame(cells, cells.totals.astype(np.float64), n, window)
@@ -155,8 +172,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
-            hit = _ratio(cells.sums(req["cached_tokens"].to_numpy(dtype=np.float64)),
-                         cells.sums(req["prompt_tokens"].to_numpy(dtype=np.float64)))
+            hit = _ratio(cells.sums(column_values(req, "cached_tokens")),
+                         cells.sums(column_values(req, "prompt_tokens")))
             merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
                                                     groups.labels, window))
 

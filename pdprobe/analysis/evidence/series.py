@@ -168,7 +168,7 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
 def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     """Arrivals, length means and latency medians per bin from request records: one grouping
     of the rows by bin, one sort per column and bin (``analysis.grouped``)."""
-    from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, Groups, sample_max
+    from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, Groups, Rows, column_values, sample_max
 
     req = ds.requests
     if req.empty:
@@ -185,12 +185,12 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         return full
 
     def column(name: str) -> np.ndarray:
-        return req[name].to_numpy(dtype="float64", na_value=np.nan)
+        return column_values(req, name)  # the column's own array: no float copy of a token one
 
     out["arrivals"] = np.nan_to_num(per_bin(sizes), nan=0.0)
     for name, col in (("prompt_tokens", "prompt_mean"), ("output_tokens", "output_mean")):
         values = column(name)
-        counts = sizes - np.bincount(groups.codes[np.isnan(values)], minlength=groups.n_groups)
+        counts = groups.counts(values)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[col] = per_bin(np.where(counts > 0, groups.sums(values) / counts, np.nan))
     cols = ds.request_columns
@@ -206,13 +206,19 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         out["ttft_p90"] = per_bin(groups.sorted(column("ttft_s")).quantile(0.9))
     if "kv_bytes" in cols and req["kv_bytes"].notna().any():
         kv = column("kv_bytes")
-        have = sizes - np.bincount(groups.codes[np.isnan(kv)], minlength=groups.n_groups)
+        have = groups.counts(kv)
         total = np.where(have > 0, groups.sums(kv), np.nan)  # sum(min_count=1)
         out["kv_bytes_per_s"] = per_bin(total) / window.step_s
         if x is not None:
-            # Time per GB: congestion slows every byte; bigger transfers alone do not.
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_gb = 1e9 * x / np.where(kv > 0, kv, np.nan)
+            xs = x
+
+            def per_gb(rows: Rows) -> np.ndarray:
+                # Time per GB: congestion slows every byte; bigger transfers alone do not.
+                k = kv[rows]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    return 1e9 * xs[rows] / np.where(k > 0, k, np.nan)
+
+            # only at the rows the medians read (all of them up to the sampling threshold)
             out["xfer_s_per_gb_p50"] = per_bin(groups.sorted(per_gb).median())
 
 
