@@ -30,30 +30,38 @@ only the grouping of each key and the small per-group figures, never a sorted co
 column: a categorical key's own int8/int16 codes (no copy when every category is used) and
 int32 positions of the rows its quantiles read (the sample above ``QUANTILE_EXACT_ROWS``).
 
-Memory: at 10M rows every full-length temporary is tens of MB of fresh pages, and on a VM
-touching fresh memory costs about 3 CPU-s of system time per GB. So counts, sums and maxima
-run over slices of ``CHUNK_ROWS`` rows with ``ufunc.at`` (which adds in row order, exactly as
-one ``np.bincount`` does), the sample's draws are taken slice by slice from the same random
-stream, and a derived column can be passed as a row getter (``Column``) that is asked for one
-slice at a time and for the sampled rows, so it is never built at full length.
+Counts, sums and the sample run over row slices in compact types (``row_slices``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from pdprobe.analysis.row_slices import (
+    Column,
+    Rows,
+    category_mask,
+    chunks,
+    column_values,
+    compact_dtype,
+    index_dtype,
+    key_codes,
+    sample_rows,
+    stable_order,
+    take,
+)
 from pdprobe.analysis.table_cache import table_cache
+
+# the row helpers the analyses import from here with the groupings
+__all__ = ["Column", "Rows", "category_mask", "chunks", "column_values", "compact_dtype",
+           "key_codes", "stable_order", "take"]
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# numpy's stable sort of 8- and 16-bit integers is a radix sort (linear in rows); codes with
-# more groups than an int16 holds are sorted as two 15-bit digits, least significant first.
-_RADIX_MAX: Final = 1 << 15
 # Tables up to this many rows get exact quantiles; above it quantiles come from a sample
 # (module docstring): sorting 10M rows per column and grouping is most of the cost of a
 # diagnosis, while a million rows already pin every quantile the rules read.
@@ -71,68 +79,6 @@ COLUMN_SAMPLE_ROWS: Final = 1_000_000
 # The sample's random stream: the same capture always gives the same sample.
 SAMPLE_SEED: Final = 17
 
-
-# Full-length passes (counts, sums, the sample's draws) run over slices of this many rows:
-# each slice's temporaries are reused by the allocator, where a whole-column temporary of 10M
-# rows is 80 MB of fresh pages (on a VM about 0.25 CPU-s of system time each). Every input
-# below it is one slice, so the figures are those of one pass.
-CHUNK_ROWS: Final = 1 << 20
-
-# A row getter: the values of a column (or of one derived from several) at some rows, given
-# as a slice or an integer array of positions; lets derived columns be computed per slice and
-# for a sample without ever being materialised at full length.
-Rows = slice | np.ndarray
-Column = np.ndarray | Callable[[Rows], np.ndarray]
-
-
-def take(values: Column, rows: Rows) -> np.ndarray:
-    """``values`` at ``rows`` (an array indexed, a getter called) as float64."""
-    if callable(values):
-        return np.asarray(values(rows), dtype=np.float64)
-    return np.asarray(values)[rows].astype(np.float64, copy=False)  # only these rows converted
-
-
-def chunks(n: int) -> list[slice]:
-    """``range(n)`` as slices of at most ``CHUNK_ROWS`` rows."""
-    return [slice(i, min(i + CHUNK_ROWS, n)) for i in range(0, n, CHUNK_ROWS)]
-
-
-def compact_dtype(n_codes: int) -> type[np.signedinteger[Any]]:
-    """The smallest signed integer type holding -1..n_codes (codes, a spare slot, -1)."""
-    for dtype in (np.int8, np.int16, np.int32):
-        if n_codes < np.iinfo(dtype).max:
-            return dtype
-    return np.int64
-
-
-def index_dtype(n_rows: int) -> type[np.signedinteger[Any]]:
-    """int32 for positions below 2**31 (half of int64's memory), else int64."""
-    return np.int32 if n_rows < np.iinfo(np.int32).max else np.int64
-
-
-def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
-    """Positions of ``codes`` (0 <= code < n_groups) sorted by code, equal codes in row order."""
-    c = np.asarray(codes)
-    if n_groups <= _RADIX_MAX:
-        return np.argsort(c.astype(np.int16, copy=False), kind="stable")
-    if n_groups <= _RADIX_MAX * _RADIX_MAX:
-        low = np.argsort((c % _RADIX_MAX).astype(np.int16), kind="stable")
-        high = (c[low] // _RADIX_MAX).astype(np.int16)
-        return low[np.argsort(high, kind="stable")]
-    return np.argsort(c, kind="stable")
-
-
-def _sample_rows(codes: np.ndarray, rate: np.ndarray) -> np.ndarray:
-    """Rows kept by a Bernoulli draw at ``rate[code]`` (code -1: never), the fixed-seed draws
-    taken slice by slice (the same stream as one draw of every row)."""
-    rng = np.random.default_rng(SAMPLE_SEED)
-    keep_rate = np.append(rate.astype(np.float32), np.float32(0.0))  # code -1: the last slot
-    picked = []
-    for part in chunks(codes.size):
-        uniform = rng.random(part.stop - part.start, dtype=np.float32)
-        hit = np.flatnonzero(uniform < keep_rate[codes[part]])
-        picked.append(hit.astype(index_dtype(codes.size)) + part.start)
-    return np.concatenate(picked) if picked else np.zeros(0, dtype=np.int32)
 
 
 @dataclass(frozen=True)
@@ -191,7 +137,7 @@ class Groups:
         positions = index_dtype(raw.size)
         if sample_max is not None and (totals > sample_max).any():
             rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
-            rows = _sample_rows(raw, rate)
+            rows = sample_rows(raw, rate, SAMPLE_SEED)
             picked = raw[rows]
             np.cumsum(np.bincount(picked, minlength=len(names)), out=bounds[1:])
             order = rows[stable_order(picked, len(names))]
@@ -395,8 +341,8 @@ def quantile_rows(table: pd.DataFrame) -> np.ndarray | None:
     cache = table_cache(table)
     if "quantile_rows" not in cache:
         # the draws of one code for every row, taken slice by slice (no 4-byte-per-row array)
-        rows = _sample_rows(np.zeros(n, dtype=np.int8),
-                            np.array([COLUMN_SAMPLE_ROWS / n], dtype=np.float32))
+        rows = sample_rows(np.zeros(n, dtype=np.int8),
+                           np.array([COLUMN_SAMPLE_ROWS / n], dtype=np.float32), SAMPLE_SEED)
         rows.setflags(write=False)
         cache["quantile_rows"] = rows
     found: np.ndarray = cache["quantile_rows"]
@@ -410,44 +356,6 @@ def for_quantiles(table: pd.DataFrame, values: Any) -> Any:
     if rows is None:
         return values
     return values.iloc[rows] if hasattr(values, "iloc") else np.asarray(values)[rows]
-
-
-def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Integer codes (-1 for missing) and labels of a key column: a categorical's own codes and
-    categories; other columns as strings, labels sorted (as ``astype(str).astype("category")``)."""
-    import pandas as pd
-
-    if isinstance(column.dtype, pd.CategoricalDtype):  # its own (int8/int16) codes: no copy
-        return column.cat.codes.to_numpy(), [str(c) for c in column.cat.categories]
-    present = column.notna().to_numpy()
-    sub_codes, uniques = pd.factorize(column[present].astype(str), sort=True)
-    codes = np.full(len(column), -1, dtype=compact_dtype(len(uniques)))
-    codes[present] = sub_codes
-    return codes, [str(u) for u in uniques]
-
-
-def column_values(table: pd.DataFrame, column: str) -> np.ndarray:
-    """A numeric column's own array (a view: ``take`` converts the rows it reads to float64),
-    else the column as float64 with NaN for missing."""
-    series = table[column]
-    if series.dtype.kind in "fiu":
-        return series.to_numpy()
-    return series.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
-    """``test(str(value))`` for every row (False where missing), evaluated once per distinct
-    value: on a categorical's categories, else on the factorized values."""
-    import pandas as pd
-
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy()
-        values = list(column.cat.categories)
-    else:
-        codes, uniques = pd.factorize(column)
-        values = list(uniques)
-    lookup = np.array([bool(test(str(v))) for v in values] + [False], dtype=bool)
-    return lookup[codes]  # code -1 (missing) reads the trailing False
 
 
 def key_groups(table: pd.DataFrame, key: str) -> Groups:

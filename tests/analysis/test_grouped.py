@@ -224,9 +224,9 @@ def test_sliced_passes_equal_one_pass(monkeypatch: pytest.MonkeyPatch, chunk: in
     """Counts, sums and maxima taken slice by slice (odd slice sizes, int8 codes with -1, NaN,
     a group without values) are pandas' grouped count/sum/max, the sums to the last bit of
     one bincount."""
-    from pdprobe.analysis import grouped
+    from pdprobe.analysis import row_slices
 
-    monkeypatch.setattr(grouped, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     frame = _frame(seed, 501, categorical=True)
     codes, labels = key_codes(frame["key"])
     assert codes.dtype == np.int8  # the categorical's own codes, not an int64 copy
@@ -246,9 +246,9 @@ def test_sliced_passes_equal_one_pass(monkeypatch: pytest.MonkeyPatch, chunk: in
 def test_row_getter_equals_the_array(monkeypatch: pytest.MonkeyPatch) -> None:
     """A derived column given as a row getter gives the figures of the materialised column,
     and the getter is only ever asked for slices and for the grouping's rows."""
-    from pdprobe.analysis import grouped
+    from pdprobe.analysis import row_slices
 
-    monkeypatch.setattr(grouped, "CHUNK_ROWS", 100)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 100)
     frame = _frame(5, 450, categorical=True)
     groups = Groups.of(*key_codes(frame["key"]))
     values = frame["value"].to_numpy() * 3.0
@@ -269,12 +269,12 @@ def test_row_getter_equals_the_array(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_sampled_grouping_with_slices_is_the_one_pass_sample(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The sample's draws taken slice by slice are those of one draw: the same rows."""
-    from pdprobe.analysis import grouped
+    from pdprobe.analysis import grouped, row_slices
 
     rng = np.random.default_rng(3)
     codes = rng.integers(-1, 5, 20_001).astype(np.int16)
     whole = Groups.of(codes, range(5), sample_max=700)
-    monkeypatch.setattr(grouped, "CHUNK_ROWS", 999)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 999)
     sliced = Groups.of(codes, range(5), sample_max=700)
     assert whole.sampled and sliced.sampled
     np.testing.assert_array_equal(whole.order, sliced.order)

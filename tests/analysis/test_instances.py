@@ -102,10 +102,10 @@ def test_metric_based_summaries_and_histograms() -> None:
 def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Per-instance TTFT series from slices equal pandas' mean per (instance, bin), with rows
     missing their instance, time or TTFT left out."""
-    from pdprobe.analysis import grouped
+    from pdprobe.analysis import row_slices
     from pdprobe.analysis.instances import _binned_mean_by_code
 
-    monkeypatch.setattr(grouped, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(4)
     n = 211
     codes = rng.integers(-1, 3, n).astype(np.int8)

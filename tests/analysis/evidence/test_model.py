@@ -11,9 +11,9 @@ from pdprobe.analysis.evidence.model import Window
 @pytest.mark.parametrize("chunk", [5, 1 << 20])
 def test_bin_of_equals_the_whole_column_formula(monkeypatch: pytest.MonkeyPatch,
                                                 chunk: int) -> None:
-    from pdprobe.analysis import grouped
+    from pdprobe.analysis import row_slices
 
-    monkeypatch.setattr(grouped, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     window = Window(100.0, 1000.0, 15.0)
     rng = np.random.default_rng(2)
     ts = rng.uniform(50.0, 1100.0, 103)

@@ -1,0 +1,122 @@
+"""Full-length passes over request rows in bounded memory: slices, compact integer types.
+
+At 10M rows a full-length temporary is tens of MB of fresh pages, and on a VM touching fresh
+memory costs about 3 CPU-s of system time per GB: the grouped figures (``analysis.grouped``),
+the instance summaries and the evidence run their passes over slices of ``CHUNK_ROWS`` rows
+(each slice's temporaries reused by the allocator), keep codes and bins in the smallest
+integer type that holds them and row positions in int32, and read derived columns through row
+getters (``Column``) that are never built at full length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# numpy's stable sort of 8- and 16-bit integers is a radix sort (linear in rows); codes with
+# more groups than an int16 holds are sorted as two 15-bit digits, least significant first.
+_RADIX_MAX: Final = 1 << 15
+# Full-length passes (counts, sums, the sample's draws) run over slices of this many rows:
+# each slice's temporaries are reused by the allocator, where a whole-column temporary of 10M
+# rows is 80 MB of fresh pages (on a VM about 0.25 CPU-s of system time each). Every input
+# below it is one slice, so the figures are those of one pass.
+CHUNK_ROWS: Final = 1 << 20
+
+# A row getter: the values of a column (or of one derived from several) at some rows, given
+# as a slice or an integer array of positions; lets derived columns be computed per slice and
+# for a sample without ever being materialised at full length.
+Rows = slice | np.ndarray
+Column = np.ndarray | Callable[[Rows], np.ndarray]
+
+
+def take(values: Column, rows: Rows) -> np.ndarray:
+    """``values`` at ``rows`` (an array indexed, a getter called) as float64."""
+    if callable(values):
+        return np.asarray(values(rows), dtype=np.float64)
+    return np.asarray(values)[rows].astype(np.float64, copy=False)  # only these rows converted
+
+
+def chunks(n: int) -> list[slice]:
+    """``range(n)`` as slices of at most ``CHUNK_ROWS`` rows."""
+    return [slice(i, min(i + CHUNK_ROWS, n)) for i in range(0, n, CHUNK_ROWS)]
+
+
+def compact_dtype(n_codes: int) -> type[np.signedinteger[Any]]:
+    """The smallest signed integer type holding -1..n_codes (codes, a spare slot, -1)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_codes < np.iinfo(dtype).max:
+            return dtype
+    return np.int64
+
+
+def index_dtype(n_rows: int) -> type[np.signedinteger[Any]]:
+    """int32 for positions below 2**31 (half of int64's memory), else int64."""
+    return np.int32 if n_rows < np.iinfo(np.int32).max else np.int64
+
+
+def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """Positions of ``codes`` (0 <= code < n_groups) sorted by code, equal codes in row order."""
+    c = np.asarray(codes)
+    if n_groups <= _RADIX_MAX:
+        return np.argsort(c.astype(np.int16, copy=False), kind="stable")
+    if n_groups <= _RADIX_MAX * _RADIX_MAX:
+        low = np.argsort((c % _RADIX_MAX).astype(np.int16), kind="stable")
+        high = (c[low] // _RADIX_MAX).astype(np.int16)
+        return low[np.argsort(high, kind="stable")]
+    return np.argsort(c, kind="stable")
+
+
+def sample_rows(codes: np.ndarray, rate: np.ndarray, seed: int) -> np.ndarray:
+    """Rows kept by a Bernoulli draw at ``rate[code]`` (code -1: never), the fixed-seed draws
+    taken slice by slice (the same stream as one draw of every row)."""
+    rng = np.random.default_rng(seed)
+    keep_rate = np.append(rate.astype(np.float32), np.float32(0.0))  # code -1: the last slot
+    picked = []
+    for part in chunks(codes.size):
+        uniform = rng.random(part.stop - part.start, dtype=np.float32)
+        hit = np.flatnonzero(uniform < keep_rate[codes[part]])
+        picked.append(hit.astype(index_dtype(codes.size)) + part.start)
+    return np.concatenate(picked) if picked else np.zeros(0, dtype=np.int32)
+
+
+def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes (-1 for missing) and labels of a key column: a categorical's own codes and
+    categories; other columns as strings, labels sorted (as ``astype(str).astype("category")``)."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):  # its own (int8/int16) codes: no copy
+        return column.cat.codes.to_numpy(), [str(c) for c in column.cat.categories]
+    present = column.notna().to_numpy()
+    sub_codes, uniques = pd.factorize(column[present].astype(str), sort=True)
+    codes = np.full(len(column), -1, dtype=compact_dtype(len(uniques)))
+    codes[present] = sub_codes
+    return codes, [str(u) for u in uniques]
+
+
+def column_values(table: pd.DataFrame, column: str) -> np.ndarray:
+    """A numeric column's own array (a view: ``take`` converts the rows it reads to float64),
+    else the column as float64 with NaN for missing."""
+    series = table[column]
+    if series.dtype.kind in "fiu":
+        return series.to_numpy()
+    return series.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+    """``test(str(value))`` for every row (False where missing), evaluated once per distinct
+    value: on a categorical's categories, else on the factorized values."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        values = list(column.cat.categories)
+    else:
+        codes, uniques = pd.factorize(column)
+        values = list(uniques)
+    lookup = np.array([bool(test(str(v))) for v in values] + [False], dtype=bool)
+    return lookup[codes]  # code -1 (missing) reads the trailing False

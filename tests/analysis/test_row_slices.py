@@ -1,0 +1,43 @@
+"""Row slices, compact integer types, row getters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis import row_slices
+from pdprobe.analysis.row_slices import chunks, compact_dtype, index_dtype, sample_rows, take
+
+
+def test_chunks_cover_every_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 4)
+    assert chunks(0) == []
+    parts = chunks(10)
+    assert [(p.start, p.stop) for p in parts] == [(0, 4), (4, 8), (8, 10)]
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(0, np.int8), (126, np.int8), (127, np.int16),
+                                          (32_766, np.int16), (32_767, np.int32)])
+def test_compact_dtype_holds_codes_a_spare_slot_and_minus_one(n: int, dtype: type) -> None:
+    assert compact_dtype(n) is dtype
+    assert np.iinfo(dtype).max > n and np.iinfo(dtype).min <= -1
+    assert index_dtype(10_000_000) is np.int32
+
+
+def test_take_converts_only_the_rows_read() -> None:
+    ints = np.arange(10, dtype=np.int64)
+    part = take(ints, slice(2, 5))
+    assert part.dtype == np.float64 and part.tolist() == [2.0, 3.0, 4.0]
+    assert take(lambda rows: ints[rows] * 2, np.array([1, 3])).tolist() == [2.0, 6.0]
+
+
+def test_sample_rows_from_slices_is_one_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    codes = np.random.default_rng(1).integers(-1, 3, 5_001).astype(np.int8)
+    rate = np.array([0.5, 0.1, 1.0], dtype=np.float32)
+    whole = sample_rows(codes, rate, 9)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 333)
+    np.testing.assert_array_equal(sample_rows(codes, rate, 9), whole)
+    uniform = np.random.default_rng(9).random(codes.size, dtype=np.float32)
+    np.testing.assert_array_equal(
+        whole, np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[codes]))
+    assert not np.isin(np.flatnonzero(codes == -1), whole).any()
