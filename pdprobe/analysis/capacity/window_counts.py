@@ -5,8 +5,8 @@ Memory: these are passes over every request record (10 million at scale), so eac
 chunks of ``sampling.PASS_CHUNK`` rows: a window index, an instance key or a completion time
 exists for one chunk at a time, never for the whole capture (each would be 80 MB of fresh
 pages, about a quarter CPU-second of page faults). Counts are added chunk by chunk (exact);
-sums are added in the order ``np.bincount`` adds them, so the figures are bit for bit those of
-whole-array passes.
+sums are added in the order ``np.bincount`` adds them (``chunked.run_sums``), so the figures
+are bit for bit those of whole-array passes.
 """
 
 from __future__ import annotations
@@ -61,23 +61,6 @@ def window_bounds(sorted_ts: np.ndarray, edges: np.ndarray) -> np.ndarray:
     edges join the first or last window) without an index per arrival."""
     inner = np.searchsorted(sorted_ts, edges[1:-1], side="left")
     return np.concatenate([[0], inner, [len(sorted_ts)]]).astype(np.int64)
-
-
-def run_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """The sum of each run ``values[bounds[w]:bounds[w + 1]]`` as float64, added one value at a
-    time from 0.0 in order, as ``np.bincount(window, weights=values)`` adds them (the same
-    bits), a chunk at a time."""
-    out = np.zeros(len(bounds) - 1)
-    for w in range(len(out)):  # loop over windows (at most MAX_WINDOWS) and chunks
-        total = 0.0
-        for lo in range(int(bounds[w]), int(bounds[w + 1]), sampling.PASS_CHUNK):
-            hi = min(lo + sampling.PASS_CHUNK, int(bounds[w + 1]))
-            part = np.empty(hi - lo + 1)
-            part[0] = total
-            part[1:] = values[lo:hi]
-            total = float(np.cumsum(part)[-1])  # a cumulative sum adds in order
-        out[w] = total
-    return out
 
 
 def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int | None]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import RatioWindow
+from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.rates import ModelInputs
 from pdprobe.analysis.capacity.ratio_fit import ratio_fit
@@ -23,7 +24,6 @@ from pdprobe.analysis.capacity.window_counts import (
     active_instances,
     counter_served_rates,
     known_sum,
-    run_sums,
     served_counts,
     window_bounds,
     window_edges,

@@ -6,8 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity import transfer
 from pdprobe.analysis.capacity.transfer import (
     LINK_USABLE_FRACTION,
+    KvBytes,
     kv_bytes_from_profile,
     link_capacity,
     measured_kv_bytes,
@@ -101,3 +104,28 @@ def test_link_capacity_falls_back_to_profile() -> None:
     cap = link_capacity(dataset(), p)
     assert cap.bytes_per_s == p.link_bytes_per_s
     assert p.name in cap.source
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 16])
+def test_measured_kv_bytes_by_chunks_is_the_whole_array_figure(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Ratios and sums a chunk at a time (unusable rows skipped) give the whole arrays'
+    basis and bytes per token to the bit."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(transfer, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(4)
+    n = 3000
+    prompt = rng.integers(1, 8000, n)
+    cached = np.where(rng.random(n) < 0.3, np.nan, np.floor(prompt * rng.uniform(0, 0.9, n)))
+    kv = (prompt - np.nan_to_num(cached)) * 131072.0 * rng.uniform(0.97, 1.03, n)
+    kv[rng.random(n) < 0.05] = np.nan
+    kv[rng.random(n) < 0.02] = 0.0
+    got = measured_kv_bytes(dataset({"arrival_ts": np.arange(n, dtype=float),
+                                     "prompt_tokens": prompt, "output_tokens": 10,
+                                     "cached_tokens": cached, "kv_bytes": kv}))
+    ok = np.isfinite(kv) & (kv > 0)
+    p, c, b = prompt[ok].astype(float), np.nan_to_num(cached[ok], nan=0.0), kv[ok]
+    u = np.maximum(p - c, 1.0)
+    assert isinstance(got, KvBytes) and got.basis == "uncached" and got.n == int(ok.sum())
+    assert float(np.std(b / u) / np.mean(b / u)) < float(np.std(b / p) / np.mean(b / p))
+    assert got.bytes_per_token == float(b.sum() / u.sum())

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.window_counts import (
     active_instances,
-    run_sums,
     served_counts,
     window_bounds,
     window_edges,

@@ -1,0 +1,40 @@
+"""Tests for pdprobe/analysis/capacity/chunked.py: chunked sums equal numpy's, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity.chunked import run_sums, tree_cv, tree_sum
+
+
+@pytest.mark.parametrize("chunk", [1, 100, 1000, 4099, 1 << 16])
+def test_tree_sum_and_cv_are_numpys_to_the_bit(monkeypatch: pytest.MonkeyPatch,
+                                              chunk: int) -> None:
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 8, 127, 128, 129, 1000, 12_345, 300_001):
+        x = rng.lognormal(0.0, 3.0, n)  # wide range: any other order of additions shows
+        asked: list[int] = []
+
+        def values(lo: int, hi: int, x: np.ndarray = x, asked: list[int] = asked
+                   ) -> np.ndarray:
+            asked.append(hi - lo)
+            return x[lo:hi].copy()
+
+        assert tree_sum(values, n) == float(np.sum(x))
+        assert max(asked) <= max(chunk, 128)
+        if n > 1:
+            assert tree_cv(values, n) == float(np.std(x) / np.mean(x))
+    assert tree_sum(lambda lo, hi: np.zeros(hi - lo), 0) == 0.0
+
+
+def test_run_sums_are_bincounts_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampling, "PASS_CHUNK", 37)
+    rng = np.random.default_rng(2)
+    x = rng.lognormal(0.0, 3.0, 5000)
+    bounds = np.array([0, 0, 1, 999, 4000, 5000])
+    window = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    want = np.bincount(window, weights=x, minlength=len(bounds) - 1)
+    assert run_sums(x, bounds).tolist() == want.tolist()
