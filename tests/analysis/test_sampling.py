@@ -215,3 +215,22 @@ def test_sample_intervals_by_chunks_is_time_sample_of_the_valid_rows(
     assert np.array_equal(sample.needed[valid], reference.needed)
     assert not sample.observed[~valid].any() and not sample.needed[~valid].any()
     assert sample.describe("requests") == reference.describe("requests")
+
+
+@pytest.mark.parametrize(("n", "size", "chunk"), [(200_000, 20_000, 4099), (10_007, 9_999, 7),
+                                                  (5_000, 1, 1 << 16), (33_333, 3_000, 100)])
+def test_stratified_sample_by_chunks_is_the_stable_sort_selection(
+        monkeypatch: pytest.MonkeyPatch, n: int, size: int, chunk: int) -> None:
+    """Ranked within strata a chunk at a time (small codes), the sample is the one the stable
+    sort of every code selects (codes too large for the counting table take that path)."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    _, prompt, output = _requests(n, seed=n)
+    strata = sampling.length_strata(prompt, output)
+    assert strata.dtype == np.int16
+    keep = sampling.stratified_sample(strata, size)
+    k = np.arange(size, dtype=np.int64)
+    pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
+    expected = np.sort(np.argsort(strata, kind="stable")[pos])
+    assert keep is not None and np.array_equal(keep, expected)
+    large = sampling.stratified_sample(strata.astype(np.int64) + 2**40, size)
+    assert large is not None and np.array_equal(large, expected)

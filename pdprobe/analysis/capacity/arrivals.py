@@ -77,20 +77,34 @@ def _gap_counts(ts: np.ndarray) -> tuple[int, bool]:
     return zeros, positive
 
 
-def _window_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each sorted arrival's load window (the tail joins the last), and arrivals per
-    ``SUB_BINS`` sub-bin of each full window (int64, ``n_win * SUB_BINS``)."""
-    w_idx = np.empty(len(ts), dtype=np.int64)
+def _window_counts(ts: np.ndarray, win: float, n_win: int, keep: bool = True
+                   ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Each sorted arrival's load window (the tail joins the last; None unless ``keep``),
+    arrivals per window and arrivals per ``SUB_BINS`` sub-bin of each full window (int64,
+    ``n_win * SUB_BINS``)."""
+    w_idx = np.empty(len(ts), dtype=np.int64) if keep else None
     m = n_win * SUB_BINS
     counts = np.zeros(m, dtype=np.int64)
+    counts_w = np.zeros(n_win, dtype=np.int64)
     limit, sub_width = n_win * win, win / SUB_BINS
     for lo in range(0, len(ts), ARRIVAL_CHUNK):  # chunks: no temporaries of every arrival
         rel = ts[lo:lo + ARRIVAL_CHUNK] - ts[0]
-        np.minimum((rel // win).astype(np.int64), n_win - 1, out=w_idx[lo:lo + ARRIVAL_CHUNK])
+        w = np.minimum((rel // win).astype(np.int64), n_win - 1)
+        if w_idx is not None:
+            w_idx[lo:lo + ARRIVAL_CHUNK] = w
+        counts_w += np.bincount(w, minlength=n_win)
         # sorted: the arrivals before the end of the last full window are a prefix
         inside = rel[: int(np.searchsorted(rel, limit, side="left"))]
         counts += np.bincount((inside // sub_width).astype(np.int64), minlength=m)[:m]
-    return w_idx, counts
+    return w_idx, counts_w, counts
+
+
+def window_of(load: LoadWindows, ts: np.ndarray, t0: float) -> np.ndarray:
+    """The load window of arrivals ``ts`` (any of those ``load`` was measured on, the first
+    of which arrived at ``t0``): what ``LoadWindows.window_of`` holds for them, computed for
+    these only (a sample's, without an index of every arrival)."""
+    return np.minimum(((np.asarray(ts, dtype=np.float64) - t0) // load.width_s)
+                      .astype(np.int64), len(load.share) - 1)
 
 
 def _zero_share(gaps: np.ndarray) -> float:
@@ -138,7 +152,7 @@ def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[fl
     return float(counts.var() / mean), f"index of dispersion over {width:.3g} s bins{note}"
 
 
-def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
+def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bool = True
                     ) -> tuple[float, str, LoadWindows | None]:
     """The load over time (rate per window) and the burstiness within a window.
 
@@ -148,7 +162,8 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
     windows as a fluid backlog). ``ca2`` is the index of dispersion of counts in ``SUB_BINS``
     sub-bins *around each window's own mean*, pooled over windows: the burstiness left inside
     a window, for the G/G/c part. Too short a trace gives one stationary window and the
-    whole-trace dispersion (``estimate_arrival_cv2``).
+    whole-trace dispersion (``estimate_arrival_cv2``). Without ``keep_windows`` the windows
+    carry no ``window_of`` (memory: an int64 per arrival; ``window_of`` gives a sample's).
     """
     ts = _sorted_finite(arrival_ts)
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
@@ -175,8 +190,8 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float
     if n_win < MIN_DISPERSION_BINS:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
-    w_idx, counts = _window_counts(ts, win, n_win)
-    counts_w = np.bincount(w_idx, minlength=n_win).astype(np.float64)
+    w_idx, whole, counts = _window_counts(ts, win, n_win, keep_windows)
+    counts_w = whole.astype(np.float64)
     widths = np.full(n_win, win)
     widths[-1] = span - win * (n_win - 1)
     load = LoadWindows(counts_w / counts_w.sum(), (counts_w / widths) / (counts_w.sum() / span),

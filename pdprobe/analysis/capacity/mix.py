@@ -15,8 +15,13 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis import sampling
-from pdprobe.analysis.capacity.arrivals import LoadWindows, arrival_profile
-from pdprobe.analysis.capacity.population import Population
+from pdprobe.analysis.capacity.arrivals import LoadWindows, arrival_profile, window_of
+from pdprobe.analysis.capacity.population import (
+    Population,
+    at_least_one,
+    cached_in_range,
+    record_numbers,
+)
 from pdprobe.errors import UsageError
 
 if TYPE_CHECKING:
@@ -120,9 +125,10 @@ class WorkloadMix:
         pop = self.population
         if pop is None:
             return self
-        return replace(self, prompt_tokens=pop.prompt_tokens, cached_tokens=pop.cached_tokens,
-                       output_tokens=pop.output_tokens, arrival_ts=pop.arrival_ts, load=None,
-                       population=None)
+        return replace(self, prompt_tokens=np.asarray(pop.prompt_tokens, dtype=np.float64),
+                       cached_tokens=np.asarray(pop.cached_tokens, dtype=np.float64),
+                       output_tokens=np.asarray(pop.output_tokens, dtype=np.float64),
+                       arrival_ts=pop.arrival_ts, load=None, population=None)
 
     def subset(self, mask: np.ndarray, rate_rps: float, description: str,
                timescale_s: float) -> WorkloadMix:
@@ -170,23 +176,29 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     pattern replayed faster or slower); without ``rescale`` only the rate is overridden.
     Above ``max_requests`` (default ``sampling.MIX_SAMPLE_REQUESTS``) the lengths are a
     stratified sample of that many (``Population``); rate and burstiness use every arrival.
+
+    Memory: the population of a sampled mix is the record columns themselves where they need
+    no change (every row usable, in arrival order, lengths and cached tokens in range: the
+    usual case), not float64 copies (three 80 MB arrays and an int64 window per arrival at 10
+    million requests); only the sample is float64.
     """
-    prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
-    output = requests["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
-    cached = requests["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan) \
-        if "cached_tokens" in requests else np.zeros(len(requests))
+    n_rows = len(requests)
+    prompt, output = record_numbers(requests, "prompt_tokens"), \
+        record_numbers(requests, "output_tokens")
+    cached = record_numbers(requests, "cached_tokens") if "cached_tokens" in requests \
+        else np.zeros(n_rows)
     ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
-    ok = np.isfinite(prompt) & np.isfinite(output) & (prompt >= 1) & np.isfinite(ts)
+    ok = np.empty(n_rows, dtype=bool)
+    for lo in range(0, n_rows, sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
+        at = slice(lo, lo + sampling.PASS_CHUNK)
+        p = np.asarray(prompt[at], dtype=np.float64)
+        ok[at] = np.isfinite(p) & np.isfinite(np.asarray(output[at], dtype=np.float64)) & \
+            (p >= 1) & np.isfinite(ts[at])
     every_row = bool(ok.all())  # the usual case: no copies of the selection
     if not every_row:
         prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
-    output = np.maximum(output, 1.0)
-    known = np.empty(len(cached))
-    for lo in range(0, len(cached), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
-        hi = lo + sampling.PASS_CHUNK
-        known[lo:hi] = np.clip(np.nan_to_num(cached[lo:hi], nan=0.0), 0.0,
-                               np.maximum(prompt[lo:hi] - 1.0, 0.0))
-    cached = known
+    output = at_least_one(output)
+    cached = cached_in_range(cached, prompt)
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
     limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
@@ -201,20 +213,24 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     elif rescale and math.isfinite(observed) and observed > 0:
         # replay the same arrival pattern faster or slower: burstiness keeps its shape
         ts = ts[0] + (ts - ts[0]) * (observed / rate_rps)
-    cv2, how, load = arrival_profile(ts, timescale_s)
+    sampled = len(ts) > limit
+    cv2, how, load = arrival_profile(ts, timescale_s, keep_windows=not sampled)
     keep = sampling.stratified_sample(sampling.length_strata(prompt, output), limit) \
-        if len(ts) > limit else None
+        if sampled else None
     if keep is None:
-        return WorkloadMix(prompt, cached, output, float(rate_rps), cv2, how, description,
-                           arrival_ts=ts, load=load)
+        return WorkloadMix(np.array(prompt, dtype=np.float64), np.array(cached, dtype=np.float64),
+                           np.array(output, dtype=np.float64), float(rate_rps), cv2, how,
+                           description, arrival_ts=ts, load=load)
     # each sampled request's row in the records: through the sort, then the selection
     source = keep if order is None else order[keep]
     if not every_row:
         source = np.flatnonzero(ok)[source]
     pop = Population(ts, prompt, cached, output, keep, source)
-    if load is not None and load.window_of is not None:
-        load = replace(load, window_of=load.window_of[keep])
-    return WorkloadMix(prompt[keep], cached[keep], output[keep], float(rate_rps), cv2, how,
+    if load is not None:
+        load = replace(load, window_of=window_of(load, ts[keep], float(ts[0])))
+    return WorkloadMix(np.asarray(prompt[keep], dtype=np.float64),
+                       np.asarray(cached[keep], dtype=np.float64),
+                       np.asarray(output[keep], dtype=np.float64), float(rate_rps), cv2, how,
                        f"{description} ({pop.describe()})", arrival_ts=ts[keep], load=load,
                        population=pop)
 

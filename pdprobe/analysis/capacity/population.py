@@ -12,11 +12,14 @@ which of them the sample holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.sampling import SAMPLED_MARK
+from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # How the sample is stratified, in the words of the notes.
 STRATA: Final = "arrival time and prompt and output length (octaves)"
@@ -27,9 +30,11 @@ class Population:
     """Every request a sampled mix was drawn from, in arrival order, and which it holds."""
 
     arrival_ts: np.ndarray  # sorted, every request (rescaled with the mix's when it was)
+    # lengths: numbers of any dtype (memory: the record columns themselves when they needed
+    # no change, e.g. int64 token counts; read them as numbers, never write into them)
     prompt_tokens: np.ndarray
-    cached_tokens: np.ndarray
-    output_tokens: np.ndarray
+    cached_tokens: np.ndarray  # 0 <= cached <= prompt - 1
+    output_tokens: np.ndarray  # >= 1
     rows: np.ndarray  # the sample: ascending positions in the arrays above
     source_rows: np.ndarray | None = None  # per sampled request: its row in the records
 
@@ -63,3 +68,44 @@ class Population:
         p = np.minimum(self.prompt_tokens, max_prompt_tokens)
         return Population(self.arrival_ts, p, np.minimum(self.cached_tokens, p - 1.0),
                           self.output_tokens, self.rows, self.source_rows)
+
+
+def record_numbers(requests: pd.DataFrame, name: str) -> np.ndarray:
+    """A request column as numbers: a plain numpy numeric column's own array (a read-only
+    view: no float64 copy of an integer column), else float64 with NaN where missing."""
+    column = requests[name]
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "iuf":
+        return column.to_numpy()
+    return column.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def at_least_one(output: np.ndarray) -> np.ndarray:
+    """``np.maximum(output, 1.0)`` (lengths of at least one token): ``output`` itself when no
+    value is below 1 (checked a chunk at a time), so no copy is made."""
+    for lo in range(0, len(output), PASS_CHUNK):
+        if np.any(output[lo:lo + PASS_CHUNK] < 1):
+            return np.maximum(output, 1.0)
+    return output
+
+
+def cached_in_range(cached: np.ndarray, prompt: np.ndarray) -> np.ndarray:
+    """Cached tokens as the mix counts them: unknown ones 0, clipped to ``[0, prompt - 1]``.
+    ``cached`` itself when that changes no value (compared bit for bit, a chunk at a time),
+    else a float64 copy."""
+    def clipped(lo: int) -> np.ndarray:
+        hi = lo + PASS_CHUNK
+        part = np.asarray(cached[lo:hi], dtype=np.float64)
+        return np.clip(np.nan_to_num(part, nan=0.0), 0.0,
+                       np.maximum(np.asarray(prompt[lo:hi], dtype=np.float64) - 1.0, 0.0))
+
+    same = cached.dtype == np.float64
+    for lo in range(0, len(cached), PASS_CHUNK) if same else ():
+        if not np.array_equal(clipped(lo).view(np.int64), cached[lo:lo + PASS_CHUNK].view(np.int64)):
+            same = False
+            break
+    if same:
+        return cached
+    known = np.empty(len(cached))
+    for lo in range(0, len(cached), PASS_CHUNK):  # chunks: no whole-size temporaries
+        known[lo:lo + PASS_CHUNK] = clipped(lo)
+    return known
