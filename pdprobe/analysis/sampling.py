@@ -16,7 +16,6 @@ the notes say what was sampled.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -134,9 +133,7 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
     cand = _candidates(intervals, n_rows, valid, observed, reach, every, t0, block_s)
     needed = observed.copy()
-    s, e = intervals(cand)
-    needed[cand] = _overlapping(s, e, observed[cand],
-                                None if group is None else group[cand].astype(np.int64), closed)
+    _mark_overlapping(intervals, cand, observed, needed, group, closed)
     return TimeSample(observed=observed, needed=needed, every=every, total=n)
 
 
@@ -270,31 +267,47 @@ def _candidates(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
             part |= early
             if valid is not None:
                 part &= valid[lo:hi]
-    return np.flatnonzero(maybe)
+    return positions(maybe)
 
 
-def _overlapping(s: np.ndarray, e: np.ndarray, observed: np.ndarray,
-                 group: np.ndarray | None, closed: bool) -> np.ndarray:
-    """Whether each request is observed or overlaps an observed one of its group."""
-    n = len(s)
+def positions(mask: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)`` as int32 when the positions fit (memory: half of int64's),
+    found a chunk at a time."""
+    out = np.empty(int(np.count_nonzero(mask)), dtype=np.int32 if len(mask) < 2**31
+                   else np.int64)
+    at = 0
+    for lo in range(0, len(mask), PASS_CHUNK):
+        found = np.flatnonzero(mask[lo:lo + PASS_CHUNK])
+        out[at:at + len(found)] = found + lo
+        at += len(found)
+    return out
+
+
+# Up to this many groups the overlap test finds each group's candidates with one pass of
+# comparisons over their codes (no int64 sort order of every candidate); beyond it, one sort.
+FEW_GROUPS: Final = 256
+
+
+def _mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarray,
+                      needed: np.ndarray, group: np.ndarray | None, closed: bool) -> None:
+    """Marks in ``needed`` the candidates (ascending positions ``cand``) that overlap an
+    observed request of their group. One group at a time: only its intervals are computed."""
     if group is None:
-        by_group = None
-        bounds = np.array([0, n])
+        parts: Iterator[np.ndarray] = iter([cand])
     else:
-        codes = np.asarray(group, dtype=np.int64)
-        codes = codes - codes.min() if n else codes
-        # numpy's stable sort of 16-bit integers is a radix sort: instances are few
-        by_group = np.argsort(codes.astype(np.int16) if n and codes.max() < 2**15 else codes,
-                              kind="stable")
-        bounds = np.append(0, np.cumsum(np.bincount(codes)))
-    # every array in group order once (contiguous slices per group below, no gathers)
-    s_g, e_g, obs_g = (s, e, observed) if by_group is None else \
-        (s[by_group], e[by_group], observed[by_group])
-    needed_g = obs_g.copy()
-    for lo, hi in itertools.pairwise(bounds):  # per group, not per request
-        obs = np.flatnonzero(obs_g[lo:hi]) + lo
+        codes = group[cand]
+        lo, hi = (int(codes.min()), int(codes.max())) if len(codes) else (0, -1)
+        if hi - lo < FEW_GROUPS:
+            parts = (cand[codes == g] for g in range(lo, hi + 1))
+        else:
+            order = np.argsort(codes, kind="stable")  # positions ascend within each group
+            cuts = np.flatnonzero(np.diff(codes[order])) + 1
+            parts = (cand[idx] for idx in np.split(order, cuts))
+    for rows in parts:  # per group, not per request
+        obs = np.flatnonzero(observed[rows])
         if not len(obs):
             continue
+        s_g, e_g = intervals(rows)
         obs = obs[np.argsort(s_g[obs], kind="stable")]
         # the union of the observed intervals: disjoint spans, sorted, ends increasing
         reach = np.maximum.accumulate(e_g[obs])
@@ -306,12 +319,7 @@ def _overlapping(s: np.ndarray, e: np.ndarray, observed: np.ndarray,
         # a request overlaps span i when span_lo[i] < its end and its start < span_hi[i] (or
         # <= for closed intervals); of the spans opening before its end the last reaches
         # furthest
-        i = np.searchsorted(span_lo, e_g[lo:hi], side="right" if closed else "left") - 1
+        i = np.searchsorted(span_lo, e_g, side="right" if closed else "left") - 1
         reach_i = span_hi[np.maximum(i, 0)]
-        before = s_g[lo:hi] <= reach_i if closed else s_g[lo:hi] < reach_i
-        needed_g[lo:hi] |= (i >= 0) & before
-    if by_group is None:
-        return needed_g
-    needed = np.empty(n, dtype=bool)
-    needed[by_group] = needed_g
-    return needed
+        before = s_g <= reach_i if closed else s_g < reach_i
+        needed[rows] |= (i >= 0) & before

@@ -19,7 +19,7 @@ from pdprobe.analysis.capacity.perf_columns import (
     sort_by_group,
 )
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
-from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, sample_intervals
+from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, positions, sample_intervals
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,10 +39,11 @@ class BusyPeriods:
     all present, so whether it ran alone is exact; a period's ends beyond the sample are not.
     """
 
+    # memory: positions and ids are int32 and codes int16 where they fit (millions of rows)
     row: np.ndarray  # request position
     start: np.ndarray
     end: np.ndarray
-    period: np.ndarray  # int64 id from 1, consecutive along the sort order
+    period: np.ndarray  # integer id from 1, consecutive along the sort order
     group: np.ndarray | None = None  # instance code, non-decreasing
     observed: np.ndarray | None = None  # in the sample (None: not sampled, all are)
     sample: TimeSample | None = None
@@ -83,22 +84,24 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     taken = sample_intervals(spans, n, None if valid.all() else valid, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS) \
         if sample else None
-    rows = np.flatnonzero(valid if taken is None else taken.needed)
+    rows = positions(valid if taken is None else taken.needed)
     del valid
+    # sorted, then the intervals computed again at the sorted rows: no gathered copies
+    rows = rows[sort_by_group(codes[rows], n_names, spans(rows)[0])]
     s, e = spans(rows)
-    g = codes[rows].astype(np.int64)
-    order = sort_by_group(g, n_names, s)
-    rows, s, e, g = rows[order], s[order], e[order], g[order]
+    g = codes[rows].astype(np.int16 if n_names < 2**15 else np.int64)
     observed = taken.observed[rows] if taken is not None else None
     first = np.ones(len(rows), dtype=bool)
     first[1:] = g[1:] != g[:-1]
     bounds = np.append(np.flatnonzero(first), len(rows))
+    new_period = first
     reach = np.empty(len(rows))
     for lo, hi in itertools.pairwise(bounds):  # per instance, not per request
         np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
-    new_period = first.copy()
     new_period[1:] |= s[1:] > reach[:-1]  # starts after everything before it has ended
-    return BusyPeriods(rows, s, e, np.cumsum(new_period), g, observed, taken)
+    del reach
+    period = np.cumsum(new_period, dtype=np.int32 if len(rows) < 2**31 else np.int64)
+    return BusyPeriods(rows, s, e, period, g, observed, taken)
 
 
 def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
@@ -137,7 +140,8 @@ def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None
     period_start = busy.start[opens][period - 1]
     seg = ((busy.end - period_start) // BUSY_SEGMENT_S).astype(np.int64)
     seg -= seg.min()  # (a negative prefill_s would end before its period starts)
-    key = period * (int(seg.max()) + 1) + seg  # (period, segment) as one sortable integer
+    # (period, segment) as one sortable integer (int64: period ids may be int32)
+    key = period.astype(np.int64) * (int(seg.max()) + 1) + seg
     order = np.argsort(key, kind="stable")
     key = key[order]
     heads = np.flatnonzero(np.diff(key, prepend=-1))
