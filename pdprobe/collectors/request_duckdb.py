@@ -1,4 +1,4 @@
-"""JSON Lines request records read by DuckDB: an opt-in engine, about 2.5x cheaper than pyarrow's.
+"""JSON Lines request records read by DuckDB: an opt-in engine at about half pyarrow's cost.
 
 ``PDPROBE_REQUEST_ENGINE=duckdb`` (with ``pip install 'pdprobe[duckdb]'``) has DuckDB parse a
 JSON Lines file in C++ on every core and hand the mapped keys over as Arrow record batches of
@@ -10,18 +10,20 @@ skips such a line with a warning where DuckDB reads it: a number written as a st
 (``"2.5"``) or a boolean in a number key (read as 2.5, 1.0), a trailing comma (``{"a": 1,}``),
 and ``nan``/``inf``/``1e999`` in keys pdprobe does not read. Checking each number's JSON type
 in SQL makes the read as expensive as pyarrow's (measured in docs/performance.md), so only the
-cheap checks are made: a text key must hold a JSON string (a number there raises), a number
-must be finite (``1e400`` raises). Whatever DuckDB refuses or a check catches raises
-``request_stream.Fallback`` while the batches are read, and the file is read by pyarrow, which
-words every case as before. Compressed files, ids written as numbers, booleans and Mooncake
-``hash_ids`` keep pyarrow; so do CSV/TSV (DuckDB's ``read_csv`` into Arrow is hardly cheaper
-than pyarrow's reader, and it reads ``1.5``, ``1e3``, ``+7``, ``1_000`` into integer columns).
+cheap checks are made: a text key must hold a JSON string, a number must be finite (DuckDB
+reads ``1e400`` as inf). Where DuckDB refuses a line or a check fails, pyarrow's streamed
+reader takes over from the row DuckDB stopped at (both skip the same blank lines), and that
+reader reads the file whole on what it words (``request_stream.Fallback``): warnings, line
+numbers and exit codes as before, memory one piece. Compressed files, ids written as numbers,
+booleans and Mooncake ``hash_ids`` keep pyarrow; so do CSV/TSV (DuckDB's ``read_csv`` into
+Arrow is hardly cheaper than pyarrow's reader, and it reads ``1.5``, ``1e3``, ``+7``,
+``1_000`` into integer columns).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -112,39 +114,59 @@ def _query(path: Path, schema: pa.Schema) -> str:
 
 
 def read_jsonl(path: Path, schema: pa.Schema, size: int, head_bytes: int, head_lines: int,
-               fallback: type[Exception]) -> Batches:
+               resume: Callable[[], Iterator[Any]]) -> Batches:
     """The mapped keys of JSON Lines ``path`` as ``Batches`` of ``schema`` (module docstring).
-    What pyarrow's reader would word differently raises ``fallback`` while the batches are
-    read. ``head_lines`` line ends in the leading ``head_bytes`` size the row estimate."""
+    Where DuckDB stops (a line it refuses, a check that fails), the rest comes from
+    ``resume()``, pyarrow's streamed batches of the whole file, from that row on: they raise
+    ``request_stream.Fallback`` on what pyarrow words, and memory stays one piece whatever
+    happens. ``head_lines`` line ends in the leading ``head_bytes`` size the row estimate."""
     capacity = (int(size / head_bytes * head_lines * CAPACITY_MARGIN) + head_lines + 1024
                 if head_bytes > 0 else None)
-    return Batches(schema, _batches(path, schema, fallback), capacity=capacity)
+    return Batches(schema, _batches(path, schema, resume), capacity=capacity)
 
 
-def _batches(path: Path, schema: pa.Schema, fallback: type[Exception]) -> Iterator[Any]:
+class _Refused(Exception):
+    """A DuckDB batch that pyarrow's reader would not have given."""
+
+
+def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
+             ) -> Iterator[Any]:
     import duckdb
     import pyarrow as pa
     import pyarrow.compute as pc
 
     floats = [f.name for f in schema if pa.types.is_float64(f.type)]
     texts = [i for i, f in enumerate(schema) if pa.types.is_string(f.type)]
+    done = 0  # rows handed over: both readers skip the same blank lines, so row i is line i's
     con = duckdb.connect(config={"preserve_insertion_order": True})  # rows in file order
     try:
-        try:
-            relation = con.sql(_query(path, schema))
-            # duckdb 2 names it to_arrow_reader, 1.x fetch_arrow_reader
-            reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
-            for batch in reader(DUCKDB_BATCH_ROWS):
-                if not batch.schema.equals(schema):
-                    raise fallback
-                # pyarrow's reader refuses a number beyond float64 (1e400); DuckDB gives inf
-                if any(pc.any(pc.is_inf(batch.column(n))).as_py() for n in floats):
-                    raise fallback
-                yield _owned_text(batch, texts)
-        except (duckdb.Error, pa.ArrowException, OSError, UnicodeError) as exc:
-            raise fallback from exc
+        relation = con.sql(_query(path, schema))
+        # duckdb 2 names it to_arrow_reader, 1.x fetch_arrow_reader
+        reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+        for batch in reader(DUCKDB_BATCH_ROWS):
+            if not batch.schema.equals(schema):
+                raise _Refused
+            # pyarrow's reader refuses a number beyond float64 (1e400); DuckDB gives inf
+            if any(pc.any(pc.is_inf(batch.column(n))).as_py() for n in floats):
+                raise _Refused
+            yield _owned_text(batch, texts)
+            done += batch.num_rows
+        return
+    except (duckdb.Error, pa.ArrowException, OSError, UnicodeError, _Refused):
+        pass
     finally:
-        con.close()
+        con.close()  # DuckDB's buffers go before pyarrow reads on
+    yield from _after(resume(), done)
+
+
+def _after(batches: Iterator[Any], skip: int) -> Iterator[Any]:
+    """``batches`` without their first ``skip`` rows."""
+    for batch in batches:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        yield batch.slice(skip) if skip else batch
+        skip = 0
 
 
 def _owned_text(batch: pa.RecordBatch, texts: list[int]) -> pa.RecordBatch:

@@ -147,15 +147,22 @@ def stream_jsonl(path: Path, source: Any, data: bytes | memoryview, want_hash_id
                  ) -> tuple[Batches, ColumnMap]:
     """The mapped columns of a clean JSON Lines file, piece by piece (module docstring), with
     the schema learned from the first lines (``request_jsonl._schema``); read by DuckDB where
-    it applies (``request_duckdb``)."""
-    import pyarrow.json as pjson
-
+    it applies (``request_duckdb``), and by these pieces from the row where DuckDB stops."""
     schema, cmap = _schema(path, data, want_hash_ids)
     size = source.size()
     if request_duckdb.wanted() and request_duckdb.applies(path, source, schema):
         head = np.frombuffer(data[:STREAM_PIECE_BYTES], dtype=np.uint8)
-        return request_duckdb.read_jsonl(path, schema, size, head.size,
-                                         int(np.count_nonzero(head == 0x0A)), Fallback), cmap
+        return request_duckdb.read_jsonl(
+            path, schema, size, head.size, int(np.count_nonzero(head == 0x0A)),
+            resume=lambda: _jsonl_pieces(source, size, schema)[2]), cmap
+    piece_bytes, piece_rows, batches = _jsonl_pieces(source, size, schema)
+    return Batches(schema, batches, capacity=_capacity(size, piece_bytes, piece_rows)), cmap
+
+
+def _jsonl_pieces(source: Any, size: int, schema: pa.Schema) -> tuple[int, int, Iterator[Any]]:
+    """pyarrow's reading of ``source`` in pieces with ``schema``: the first piece's bytes and
+    rows (read now: a failure raises ``Fallback`` here) and every piece's batches."""
+    import pyarrow.json as pjson
 
     def read(piece: pa.Buffer) -> pa.Table:
         return pjson.read_json(
@@ -174,8 +181,7 @@ def stream_jsonl(path: Path, source: Any, data: bytes | memoryview, want_hash_id
         for piece in pieces:
             yield from _guarded(partial(read, piece)).to_batches()
 
-    return Batches(schema, batches(),
-                   capacity=_capacity(size, len(first_piece), first.num_rows)), cmap
+    return len(first_piece), first.num_rows, batches()
 
 
 def _capacity(size: int, piece_bytes: int, piece_rows: int) -> int:

@@ -53,13 +53,22 @@ def _read(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> Partial:
 
 
 class _Spy:
-    """Counts the batches DuckDB handed over and the whole-file (pyarrow) re-reads."""
+    """Counts the batches DuckDB handed over, pyarrow's streamed reads from where DuckDB
+    stopped, and the whole-file (pyarrow) re-reads."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.batches = 0
+        self.resumed = 0
+        self.skipped = 0  # rows DuckDB had handed over when pyarrow took over
         self.whole = 0
         batches = request_duckdb._batches
+        after = request_duckdb._after
         whole = requests_file.read_jsonl
+
+        def resumed(batches: Any, skip: int) -> Any:
+            self.resumed += 1
+            self.skipped = skip
+            return after(batches, skip)
 
         def counted(*args: Any) -> Any:
             for batch in batches(*args):
@@ -71,6 +80,7 @@ class _Spy:
             return whole(*args)
 
         monkeypatch.setattr(request_duckdb, "_batches", counted)
+        monkeypatch.setattr(request_duckdb, "_after", resumed)
         monkeypatch.setattr(requests_file, "read_jsonl", whole_read)
 
 
@@ -121,7 +131,7 @@ def test_clean_files_read_by_duckdb_give_pyarrows_frame(
     expect = _read(path, "pyarrow", monkeypatch)
     spy = _Spy(monkeypatch)
     got = _read(path, "duckdb", monkeypatch)
-    assert spy.batches >= 1 and spy.whole == 0  # DuckDB read it, no fallback
+    assert spy.batches >= 1 and spy.resumed == 0 and spy.whole == 0  # DuckDB read it all
     _same(got, expect)
     assert got.requests is not None and len(got.requests) > 0
 
@@ -153,6 +163,45 @@ def test_what_duckdb_reads_otherwise_falls_back_to_pyarrow_with_the_same_warning
     assert spy.whole == 1  # read again by pyarrow, every case worded as before
     _same(got, expect)
     assert any("line 1501" in w for w in got.warnings)
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB batches of 256 rows and pyarrow pieces of ~20 kB: a stop falls mid-file."""
+    from pdprobe.collectors import request_stream
+
+    monkeypatch.setattr(request_duckdb, "DUCKDB_BATCH_ROWS", 256)
+    monkeypatch.setattr(request_stream, "STREAM_PIECE_BYTES", 20_000)
+    monkeypatch.setattr(request_stream, "_TAIL_BYTES", 512)
+
+
+@duckdb_only
+@pytest.mark.usefixtures("small_batches")
+@pytest.mark.parametrize("odd", [
+    '{"request_id": "x", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6, '
+    '"ttft_ms": Infinity}\n',  # pyarrow reads inf, DuckDB's check stops
+    '{"request_id": "x", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6}'
+    '{"request_id": "y", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6}\n',
+    '{"request_id": "x", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6}\r'
+    '{"request_id": "y", "arrival_ts": 1.75e9, "input_tokens": 5, "output_tokens": 6}\n',
+])
+def test_where_duckdb_stops_pyarrow_streams_on_from_that_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: str) -> None:
+    """Lines pyarrow reads and DuckDB refuses (two objects on a line, a bare CR ending one):
+    pyarrow's pieces take over from the row DuckDB stopped at, not a whole-file read."""
+    path = tmp_path / "r.jsonl"
+    _write(path, _records())
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1500] = odd
+    path.write_text("".join(lines), encoding="utf-8")
+    expect = _read(path, "pyarrow", monkeypatch)
+    spy = _Spy(monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert spy.resumed == 1 and spy.whole == 0
+    if "Infinity" in odd:  # caught in DuckDB's 6th batch: the 5 before were kept, not re-read
+        assert spy.skipped == 5 * 256
+    _same(got, expect)
+    assert got.warnings == expect.warnings
 
 
 @duckdb_only
@@ -187,6 +236,15 @@ def test_compressed_and_glob_named_files_keep_pyarrow(
     got = _read(path, "duckdb", monkeypatch)
     assert spy.batches == (1 if name == "it's.jsonl" else 0)  # a quote in a name is escaped
     _same(got, expect)
+
+
+def test_after_drops_the_rows_already_handed_over() -> None:
+    import pyarrow as pa
+
+    batches = [pa.record_batch({"a": list(range(i, i + 4))}) for i in (0, 4, 8)]
+    for skip in (0, 3, 4, 9, 12, 20):
+        got = [v for b in request_duckdb._after(iter(batches), skip) for v in b["a"].to_pylist()]
+        assert got == list(range(skip, 12))
 
 
 def test_the_engine_switch(monkeypatch: pytest.MonkeyPatch) -> None:
