@@ -50,13 +50,22 @@ def length_distribution(values: np.ndarray,
 
     ``for_quantiles``, when given, is a sample of ``values`` the quantiles are read from (a very
     large table: ``grouped.quantile_rows``); count, mean, CV and skewness use every value.
+    Integer lengths are read as they are (no float copy); above one row slice
+    (``row_slices.CHUNK_ROWS``) the moments are summed slice by slice (the same figures up to
+    the last bits of the sums), so no full-length deviation array is built.
     """
-    x = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(x)
-    if not finite.all():  # a copy only when something is dropped
-        x = x[finite]
+    from pdprobe.analysis.row_slices import CHUNK_ROWS
+
+    x = np.asarray(values)
+    if x.dtype.kind not in "iu":
+        x = np.asarray(x, dtype=np.float64)
+        finite = np.isfinite(x)
+        if not finite.all():  # a copy only when something is dropped
+            x = x[finite]
     if x.size == 0:
         return Missing("no lengths")
+    if x.size <= CHUNK_ROWS:
+        x = np.asarray(x, dtype=np.float64)
     qx = x
     if for_quantiles is not None:
         qx = np.asarray(for_quantiles, dtype=np.float64)
@@ -64,16 +73,41 @@ def length_distribution(values: np.ndarray,
         if qx.size == 0:
             qx = x
     p50, p90, p99 = (float(v) for v in np.percentile(qx, QUANTILES))
-    mean = float(x.mean())
-    dev = x - mean
-    sq = dev * dev
-    var = float(sq.mean())
+    mean, var, third, top = _moments(x)
     std = math.sqrt(var)
     cv = std / mean if mean > 0 else float("nan")
-    skew = float(np.dot(sq, dev)) / x.size / (var * std) if std > 0 else 0.0
-    q = Quantiles(count=int(x.size), mean=mean, p50=p50, p90=p90, p99=p99, max=float(x.max()))
+    skew = third / x.size / (var * std) if std > 0 else 0.0
+    q = Quantiles(count=int(x.size), mean=mean, p50=p50, p90=p90, p99=p99, max=top)
+    shape_sample = x if x.size <= SHAPE_MAX_SAMPLES else x[:: -(-x.size // SHAPE_MAX_SAMPLES)]
     return LengthDistribution(quantiles=q, cv=cv, skewness=skew,
-                              shape=classify_shape(x, p50, p99, cv))
+                              shape=classify_shape(shape_sample, p50, p99, cv))
+
+
+def _moments(x: np.ndarray) -> tuple[float, float, float, float]:
+    """Mean, variance (mean squared deviation), sum of cubed deviations and maximum of ``x``:
+    whole-array passes for a float array of one slice, else slice by slice."""
+    from pdprobe.analysis.row_slices import chunks
+
+    if x.dtype.kind == "f" and len(chunks(x.size)) == 1:
+        mean = float(x.mean())
+        dev = x - mean
+        sq = dev * dev
+        return mean, float(sq.mean()), float(np.dot(sq, dev)), float(x.max())
+    total = 0.0
+    top = -math.inf
+    for part in chunks(x.size):
+        values = x[part].astype(np.float64)
+        total += float(values.sum())
+        top = max(top, float(values.max()))
+    mean = total / x.size
+    sq_sum = cube_sum = 0.0
+    for part in chunks(x.size):
+        dev = x[part].astype(np.float64)
+        dev -= mean
+        sq = dev * dev
+        sq_sum += float(sq.sum())
+        cube_sum += float(np.dot(sq, dev))
+    return mean, sq_sum / x.size, cube_sum, top
 
 
 def classify_shape(x: np.ndarray | None, p50: float, p99: float, cv: float) -> str:

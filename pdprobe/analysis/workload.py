@@ -16,7 +16,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import LengthDistribution, Quantiles, TimeSeries, WorkloadSummary
-from pdprobe.analysis.grouped import category_mask, quantile_rows
+from pdprobe.analysis.grouped import category_mask, chunks, column_values, quantile_rows
 from pdprobe.analysis.length_shape import QUANTILES, classify_shape, length_distribution
 from pdprobe.analysis.length_shape import is_bimodal as is_bimodal
 from pdprobe.analysis.tables import signal_rows
@@ -69,8 +69,9 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     if arrival.size > 1 and np.any(arrival[1:] < arrival[:-1]):
         order = np.argsort(arrival, kind="stable")
         arrival = arrival[order]
-    prompt = kept(req["prompt_tokens"].to_numpy(dtype=np.float64))
-    output = kept(req["output_tokens"].to_numpy(dtype=np.float64))
+    # the token columns' own (int64) arrays: every figure below reads them without a float copy
+    prompt = kept(column_values(req, "prompt_tokens"))
+    output = kept(column_values(req, "output_tokens"))
     count = int(arrival.size)
     if count == 0:
         return Missing("no request record has an arrival time")
@@ -83,8 +84,11 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     if dataset.has_request_column("cached_tokens"):
         cached_tokens = kept(req["cached_tokens"].to_numpy(dtype=np.float64))
         have = np.isfinite(cached_tokens)
-        denominator = float(prompt[have].sum())
-        cached = (float(cached_tokens[have].sum()) / denominator if denominator > 0
+        if have.all():  # the very sums, without copying every row
+            denominator, hits = float(prompt.sum()), float(cached_tokens.sum())
+        else:
+            denominator, hits = float(prompt[have].sum()), float(cached_tokens[have].sum())
+        cached = (hits / denominator if denominator > 0
                   else Missing("no prompt tokens in rows with cached_tokens"))
 
     failed = 0
@@ -123,7 +127,7 @@ def _sampled(req: pd.DataFrame, column: str, rows: np.ndarray) -> np.ndarray | N
     sample = quantile_rows(req)
     if sample is None:
         return None
-    return req[column].to_numpy(dtype=np.float64)[sample][rows[sample]]
+    return column_values(req, column)[sample][rows[sample]].astype(np.float64)
 
 
 def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: float) -> Maybe[float]:
@@ -142,8 +146,13 @@ def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: floa
         done &= ~category_mask(req["status"], lambda s: s != "ok")
     if not done.any():
         return Missing("no successful request has an e2e_s value")
-    finish = arrival + e2e  # per row, as over the done rows alone
-    inside = int(np.count_nonzero(done & (finish >= start) & (finish <= end)))
+    inside = 0
+    for part in chunks(arrival.size):  # finish times per slice, as over the done rows alone
+        finish = arrival[part] + e2e[part]
+        ok = finish >= start
+        ok &= finish <= end
+        ok &= done[part]
+        inside += int(np.count_nonzero(ok))
     return inside / (end - start)
 
 
@@ -153,21 +162,37 @@ def _arrival_series(arrival: np.ndarray, start: float, end: float, bin_s: float)
     span = end - start
     n_bins = max(1, round(span / bin_s))
     step = span / n_bins
-    idx = np.minimum(((arrival - start) / step).astype(np.int64), n_bins - 1)
-    counts = np.bincount(idx, minlength=n_bins)
+    counts = np.zeros(n_bins, dtype=np.int64)
+    for part in chunks(arrival.size):
+        idx = np.minimum(((arrival[part] - start) / step).astype(np.int64), n_bins - 1)
+        counts += np.bincount(idx, minlength=n_bins)
     ts = start + step * np.arange(n_bins)
     return TimeSeries(ts=tuple(ts.tolist()), values=tuple((counts / step).tolist()),
                       unit="requests/s", step_s=float(step))
 
 
 def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
-    gaps = np.diff(arrival)
-    if gaps.size < 2:
+    if arrival.size < 3:
         return Missing("fewer than three arrivals")
-    mean = float(gaps.mean())
+    if len(chunks(arrival.size - 1)) == 1:
+        gaps = np.diff(arrival)
+        mean = float(gaps.mean())
+        var = float(gaps.var())
+    else:  # slice by slice (the same figure up to the last bits of the sums)
+        n = arrival.size - 1
+        total = 0.0
+        for part in chunks(n):
+            total += float(np.diff(arrival[part.start:part.stop + 1]).sum())
+        mean = total / n
+        sq = 0.0
+        for part in chunks(n):
+            dev = np.diff(arrival[part.start:part.stop + 1])
+            dev -= mean
+            sq += float(np.dot(dev, dev))
+        var = sq / n
     if mean <= 0:
         return Missing("all requests arrived at one instant")
-    return float(gaps.var() / (mean * mean))
+    return float(var / (mean * mean))
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> Maybe[float]:
@@ -175,6 +200,9 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> Maybe[float]:
         return Missing("fewer than three requests")
     if np.all(x == x[0]) or np.all(y == y[0]):
         return Missing("prompt or output length is constant")
+    lookup_x, lookup_y = _rank_lookup(x), _rank_lookup(y)
+    if len(chunks(x.size)) > 1 and lookup_x is not None and lookup_y is not None:
+        return _spearman_sliced(x, y, lookup_x, lookup_y)
     rx = average_ranks(x)
     ry = average_ranks(y)
     rx -= rx.mean()
@@ -182,13 +210,55 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> Maybe[float]:
     return float(np.dot(rx, ry) / math.sqrt(float(np.dot(rx, rx)) * float(np.dot(ry, ry))))
 
 
+def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
+                     lookup_y: np.ndarray) -> float:
+    """Spearman's rho from each value's average rank (``_rank_lookup``), the rank sums and
+    products added slice by slice: the same coefficient up to the last bits of the sums,
+    without two full-length rank arrays."""
+    n = x.size
+    sum_x = sum_y = 0.0
+    for part in chunks(n):
+        sum_x += float(lookup_x[x[part]].sum())
+        sum_y += float(lookup_y[y[part]].sum())
+    mean_x, mean_y = sum_x / n, sum_y / n
+    xy = xx = yy = 0.0
+    for part in chunks(n):
+        rx = lookup_x[x[part]]
+        rx -= mean_x
+        ry = lookup_y[y[part]]
+        ry -= mean_y
+        xy += float(np.dot(rx, ry))
+        xx += float(np.dot(rx, rx))
+        yy += float(np.dot(ry, ry))
+    return float(xy / math.sqrt(xx * yy))
+
+
 # Token lengths are small non-negative integers: ranks by counting (O(n + max)) beat sorting.
 COUNTING_RANK_MAX: Final = 1 << 24
 
 
+def _rank_lookup(values: np.ndarray) -> np.ndarray | None:
+    """The average rank of every value 0..max of non-negative integer lengths below
+    ``COUNTING_RANK_MAX`` held as integers (counted slice by slice), else None."""
+    x = np.asarray(values)
+    if x.dtype.kind not in "iu" or not x.size or x.min() < 0 or x.max() >= COUNTING_RANK_MAX:
+        return None
+    counts = np.zeros(int(x.max()) + 1, dtype=np.int64)
+    for part in chunks(x.size):
+        counts += np.bincount(x[part], minlength=counts.size)
+    below = np.cumsum(counts) - counts  # values strictly smaller
+    lookup: np.ndarray = below + (counts + 1) / 2.0
+    return lookup
+
+
 def average_ranks(values: np.ndarray) -> np.ndarray:
     """1-based ranks, ties sharing their average rank (as scipy.stats.rankdata)."""
-    x = np.asarray(values, dtype=np.float64)
+    x = np.asarray(values)
+    if x.dtype.kind in "iu":
+        lookup = _rank_lookup(x)
+        if lookup is not None:
+            return lookup[x]
+    x = np.asarray(x, dtype=np.float64)
     if x.size and np.all(x == np.rint(x)) and x.min() >= 0 and x.max() < COUNTING_RANK_MAX:
         ints = x.astype(np.int64)
         counts = np.bincount(ints)

@@ -373,3 +373,42 @@ def test_length_quantiles_from_a_sample_on_public_traces(traces_dir: Path, name:
             high = np.searchsorted(values, got, side="right") / values.size
             gap = 0.0 if low <= q <= high else min(abs(low - q), abs(high - q))
             assert gap <= 4 * np.sqrt(q * (1 - q) / 3_000) + 1 / 3_000, (which, q)
+
+
+# --- slice by slice above one row slice (10M rows): the figures of one pass -----------------
+
+@pytest.mark.parametrize("chunk", [97, 1 << 20])
+def test_sliced_length_moments_equal_one_pass(monkeypatch: pytest.MonkeyPatch,
+                                              chunk: int) -> None:
+    """Integer lengths read without a float copy, moments summed slice by slice: the count,
+    mean, quantiles, max and shape of the whole-array figures, CV and skewness to 1e-12."""
+    from pdprobe.analysis import row_slices
+
+    rng = np.random.default_rng(8)
+    lengths = np.rint(rng.lognormal(6, 1.1, 5_003)).astype(np.int64)
+    whole = _dist(length_distribution(lengths.astype(np.float64)))
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    sliced = _dist(length_distribution(lengths))
+    assert sliced.quantiles == whole.quantiles  # counts, mean of integers, order statistics
+    assert sliced.shape == whole.shape
+    assert sliced.cv == pytest.approx(whole.cv, rel=1e-12)
+    assert sliced.skewness == pytest.approx(whole.skewness, rel=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [50, 1 << 20])
+def test_sliced_spearman_and_gaps_equal_one_pass(monkeypatch: pytest.MonkeyPatch,
+                                                 chunk: int) -> None:
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.workload import _arrival_cv2, _spearman
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 400, 2_001)
+    y = x // 3 + rng.integers(0, 200, x.size)
+    arrival = np.cumsum(rng.exponential(0.1, x.size))
+    want_rho = _spearman(x.astype(np.float64), y.astype(np.float64))
+    want_cv2 = _arrival_cv2(arrival)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    assert _spearman(x, y) == pytest.approx(want_rho, rel=1e-12)
+    assert _arrival_cv2(arrival) == pytest.approx(want_cv2, rel=1e-12)
+    gaps = np.diff(arrival)
+    assert _arrival_cv2(arrival) == pytest.approx(gaps.var() / gaps.mean() ** 2, rel=1e-12)

@@ -120,7 +120,7 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from pdprobe.analysis.grouped import key_codes
+    from pdprobe.analysis.grouped import chunks, key_codes
     from pdprobe.analysis.tables import column_codes
 
     names = list(index.astype(str))
@@ -142,20 +142,23 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     req = ds.requests
     if len(req):
         t = req["arrival_ts"].to_numpy(dtype="float64")
-        inside = (t >= window.start_ts) & (t <= window.end_ts)
         all_bins = arrival_bins(ds, window)
     for col in ROLE_COLUMN.values():
         if col in ds.request_columns and len(req):
             codes, labels = key_codes(req[col])
             lookup = np.array([pos.get(u, -1) for u in labels] + [-1], dtype=np.int64)
-            where = lookup[codes]  # code -1 (missing) maps to the trailing -1
-            ok = (where >= 0) & inside
-            if not ok.any():
+            # the (instance, bin) cells seen, slice by slice (no full-length cell array)
+            cells = np.zeros(len(names) * window.n_bins, dtype=bool)
+            for part in chunks(len(req)):
+                where = lookup[codes[part]]  # code -1 (missing) maps to the trailing -1
+                ok = where >= 0
+                ok &= t[part] >= window.start_ts
+                ok &= t[part] <= window.end_ts
+                cells[where[ok] * window.n_bins + all_bins[part][ok]] = True
+            if not cells.any():
                 continue
             # first and last bin naming each instance, from the (instance, bin) cells seen
-            seen = np.bincount(where[ok] * window.n_bins + all_bins[ok],
-                               minlength=len(names) * window.n_bins).reshape(
-                len(names), window.n_bins) > 0
+            seen = cells.reshape(len(names), window.n_bins)
             named = seen.any(axis=1)
             first = np.where(named, seen.argmax(axis=1), window.n_bins)
             last = np.where(named, window.n_bins - 1 - seen[:, ::-1].argmax(axis=1), -1)

@@ -55,49 +55,68 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
     ttft = req["ttft_s"].to_numpy(dtype="float64")
     failed = category_mask(req["status"], lambda s: s != "ok")
     known = np.isfinite(ttft)
-    missed = known & ((ttft > slo.ttft_slo_s) | failed)
-    met = known & ~missed
+    missed = ttft > slo.ttft_slo_s  # masks combined in place: no further full-length arrays
+    missed |= failed
+    missed &= known
+    met = np.logical_not(missed, out=failed)  # failed is not read again
+    met &= known
+    del known
     tpot_missed = None
     if slo.tpot_slo_s is not None and "tpot_s" in cols:
         tpot = req["tpot_s"].to_numpy(dtype="float64")
-        tpot_missed = int(np.sum(np.isfinite(tpot) & (tpot > slo.tpot_slo_s)))
-    parts: dict[str, np.ndarray] = {}
-    measured = []
-    for stage, column, _signal in STAGES:
-        if column in cols and req[column].notna().any():
-            parts[stage] = np.nan_to_num(req[column].to_numpy(dtype="float64"), nan=0.0)
-            measured.append(stage)
-    if measured:
-        # the stages summed in place, in stage order (what np.sum(axis=0) of them adds)
-        stacked = iter(parts.values())
-        total = next(stacked).copy()
-        for values in stacked:
-            total += values
-        rest = np.subtract(ttft, total, out=total)
-        parts[REST] = np.clip(np.nan_to_num(rest, nan=0.0, copy=False), 0.0, None, out=rest)
+        over = tpot > slo.tpot_slo_s
+        over &= np.isfinite(tpot)
+        tpot_missed = int(np.count_nonzero(over))
+        del over
+    columns = {stage: req[column].to_numpy(dtype="float64") for stage, column, _signal in STAGES
+               if column in cols and req[column].notna().any()}
+    measured = list(columns)
     rows = quantile_rows(req)
-    stages = _excess(parts, missed, met, rows) if measured and missed.any() else ()
+    stages = _excess(ttft, columns, missed, met, rows) if measured and missed.any() else ()
     burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window)
     return SloMissShape(stages=stages, source="per-request", ttft_missed=int(missed.sum()),
-                        tpot_missed=tpot_missed, requests=int(known.sum()), burst_share=burst,
-                        busy_request_share=busy_req,
+                        tpot_missed=tpot_missed, requests=int(np.isfinite(ttft).sum()),
+                        burst_share=burst, busy_request_share=busy_req,
                         busy_bin_share=BUSY_BIN_SHARE if burst is not None else None,
                         preemptions=preempt, stages_known=tuple(measured))
 
 
-def _excess(parts: dict[str, np.ndarray], missed: np.ndarray, met: np.ndarray,
-            sample: np.ndarray | None = None) -> tuple[StageExcess, ...]:
-    """Each stage's excess; the medians over the requests that met the objective are read
-    from ``sample`` (rows, ``grouped.quantile_rows``) when given and it holds enough of them."""
-    rows = []
+def _stage_values(ttft: np.ndarray, columns: dict[str, np.ndarray],
+                  rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Each measured stage at ``rows`` (a mask or positions; NaN counts 0), then ``REST``:
+    TTFT beyond the stages summed in stage order (what ``np.sum(axis=0)`` of them adds), at
+    least 0. Only these rows are read, so no full-length copy of any column is made."""
+    parts = {stage: np.nan_to_num(values[rows], nan=0.0, copy=False)
+             for stage, values in columns.items()}
+    stacked = iter(parts.values())
+    total = next(stacked).copy()
+    for values in stacked:
+        total += values
+    rest = np.subtract(ttft[rows], total, out=total)
+    parts[REST] = np.clip(np.nan_to_num(rest, nan=0.0, copy=False), 0.0, None, out=rest)
+    return parts
+
+
+def _excess(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray,
+            met: np.ndarray, sample: np.ndarray | None = None) -> tuple[StageExcess, ...]:
+    """Each stage's excess: its mean over the requests that ``missed`` minus its median over
+    those that ``met`` the objective, the medians read from ``sample`` (rows,
+    ``grouped.quantile_rows``) when given and it holds enough of them."""
     n_met = int(met.sum())
     met_sample = met if sample is None else met[sample]
     if met_sample.sum() < MIN_MET:
         sample, met_sample = None, met
-    for stage, values in parts.items():
-        mean_missed = float(values[missed].mean())
-        sampled = values if sample is None else values[sample]
-        base = float(np.median(sampled[met_sample])) if n_met >= MIN_MET else None
+    missed_parts = _stage_values(ttft, columns, missed)
+    if n_met >= MIN_MET:
+        base_parts: dict[str, np.ndarray] | None = (
+            _stage_values(ttft, columns, met) if sample is None else
+            {k: v[met_sample] for k, v in _stage_values(ttft, columns, sample).items()})
+    else:
+        base_parts = None
+    rows = []
+    for stage, values in missed_parts.items():
+        mean_missed = float(values.mean())
+        base = float(np.median(base_parts[stage])) if base_parts is not None else None
         rows.append((stage, max(0.0, mean_missed - (base or 0.0)), mean_missed, base))
     total = sum(r[1] for r in rows)
     if total <= 0:
@@ -109,25 +128,48 @@ def _excess(parts: dict[str, np.ndarray], missed: np.ndarray, met: np.ndarray,
 
 def _bursts(arrival: np.ndarray, missed: np.ndarray,
             window: Window) -> tuple[float | None, float | None]:
-    """Share of misses, and of all requests, in the busiest BUSY_BIN_SHARE of the bins."""
+    """Share of misses, and of all requests, in the busiest BUSY_BIN_SHARE of the bins.
+
+    Two passes over row slices (``grouped.chunks``): the arrivals per burst bin, then the rows
+    in the busiest bins; every figure is a count, so the shares are those of one pass.
+    """
+    from pdprobe.analysis.grouped import chunks
+
     ok = np.isfinite(arrival)
-    every = bool(ok.all())  # then no copies of the rows
-    if missed.sum() < 5 or ok.sum() < 20:
+    n_ok = int(ok.sum())
+    n_missed = int(missed[ok].sum()) if n_ok < ok.size else int(missed.sum())
+    if int(missed.sum()) < 5 or n_ok < 20:
         return None, None
-    t = arrival if every else arrival[ok]
     width = max(window.step_s, BURST_BIN_MIN_S)
-    scaled = t - t.min()
-    scaled /= width
-    bins = np.floor(scaled, out=scaled).astype(np.int64)
-    counts = np.bincount(bins)
+    t_min = float(np.min(arrival[ok])) if n_ok < ok.size else float(arrival.min())
+
+    def bins_of(part: slice) -> tuple[np.ndarray, np.ndarray]:
+        keep = ok[part]
+        t = arrival[part][keep]
+        scaled = t - t_min
+        scaled /= width
+        return np.floor(scaled, out=scaled).astype(np.int64), keep
+
+    counts = np.zeros(0, dtype=np.int64)
+    for part in chunks(arrival.size):
+        here = np.bincount(bins_of(part)[0])
+        if here.size > counts.size:
+            here[:counts.size] += counts
+            counts = here
+        else:
+            counts[:here.size] += here
     if len(counts) < 5:
         return None, None
     n_busy = max(1, round(BUSY_BIN_SHARE * len(counts)))
     busy = np.zeros(len(counts), dtype=bool)
     busy[np.argsort(-counts, kind="stable")[:n_busy]] = True
-    in_busy = busy[bins]
-    m = missed if every else missed[ok]
-    return float(in_busy[m].mean()), float(in_busy.mean())
+    in_busy = in_busy_missed = 0
+    for part in chunks(arrival.size):
+        bins, keep = bins_of(part)
+        hit = busy[bins]
+        in_busy += int(hit.sum())
+        in_busy_missed += int(hit[missed[part][keep]].sum())
+    return (in_busy_missed / n_missed if n_missed else float("nan")), in_busy / n_ok
 
 
 def _from_histograms(ds: Dataset, slo: Slo, preempt: int | None) -> SloMissShape:

@@ -14,7 +14,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
 from pdprobe.analysis.evidence.stats import ChangePoint
-from pdprobe.analysis.grouped import for_quantiles
+from pdprobe.analysis.grouped import column_values, for_quantiles
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -63,9 +63,14 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
                 out["share_of_ttft_p50"] = float(np.median(ratio))
         if "kv_bytes" in cols and req["kv_bytes"].notna().any():
             kv = req["kv_bytes"].to_numpy(dtype="float64")
-            both = ~np.isnan(kv) & ~np.isnan(x_all) & (x_all > 0)
+            both = x_all > 0  # masks combined in place (NaN compares False)
+            both &= ~np.isnan(kv)
+            if both.all():  # the very sums, without copying every row
+                kv_sum, x_sum = kv.sum(), x_all.sum()
+            elif both.any():
+                kv_sum, x_sum = kv[both].sum(), x_all[both].sum()
             if both.any():
-                out.update(achieved_bytes_per_s=float(kv[both].sum() / x_all[both].sum()),
+                out.update(achieved_bytes_per_s=float(kv_sum / x_sum),
                            achieved_source="kv_bytes / kv_transfer_s in request records")
     elif not ds.metrics.empty and has_signal(ds.metrics, S.KV_TRANSFER_S):
         hist = histogram_window(ds.metrics, S.KV_TRANSFER_S, window.start_ts, window.end_ts,
@@ -215,14 +220,13 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
         out[name] = cp
         if len(ds.requests):
             req = ds.requests
-            tok = req["prompt_tokens" if name == "prompt" else "output_tokens"].to_numpy(
-                dtype="float64")
+            tok = column_values(req, "prompt_tokens" if name == "prompt" else "output_tokens")
             arr = req["arrival_ts"].to_numpy(dtype="float64")
-            a, b = tok[arr < cp.ts], tok[arr >= cp.ts]
+            a, b = _rows_where(tok, arr < cp.ts), _rows_where(tok, arr >= cp.ts)
             if a.size >= 5 and b.size >= 5:
                 p_key = "prompt_p_requests" if name == "prompt" else "output_p_requests"
                 sampled = max(a.size, b.size) > MIX_RANK_TEST_MAX
-                a, b = rank_sample(a), rank_sample(b)
+                a, b = (rank_sample(a).astype(np.float64), rank_sample(b).astype(np.float64))
                 out[p_key] = mann_whitney_p(a, b)
                 if sampled:
                     notes.append(f"{name} rank test on a sample of {a.size:,} and {b.size:,} "
@@ -234,6 +238,19 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
     if notes:
         out["source"] = "; ".join([out["source"], *notes])
     return Mix(**out)
+
+
+def _rows_where(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values[mask]``; a view when the rows are one run (requests in arrival order split at
+    a time), so the rank test's sample is taken without copying either side."""
+    n = int(np.count_nonzero(mask))
+    if n == 0:
+        return values[:0]
+    if mask[:n].all():
+        return values[:n]
+    if mask[mask.size - n:].all():
+        return values[mask.size - n:]
+    return values[mask]
 
 
 def rank_sample(values: np.ndarray, limit: int = MIX_RANK_TEST_MAX) -> np.ndarray:

@@ -1,0 +1,68 @@
+"""The SLO-miss shape from request rows: stage excess and bursts without full-length copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis.evidence.model import Window
+from pdprobe.analysis.evidence.slo_miss import REST, _bursts, _excess
+
+
+def _columns(seed: int, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    queue = rng.exponential(0.3, n)
+    prefill = rng.exponential(0.5, n)
+    xfer = rng.exponential(0.05, n)
+    queue[::11] = np.nan  # a stage a record lacks counts 0
+    ttft = queue + prefill + xfer + rng.exponential(0.2, n)
+    ttft[::17] = np.nan
+    return ttft, {"queue": queue, "prefill": prefill, "kv-transfer": xfer}
+
+
+def _reference(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray,
+               met: np.ndarray, sample: np.ndarray | None) -> dict[str, tuple[float, float]]:
+    """The whole-column computation: every stage NaN-filled at full length, then the rest."""
+    parts = {k: np.nan_to_num(v, nan=0.0) for k, v in columns.items()}
+    total = np.sum(list(parts.values()), axis=0)
+    parts[REST] = np.clip(np.nan_to_num(ttft - total, nan=0.0), 0.0, None)
+    out = {}
+    for stage, values in parts.items():
+        base_rows = values[met] if sample is None else values[sample][met[sample]]
+        out[stage] = (float(values[missed].mean()), float(np.median(base_rows)))
+    return out
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_excess_equals_the_whole_column_figures(sampled: bool) -> None:
+    ttft, columns = _columns(1, 3_000)
+    missed = np.isfinite(ttft) & (ttft > 1.5)
+    met = np.isfinite(ttft) & ~missed
+    sample = np.arange(0, ttft.size, 3) if sampled else None
+    got = {s.stage: (s.missed_mean_s, s.met_median_s) for s in
+           _excess(ttft, columns, missed, met, sample)}
+    want = _reference(ttft, columns, missed, met, sample)
+    assert got == want  # the very same floats
+
+
+@pytest.mark.parametrize("chunk", [13, 1 << 20])
+def test_bursts_from_slices(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    from pdprobe.analysis import row_slices
+
+    rng = np.random.default_rng(2)
+    arrival = np.sort(rng.uniform(0.0, 600.0, 4_000))
+    arrival = np.sort(np.concatenate([arrival, rng.uniform(100.0, 110.0, 800)]))
+    arrival[::97] = np.nan
+    missed = rng.random(arrival.size) < 0.05
+    missed[(arrival > 100.0) & (arrival < 110.0)] = True
+    window = Window(0.0, 600.0, 15.0)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    got = _bursts(arrival, missed, window)
+    ok = np.isfinite(arrival)
+    t = arrival[ok]
+    bins = np.floor((t - t.min()) / 15.0).astype(np.int64)
+    counts = np.bincount(bins)
+    busy = np.zeros(counts.size, dtype=bool)
+    busy[np.argsort(-counts, kind="stable")[:max(1, round(0.2 * counts.size))]] = True
+    want = (float(busy[bins][missed[ok]].mean()), float(busy[bins].mean()))
+    assert got == want
