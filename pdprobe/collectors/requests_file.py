@@ -114,6 +114,7 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         warnings.append(f"{path}: {repaired.invalid_utf8} text value(s) are not valid UTF-8; "
                         "the bad bytes were replaced (U+FFFD)")
     label = cmap.layout if cmap.layout != RECORDS else fmt
+    _release_unused()  # the batches' memory, before the row checks' temporaries
     loaded = _canonicalise(path, assembled, cmap, label, skipped, want_hash_ids)
     del assembled
     _release_unused()
@@ -125,8 +126,8 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
 
 
 def _release_unused() -> None:
-    """Hand the memory pyarrow's allocator keeps for reuse (the decoded row groups and pieces,
-    about 160 MB after 10M rows) back to the system: the analyses allocate with numpy."""
+    """Hand the memory pyarrow's allocator keeps for reuse (the decoded batches and pieces,
+    the ids once checked) back to the system: the analyses allocate with numpy."""
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()

@@ -64,6 +64,9 @@ def implausible(values: np.ndarray, low: float, high: float) -> tuple[np.ndarray
     with np.errstate(invalid="ignore"):
         below = values < low
         above = values > high
+    if np.isfinite(low) and np.isfinite(high) and not below.any() and not above.any():
+        # an infinity is below or above finite bounds: there is none either
+        return below, ""
     inf = np.isinf(values)
     parts = []
     n_inf = int(np.count_nonzero(inf))
