@@ -32,9 +32,11 @@ from pdprobe.collectors.request_ids import row_hashes
 from pdprobe.collectors.request_values import (
     _arrival_seconds,
     _category_codes,
+    _dictionary_codes,
     _numeric_arrival,
     _to_float,
     _to_text,
+    _unknown_counts,
 )
 from pdprobe.dataset import REQUEST_STATUSES
 
@@ -160,6 +162,11 @@ class _Codes:
         self.index: dict[str, int] = {v: i for i, v in enumerate(self.names)}
         self.codes = _Column(rows, np.int8)
         self.unknown: dict[str, int] = {}
+        # the last batch's dictionary and what it maps to: the batches of a Parquet row group
+        # (and often of a whole file) share one dictionary, decided once
+        self._dictionary: pa.Array | None = None
+        self._remap = np.zeros(0, np.int32)
+        self._unknown_entries: list[tuple[str, int]] = []
 
     def _widen(self) -> None:
         """Codes so far copied to int32 (more distinct values than int8 holds)."""
@@ -169,17 +176,37 @@ class _Codes:
 
     def add(self, arr: pa.Array) -> None:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        codes, names, unknown = _category_codes(pa.chunked_array([arr], arr.type), self.status)
+        if not pa.types.is_dictionary(arr.type):
+            codes, names, unknown = _category_codes(pa.chunked_array([arr], arr.type),
+                                                    self.status)
+            self._count(unknown)
+            self.codes.put(self._held(names)[codes])  # -1 stays -1 (the extra slot)
+            return
+        dictionary = arr.dictionary
+        if self._dictionary is None or not (dictionary is self._dictionary
+                                            or dictionary.equals(self._dictionary)):
+            remap, names, self._unknown_entries = _dictionary_codes(dictionary, self.status)
+            self._remap = self._held(names)[remap]  # dictionary entry -> held code
+            self._dictionary = dictionary
+        row = pc.fill_null(arr.indices, len(dictionary)).to_numpy(zero_copy_only=False)
+        self._count(_unknown_counts(row, len(dictionary), self._unknown_entries))
+        self.codes.put(self._remap[row])  # int32 codes cast into the held dtype (they fit)
+
+    def _held(self, names: list[str]) -> np.ndarray:
+        """Batch code (into the sorted ``names``; -1 last) -> held code (first seen order)."""
+        if self.status:  # the names are the statuses, always in this order
+            return np.append(np.arange(len(names), dtype=np.int32), np.int32(-1))
+        held = np.array([self.index.setdefault(v, len(self.index)) for v in names] + [-1],
+                        dtype=np.int32)
+        if len(self.index) > INT8_CODES_MAX and self.codes.dtype == np.int8:
+            self._widen()
+        return held
+
+    def _count(self, unknown: dict[str, int]) -> None:
         for value, count in unknown.items():
             self.unknown[value] = self.unknown.get(value, 0) + count
-        if not self.status:
-            remap = np.array([self.index.setdefault(v, len(self.index)) for v in names] + [-1],
-                             dtype=np.int32)
-            codes = remap[codes]  # -1 stays -1 (the extra slot)
-            if len(self.index) > INT8_CODES_MAX and self.codes.dtype == np.int8:
-                self._widen()
-        self.codes.put(codes)  # int32 batch codes cast into the held dtype (they fit)
 
     def finish(self) -> tuple[np.ndarray, list[str], dict[str, int]]:
         codes = self.codes.collected()

@@ -227,32 +227,46 @@ def _category_codes(arr: pa.ChunkedArray, status: bool = False
     aborted run over the distinct values only; unknown statuses become missing and are counted
     in ``unknown``. One numpy gather maps the row codes: no string is made per row.
     """
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     encoded = _as_dictionary(arr)
-    cleaned = _clean_text(encoded.dictionary)
-    unknown: dict[str, int] = {}
+    remap, names, unknown_entries = _dictionary_codes(encoded.dictionary, status)
+    row = pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+    return remap[row], names, _unknown_counts(row, len(encoded.dictionary), unknown_entries)
+
+
+def _dictionary_codes(dictionary: pa.Array, status: bool
+                      ) -> tuple[np.ndarray, list[str], list[tuple[str, int]]]:
+    """What ``_category_codes`` decides per distinct value: each dictionary entry's code into
+    the sorted ``names`` (int32, -1 for missing, plus a last slot of -1 for null rows), the
+    names, and the unknown statuses as ``(cleaned value, dictionary index)``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cleaned = _clean_text(dictionary)
+    unknown: list[tuple[str, int]] = []
     if status:
-        dictionary = cleaned.to_pylist()
-        mapped = [_status_of(value) for value in dictionary]  # the distinct values only
+        values = cleaned.to_pylist()
+        mapped = [_status_of(value) for value in values]  # the distinct values only
         cleaned = pa.array(mapped, pa.string())
-        unknown_idx = [i for i, (v, m) in enumerate(zip(dictionary, mapped, strict=True))
-                       if m is None and v is not None]
-        if unknown_idx:
-            indices = encoded.indices
-            valid = indices.is_valid().to_numpy(zero_copy_only=False)
-            counts = np.bincount(indices.to_numpy(zero_copy_only=False)[valid].astype(np.int64),
-                                 minlength=len(dictionary))
-            unknown = {str(dictionary[i]): int(counts[i]) for i in unknown_idx}
+        unknown = [(str(v), i) for i, (v, m) in enumerate(zip(values, mapped, strict=True))
+                   if m is None and v is not None]
         names = sorted(REQUEST_STATUSES)
     else:
         names = sorted(pc.unique(cleaned.drop_null()).to_pylist())
     # dictionary entry -> category code, with one extra slot (-1) for missing row codes
     remap = np.append(pc.fill_null(pc.index_in(cleaned, value_set=pa.array(names, pa.string())),
                                    -1).to_numpy(zero_copy_only=False), -1).astype(np.int32)
-    row = pc.fill_null(encoded.indices, len(cleaned)).to_numpy(zero_copy_only=False)
-    return remap[row], names, unknown
+    return remap, names, unknown
+
+
+def _unknown_counts(row: np.ndarray, size: int, unknown: list[tuple[str, int]]
+                    ) -> dict[str, int]:
+    """How many rows (dictionary indices ``row``, ``size`` for null) hold each unknown status."""
+    if not unknown:
+        return {}
+    counts = np.bincount(row, minlength=size + 1)
+    return {value: int(counts[i]) for value, i in unknown}
 
 
 def _status_of(value: str | None) -> str | None:

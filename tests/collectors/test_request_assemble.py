@@ -116,3 +116,28 @@ def test_codes_widen_past_int8_when_a_column_has_many_instances() -> None:
     assert [labels[c] for c in codes] == names
     few, few_labels, _ = got.categories["prefill_instance"]
     assert few.dtype == np.int8 and [few_labels[c] for c in few] == [f"p{i % 3}" for i in range(n)]
+
+
+def test_batches_sharing_a_dictionary_map_it_once_and_count_as_one_column() -> None:
+    from pdprobe.collectors.request_values import _category_codes
+
+    def dict_table(values: list[str | None], dictionary: list[str]) -> pa.Table:
+        n = len(values)
+        indices = pa.array([None if v is None else dictionary.index(v) for v in values],
+                           pa.int32())
+        status = pa.DictionaryArray.from_arrays(indices, pa.array(dictionary))
+        return pa.table({"arrival_ts": np.arange(n, dtype=np.float64),
+                         "prompt_tokens": np.ones(n, np.int64),
+                         "output_tokens": np.ones(n, np.int64), "status": status})
+
+    first = ["ok", "HTTP 503", " ok", "weird", "500", None]
+    second = ["weird", "200", "timeout", None]  # another dictionary: mapped afresh
+    table = pa.concat_tables([dict_table([first[i % 6] for i in range(90)], first),
+                              dict_table([second[i % 4] for i in range(50)], second)])
+    cmap = map_columns(table.column_names)
+    got = assemble(table.to_batches(max_chunksize=16), table.schema, cmap, table.num_rows)
+    codes, names, unknown = got.categories["status"]
+    whole_codes, whole_names, _ = _category_codes(table.column("status").cast(pa.string()),
+                                                  status=True)
+    assert names == whole_names and codes.tolist() == whole_codes.tolist()
+    assert unknown == {"HTTP 503": 15, "weird": 15 + 13}
