@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -181,7 +182,7 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
         # The pieces must tile the array: a header first, each series' pairs closed by "]}"
         # and, but for the last, the comma before the next header.
         if parts[0] or not pairs[-1].endswith(b"]}") or not all(
-                p.endswith(b"]},") for p in pairs[:-1]):
+                map(bytes.endswith, pairs[:-1], repeat(b"]},"))):
             return None
         pairs[:-1] = [p[:-1] for p in pairs[:-1]]
         text = b"nan,nan\n" + b"\nnan,nan\n".join(pairs)
@@ -217,7 +218,7 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     # JSON object keys are strings; values are too from any Prometheus-compatible server, and
     # checking that is a third of the cost of rebuilding ~100k label dicts per answer.
-    if not all(type(v) is str for d in labels for v in d.values()):
+    if not set(map(type, chain.from_iterable(map(dict.values, labels)))) <= {str}:
         labels = [{str(k): str(v) for k, v in d.items()} for d in labels]
     return SeriesSet(labels, ts, vals, offsets, start_ts, step_s), env
 
