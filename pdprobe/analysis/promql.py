@@ -151,13 +151,24 @@ def histogram_window(metrics: pd.DataFrame, signal: str, start_ts: float | None 
                                  end_ts, from_zero, instances)
         if kept is not None and len(inc):
             inc = inc[~inc["instance"].isin(kept)]
-        per = {str(k): float(v) for k, v in zip(inc.get("instance", []), inc.get("increase", []),
-                                                strict=False)}
+        per = _per_instance(inc)
         attrs[f"{kind}_by_instance"] = FrozenMapping(per)
         known = [v for v in per.values() if not np.isnan(v)]
         attrs[kind] = float(np.sum(known)) if known else float("nan")
     out.attrs.update(attrs)
     return out
+
+
+def _per_instance(inc: pd.DataFrame) -> dict[str, float]:
+    """``{str(instance): float(increase)}`` of ``increase_in_window``'s rows, the columns read
+    whole (iterating an arrow string column is a Python object per element)."""
+    import pandas as pd
+
+    if "instance" not in inc.columns or "increase" not in inc.columns:
+        return {}
+    names = [str(pd.NA) if k is None else str(k) for k in inc["instance"].tolist()]
+    values = inc["increase"].to_numpy(dtype=np.float64).tolist()
+    return dict(zip(names, values, strict=True))
 
 
 # Cells of a [group, window] block of increases: a week of 5-minute windows over 12k bucket

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -33,10 +35,11 @@ def _rows(seed: int) -> pd.DataFrame:
 
 
 def _reference(rows: pd.DataFrame, kind: str, cols: list[str], start: float | None,
-               end: float | None, from_zero: bool, instances: list[str] | None) -> pd.DataFrame:
+               end: float | None, from_zero: bool,
+               instances: Collection[str] | None) -> pd.DataFrame:
     keep = (rows["kind"] == kind) & rows["value"].notna()
     if instances is not None:
-        keep &= rows[cols[0]].isin(instances).fillna(False)
+        keep &= rows[cols[0]].isin(list(instances)).fillna(False)
     frame = rows.loc[keep.to_numpy(dtype=bool), [*cols, "ts", "value"]]
     return window_increase(frame, cols, start, end, from_zero)
 
@@ -45,9 +48,11 @@ def _reference(rows: pd.DataFrame, kind: str, cols: list[str], start: float | No
 @pytest.mark.parametrize(("start", "end"), [(None, None), (100.0, 400.0), (0.0, 15.0),
                                             (590.0, 900.0), (-50.0, -10.0), (200.0, None)])
 @pytest.mark.parametrize("from_zero", [False, True])
-@pytest.mark.parametrize("instances", [None, ["a:1", "c:1"], ["nobody"]])
+@pytest.mark.parametrize("instances", [None, ["a:1", "c:1"], ["nobody"], {"b:1", "c:1"},
+                                       ("a:1", "a:1")])
 def test_cached_groups_give_window_increase(seed: int, start: float | None, end: float | None,
-                                            from_zero: bool, instances: list[str] | None) -> None:
+                                            from_zero: bool,
+                                            instances: Collection[str] | None) -> None:
     rows = _rows(seed)
     for kind, cols in (("bucket", ["instance", "le"]), ("count", ["instance"])):
         got = increase_in_window(kind_groups(rows, kind, cols), cols, start, end, from_zero,
