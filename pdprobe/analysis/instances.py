@@ -138,11 +138,13 @@ def _binned_mean_by_code(codes: np.ndarray, labels: list[str], ts: np.ndarray,
         ok = ~np.isnan(t)
         ok &= ~np.isnan(v)
         ok &= c >= 0
-        if not ok.any():
-            continue
-        cell = np.clip(((t[ok] - start) // step).astype(np.int64), 0, n_bins - 1)
-        cell += c[ok].astype(np.int64) * n_bins
-        np.add.at(sums, cell, v[ok])
+        if not ok.all():  # the rows with a code, a time and a value (all of them: no copies)
+            if not ok.any():
+                continue
+            t, v, c = t[ok], v[ok], c[ok]
+        cell = np.clip(((t - start) // step).astype(np.int64), 0, n_bins - 1)
+        cell += c.astype(np.int64) * n_bins
+        np.add.at(sums, cell, v)
         np.add.at(counts, cell, 1)
     if not counts.any():
         return {}

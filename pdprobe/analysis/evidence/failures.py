@@ -200,9 +200,12 @@ def _no_kv_share(ds: Dataset) -> float | None:
     done = np.isfinite(kv)
     if "status" in ds.request_columns:
         done &= category_mask(req["status"], lambda s: s.lower() == "ok")
-    if not done.any():
+    n_done = int(np.count_nonzero(done))
+    if not n_done:
         return None
-    return float((kv[done] <= 0).mean())
+    none = kv <= 0  # the share among the done rows, without copying them
+    none &= done
+    return float(np.count_nonzero(none) / n_done)
 
 
 def _by_failure_bins(ds: Dataset, window: Window, per_bin: pd.Series | None,

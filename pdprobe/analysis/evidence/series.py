@@ -217,9 +217,12 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
 
             def per_gb(rows: Rows) -> np.ndarray:
                 # Time per GB: congestion slows every byte; bigger transfers alone do not.
-                k = kv[rows]
+                # 1e9 * x / (kv where kv > 0, else NaN), in place on the two gathered copies
+                out = np.multiply(xs[rows], 1e9)
+                k = np.array(kv[rows], dtype=np.float64)
+                k[~(k > 0)] = np.nan
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    return 1e9 * xs[rows] / np.where(k > 0, k, np.nan)
+                    return np.divide(out, k, out=out)
 
             # only at the rows the medians read (all of them up to the sampling threshold)
             out["xfer_s_per_gb_p50"] = per_bin(groups.sorted(per_gb).median())
