@@ -95,8 +95,8 @@ def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = N
 
 def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
                      group: np.ndarray | None, *, max_requests: int | None = None,
-                     block_s: float = SAMPLE_BLOCK_S, closed: bool = False
-                     ) -> TimeSample | None:
+                     block_s: float = SAMPLE_BLOCK_S, closed: bool = False,
+                     start_range: tuple[float, float] | None = None) -> TimeSample | None:
     """``time_sample`` of the ``n_rows`` intervals ``intervals`` computes, of the rows
     ``valid`` marks (None: all; the others may be anything and are neither observed nor
     needed), without whole-size arrays of them.
@@ -105,7 +105,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     the intervals (the earliest start, the observed blocks' reach, the candidates) and the
     exact overlap test on the candidates, whose ``group`` codes (any integer dtype: a
     categorical column's own codes do) are the only ones read. The same sample as
-    ``time_sample`` of the valid rows alone.
+    ``time_sample`` of the valid rows alone. ``start_range``: the valid rows' earliest and
+    latest start when the caller found them in its own pass (the first pass is skipped).
     """
     max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
     n = n_rows if valid is None else int(np.count_nonzero(valid))
@@ -113,8 +114,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
         return None
     every = math.ceil(n / max_requests)
     phase = every // 2
-    t0, s_max = math.inf, -math.inf
-    for _lo, _hi, s, _ in _chunks(intervals, n_rows, valid):
+    t0, s_max = start_range if start_range is not None else (math.inf, -math.inf)
+    for _lo, _hi, s, _ in _chunks(intervals, n_rows, valid) if start_range is None else ():
         if len(s):
             t0, s_max = min(t0, float(s.min())), max(s_max, float(s.max()))
     # floor division is monotone: the latest start is in the last block

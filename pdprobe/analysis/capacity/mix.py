@@ -157,9 +157,11 @@ class WorkloadMix:
         part, a, b = pop.between(lo, hi)
         if b <= a:
             return None
-        cv2, how, load = arrival_profile(part.arrival_ts, timescale_s)
-        if load is not None and load.window_of is not None:
-            load = replace(load, window_of=load.window_of[part.rows])
+        # every arrival's burstiness; load windows of the sampled ones only (memory)
+        cv2, how, load = arrival_profile(part.arrival_ts, timescale_s, keep_windows=False)
+        if load is not None:
+            load = replace(load, window_of=window_of(load, part.arrival_ts[part.rows],
+                                                     float(part.arrival_ts[0])))
         return replace(self, prompt_tokens=self.prompt_tokens[a:b],
                        cached_tokens=self.cached_tokens[a:b],
                        output_tokens=self.output_tokens[a:b], rate_rps=rate_rps,

@@ -7,6 +7,7 @@ are reconstructed around a time-block sample. Vectorised: no Python loop over re
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -72,18 +73,24 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         return s, s + cols("prefill_s", rows)
 
     valid = np.empty(n, dtype=bool)
+    t_first, t_last = math.inf, -math.inf  # the valid prefills' earliest and latest start
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
         chunk = slice(lo, lo + PASS_CHUNK)
         s, e = spans(chunk)
-        valid[chunk] = np.isfinite(s) & np.isfinite(e) & (codes[chunk] >= 0)
+        ok = valid[chunk]
+        np.isfinite(s, out=ok)
+        ok &= np.isfinite(e) & (codes[chunk] >= 0)
+        if ok.any():
+            t_first = min(t_first, float(s[ok].min()))
+            t_last = max(t_last, float(s[ok].max()))
     if not valid.any():
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,
                            np.zeros(0, dtype=np.int64))
     # touching prefills (one starts as the other ends) share a period: closed overlaps
     taken = sample_intervals(spans, n, None if valid.all() else valid, codes, closed=True,
-                             max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS) \
-        if sample else None
+                             max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
+                             start_range=(t_first, t_last)) if sample else None
     rows = positions(valid if taken is None else taken.needed)
     del valid
     # sorted, then the intervals computed again at the sorted rows: no gathered copies

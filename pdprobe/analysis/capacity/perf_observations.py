@@ -10,6 +10,7 @@ loop over requests.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -183,11 +184,16 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
                               "ttft_s", "e2e_s"))
     n = len(req)
     usable = np.empty(n, dtype=bool)
+    t_first, t_last = math.inf, -math.inf  # the usable requests' earliest and latest start
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
         chunk = slice(lo, lo + PASS_CHUNK)
         s, e, _ = decode_spans(cols, chunk)
-        usable[chunk] = np.isfinite(s) & np.isfinite(e) & (e > s) & \
-            np.isfinite(cols("prompt_tokens", chunk))
+        ok = usable[chunk]
+        np.isfinite(s, out=ok)
+        ok &= np.isfinite(e) & (e > s) & np.isfinite(cols("prompt_tokens", chunk))
+        if ok.any():
+            t_first = min(t_first, float(s[ok].min()))
+            t_last = max(t_last, float(s[ok].max()))
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
@@ -203,7 +209,8 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
     sample = sample_intervals(lambda at: decode_spans(cols, at)[:2], n,
-                              None if usable.all() else usable, group)
+                              None if usable.all() else usable, group,
+                              start_range=(t_first, t_last))
     if sample is not None:  # exact figures for the sampled requests, from their overlaps
         observed = sample.observed
         rows = np.flatnonzero(sample.needed)
