@@ -143,7 +143,11 @@ def _numeric_arrival(values: np.ndarray, cmap: ColumnMap, name: str, notes: list
                     scale = factor
                     notes.append(f"{name} read as epoch {unit} (detected by magnitude)")
                     break
-    out = values * scale if scale != 1.0 else values
+    out = values
+    if scale != 1.0 and values.flags.writeable:
+        out *= scale  # in place (no caller keeps its unscaled times): no second column
+    elif scale != 1.0:
+        out = values * scale
     if finite.size and float(np.nanmax(out)) < RELATIVE_BELOW_TS:
         notes.append(f"relative timestamps: {name} counts seconds from the trace start, "
                      "not wall-clock time")

@@ -160,7 +160,7 @@ def sanitize_metrics(frame: pd.DataFrame, what: str) -> tuple[pd.DataFrame, list
         parts = ([f"{int(nan.sum())} NaN"] if nan.any() else []) + ([why] if why else [])
         warnings.append(f"{what}: dropped {int(drop.sum())} metric sample(s) that no engine "
                         f"reports ({', '.join(parts)})")
-    time_drops = check_times(np.where(drop, np.nan, ts))
+    time_drops = check_times(np.where(drop, np.nan, ts) if drop.any() else ts)
     bad_ts = np.isnan(ts) & ~drop
     for d in time_drops:
         warnings.append(f"{what}: dropped {d.count} metric sample(s) whose time is {d.why}")
