@@ -75,3 +75,30 @@ def null_strings(n: int) -> pa.Array:
     validity = np.zeros((n + 7) // 8, dtype=np.uint8)
     return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(b""),
                                             pa.py_buffer(validity), null_count=n)
+
+
+def count_backwards_kept(values: np.ndarray, kept: np.ndarray) -> int:
+    """``count_backwards(values[kept])`` without copying the kept values out."""
+    total = 0
+    last = None
+    for s in range(0, values.size, BLOCK_ROWS):
+        block = values[s:s + BLOCK_ROWS][kept[s:s + BLOCK_ROWS]]
+        if not block.size:
+            continue
+        if last is not None and block[0] < last:
+            total += 1
+        total += int(np.count_nonzero(block[1:] < block[:-1]))
+        last = block[-1]
+    return total
+
+
+def compact(values: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """``values[kept]`` written over the front of ``values`` (writable, contiguous) a block at
+    a time and returned as a view of it: the kept rows in their order without a second
+    column (the rows after them stay allocated, unused)."""
+    pos = 0
+    for s in range(0, values.size, BLOCK_ROWS):
+        block = values[s:s + BLOCK_ROWS][kept[s:s + BLOCK_ROWS]]  # a copy: safe to write over
+        values[pos:pos + block.size] = block
+        pos += block.size
+    return values[:pos]

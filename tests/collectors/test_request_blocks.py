@@ -12,7 +12,9 @@ from pdprobe.collectors.request_blocks import (
     above_per_row,
     any_at_least,
     any_finite,
+    compact,
     count_backwards,
+    count_backwards_kept,
     null_strings,
     remap_codes,
 )
@@ -76,3 +78,18 @@ def test_null_strings_are_what_pa_nulls_gives_pandas() -> None:
     a = pa.table({"x": got}).to_pandas(types_mapper=strings)["x"]
     b = pa.table({"x": pa.nulls(1000, pa.string())}).to_pandas(types_mapper=strings)["x"]
     pd.testing.assert_series_equal(a, b)
+
+
+def test_kept_rows_compacted_in_place_and_counted_backwards_as_a_copy_would() -> None:
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 6, 7, 30, 64):
+        values = rng.uniform(0, 10, n)
+        for kept in (rng.random(n) < 0.8, np.zeros(n, bool), np.ones(n, bool)):
+            expect = values[kept]
+            assert count_backwards_kept(values, kept) == count_backwards(expect)
+            work = values.copy()
+            got = compact(work, kept)
+            assert got.base is work and got.tolist() == expect.tolist()
+    codes = np.array([3, -1, 2, 2, 0, 1, -1, 3, 0], dtype=np.int8)
+    kept = np.array([1, 0, 1, 1, 1, 0, 1, 1, 0], dtype=bool)
+    assert compact(codes.copy(), kept).tolist() == codes[kept].tolist()

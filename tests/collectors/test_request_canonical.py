@@ -99,3 +99,29 @@ def test_few_rows_kept_of_many_read_keep_their_ids(
     pd.testing.assert_frame_equal(again.requests, held.requests)
     assert again.warnings == held.warnings and again.source == held.source
     assert again.requests["request_id"].tolist()[-2:] == ["r8", "r0"]
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_columns_compacted_in_place_equal_the_copied_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shuffled: bool) -> None:
+    n = 400
+    arrival = [1.75e9 + i for i in range(n)]
+    if shuffled:
+        arrival[10], arrival[300] = arrival[300], arrival[10]
+    path = tmp_path / "r.parquet"
+    pq.write_table(pa.table({
+        "request_id": [f"q{i}" for i in range(n)],
+        "arrival_ts": arrival,
+        "prompt_tokens": [-1 if i in (5, 77, 399) else 10 + i for i in range(n)],  # 3 dropped
+        "output_tokens": [5] * n,
+        "ttft_s": [0.1 + i / 1000 for i in range(n)],
+        "decode_instance": [f"d{i % 4}" for i in range(n)],
+        "status": ["ok" if i % 9 else "error" for i in range(n)],
+    }), path)
+    in_place = read_requests(path, ReadContext())
+    monkeypatch.setattr(request_canonical, "COMPACT_MAX_DROPPED", 0.0)  # copies
+    copied = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(in_place.requests, copied.requests)
+    assert in_place.warnings == copied.warnings and len(in_place.requests) == n - 3
+    assert in_place.requests["prompt_tokens"].iloc[5] == 16  # row 5 dropped
+    assert in_place.requests["arrival_ts"].is_monotonic_increasing
