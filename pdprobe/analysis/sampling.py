@@ -59,11 +59,22 @@ class TimeSample:
     every: int  # one block in ``every`` is sampled
     total: int  # requests the sample was drawn from
 
+    size: int = -1  # observed requests (-1: count ``observed``)
+
     def describe(self, what: str) -> str:
         """A note naming the sample: its size, what it was drawn from, how."""
-        return (f"{SAMPLED_MARK} {int(self.observed.sum()):,} of {self.total:,} {what} (those "
+        size = self.size if self.size >= 0 else int(self.observed.sum())
+        return (f"{SAMPLED_MARK} {size:,} of {self.total:,} {what} (those "
                 f"starting in one {SAMPLE_BLOCK_S:g} s block in every {self.every}; exact "
                 "figures for each, from every request overlapping it)")
+
+    def released(self) -> TimeSample:
+        """The same sample without its per-request masks (memory: two bytes per request of
+        the capture), for keeping once the masks were read: ``describe``, ``every`` and
+        ``total`` still hold."""
+        empty = np.zeros(0, dtype=bool)
+        return TimeSample(empty, empty, self.every, self.total,
+                          self.size if self.size >= 0 else int(self.observed.sum()))
 
 
 # The [start, end) intervals of the requests at an index (a slice of rows or ascending

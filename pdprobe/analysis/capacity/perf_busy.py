@@ -97,16 +97,16 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     rows = rows[sort_by_group(codes[rows], n_names, spans(rows)[0])]
     s, e = spans(rows)
     g = codes[rows].astype(np.int16 if n_names < 2**15 else np.int64)
-    observed = taken.observed[rows] if taken is not None else None
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = g[1:] != g[:-1]
-    bounds = np.append(np.flatnonzero(first), len(rows))
-    new_period = first
-    reach = np.empty(len(rows))
+    observed = None
+    if taken is not None:  # the masks are read: kept without them
+        observed, taken = taken.observed[rows], taken.released()
+    new_period = np.ones(len(rows), dtype=bool)  # the first of each instance opens a period
+    new_period[1:] = g[1:] != g[:-1]
+    bounds = np.append(np.flatnonzero(new_period), len(rows))
     for lo, hi in itertools.pairwise(bounds):  # per instance, not per request
-        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
-    new_period[1:] |= s[1:] > reach[:-1]  # starts after everything before it has ended
-    del reach
+        reach = np.maximum.accumulate(e[lo:hi])
+        # starts after everything before it (on its instance) has ended
+        new_period[lo + 1:hi] |= s[lo + 1:hi] > reach[:-1]
     period = np.cumsum(new_period, dtype=np.int32 if len(rows) < 2**31 else np.int64)
     return BusyPeriods(rows, s, e, period, g, observed, taken)
 
