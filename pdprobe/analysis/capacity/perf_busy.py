@@ -68,9 +68,14 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     codes, n_names = instance_code_view(requests["prefill_instance"])
     n = len(requests)
 
+    def starts(rows: slice | np.ndarray) -> np.ndarray:
+        s = cols("arrival_ts", rows)
+        return np.add(s, cols("queue_s", rows), out=s)  # in place: one temporary at a time
+
     def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        s = cols("arrival_ts", rows) + cols("queue_s", rows)
-        return s, s + cols("prefill_s", rows)
+        s = starts(rows)
+        e = cols("prefill_s", rows)
+        return s, np.add(s, e, out=e)  # (IEEE addition commutes: s + prefill to the bit)
 
     valid = np.empty(n, dtype=bool)
     t_first, t_last = math.inf, -math.inf  # the valid prefills' earliest and latest start
@@ -93,13 +98,16 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
                              start_range=(t_first, t_last)) if sample else None
     rows = positions(valid if taken is None else taken.needed)
     del valid
-    # sorted, then the intervals computed again at the sorted rows: no gathered copies
-    rows = rows[sort_by_group(codes[rows], n_names, spans(rows)[0])]
-    s, e = spans(rows)
-    g = codes[rows].astype(np.int16 if n_names < 2**15 else np.int64)
     observed = None
     if taken is not None:  # the masks are read: kept without them
         observed, taken = taken.observed[rows], taken.released()
+    # sorted, then the intervals computed again at the sorted rows: no gathered copies
+    order = sort_by_group(codes[rows], n_names, starts(rows))
+    rows = rows[order]
+    observed = observed[order] if observed is not None else None
+    del order
+    s, e = spans(rows)
+    g = codes[rows].astype(np.int16 if n_names < 2**15 else np.int64)
     new_period = np.ones(len(rows), dtype=bool)  # the first of each instance opens a period
     new_period[1:] = g[1:] != g[:-1]
     bounds = np.append(np.flatnonzero(new_period), len(rows))

@@ -45,12 +45,14 @@ class FloatColumns:
                 self._values[name] = float_column(frame, name)
 
     def __call__(self, name: str, rows: slice | np.ndarray) -> np.ndarray:
-        """Column ``name`` at ``rows`` as float64 (all NaN when the column is absent)."""
+        """Column ``name`` at ``rows`` as float64 (all NaN when the column is absent): an
+        array of its own, free to be written into."""
         values = self._values[name]
         if values is None:
             size = len(range(*rows.indices(self._n))) if isinstance(rows, slice) else len(rows)
             return np.full(size, np.nan)
-        return np.asarray(values[rows], dtype=np.float64)
+        out = np.asarray(values[rows], dtype=np.float64)
+        return out.copy() if np.may_share_memory(out, values) else out
 
 
 def status_ok(frame: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:

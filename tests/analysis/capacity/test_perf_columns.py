@@ -71,3 +71,15 @@ def test_instance_code_view_is_the_categorical_codes_without_a_copy() -> None:
     assert instance_codes(column)[0].dtype == np.int64
     strings = pd.Series(["b", None, "a", "b"])
     assert instance_code_view(strings)[0].tolist() == [1, -1, 0, 1]
+
+
+def test_float_columns_are_arrays_of_their_own() -> None:
+    """Values may be computed in place: a slice of a float64 column is copied, never a view
+    of the frame (which is read-only, and shared with every other analysis)."""
+    frame = _frame()
+    cols = FloatColumns(frame, ("floats", "ints"))
+    for rows in (slice(2, 6), np.array([1, 3])):
+        for name in ("floats", "ints"):
+            got = cols(name, rows)
+            got += 1.0
+    np.testing.assert_array_equal(frame["floats"].to_numpy()[2:6], _frame()["floats"][2:6])
