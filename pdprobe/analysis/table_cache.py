@@ -9,6 +9,7 @@ Callers namespace their keys (``("codes", column)``, ``("groups", key)``, ...).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _CACHE: dict[int, tuple[weakref.ref[pd.DataFrame], dict[Any, Any]]] = {}
+# The capacity model and the evidence run in two threads over the same tables: both must get
+# the same dict (a figure computed twice is only waste; a dict replaced would lose figures).
+_LOCK = threading.Lock()
 
 
 def table_cache(table: pd.DataFrame) -> dict[Any, Any]:
@@ -23,6 +27,9 @@ def table_cache(table: pd.DataFrame) -> dict[Any, Any]:
     key = id(table)
     hit = _CACHE.get(key)
     if hit is None or hit[0]() is not table:
-        hit = (weakref.ref(table, lambda _ref: _CACHE.pop(key, None)), {})
-        _CACHE[key] = hit
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is None or hit[0]() is not table:
+                hit = (weakref.ref(table, lambda _ref: _CACHE.pop(key, None)), {})
+                _CACHE[key] = hit
     return hit[1]
