@@ -15,6 +15,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import InstanceSummary, Quantiles, TimeSeries
+from pdprobe.analysis.row_slices import has_values
 from pdprobe.analysis.stats import figure_quantiles, grouped_quantiles, series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
@@ -89,7 +90,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
         return
     for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
                               ("decode_instance", DECODE_LATENCIES)):
-        if not dataset.has_request_column(column) or req[column].isna().all():
+        if not dataset.has_request_column(column) or not has_values(req, column):
             continue
         # value_counts: every category (unused ones count 0), else every value present
         codes, labels = key_codes(req[column])
@@ -105,7 +106,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
             if dataset.has_request_column(source_col):
                 for name, q in figure_quantiles(figures(req, column, source_col)).items():
                     _set(fields, name, field, q)
-        if dataset.has_request_column("cached_tokens") and req["cached_tokens"].notna().any():
+        if dataset.has_request_column("cached_tokens") and has_values(req, "cached_tokens"):
             hits = group_sums(req, column, "cached_tokens")
             prompts = group_sums(req, column, "prompt_tokens")
             for name, hit, prompt in zip(key_groups(req, column).labels, hits.tolist(),

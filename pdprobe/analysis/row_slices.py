@@ -120,3 +120,16 @@ def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
         values = list(uniques)
     lookup = np.array([bool(test(str(v))) for v in values] + [False], dtype=bool)
     return lookup[codes]  # code -1 (missing) reads the trailing False
+
+
+def has_values(table: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` holds at least one value (``notna().any()``), cached per table: a
+    dozen analyses ask it of the same request columns, each a full-length pass at 10M rows."""
+    from pdprobe.analysis.table_cache import table_cache
+
+    cache = table_cache(table)
+    key = ("has_values", column)
+    if key not in cache:
+        cache[key] = bool(table[column].notna().any())
+    found: bool = cache[key]
+    return found

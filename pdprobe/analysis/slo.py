@@ -17,6 +17,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import SloAttainment
 from pdprobe.analysis.grouped import category_mask
+from pdprobe.analysis.row_slices import has_values
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -40,8 +41,8 @@ def slo_attainment(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float
     if slo_ttft_s is None and slo_tpot_s is None:
         return Missing("no SLO given (--slo-ttft/--slo-tpot)")
     req = dataset.requests
-    has_ttft = bool(dataset.has_request_column("ttft_s") and req["ttft_s"].notna().any())
-    has_tpot = bool(dataset.has_request_column("tpot_s") and req["tpot_s"].notna().any())
+    has_ttft = bool(dataset.has_request_column("ttft_s") and has_values(req, "ttft_s"))
+    has_tpot = bool(dataset.has_request_column("tpot_s") and has_values(req, "tpot_s"))
     if has_ttft or has_tpot:
         res: SloAttainment | Missing = _from_requests(dataset, slo_ttft_s, slo_tpot_s,
                                                       has_ttft, has_tpot)

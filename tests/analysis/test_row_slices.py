@@ -41,3 +41,15 @@ def test_sample_rows_from_slices_is_one_draw(monkeypatch: pytest.MonkeyPatch) ->
     np.testing.assert_array_equal(
         whole, np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[codes]))
     assert not np.isin(np.flatnonzero(codes == -1), whole).any()
+
+
+def test_has_values_is_notna_any_cached_per_table() -> None:
+    import pandas as pd
+
+    from pdprobe.analysis.row_slices import has_values
+
+    frame = pd.DataFrame({"none": [np.nan, np.nan], "some": [np.nan, 1.0],
+                          "cat": pd.Categorical([None, None], categories=["a"])})
+    assert [has_values(frame, c) for c in ("none", "some", "cat")] == [False, True, False]
+    other = frame.assign(none=[0.0, np.nan])  # another table: asked again
+    assert has_values(other, "none") and not has_values(frame, "none")

@@ -107,8 +107,9 @@ def request_column(ds: Dataset, name: str) -> pd.Series | None:
     """A request-record column the inputs carried with at least one value, else None."""
     if name not in ds.request_columns or not len(ds.requests):
         return None
-    values = ds.requests[name]
-    return values if bool(values.notna().any()) else None
+    from pdprobe.analysis.row_slices import has_values
+
+    return ds.requests[name] if has_values(ds.requests, name) else None
 
 
 def transfer_seconds(ds: Dataset) -> pd.Series | None:

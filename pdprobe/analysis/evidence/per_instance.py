@@ -31,6 +31,7 @@ from pdprobe.analysis.evidence.registry import (
     REQUEST_QUANTILES,
     ROLE_COUNT_BINS,
 )
+from pdprobe.analysis.row_slices import has_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +78,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     present = ds.request_columns
 
     def has(c: str) -> bool:
-        return c in present and c in req.columns and bool(req[c].notna().any())
+        return c in present and c in req.columns and has_values(req, c)
 
     # Derived per-request columns as row getters (``grouped.Column``): computed per slice for
     # the counts and sums, and at the sampled rows for the quantiles, never at full length.
@@ -92,7 +93,10 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             # prefill_s / (prompt - cached (0 where unknown), at least 1)
             uncached = prompt[rows].astype(np.float64)
             if cached_col is not None:
-                uncached -= np.nan_to_num(cached_col[rows], nan=0.0)
+                cached_rows = cached_col[rows]
+                # nan_to_num (NaN -> 0, +-inf -> the largest finite) copies: only when needed
+                uncached -= cached_rows if np.isfinite(cached_rows).all() else \
+                    np.nan_to_num(cached_rows, nan=0.0)
             np.maximum(uncached, 1.0, out=uncached)
             return np.divide(prefill[rows], uncached, out=uncached)
 
@@ -295,7 +299,7 @@ def histogram_figures(ds: Dataset, window: Window, cols: InstanceColumns) -> Non
     if m.empty:
         return
     req = ds.requests
-    covered = {c for c in ds.request_columns if c in req.columns and bool(req[c].notna().any())}
+    covered = {c for c in ds.request_columns if c in req.columns and has_values(req, c)}
     for signal in dict.fromkeys(s.source for s in HISTOGRAM_STATS):
         if HISTOGRAM_COVERED_BY[signal] <= covered:
             continue  # request records give the exact figure; the histogram adds nothing

@@ -19,6 +19,7 @@ from pdprobe.analysis.evidence.columns import (
     request_column,
     transfer_seconds,
 )
+from pdprobe.analysis.row_slices import has_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,9 +206,9 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     x = None if xfer is None else xfer.to_numpy(dtype="float64")
     if x is not None:
         out["xfer_s_p50"] = per_bin(groups.sorted(x).median())
-    if "ttft_s" in cols and req["ttft_s"].notna().any():
+    if "ttft_s" in cols and has_values(req, "ttft_s"):
         out["ttft_p90"] = per_bin(groups.sorted(column("ttft_s")).quantile(0.9))
-    if "kv_bytes" in cols and req["kv_bytes"].notna().any():
+    if "kv_bytes" in cols and has_values(req, "kv_bytes"):
         kv = column("kv_bytes")
         have = groups.counts(kv)
         total = np.where(have > 0, groups.sums(kv), np.nan)  # sum(min_count=1)

@@ -18,6 +18,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
 from pdprobe.analysis.grouped import category_mask, quantile_rows
+from pdprobe.analysis.row_slices import has_values
 
 if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import Slo, Window
@@ -43,7 +44,7 @@ def slo_miss_shape(ds: Dataset, slo: Slo, window: Window) -> SloMissShape:
     preempt = _preemptions(ds)
     req = ds.requests
     cols = ds.request_columns
-    if slo.ttft_slo_s is not None and "ttft_s" in cols and req["ttft_s"].notna().any():
+    if slo.ttft_slo_s is not None and "ttft_s" in cols and has_values(req, "ttft_s"):
         return _from_requests(ds, slo, window, preempt)
     return _from_histograms(ds, slo, preempt)
 
@@ -69,7 +70,7 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
         tpot_missed = int(np.count_nonzero(over))
         del over
     columns = {stage: req[column].to_numpy(dtype="float64") for stage, column, _signal in STAGES
-               if column in cols and req[column].notna().any()}
+               if column in cols and has_values(req, column)}
     measured = list(columns)
     rows = quantile_rows(req)
     stages = _excess(ttft, columns, missed, met, rows) if measured and missed.any() else ()

@@ -15,6 +15,7 @@ from pdprobe.analysis.evidence.columns import transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.analysis.grouped import column_values, for_quantiles
+from pdprobe.analysis.row_slices import has_values
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -54,14 +55,14 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
         out.update(latency_p50_s=float(np.median(x)), latency_p90_s=float(np.quantile(x, 0.9)),
                    latency_source="request records",
                    transfers=int(np.count_nonzero(np.isfinite(x_all))))
-        if "ttft_s" in cols and req["ttft_s"].notna().any():
+        if "ttft_s" in cols and has_values(req, "ttft_s"):
             ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio = for_quantiles(req, x_all) / np.where(ttft > 0, ttft, np.nan)
             ratio = ratio[np.isfinite(ratio)]
             if ratio.size:
                 out["share_of_ttft_p50"] = float(np.median(ratio))
-        if "kv_bytes" in cols and req["kv_bytes"].notna().any():
+        if "kv_bytes" in cols and has_values(req, "kv_bytes"):
             kv = req["kv_bytes"].to_numpy(dtype="float64")
             both = x_all > 0  # masks combined in place (NaN compares False)
             both &= ~np.isnan(kv)
@@ -83,7 +84,7 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
                 out.update(latency_p50_s=p50, latency_p90_s=p90,
                            latency_source="KV-transfer histograms",
                            transfers=int(hist.attrs.get("count", 0) or 0))
-    if "kv_bytes" in cols and req["kv_bytes"].notna().any():
+    if "kv_bytes" in cols and has_values(req, "kv_bytes"):
         out.update(bytes_total=float(req["kv_bytes"].sum()), bytes_source="request records")
     elif "h_xfer_bytes_sum" in table.columns and table["h_xfer_bytes_sum"].notna().any():
         # A transfer is counted on both ends by some connectors: take the producer side.
@@ -136,11 +137,11 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
                  "since_start": slo.since_start, "observed": slo.observed}
     req = ds.requests
     ttft_p90 = tpot_p90 = None
-    if "ttft_s" in ds.request_columns and req["ttft_s"].notna().any():
+    if "ttft_s" in ds.request_columns and has_values(req, "ttft_s"):
         ttft_p90 = float(for_quantiles(req, req["ttft_s"]).quantile(0.9))
     elif table["ttft_p90"].notna().any():
         ttft_p90 = float(table["ttft_p90"].max())
-    if "tpot_s" in ds.request_columns and req["tpot_s"].notna().any():
+    if "tpot_s" in ds.request_columns and has_values(req, "tpot_s"):
         tpot_p90 = float(for_quantiles(req, req["tpot_s"]).quantile(0.9))
     elif table.loc[table["role"] == "decode", "tpot_p90"].notna().any():
         tpot_p90 = float(table.loc[table["role"] == "decode", "tpot_p90"].median())
@@ -171,10 +172,10 @@ def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
     """Median per-request queue_s / ttft_s and the p90 of queue_s (None without them)."""
     req = ds.requests
     cols = ds.request_columns
-    if "queue_s" not in cols or not req["queue_s"].notna().any():
+    if "queue_s" not in cols or not has_values(req, "queue_s"):
         return None, None
     q90 = float(for_quantiles(req, req["queue_s"]).quantile(0.9))
-    if "ttft_s" not in cols or not req["ttft_s"].notna().any():
+    if "ttft_s" not in cols or not has_values(req, "ttft_s"):
         return None, q90
     queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
     ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
