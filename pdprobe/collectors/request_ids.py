@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.collectors.request_blocks import compact
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -163,11 +165,15 @@ def count_hashed(hashes: np.ndarray, rows: np.ndarray | None,
     """``(duplicates, ids)`` among the ``rows`` (a mask over all rows; None for all) of a
     column whose ids were hashed as they were read (``row_hashes``; 0 for null), exactly:
     only ids whose hash is shared are read again (``again`` yields the cleaned id chunks in
-    row order) and compared. ``hashes`` is sorted in place when ``rows`` is None."""
+    row order) and compared. ``hashes`` is overwritten: the chosen rows' hashes are compacted
+    to its front and sorted there (no copy of 8 bytes per row)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    h = hashes if rows is None else hashes[rows]
+    if hashes.flags.writeable and hashes.flags.c_contiguous:
+        h = hashes if rows is None else compact(hashes, rows)
+    else:  # not ours to overwrite
+        h = hashes.copy() if rows is None else hashes[rows]
     h.sort()
     h = h[int(np.searchsorted(h, np.uint64(1))):]  # nulls (0) first: not ids
     present = int(h.size)

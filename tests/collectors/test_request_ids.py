@@ -102,8 +102,11 @@ def test_hashed_ids_are_counted_exactly_among_the_chosen_rows(
     rows = rng.random(1000) < 0.7
     ids = pa.chunked_array(chunks)
     chosen = ids.filter(pa.array(rows))
-    got = request_ids.count_hashed(hashes, rows, lambda: iter(chunks))
+    got = request_ids.count_hashed(hashes.copy(), rows, lambda: iter(chunks))
     assert got == (_exact(chosen), len(chosen) - chosen.null_count)
+    frozen = hashes.copy()
+    frozen.flags.writeable = False  # not ours to overwrite: the chosen rows are copied out
+    assert request_ids.count_hashed(frozen, rows, lambda: iter(chunks)) == got
     got_all = request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks))
     assert got_all == (_exact(ids), 998)
     nothing = request_ids.count_hashed(np.zeros(4, np.uint64), None, lambda: iter([]))
