@@ -119,7 +119,7 @@ class Groups:
         n = len(names)
         per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
         for part in chunks(raw.size):
-            np.add.at(per_code, raw[part], 1)
+            np.add.at(per_code, raw[part].astype(np.intp), 1)
         totals = per_code[:n]
         used = totals > 0
         ids = np.flatnonzero(used)
@@ -174,7 +174,7 @@ class Groups:
                 nan = np.isnan(v)
                 if nan.any():
                     v = np.where(nan, 0.0, v)  # a slice of a column is a view: not in place
-            ufunc.at(out, self.codes[part], v)
+            ufunc.at(out, self.codes[part].astype(np.intp), v)  # intp: ufunc.at's fast path
         return out[:-1]
 
     def counts(self, values: Column) -> np.ndarray:
@@ -200,11 +200,9 @@ class Groups:
         """``values`` at the rows of ``order``, group after group (a new array)."""
         return take(values, self.order)
 
-    def sorted(self, values: Column, gathered: np.ndarray | None = None) -> SortedGroups:
-        """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group);
-        ``gathered``, when given, is ``gather(values)`` already computed (it is sorted in
-        place)."""
-        v = self.gather(values) if gathered is None else gathered
+    def _present(self, values: Column) -> tuple[np.ndarray, np.ndarray]:
+        """Each group's non-NaN values (a new array, group after group) and their bounds."""
+        v = self.gather(values)
         missing = np.isnan(v)
         bounds = self.bounds
         if missing.any():
@@ -214,10 +212,35 @@ class Groups:
             v = v[~missing]
             bounds = np.zeros(self.n_groups + 1, dtype=np.int64)
             np.cumsum(counts, out=bounds[1:])
+        return v, bounds
+
+    def sorted(self, values: Column) -> SortedGroups:
+        """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group)."""
+        v, bounds = self._present(values)
         for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             if end - start > 1:
                 v[start:end].sort()
         return SortedGroups(values=v, bounds=bounds, labels=self.labels)
+
+    def medians(self, values: Column) -> np.ndarray:
+        """``sorted(values).median()`` (pandas' grouped median) with the one or two middle
+        values of each group found by a partition instead of a sort: the very same floats
+        at a fraction of the cost for thousands of (bin, instance) cells."""
+        v, bounds = self._present(values)
+        out = np.full(self.n_groups, np.nan)
+        for g, (start, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(),
+                                             strict=True)):
+            n = end - start
+            if n == 0:
+                continue
+            part, k = v[start:end], n // 2
+            if n % 2:
+                part.partition(k)
+                out[g] = part[k]
+            else:
+                part.partition((k - 1, k))
+                out[g] = (part[k] + part[k - 1]) / 2
+        return out
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import chunks, figures, group_sums, key_codes, key_groups
+    from pdprobe.analysis.grouped import figures, group_sums, key_codes, key_groups
 
     req = dataset.requests
     if req.empty:
@@ -94,10 +94,9 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
             continue
         # value_counts: every category (unused ones count 0), else every value present
         codes, labels = key_codes(req[column])
-        counts = np.zeros(len(labels) + 1, dtype=np.int64)  # the last slot: rows without one
-        for part in chunks(len(codes)):
-            np.add.at(counts, codes[part], 1)
-        counts = counts[:-1]
+        groups = key_groups(req, column)  # shared with the evidence; its totals cover every row
+        counts = np.zeros(len(labels), dtype=np.int64)
+        counts[groups.ids] = groups.totals
         total = float(counts.sum())
         for name, n in zip(labels, counts.tolist(), strict=True):
             _set(fields, name, "requests", int(n))
@@ -109,7 +108,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
         if dataset.has_request_column("cached_tokens") and has_values(req, "cached_tokens"):
             hits = group_sums(req, column, "cached_tokens")
             prompts = group_sums(req, column, "prompt_tokens")
-            for name, hit, prompt in zip(key_groups(req, column).labels, hits.tolist(),
+            for name, hit, prompt in zip(groups.labels, hits.tolist(),
                                          prompts.tolist(),
                                          strict=True):
                 if prompt > 0:

@@ -201,11 +201,11 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),
                       ("tpot_s", "tpot_p50")):
         if request_column(ds, col) is not None:
-            out[name] = per_bin(groups.sorted(column(col)).median())
+            out[name] = per_bin(groups.medians(column(col)))
     xfer = transfer_seconds(ds)
     x = None if xfer is None else xfer.to_numpy(dtype="float64")
     if x is not None:
-        out["xfer_s_p50"] = per_bin(groups.sorted(x).median())
+        out["xfer_s_p50"] = per_bin(groups.medians(x))
     if "ttft_s" in cols and has_values(req, "ttft_s"):
         out["ttft_p90"] = per_bin(groups.sorted(column("ttft_s")).quantile(0.9))
     if "kv_bytes" in cols and has_values(req, "kv_bytes"):
@@ -226,7 +226,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
                     return np.divide(out, k, out=out)
 
             # only at the rows the medians read (all of them up to the sampling threshold)
-            out["xfer_s_per_gb_p50"] = per_bin(groups.sorted(per_gb).median())
+            out["xfer_s_per_gb_p50"] = per_bin(groups.medians(per_gb))
 
 
 def _histogram_mix(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
