@@ -42,6 +42,7 @@ import numpy as np
 
 from pdprobe.analysis.row_slices import (
     Column,
+    Derived,
     Rows,
     category_mask,
     chunks,
@@ -49,6 +50,7 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     index_dtype,
     key_codes,
+    nan_probe,
     sample_rows,
     stable_order,
     take,
@@ -56,7 +58,7 @@ from pdprobe.analysis.row_slices import (
 from pdprobe.analysis.table_cache import table_cache
 
 # the row helpers the analyses import from here with the groupings
-__all__ = ["Column", "Rows", "category_mask", "chunks", "column_values", "compact_dtype",
+__all__ = ["Column", "Derived", "Rows", "category_mask", "chunks", "column_values", "compact_dtype",
            "key_codes", "stable_order", "take"]
 
 if TYPE_CHECKING:
@@ -180,8 +182,9 @@ class Groups:
     def counts(self, values: Column) -> np.ndarray:
         """Non-NaN values per group."""
         nan_rows = np.zeros(self.n_groups + 1, dtype=np.int64)
+        probe = nan_probe(values)
         for part in chunks(self.codes.size):
-            nan = np.isnan(take(values, part))
+            nan = np.isnan(take(probe, part))
             if nan.any():
                 np.add.at(nan_rows, self.codes[part][nan], 1)
         return self.totals - nan_rows[:-1]
@@ -221,26 +224,6 @@ class Groups:
             if end - start > 1:
                 v[start:end].sort()
         return SortedGroups(values=v, bounds=bounds, labels=self.labels)
-
-    def medians(self, values: Column) -> np.ndarray:
-        """``sorted(values).median()`` (pandas' grouped median) with the one or two middle
-        values of each group found by a partition instead of a sort: the very same floats
-        at a fraction of the cost for thousands of (bin, instance) cells."""
-        v, bounds = self._present(values)
-        out = np.full(self.n_groups, np.nan)
-        for g, (start, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(),
-                                             strict=True)):
-            n = end - start
-            if n == 0:
-                continue
-            part, k = v[start:end], n // 2
-            if n % 2:
-                part.partition(k)
-                out[g] = part[k]
-            else:
-                part.partition((k - 1, k))
-                out[g] = (part[k] + part[k - 1]) / 2
-        return out
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,28 @@ Rows = slice | np.ndarray
 Column = np.ndarray | Callable[[Rows], np.ndarray]
 
 
+class Derived:
+    """A derived column as a row getter (``Column``) that may name a column holding NaN at
+    exactly the rows where it does (``nan_like``): counting a group's values then tests that
+    column's rows instead of computing the derived values of every row."""
+
+    def __init__(self, compute: Callable[[Rows], np.ndarray],
+                 nan_like: np.ndarray | None = None) -> None:
+        self.compute = compute
+        self.nan_like = nan_like
+
+    def __call__(self, rows: Rows) -> np.ndarray:
+        """The derived values at ``rows``."""
+        return self.compute(rows)
+
+
+def nan_probe(values: Column) -> Column:
+    """What a NaN test of ``values`` reads: a ``Derived`` column's ``nan_like`` when it has
+    one, else the values themselves."""
+    probe = getattr(values, "nan_like", None)
+    return values if probe is None else probe
+
+
 def take(values: Column, rows: Rows) -> np.ndarray:
     """``values`` at ``rows`` (an array indexed, a getter called) as float64."""
     if callable(values):

@@ -292,15 +292,3 @@ def test_string_keys_get_compact_codes() -> None:
     assert codes.dtype == np.int8 and labels == ["a", "b"]
     np.testing.assert_array_equal(codes, [1, -1, 0, 1])
 
-
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 40, 501])
-def test_medians_by_partition_are_the_sorted_medians(seed: int, n: int) -> None:
-    """Medians from a partition per group: the same floats as the sorted groups' (odd and even
-    sizes, ties, NaN, a group of NaN only) and as pandas' grouped median."""
-    frame = _frame(seed, n, categorical=True)
-    groups = Groups.of(*key_codes(frame["key"]))
-    values = frame["value"].to_numpy()
-    got = groups.medians(values)
-    np.testing.assert_array_equal(got, groups.sorted(values).median())
-    np.testing.assert_array_equal(got, _expected(frame)["median"].to_numpy(dtype=np.float64))

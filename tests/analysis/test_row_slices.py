@@ -53,3 +53,26 @@ def test_has_values_is_notna_any_cached_per_table() -> None:
     assert [has_values(frame, c) for c in ("none", "some", "cat")] == [False, True, False]
     other = frame.assign(none=[0.0, np.nan])  # another table: asked again
     assert has_values(other, "none") and not has_values(frame, "none")
+
+
+def test_derived_nan_like_counts_without_computing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Derived column's NaN test reads ``nan_like``: the counts are those of the computed
+    values, and the computation is asked only for the sampled rows' gather."""
+    from pdprobe.analysis.grouped import Groups
+    from pdprobe.analysis.row_slices import Derived
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 10)
+    source = np.array([1.0, np.nan, 3.0, 4.0, np.nan, 6.0] * 7)
+    codes = np.array([0, 1, 2] * 14, dtype=np.int8)
+    asked: list[object] = []
+
+    def halved(rows: slice | np.ndarray) -> np.ndarray:
+        asked.append(rows)
+        return source[rows] / 2.0
+
+    groups = Groups.of(codes, ["a", "b", "c"])
+    derived = Derived(halved, nan_like=source)
+    np.testing.assert_array_equal(groups.counts(derived), groups.counts(source / 2.0))
+    assert asked == []
+    np.testing.assert_array_equal(groups.sorted(derived).median(),
+                                  groups.sorted(source / 2.0).median())

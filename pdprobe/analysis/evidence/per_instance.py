@@ -63,6 +63,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
 
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
+        Derived,
         Groups,
         column_values,
         compact_dtype,
@@ -100,7 +101,10 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             np.maximum(uncached, 1.0, out=uncached)
             return np.divide(prefill[rows], uncached, out=uncached)
 
-        derived["prefill_s_per_token"] = per_token
+        # NaN exactly where prefill_s is when the prompt lengths are integers (the divisor is
+        # then a finite number >= 1): the counts test prefill_s instead of computing this
+        derived["prefill_s_per_token"] = Derived(
+            per_token, nan_like=prefill if prompt.dtype.kind in "iu" else None)
     xfer = transfer_seconds(ds)
     if xfer is not None and has("kv_bytes"):
         x_all = xfer.to_numpy(dtype=np.float64)
@@ -172,7 +176,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if data is None or not figures(req, col, c, derived.get(c),
                                            moments=c in _MEAN_INPUTS).count.sum():
                 continue
-            medians = cells.medians(data)
+            medians = cells.sorted(data).median()
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:

@@ -121,7 +121,6 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from pdprobe.analysis.grouped import chunks, key_codes
     from pdprobe.analysis.tables import column_codes
 
     names = list(index.astype(str))
@@ -140,33 +139,54 @@ def alive_bins(ds: Dataset, window: Window, index: pd.Index) -> pd.DataFrame:
     if len(m):
         where, b = located(*column_codes(m, "instance"), m["ts"])
         alive[b, where] = 1.0
-    req = ds.requests
-    if len(req):
-        t = req["arrival_ts"].to_numpy(dtype="float64")
-        all_bins = arrival_bins(ds, window)
-    for col in ROLE_COLUMN.values():
-        if col in ds.request_columns and len(req):
-            codes, labels = key_codes(req[col])
-            lookup = np.array([pos.get(u, -1) for u in labels] + [-1], dtype=np.int64)
-            # the (instance, bin) cells seen, slice by slice (no full-length cell array)
-            cells = np.zeros(len(names) * window.n_bins, dtype=bool)
-            for part in chunks(len(req)):
-                where = lookup[codes[part]]  # code -1 (missing) maps to the trailing -1
-                ok = where >= 0
-                ok &= t[part] >= window.start_ts
-                ok &= t[part] <= window.end_ts
-                cells[where[ok] * window.n_bins + all_bins[part][ok]] = True
-            if not cells.any():
-                continue
-            # first and last bin naming each instance, from the (instance, bin) cells seen
-            seen = cells.reshape(len(names), window.n_bins)
-            named = seen.any(axis=1)
-            first = np.where(named, seen.argmax(axis=1), window.n_bins)
-            last = np.where(named, window.n_bins - 1 - seen[:, ::-1].argmax(axis=1), -1)
-            bins_ = np.arange(window.n_bins)[:, None]
-            alive = np.maximum(alive, ((bins_ >= first[None, :]) & (bins_ <= last[None, :]))
-                               .astype(float))
+    for seen in _request_cells(ds, window, pos, len(names)):
+        # first and last bin naming each instance, from the (instance, bin) cells seen
+        named = seen.any(axis=1)
+        first = np.where(named, seen.argmax(axis=1), window.n_bins)
+        last = np.where(named, window.n_bins - 1 - seen[:, ::-1].argmax(axis=1), -1)
+        bins_ = np.arange(window.n_bins)[:, None]
+        alive = np.maximum(alive, ((bins_ >= first[None, :]) & (bins_ <= last[None, :]))
+                           .astype(float))
     return pd.DataFrame(alive, columns=names)
+
+
+def _request_cells(ds: Dataset, window: Window, pos: Mapping[str, int],
+                   n_names: int) -> list[np.ndarray]:
+    """Per role column naming some instance inside the window: the (instance, bin) cells
+    its requests name, as a bool matrix (instances at ``pos``). One pass over row slices for
+    both columns: cells are marked on the columns' own codes (a code -1 marks a spare row),
+    then mapped to instances, so no per-row name lookup or full-length cell array is built."""
+    from pdprobe.analysis.grouped import chunks, key_codes
+
+    req = ds.requests
+    columns = [key_codes(req[col]) for col in ROLE_COLUMN.values()
+               if col in ds.request_columns and len(req)]
+    if not columns:
+        return []
+    n_bins = window.n_bins
+    t = req["arrival_ts"].to_numpy(dtype="float64")
+    all_bins = arrival_bins(ds, window)
+    marks = [np.zeros((len(labels) + 1) * n_bins, dtype=bool) for _codes, labels in columns]
+    for part in chunks(len(req)):
+        inside = t[part] >= window.start_ts
+        inside &= t[part] <= window.end_ts
+        every = bool(inside.all())
+        bins = all_bins[part].astype(np.intp)
+        for (codes, _labels), mark in zip(columns, marks, strict=True):
+            cell = codes[part].astype(np.intp)
+            cell *= n_bins
+            cell += bins  # code -1 lands in the spare last row (a negative index)
+            mark[cell if every else cell[inside]] = True
+    out = []
+    for (_codes, labels), mark in zip(columns, marks, strict=True):
+        by_code = mark.reshape(len(labels) + 1, n_bins)[:-1]
+        seen = np.zeros((n_names, n_bins), dtype=bool)
+        for code, label in enumerate(labels):
+            if pos.get(label, -1) >= 0 and by_code[code].any():
+                seen[pos[label]] |= by_code[code]
+        if seen.any():
+            out.append(seen)
+    return out
 
 
 def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
@@ -201,11 +221,11 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),
                       ("tpot_s", "tpot_p50")):
         if request_column(ds, col) is not None:
-            out[name] = per_bin(groups.medians(column(col)))
+            out[name] = per_bin(groups.sorted(column(col)).median())
     xfer = transfer_seconds(ds)
     x = None if xfer is None else xfer.to_numpy(dtype="float64")
     if x is not None:
-        out["xfer_s_p50"] = per_bin(groups.medians(x))
+        out["xfer_s_p50"] = per_bin(groups.sorted(x).median())
     if "ttft_s" in cols and has_values(req, "ttft_s"):
         out["ttft_p90"] = per_bin(groups.sorted(column("ttft_s")).quantile(0.9))
     if "kv_bytes" in cols and has_values(req, "kv_bytes"):
@@ -226,7 +246,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
                     return np.divide(out, k, out=out)
 
             # only at the rows the medians read (all of them up to the sampling threshold)
-            out["xfer_s_per_gb_p50"] = per_bin(groups.medians(per_gb))
+            out["xfer_s_per_gb_p50"] = per_bin(groups.sorted(per_gb).median())
 
 
 def _histogram_mix(ds: Dataset, window: Window, out: pd.DataFrame) -> None:

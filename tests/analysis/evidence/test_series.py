@@ -31,3 +31,27 @@ def test_transfer_seconds_per_gb_median_per_bin() -> None:
     np.testing.assert_array_equal(out["xfer_s_per_gb_p50"].to_numpy(), want.to_numpy())
     rate = pd.Series(kv).groupby(bins).sum(min_count=1).reindex(range(window.n_bins)) / 30.0
     np.testing.assert_allclose(out["kv_bytes_per_s"].to_numpy(), rate.to_numpy(), rtol=1e-12)
+
+
+def test_alive_bins_from_requests_span_first_to_last_named_bin(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An instance named by requests is alive from the first to the last bin naming it, in
+    either role column, slices of any size; rows naming no instance, or one outside the
+    index, and rows outside the window mark nothing."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.evidence.series import alive_bins
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 7)
+    arrival = np.array([5.0, 35.0, 95.0, 15.0, 65.0, 250.0, 40.0, np.nan, 120.0, 130.0])
+    prefill = [None, "p1", "p1", "p2", None, "p2", "zz", "p2", None, None]
+    decode = ["d1", None, "d1", None, "d1", None, None, None, "d1", None]
+    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 10, "output_tokens": 2,
+                             "prefill_instance": pd.Categorical(prefill),
+                             "decode_instance": pd.Categorical(decode)})
+    window = Window(0.0, 200.0, 30.0)  # 250.0 is outside
+    index = pd.Index(["d1", "p1", "p2"])
+    alive = alive_bins(make_dataset(requests), window, index)
+    spans = {"d1": (0, 4), "p1": (1, 3), "p2": (0, 0)}
+    for name, (first, last) in spans.items():
+        want = np.zeros(window.n_bins)
+        want[first:last + 1] = 1.0
+        np.testing.assert_array_equal(alive[name].to_numpy(), want, err_msg=name)
