@@ -188,7 +188,7 @@ def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
         for part in chunks(n):
             dev = np.diff(arrival[part.start:part.stop + 1])
             dev -= mean
-            sq += float(np.dot(dev, dev))
+            sq += float(np.einsum("i,i->", dev, dev))  # no BLAS threads per slice
         var = sq / n
     if mean <= 0:
         return Missing("all requests arrived at one instant")
@@ -227,9 +227,9 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
         rx -= mean_x
         ry = lookup_y[y[part]]
         ry -= mean_y
-        xy += float(np.dot(rx, ry))
-        xx += float(np.dot(rx, rx))
-        yy += float(np.dot(ry, ry))
+        xy += float(np.einsum("i,i->", rx, ry))  # single-threaded, unlike BLAS
+        xx += float(np.einsum("i,i->", rx, rx))
+        yy += float(np.einsum("i,i->", ry, ry))
     return float(xy / math.sqrt(xx * yy))
 
 
