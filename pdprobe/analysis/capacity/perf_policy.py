@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.capacity.perf_columns import FloatColumns
 from pdprobe.analysis.capacity.perf_models import (
     DecodeModel,
     PrefillModel,
@@ -24,12 +25,11 @@ from pdprobe.analysis.capacity.perf_observations import (
     BUSY_SEGMENT_S,
     BusyPeriods,
     busy_segments,
-    float_column,
     isolated_prefills,
     status_ok,
 )
 from pdprobe.analysis.capacity.perf_solver import FitResult, nnls_relative
-from pdprobe.analysis.sampling import SAMPLED_MARK
+from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK, positions
 from pdprobe.profiles import Profile
 
 if TYPE_CHECKING:
@@ -244,23 +244,36 @@ def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
     if dataset.has_request_column("queue_s") and dataset.has_request_column("prefill_instance"):
         # the requests alone first: under load they are few, and only they are read then
         rows = np.flatnonzero(isolated_prefills(req, periods))
-        alone = _observations(req.iloc[rows])
+        alone = _observations(req, rows)
         if len(alone[1]) >= MIN_FIT_POINTS:
             return (*alone, "prefill_s of requests alone on their instance")
         what = BUSY_SEGMENTS
     return (*_observations(req), what)
 
 
-def _observations(req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(uncached tokens, prefill time, cached tokens) of the rows with both times known."""
-    prompt = float_column(req, "prompt_tokens")
-    cached = np.nan_to_num(float_column(req, "cached_tokens"), nan=0.0)
-    t = float_column(req, "prefill_s")
-    ok = np.isfinite(t) & np.isfinite(prompt)
+def _observations(req: pd.DataFrame, rows: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(uncached tokens, prefill time, cached tokens) of the requests at ``rows`` (ascending
+    positions; None: every request) with both times known, in row order.
+
+    Memory: the columns are read at the rows kept (every request's validity a chunk at a
+    time): no whole-size float copies, and no copy of the frame's rows.
+    """
+    cols = FloatColumns(req, ("prompt_tokens", "cached_tokens", "prefill_s"))
+    if rows is None:
+        ok = np.empty(len(req), dtype=bool)
+        for lo in range(0, len(req), PASS_CHUNK):  # chunks: no whole-size temporaries
+            at = slice(lo, lo + PASS_CHUNK)
+            ok[at] = np.isfinite(cols("prefill_s", at)) & np.isfinite(cols("prompt_tokens", at))
+        rows = positions(ok)
+        del ok
+    else:
+        rows = rows[np.isfinite(cols("prefill_s", rows)) & np.isfinite(cols("prompt_tokens", rows))]
     if "status" in req:
-        ok &= status_ok(req)
-    uncached = np.maximum(prompt - cached, 1.0)
-    return uncached[ok], t[ok], cached[ok]
+        rows = rows[status_ok(req, rows)]
+    cached = np.nan_to_num(cols("cached_tokens", rows), nan=0.0)
+    uncached = np.maximum(cols("prompt_tokens", rows) - cached, 1.0)
+    return uncached, cols("prefill_s", rows), cached
 
 
 BUSY_SEGMENTS: Final = "busy time of prefill instances"

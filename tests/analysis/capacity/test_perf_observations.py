@@ -215,3 +215,37 @@ def test_decode_observations_by_chunks_are_the_whole_array_reconstruction(
     np.testing.assert_array_equal(got[0], b[fit[rows]])
     np.testing.assert_array_equal(got[1], k[fit[rows]])
     np.testing.assert_array_equal(got[2], tpot[fit])
+
+
+@pytest.mark.parametrize("chunk", [9, 1 << 16])
+def test_prefill_observations_by_chunks_are_the_whole_column_reads(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """The lone requests' observations and, when they are too few, every request's are read
+    at the rows kept (by chunks): the values of whole float columns masked by known times and
+    ok status."""
+    from pdprobe.analysis.capacity import perf_policy
+
+    _chunk(monkeypatch, chunk)
+    monkeypatch.setattr(perf_policy, "PASS_CHUNK", chunk)
+    frame = _prefills(3000)
+    rng = np.random.default_rng(5)
+    frame["cached_tokens"] = np.where(rng.random(len(frame)) < 0.5, np.nan,
+                                      np.floor(frame["prompt_tokens"] * 0.3))
+    frame.loc[frame.index % 13 == 0, "prefill_s"] = np.nan
+    frame["status"] = np.where(rng.random(len(frame)) < 0.05, "error", "ok")
+    ds = dataset(frame)
+    req = ds.requests
+    t = req["prefill_s"].to_numpy(dtype=float)
+    prompt = req["prompt_tokens"].to_numpy(dtype=float)
+    cached = np.nan_to_num(req["cached_tokens"].to_numpy(dtype=float), nan=0.0)
+    ok = np.isfinite(t) & (req["status"] == "ok").to_numpy()
+    alone = ok & isolated_prefills(req)
+    for keep, what in ((alone, "prefill_s of requests alone on their instance"),
+                       (ok, BUSY_SEGMENTS)):
+        obs = prefill_observations(ds)
+        assert not isinstance(obs, str) and obs[3] == what
+        np.testing.assert_array_equal(obs[0], np.maximum(prompt - cached, 1.0)[keep])
+        np.testing.assert_array_equal(obs[1], t[keep])
+        np.testing.assert_array_equal(obs[2], cached[keep])
+        # then too few alone for a fit: every request is read
+        monkeypatch.setattr(perf_policy, "MIN_FIT_POINTS", int(alone.sum()) + 1)
