@@ -46,6 +46,16 @@ def _write(path: Path, records: list[dict[str, Any]], eol: str = "\n", head: str
                                      for r in records)).encode("utf-8"))
 
 
+def _records_with_line_1501(tmp_path: Path, line: str) -> Path:
+    """A file of ``_records()`` whose line 1501 is ``line`` instead."""
+    path = tmp_path / "r.jsonl"
+    _write(path, _records())
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1500] = line
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
 def _read(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> Partial:
     with monkeypatch.context() as m:
         m.setenv(request_duckdb.ENGINE_ENV, engine)
@@ -152,11 +162,7 @@ def test_clean_files_read_by_duckdb_give_pyarrows_frame(
 ])
 def test_what_duckdb_reads_otherwise_falls_back_to_pyarrow_with_the_same_warnings(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
-    path = tmp_path / "r.jsonl"
-    _write(path, _records())
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    lines[1500] = bad
-    path.write_text("".join(lines), encoding="utf-8")
+    path = _records_with_line_1501(tmp_path, bad)
     expect = _read(path, "pyarrow", monkeypatch)
     spy = _Spy(monkeypatch)
     got = _read(path, "duckdb", monkeypatch)
@@ -189,11 +195,7 @@ def test_where_duckdb_stops_pyarrow_streams_on_from_that_row(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: str) -> None:
     """Lines pyarrow reads and DuckDB refuses (two objects on a line, a bare CR ending one):
     pyarrow's pieces take over from the row DuckDB stopped at, not a whole-file read."""
-    path = tmp_path / "r.jsonl"
-    _write(path, _records())
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    lines[1500] = odd
-    path.write_text("".join(lines), encoding="utf-8")
+    path = _records_with_line_1501(tmp_path, odd)
     expect = _read(path, "pyarrow", monkeypatch)
     spy = _Spy(monkeypatch)
     got = _read(path, "duckdb", monkeypatch)
