@@ -119,6 +119,9 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         evidence = compute_evidence(dataset, workload=workload, slo=slo, capacity=PENDING,
                                     slo_ttft_s=request.slo_ttft_s,
                                     slo_tpot_s=request.slo_tpot_s)
+        # the report's series and identity table read only the dataset: while capacity runs
+        series = transfer_path_series(dataset)
+        identity = identity_table(dataset)
         capacity = planned.result()
     evidence = replace(evidence, capacity=None if isinstance(capacity, Missing) else capacity)
     instances = project_instances(instances, evidence)  # the table shows what findings quote
@@ -170,8 +173,8 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         inconclusive=inconclusive,
         warnings=dataset.warnings,
         notes=dataset.notes + single_scrape_notes(dataset),
-        series=transfer_path_series(dataset),
-        identity=identity_table(dataset),
+        series=series,
+        identity=identity,
     )
 
 
