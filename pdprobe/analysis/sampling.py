@@ -234,12 +234,14 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
         part = codes[lo:lo + PASS_CHUNK].astype(np.int16)
         order = np.argsort(part, kind="stable")  # a radix sort of small integers
         ranked = part[order]
+        here = np.bincount(part, minlength=FEW_STRATA)
         rank = np.empty(len(part), dtype=np.int64)
         # each item's place in stratum order: its stratum's items before this chunk, then its
-        # rank among the chunk's items of the stratum
-        rank[order] = np.arange(len(part)) - np.searchsorted(ranked, ranked, side="left")
+        # rank among the chunk's items of the stratum (its place in the sorted chunk less the
+        # chunk's items of smaller strata: a table lookup, not a search per item)
+        rank[order] = np.arange(len(part)) - (here.cumsum() - here)[ranked]
         rank += taken[part]
-        taken += np.bincount(part, minlength=FEW_STRATA)
+        taken += here
         kept.append(np.flatnonzero(_is_kept(rank, n, size)) + lo)
     return np.concatenate(kept)
 
