@@ -9,6 +9,7 @@ a ``WorkloadMix``; ``pool.py`` sizes per window.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -77,11 +78,55 @@ def _gap_counts(ts: np.ndarray) -> tuple[int, bool]:
     return zeros, positive
 
 
+# Counts per window are found by searching the window boundaries among the sorted arrivals
+# when there are fewer than one boundary per this many arrivals: a search costs about 20
+# steps per boundary (log2 of the arrivals), a pass one step per arrival.
+ARRIVALS_PER_SEARCHED_BOUNDARY: Final = 64
+
+
+def _firsts(reached: Callable[[np.ndarray], np.ndarray], n_targets: int, stop: int
+            ) -> np.ndarray:
+    """For each target ``k < n_targets``: the first position ``i < stop`` where
+    ``reached(i)[k]`` holds (``stop`` where none does), for a test that, once true at a
+    position, stays true at every later one (sorted arrivals). One binary search per target,
+    all targets at once."""
+    lo = np.zeros(n_targets, dtype=np.int64)
+    hi = np.full(n_targets, stop, dtype=np.int64)
+    while stop > 0:
+        open_ = lo < hi
+        if not open_.any():
+            break
+        mid = np.minimum((lo + hi) // 2, stop - 1)
+        yes = reached(mid)
+        hi = np.where(open_ & yes, mid, hi)
+        lo = np.where(open_ & ~yes, mid + 1, lo)
+    return lo
+
+
+def _searched_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_window_counts``' arrivals per window and per sub-bin, from the positions where each
+    window and sub-bin starts (the same floor divisions, at a few positions: they are
+    monotone in the sorted arrivals), without a pass over every arrival."""
+    t0, n = ts[0], len(ts)
+    m, limit, sub_width = n_win * SUB_BINS, n_win * win, win / SUB_BINS
+    w_k = np.arange(1, n_win)
+    starts = _firsts(lambda i: (ts[i] - t0) // win >= w_k, n_win - 1, n)
+    counts_w = np.diff(np.concatenate(([0], starts, [n])))
+    # the arrivals before the end of the last full window are a prefix
+    inside = int(_firsts(lambda i: ts[i] - t0 >= limit, 1, n)[0])
+    s_k = np.arange(m + 1)
+    sub_starts = _firsts(lambda i: (ts[i] - t0) // sub_width >= s_k, m + 1, inside)
+    return counts_w.astype(np.int64), np.diff(sub_starts).astype(np.int64)
+
+
 def _window_counts(ts: np.ndarray, win: float, n_win: int, keep: bool = True
                    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """Each sorted arrival's load window (the tail joins the last; None unless ``keep``),
     arrivals per window and arrivals per ``SUB_BINS`` sub-bin of each full window (int64,
     ``n_win * SUB_BINS``)."""
+    if not keep and n_win * SUB_BINS * ARRIVALS_PER_SEARCHED_BOUNDARY < len(ts):
+        counts_w, counts = _searched_counts(ts, win, n_win)
+        return None, counts_w, counts
     w_idx = np.empty(len(ts), dtype=np.int64) if keep else None
     m = n_win * SUB_BINS
     counts = np.zeros(m, dtype=np.int64)

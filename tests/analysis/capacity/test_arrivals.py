@@ -1,0 +1,57 @@
+"""Arrival timing: the load windows' counts found by searching boundaries equal the pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis.capacity import arrivals
+
+
+def _arrivals(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "uniform":
+        return np.sort(rng.uniform(0.0, 5_000.0, n)) + 1.7e9
+    if kind == "bucketed":  # Mooncake-like 3 s buckets: many arrivals share a boundary
+        return np.sort(np.round(rng.uniform(0.0, 3_000.0, n) / 3.0) * 3.0) + 1.7e9
+    if kind == "on_edges":  # every arrival on a multiple of the window width
+        return np.sort(rng.integers(0, 400, n).astype(np.float64) * 2.5)
+    return np.cumsum(rng.exponential(0.01, n)) + 1.7e9  # "poisson"
+
+
+@pytest.mark.parametrize("kind", ["uniform", "bucketed", "on_edges", "poisson"])
+@pytest.mark.parametrize("win", [0.1, 0.7, 2.5, 10.0])
+def test_searched_counts_are_the_counts_of_the_pass(kind: str, win: float) -> None:
+    """Per window and per sub-bin, the boundary search counts what the chunked pass over
+    every arrival counts (ties on boundaries, bucketed times, a tail joining the last
+    window), with chunks smaller than the input."""
+    rng = np.random.default_rng(len(kind) * 100 + int(win * 10))
+    for n in (60, 5_000, 70_001):
+        ts = _arrivals(kind, n, rng)
+        n_win = max(1, min(int((ts[-1] - ts[0]) // win), 5_000))
+        _, per_window, per_sub = arrivals._window_counts(ts, win, n_win, keep=True)
+        got_window, got_sub = arrivals._searched_counts(ts, win, n_win)
+        assert got_window.dtype == np.int64 and got_sub.dtype == np.int64
+        assert np.array_equal(got_window, per_window)
+        assert np.array_equal(got_sub, per_sub)
+        assert got_window.sum() == n
+
+
+def test_arrival_profile_without_windows_kept_searches_and_matches_the_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many arrivals per window (the search) and the pass give the same profile."""
+    ts = _arrivals("poisson", 200_000, np.random.default_rng(7))  # ~2,000 s: 200 windows
+    searched = arrivals.arrival_profile(ts, 2.0, keep_windows=False)
+    monkeypatch.setattr(arrivals, "ARRIVALS_PER_SEARCHED_BOUNDARY", 10**9)  # always the pass
+    passed = arrivals.arrival_profile(ts, 2.0, keep_windows=False)
+    assert searched[0] == passed[0] and searched[1] == passed[1]
+    assert searched[2] is not None and passed[2] is not None
+    assert np.array_equal(searched[2].share, passed[2].share)
+    assert np.array_equal(searched[2].rate_factor, passed[2].rate_factor)
+
+
+def test_firsts_finds_the_first_position_of_each_monotone_test() -> None:
+    values = np.array([0.0, 1.0, 1.0, 1.0, 3.0, 7.0])
+    targets = np.array([-1.0, 0.5, 1.0, 2.0, 7.0, 8.0])
+    got = arrivals._firsts(lambda i: values[i] >= targets, len(targets), len(values))
+    assert got.tolist() == [0, 1, 1, 4, 5, 6]
+    assert arrivals._firsts(lambda i: values[i] >= targets, len(targets), 0).tolist() == [0] * 6
