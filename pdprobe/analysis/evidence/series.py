@@ -218,16 +218,21 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         with np.errstate(invalid="ignore", divide="ignore"):
             out[col] = per_bin(np.where(counts > 0, groups.sums(values) / counts, np.nan))
     cols = ds.request_columns
+    ttft_p90 = None  # read off the sort of the TTFT medians (one sort for both figures)
     for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),
                       ("tpot_s", "tpot_p50")):
         if request_column(ds, col) is not None:
-            out[name] = per_bin(groups.sorted(column(col)).median())
+            ordered = groups.sorted(column(col))
+            out[name] = per_bin(ordered.median())
+            if col == "ttft_s":
+                ttft_p90 = per_bin(ordered.quantile(0.9))
+            del ordered  # one sorted column held at a time
     xfer = transfer_seconds(ds)
     x = None if xfer is None else xfer.to_numpy(dtype="float64")
     if x is not None:
         out["xfer_s_p50"] = per_bin(groups.sorted(x).median())
-    if "ttft_s" in cols and has_values(req, "ttft_s"):
-        out["ttft_p90"] = per_bin(groups.sorted(column("ttft_s")).quantile(0.9))
+    if ttft_p90 is not None:  # set here: the frame's column order is unchanged
+        out["ttft_p90"] = ttft_p90
     if "kv_bytes" in cols and has_values(req, "kv_bytes"):
         kv = column("kv_bytes")
         have = groups.counts(kv)
@@ -239,8 +244,12 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
             def per_gb(rows: Rows) -> np.ndarray:
                 # Time per GB: congestion slows every byte; bigger transfers alone do not.
                 # 1e9 * x / (kv where kv > 0, else NaN), in place on the two gathered copies
-                out = np.multiply(xs[rows], 1e9)
-                k = np.array(kv[rows], dtype=np.float64)
+                # (positions gather a new array: copied again only for a slice's view)
+                view = isinstance(rows, slice)
+                out = np.multiply(xs[rows], 1e9) if view else xs[rows]
+                if not view:
+                    out *= 1e9
+                k = np.array(kv[rows], dtype=np.float64, copy=True if view else None)
                 k[~(k > 0)] = np.nan
                 with np.errstate(invalid="ignore", divide="ignore"):
                     return np.divide(out, k, out=out)

@@ -33,6 +33,33 @@ def test_transfer_seconds_per_gb_median_per_bin() -> None:
     np.testing.assert_allclose(out["kv_bytes_per_s"].to_numpy(), rate.to_numpy(), rtol=1e-12)
 
 
+
+def test_ttft_median_and_p90_per_bin_from_one_sort() -> None:
+    """TTFT p50 and p90 per bin (read off one sort) are pandas' grouped median and linear
+    quantile, NaN rows left out, and the columns keep their order."""
+    rng = np.random.default_rng(8)
+    n = 500
+    arrival = np.sort(rng.uniform(0.0, 300.0, n))
+    ttft = rng.lognormal(-1.0, 0.8, n)
+    ttft[::9] = np.nan
+    queue = rng.uniform(0.0, 0.5, n)
+    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 100, "output_tokens": 10,
+                             "ttft_s": ttft, "queue_s": queue})
+    window = Window(0.0, 300.0, 30.0)
+    out = pd.DataFrame(index=pd.Index(window.bin_ts, name="ts"))
+    _request_series(make_dataset(requests), window, out)
+    bins = np.clip(np.floor(arrival / 30.0), 0, window.n_bins - 1)
+    grouped = pd.Series(ttft).groupby(bins)
+    np.testing.assert_array_equal(out["ttft_p50"].to_numpy(),
+                                  grouped.median().reindex(range(window.n_bins)).to_numpy())
+    np.testing.assert_array_equal(out["ttft_p90"].to_numpy(),
+                                  grouped.quantile(0.9).reindex(range(window.n_bins)).to_numpy())
+    np.testing.assert_array_equal(
+        out["queue_s_p50"].to_numpy(),
+        pd.Series(queue).groupby(bins).median().reindex(range(window.n_bins)).to_numpy())
+    named = [c for c in out.columns if c.endswith(("_p50", "_p90"))]
+    assert named == ["queue_s_p50", "ttft_p50", "ttft_p90"]
+
 def test_alive_bins_from_requests_span_first_to_last_named_bin(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """An instance named by requests is alive from the first to the last bin naming it, in
     either role column, slices of any size; rows naming no instance, or one outside the
