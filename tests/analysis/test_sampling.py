@@ -234,3 +234,27 @@ def test_stratified_sample_by_chunks_is_the_stable_sort_selection(
     assert keep is not None and np.array_equal(keep, expected)
     large = sampling.stratified_sample(strata.astype(np.int64) + 2**40, size)
     assert large is not None and np.array_equal(large, expected)
+
+
+# --- floor_quotient: numpy's floor division, computed mostly by a division -------------------
+
+@pytest.mark.parametrize("width", [60.0, 0.1, 0.3, 2.5, 1 / 3, 1e-3])
+def test_floor_quotient_is_numpys_floor_division(width: float) -> None:
+    """Bit for bit ``x // width``, also where the rounded quotient is whole but the exact one
+    is not (just below a multiple of the width), on multiples, signed zeros, NaN and
+    infinities."""
+    rng = np.random.default_rng(int(width * 1000))
+    multiples = rng.integers(-10**6, 10**6, 5_000) * width
+    below = np.nextafter(multiples, -np.inf)  # x / width rounds up to a whole number here
+    above = np.nextafter(multiples, np.inf)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, -1e300, 5e-324, -5e-324])
+    x = np.concatenate([rng.uniform(-1e5, 1e5, 5_000), multiples, below, above,
+                        rng.integers(0, 10**9, 5_000) * 0.1, special])
+    with np.errstate(invalid="ignore"):
+        expected = x // width
+        got = sampling.floor_quotient(x, width)
+    assert np.array_equal(got, expected, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(expected))
+    if width in (0.1, 0.3, 1e-3):  # inputs where a plain floor of the division is wrong
+        with np.errstate(invalid="ignore"):
+            assert np.any(np.floor(x / width) != expected)
