@@ -36,6 +36,7 @@ from pdprobe.collectors.prometheus_client import (
     display_url,
 )
 from pdprobe.collectors.prometheus_decode import HttpError, SeriesSet, TooLarge
+from pdprobe.collectors.prometheus_memory import reuse_freed_memory
 from pdprobe.collectors.prometheus_roles import behaviour_hints, frontend_hints, role_facts
 from pdprobe.collectors.prometheus_rows import (
     Groups,
@@ -93,6 +94,7 @@ SHOWN: Final = 5  # instances/names a warning lists
 def collect_partial(target: PrometheusTarget, ctx: ReadContext | None = None) -> LiveResult:
     """Query Prometheus and build the ``Partial`` (see the module docstring)."""
     ctx = ctx or ReadContext()
+    reuse_freed_memory()  # before the query threads' first allocation
     session = Session(target, ctx)
     try:
         return _collect(session)
