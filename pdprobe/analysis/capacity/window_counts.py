@@ -100,7 +100,11 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
             codes, labels = pd.factorize(column.astype("string"))
         arrival = req["arrival_ts"]
         table = np.zeros((len(labels), n_win), dtype=bool)
-        for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size index
+        ts = arrival.to_numpy() if arrival.dtype == np.float64 else None  # a view, no copy
+        runs = ts is not None and _ascending(ts)
+        if runs and ts is not None:  # the usual case: each window's requests are a run of rows
+            _run_presence(table, codes, np.searchsorted(ts, edges, side="left"))
+        for lo in range(0, len(req), sampling.PASS_CHUNK) if not runs else ():
             hi = lo + sampling.PASS_CHUNK
             win = window_index(arrival.iloc[lo:hi].to_numpy(dtype=np.float64,
                                                             na_value=np.nan), edges)
@@ -116,6 +120,26 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
         return [None] * n_win
     counts = np.sum(list(seen.values()), axis=0)
     return [int(c) if c else None for c in counts]
+
+
+def _ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (so hold no NaN), checked a chunk at a time."""
+    last, step = len(values) - 1, sampling.PASS_CHUNK
+    return all(bool(np.all(values[lo + 1:min(lo + step, last) + 1] >=
+                           values[lo:min(lo + step, last)]))
+               for lo in range(0, last, step))
+
+
+def _run_presence(table: np.ndarray, codes: np.ndarray, firsts: np.ndarray) -> None:
+    """Marks in ``table`` (labels × windows) the label codes of each window's run of rows
+    ``firsts[w]..firsts[w + 1] - 1`` (code -1, a missing label, skipped): with sorted times,
+    ``firsts`` the first row at or after each edge, the rows ``window_index`` puts in window
+    ``w``, found without an index per row."""
+    for w in range(table.shape[1]):  # loop over windows (at most MAX_WINDOWS), not rows
+        part = codes[int(firsts[w]):int(firsts[w + 1])]
+        if len(part):
+            seen = np.bincount(part.astype(np.intp) + 1, minlength=table.shape[0] + 1)
+            table[:, w] = seen[1:] > 0
 
 
 def _presence(win: np.ndarray, codes: np.ndarray, k: int, n_win: int) -> np.ndarray:

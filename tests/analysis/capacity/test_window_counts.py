@@ -121,3 +121,38 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
     assert counts is not None
     assert counts.tolist() == np.bincount(done[ok & (done >= 0)],
                                           minlength=len(edges) - 1).tolist()
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])
+def test_active_instances_from_runs_of_sorted_arrivals_equal_the_indexed_pass(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Sorted arrivals (windows are runs of rows) give the presence the per-row window index
+    gives: the same records shuffled take that path. Arrivals on edges, the last one on the
+    closing edge (outside every window), missing and undeclared instances."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(5)
+    n = 3000
+    ts = np.sort(rng.uniform(0, 1500, n))
+    edges = window_edges(float(ts[0]), float(ts[-1]), 300.0)
+    at = int(np.searchsorted(ts, edges[1]))
+    ts[at:at + 30] = edges[1]  # ties on an edge
+    names = np.array([f"p{i}" for i in range(6)])
+    # instance i serves only in window i (so presence differs per window); some missing
+    inst = pd.Series(names[np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, 5)])
+    inst = inst.mask(rng.random(n) < 0.3).where(rng.random(n) < 0.95, "stray")
+    inst.iloc[-1] = "p5"  # only the last arrival, on the closing edge, names p5
+    inst[(inst == "p5").to_numpy() & (np.arange(n) < n - 1)] = "p4"
+    frame = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": 100, "output_tokens": 10,
+                          "prefill_instance": inst})
+    insts = tuple(InstanceInfo(str(x), "prefill", "t") for x in names)
+    sorted_ds = dataset(frame, instances=insts)
+    shuffled = dataset(frame.sample(frac=1.0, random_state=1).reset_index(drop=True),
+                       instances=insts)
+    got = active_instances(sorted_ds, "prefill", edges)
+    assert got == active_instances(shuffled, "prefill", edges)
+    req = sorted_ds.requests
+    win = window_index(req["arrival_ts"].to_numpy(), edges)
+    named = req["prefill_instance"].astype("string").to_numpy()
+    expected = [len({x for x, w in zip(named, win, strict=True) if w == k and x is not pd.NA})
+                or None for k in range(len(edges) - 1)]
+    assert got == expected
