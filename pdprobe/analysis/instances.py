@@ -88,12 +88,18 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
     req = dataset.requests
     if req.empty:
         return
-    for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
-                              ("decode_instance", DECODE_LATENCIES)):
-        if not dataset.has_request_column(column) or not has_values(req, column):
-            continue
+    roles = [(column, latencies) for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
+                                                           ("decode_instance", DECODE_LATENCIES))
+             if dataset.has_request_column(column) and has_values(req, column)]
+    keys = [key_codes(req[column]) for column, _latencies in roles]
+    # every role column's TTFT series in one pass: the rows' bins are computed once for all
+    ttft_series = _binned_means_by_codes(
+        keys, req["arrival_ts"].to_numpy(dtype=np.float64),
+        req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s") \
+        if roles and dataset.has_request_column("ttft_s") else [{} for _ in roles]
+    for (column, latencies), (_codes, labels), series_of in zip(roles, keys, ttft_series,
+                                                                strict=True):
         # value_counts: every category (unused ones count 0), else every value present
-        codes, labels = key_codes(req[column])
         groups = key_groups(req, column)  # shared with the evidence; its totals cover every row
         counts = np.zeros(len(labels), dtype=np.int64)
         counts[groups.ids] = groups.totals
@@ -113,39 +119,60 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                                          strict=True):
                 if prompt > 0:
                     _set(fields, name, "prefix_hit_ratio", float(hit / prompt))
-        if dataset.has_request_column("ttft_s"):
-            for name, series in _binned_mean_by_code(
-                    codes, labels, req["arrival_ts"].to_numpy(dtype=np.float64),
-                    req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s").items():
-                _set(fields, name, "ttft_series", series)
+        for name, series in series_of.items():
+            _set(fields, name, "ttft_series", series)
 
 
 def _binned_mean_by_code(codes: np.ndarray, labels: list[str], ts: np.ndarray,
                          values: np.ndarray, start: float, end: float, step: float,
                          unit: str) -> Mapping[str, TimeSeries]:
     """Mean of ``values`` per (code, time bin) over the rows with a code, a time and a value,
-    as one regular series per code with a value: ``_binned_by`` on integer codes, slice by
-    slice (``grouped.chunks``; sums added in row order, as one bincount adds them), so no
-    full-length bin, cell or mask array is built."""
+    as one regular series per code with a value (``_binned_means_by_codes`` of one key)."""
+    return _binned_means_by_codes([(codes, labels)], ts, values, start, end, step, unit)[0]
+
+
+def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
+                           values: np.ndarray, start: float, end: float, step: float,
+                           unit: str) -> list[Mapping[str, TimeSeries]]:
+    """Per key (codes, labels): the mean of ``values`` per (code, time bin) over the rows with
+    a code, a time and a value, as one regular series per code with a value: ``_binned_by`` on
+    integer codes, slice by slice (``grouped.chunks``; sums added in row order, as one bincount
+    adds them), so no full-length bin, cell or mask array is built. The time bins (a float
+    floor division, the costly part) are computed once per slice for every key."""
     from pdprobe.analysis.grouped import chunks
 
     n_bins = max(1, int(np.ceil((end - start) / step)))
-    size = len(labels) * n_bins
-    sums = np.zeros(size)
-    counts = np.zeros(size, dtype=np.int64)
+    sums = [np.zeros(len(labels) * n_bins) for _codes, labels in keys]
+    counts = [np.zeros(len(labels) * n_bins, dtype=np.int64) for _codes, labels in keys]
     for part in chunks(len(ts)):
-        t, v, c = ts[part], values[part], codes[part]
-        ok = ~np.isnan(t)
-        ok &= ~np.isnan(v)
-        ok &= c >= 0
-        if not ok.all():  # the rows with a code, a time and a value (all of them: no copies)
-            if not ok.any():
+        t, v = ts[part], values[part]
+        timed = ~np.isnan(t)
+        timed &= ~np.isnan(v)
+        every = bool(timed.all())
+        if not every:  # the rows with a time and a value (all of them: no copies)
+            if not timed.any():
                 continue
-            t, v, c = t[ok], v[ok], c[ok]
-        cell = np.clip(((t - start) // step).astype(np.int64), 0, n_bins - 1)
-        cell += c.astype(np.int64) * n_bins
-        np.add.at(sums, cell, v)
-        np.add.at(counts, cell, 1)
+            t, v = t[timed], v[timed]
+        bins = np.clip(((t - start) // step).astype(np.int64), 0, n_bins - 1)
+        for (codes, _labels), key_sums, key_counts in zip(keys, sums, counts, strict=True):
+            c = codes[part] if every else codes[part][timed]
+            ok = c >= 0
+            if ok.all():
+                cell, w = bins.copy(), v
+            elif ok.any():  # and the rows with a code
+                cell, w, c = bins[ok], v[ok], c[ok]
+            else:
+                continue
+            cell += c.astype(np.int64) * n_bins
+            np.add.at(key_sums, cell, w)
+            np.add.at(key_counts, cell, 1)
+    return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
+            for (_codes, labels), key_sums, key_counts in zip(keys, sums, counts, strict=True)]
+
+
+def _means(sums: np.ndarray, counts: np.ndarray, labels: list[str], n_bins: int, start: float,
+           step: float, unit: str) -> Mapping[str, TimeSeries]:
+    """One regular series of ``sums / counts`` per label with a count, per (label, bin) cell."""
     if not counts.any():
         return {}
     cell_sums = sums.reshape(len(labels), n_bins)

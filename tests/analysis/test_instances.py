@@ -121,3 +121,35 @@ def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: 
     for (code, b), mean in want.items():
         assert got["abc"[int(code)]].values[int(b)] == pytest.approx(mean, rel=1e-12)
     assert sum(np.isfinite(s.values).sum() for s in got.values()) == len(want)
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 20])
+def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Two role columns' TTFT series from one pass (bins computed once) are, to the bit, each
+    column's own pass: rows without a code in one column still count in the other."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.instances import _binned_mean_by_code, _binned_means_by_codes
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(9)
+    n = 307
+    first = rng.integers(-1, 3, n).astype(np.int8)
+    second = rng.integers(0, 4, n).astype(np.int16)
+    second[::23] = -1
+    ts = rng.uniform(0.0, 100.0, n)
+    ts[::19] = np.nan
+    values = rng.lognormal(size=n)
+    values[::11] = np.nan
+    keys = [(first, ["a", "b", "c"]), (second, ["w", "x", "y", "z"])]
+    both = _binned_means_by_codes(keys, ts, values, 0.0, 100.0, 15.0, "s")
+    assert len(both) == 2
+    for (codes, labels), got in zip(keys, both, strict=True):
+        alone = _binned_mean_by_code(codes, labels, ts, values, 0.0, 100.0, 15.0, "s")
+        assert got == alone
+        frame = pd.DataFrame({"code": codes, "bin": np.clip(ts // 15.0, 0, 6), "v": values})
+        frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
+        want = frame.groupby(["code", "bin"])["v"].mean()
+        assert sorted(got) == sorted(labels[int(c)] for c in frame["code"].unique())
+        for (code, b), mean in want.items():
+            assert got[labels[int(code)]].values[int(b)] == pytest.approx(mean, rel=1e-12)
