@@ -49,6 +49,7 @@ from pdprobe.analysis.row_slices import (
     column_values,
     compact_dtype,
     index_dtype,
+    integer_array,
     key_codes,
     nan_probe,
     sample_rows,
@@ -181,6 +182,8 @@ class Groups:
 
     def counts(self, values: Column) -> np.ndarray:
         """Non-NaN values per group."""
+        if integer_array(values):  # never NaN: every row counts
+            return self.totals.copy()
         nan_rows = np.zeros(self.n_groups + 1, dtype=np.int64)
         probe = nan_probe(values)
         for part in chunks(self.codes.size):

@@ -63,6 +63,11 @@ def take(values: Column, rows: Rows) -> np.ndarray:
     return np.asarray(values)[rows].astype(np.float64, copy=False)  # only these rows converted
 
 
+def integer_array(values: Column) -> bool:
+    """Whether ``values`` is an integer (or boolean) array: no row of it is NaN."""
+    return isinstance(values, np.ndarray) and values.dtype.kind in "iub"
+
+
 def chunks(n: int) -> list[slice]:
     """``range(n)`` as slices of at most ``CHUNK_ROWS`` rows."""
     return [slice(i, min(i + CHUNK_ROWS, n)) for i in range(0, n, CHUNK_ROWS)]

@@ -292,3 +292,16 @@ def test_string_keys_get_compact_codes() -> None:
     assert codes.dtype == np.int8 and labels == ["a", "b"]
     np.testing.assert_array_equal(codes, [1, -1, 0, 1])
 
+
+
+
+def test_integer_column_counts_are_the_group_totals() -> None:
+    """An integer column (never NaN) counts every row of its group, rows without a group left
+    out, as the count of the same values as floats."""
+    rng = np.random.default_rng(12)
+    n = 203
+    codes = rng.integers(-1, 4, n).astype(np.int8)
+    groups = Groups.of(codes, ["a", "b", "c", "d"])
+    tokens = rng.integers(0, 50_000, n)
+    np.testing.assert_array_equal(groups.counts(tokens), np.bincount(codes[codes >= 0]))
+    np.testing.assert_array_equal(groups.counts(tokens), groups.counts(tokens.astype(float)))
