@@ -70,7 +70,7 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
 
     def starts(rows: slice | np.ndarray) -> np.ndarray:
         s = cols("arrival_ts", rows)
-        return np.add(s, cols("queue_s", rows), out=s)  # in place: one temporary at a time
+        return np.add(s, cols.read("queue_s", rows), out=s)  # in place: one temporary
 
     def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = starts(rows)

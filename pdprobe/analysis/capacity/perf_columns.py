@@ -54,6 +54,17 @@ class FloatColumns:
         out = np.asarray(values[rows], dtype=np.float64)
         return out.copy() if np.may_share_memory(out, values) else out
 
+    def read(self, name: str, rows: slice | np.ndarray) -> np.ndarray:
+        """``self(name, rows)`` for reading only (never write into it): the column's own
+        values where they are float64 and contiguous at ``rows`` (a view, no copy), else
+        the same array ``self(name, rows)`` gives. (Contiguous: numpy sums a strided view in
+        another order, so a sum of it could differ in the last bits.)"""
+        values = self._values[name]
+        if values is None or values.dtype != np.float64 or not isinstance(rows, slice):
+            return self(name, rows)
+        out = values[rows]
+        return out if out.flags.c_contiguous else out.copy()
+
 
 def status_ok(frame: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
     """Whether each request (of ``rows``, positions, when given) finished ``ok`` (no status

@@ -237,13 +237,13 @@ def decode_spans(cols: FloatColumns, rows: slice | np.ndarray
     token (``arrival + ttft_s``) for ``tpot_s · (output - 1)`` seconds, or placed back from
     the end (``arrival + e2e_s``) when there is no first-token time."""
     steps = np.maximum(cols("output_tokens", rows) - 1.0, 0.0)
-    arrival = cols("arrival_ts", rows)
-    tpot = cols("tpot_s", rows)
-    s = arrival + cols("ttft_s", rows)
+    arrival = cols.read("arrival_ts", rows)  # read only: no copies
+    tpot = cols.read("tpot_s", rows)
+    s = arrival + cols.read("ttft_s", rows)
     e = s + tpot * steps
     unplaced = ~np.isfinite(s)
     if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
-        done = arrival + cols("e2e_s", rows)
+        done = arrival + cols.read("e2e_s", rows)
         no_ttft = unplaced & np.isfinite(done)
         e = np.where(no_ttft, done, e)
         s = np.where(no_ttft, e - tpot * steps, s)

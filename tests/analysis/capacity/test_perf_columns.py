@@ -39,6 +39,23 @@ def test_float_columns_at_rows_are_float_column_at_rows(rows: slice | np.ndarray
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("rows", [slice(0, 4), slice(3, 100), slice(0, 10, 2),
+                                  np.array([0, 2, 5, 9])])
+def test_float_columns_read_gives_the_same_values_viewing_contiguous_float64(
+        rows: slice | np.ndarray) -> None:
+    """``read`` is ``cols(name, rows)``'s values; a contiguous slice of a float64 column is
+    the column's own memory (no copy), anything else (integers, positions, a strided slice)
+    a contiguous array of its own."""
+    frame = _frame()
+    cols = FloatColumns(frame, ("ints", "floats", "nullable", "absent"))
+    for name in ("ints", "floats", "nullable", "absent"):
+        got = cols.read(name, rows)
+        assert got.dtype == np.float64 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, cols(name, rows))
+        view = name == "floats" and isinstance(rows, slice) and rows.step is None
+        assert np.shares_memory(got, frame["floats"].to_numpy()) == view
+
+
 def test_float_columns_keep_plain_columns_as_views() -> None:
     """A plain integer column is not converted whole (no 80 MB copy per 10M rows)."""
     frame = _frame()
