@@ -9,7 +9,7 @@ gauges. Everything is one groupby pass per signal, never a loop over rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from pdprobe.values import Missing
 if TYPE_CHECKING:
     import pandas as pd
 
+# floor(a / b) equals a // b (the floor of the exact quotient) unless the rounded quotient,
+# within a relative 2**-53 of the exact one, sits that close to an integer: any quotient within
+# this margin of one is recomputed exactly (quotients here are bin numbers, far below 1e6).
+FLOOR_EXACT_MARGIN: Final = 1e-9
 # Request-record latency columns summarised per instance, by the role whose column names it.
 PREFILL_LATENCIES = {"ttft_s": "ttft_s", "queue_s": "queue_s"}
 DECODE_LATENCIES = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "kv_transfer_s": "kv_transfer_s"}
@@ -153,7 +157,7 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
             if not timed.any():
                 continue
             t, v = t[timed], v[timed]
-        bins = np.clip(((t - start) // step).astype(np.int64), 0, n_bins - 1)
+        bins = np.clip(floor_quotient(t - start, step).astype(np.int64), 0, n_bins - 1)
         for (codes, _labels), key_sums, key_counts in zip(keys, sums, counts, strict=True):
             c = codes[part] if every else codes[part][timed]
             ok = c >= 0
@@ -168,6 +172,21 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
             np.add.at(key_counts, cell, 1)
     return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
             for (_codes, labels), key_sums, key_counts in zip(keys, sums, counts, strict=True)]
+
+
+def floor_quotient(a: np.ndarray, b: float) -> np.ndarray:
+    """``a // b`` (numpy's float floor division, which is the floor of the exact quotient),
+    to the bit, at a third of its cost: ``floor(a / b)`` differs from it only where the
+    rounded quotient lies within a few ulps of an integer, and those rows (any within
+    ``FLOOR_EXACT_MARGIN`` of one) are recomputed with ``//``."""
+    q = a / b
+    out = np.floor(q)
+    q -= out  # the fraction, in place
+    near = q < FLOOR_EXACT_MARGIN
+    near |= q > 1.0 - FLOOR_EXACT_MARGIN
+    if near.any():
+        out[near] = a[near] // b
+    return out
 
 
 def _means(sums: np.ndarray, counts: np.ndarray, labels: list[str], n_bins: int, start: float,
