@@ -37,6 +37,11 @@ BUSY_BIN_SHARE: Final = 0.2
 STAGE_SUM_TOLERANCE: Final = 1.2
 # Bins for the burst test: at least this wide, so a bin holds a few requests.
 BURST_BIN_MIN_S: Final = 10.0
+# The requests that missed are read from each stage column at their positions (int32) when
+# they are at most this share of the rows: positions (4 bytes each) then take no more memory
+# than the bool mask (1 byte per row), and gathering them is cheaper than scanning every row
+# of each column for them again.
+POSITIONS_SHARE: Final = 0.25
 
 
 def slo_miss_shape(ds: Dataset, slo: Slo, window: Window) -> SloMissShape:
@@ -61,6 +66,7 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
     missed &= known
     met = np.logical_not(missed, out=failed)  # failed is not read again
     met &= known
+    n_known = int(np.count_nonzero(known))
     del known
     tpot_missed = None
     if slo.tpot_slo_s is not None and "tpot_s" in cols:
@@ -73,10 +79,11 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
                if column in cols and has_values(req, column)}
     measured = list(columns)
     rows = quantile_rows(req)
-    stages = _excess(ttft, columns, missed, met, rows) if measured and missed.any() else ()
+    n_missed = int(np.count_nonzero(missed))
+    stages = _excess(ttft, columns, missed, met, rows) if measured and n_missed else ()
     burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window)
-    return SloMissShape(stages=stages, source="per-request", ttft_missed=int(missed.sum()),
-                        tpot_missed=tpot_missed, requests=int(np.isfinite(ttft).sum()),
+    return SloMissShape(stages=stages, source="per-request", ttft_missed=n_missed,
+                        tpot_missed=tpot_missed, requests=n_known,
                         burst_share=burst, busy_request_share=busy_req,
                         busy_bin_share=BUSY_BIN_SHARE if burst is not None else None,
                         preemptions=preempt, stages_known=tuple(measured))
@@ -103,11 +110,11 @@ def _excess(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray
     """Each stage's excess: its mean over the requests that ``missed`` minus its median over
     those that ``met`` the objective, the medians read from ``sample`` (rows,
     ``grouped.quantile_rows``) when given and it holds enough of them."""
-    n_met = int(met.sum())
+    n_met = int(np.count_nonzero(met))
     met_sample = met if sample is None else met[sample]
-    if met_sample.sum() < MIN_MET:
+    if np.count_nonzero(met_sample) < MIN_MET:
         sample, met_sample = None, met
-    missed_parts = _stage_values(ttft, columns, missed)
+    missed_parts = _stage_values(ttft, columns, _few_as_positions(missed))
     if n_met >= MIN_MET:
         base_parts: dict[str, np.ndarray] | None = (
             _stage_values(ttft, columns, met) if sample is None else
@@ -127,6 +134,19 @@ def _excess(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray
     return tuple(sorted(out, key=lambda x: -x.share))
 
 
+def _few_as_positions(mask: np.ndarray) -> np.ndarray:
+    """``mask`` as the positions of its rows (int32 below 2**31 rows) when they are few enough
+    that the positions take less memory than the mask (``POSITIONS_SHARE``): the same rows in
+    the same order, gathered from each column without scanning every row again; else
+    ``mask``."""
+    from pdprobe.analysis.row_slices import index_dtype
+
+    n = int(np.count_nonzero(mask))
+    if n > POSITIONS_SHARE * mask.size:
+        return mask
+    return np.flatnonzero(mask).astype(index_dtype(mask.size), copy=False)
+
+
 def _bursts(arrival: np.ndarray, missed: np.ndarray,
             window: Window) -> tuple[float | None, float | None]:
     """Share of misses, and of all requests, in the busiest BUSY_BIN_SHARE of the bins.
@@ -137,9 +157,10 @@ def _bursts(arrival: np.ndarray, missed: np.ndarray,
     from pdprobe.analysis.grouped import chunks
 
     ok = np.isfinite(arrival)
-    n_ok = int(ok.sum())
-    n_missed = int(missed[ok].sum()) if n_ok < ok.size else int(missed.sum())
-    if int(missed.sum()) < 5 or n_ok < 20:
+    n_ok = int(np.count_nonzero(ok))
+    n_all_missed = int(np.count_nonzero(missed))
+    n_missed = int(np.count_nonzero(missed[ok])) if n_ok < ok.size else n_all_missed
+    if n_all_missed < 5 or n_ok < 20:
         return None, None
     width = max(window.step_s, BURST_BIN_MIN_S)
     t_min = float(np.min(arrival[ok])) if n_ok < ok.size else float(arrival.min())
@@ -168,8 +189,8 @@ def _bursts(arrival: np.ndarray, missed: np.ndarray,
     for part in chunks(arrival.size):
         bins, keep = bins_of(part)
         hit = busy[bins]
-        in_busy += int(hit.sum())
-        in_busy_missed += int(hit[missed[part][keep]].sum())
+        in_busy += int(np.count_nonzero(hit))
+        in_busy_missed += int(np.count_nonzero(hit[missed[part][keep]]))
     return (in_busy_missed / n_missed if n_missed else float("nan")), in_busy / n_ok
 
 

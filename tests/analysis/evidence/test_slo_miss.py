@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis.evidence.model import Window
-from pdprobe.analysis.evidence.slo_miss import REST, _bursts, _excess
+from pdprobe.analysis.evidence.slo_miss import REST, _bursts, _excess, _few_as_positions
 
 
 def _columns(seed: int, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -34,9 +34,12 @@ def _reference(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndar
 
 
 @pytest.mark.parametrize("sampled", [False, True])
-def test_excess_equals_the_whole_column_figures(sampled: bool) -> None:
+@pytest.mark.parametrize("objective", [0.8, 3.0])  # many misses (a mask), few (positions)
+def test_excess_equals_the_whole_column_figures(sampled: bool, objective: float) -> None:
     ttft, columns = _columns(1, 3_000)
-    missed = np.isfinite(ttft) & (ttft > 1.5)
+    missed = np.isfinite(ttft) & (ttft > objective)
+    positions = _few_as_positions(missed)
+    assert (positions.dtype == np.int32) == (objective == 3.0)  # both ways are exercised
     met = np.isfinite(ttft) & ~missed
     sample = np.arange(0, ttft.size, 3) if sampled else None
     got = {s.stage: (s.missed_mean_s, s.met_median_s) for s in
