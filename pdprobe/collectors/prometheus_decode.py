@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import chain, pairwise
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -76,10 +76,6 @@ class TooLarge(Exception):
 # (the pattern begins with a literal, which the regex engine finds with a fast scan).
 _SERIES_SPLIT: Final = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[')
 
-
-# Bytes of sample pairs turned into CSV text at a time (``_pairs_text``): pieces this small are
-# reused heap memory, where whole-answer temporaries (tens of MB) would each be fresh pages.
-_PAIRS_PIECE_BYTES: Final = 1 << 20
 
 # Characters of a non-JSON answer quoted in the error (after redaction).
 _HEAD_SHOWN: Final = 60
@@ -175,25 +171,21 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
     end = pos if body[pos:pos + 1] == b"]" else body.rfind(b"]]}]") + 3
     if end < pos:
         return None
-    if body.find(b'"histograms"', pos, end) >= 0:
+    span = body[pos:end]
+    if b'"histograms"' in span:
         return None
     metrics: list[bytes] = []
     text = b""
-    if end > pos:
-        found = list(_SERIES_SPLIT.finditer(body, pos, end))
-        if not found or found[0].start() != pos:
+    if span:
+        parts = _SERIES_SPLIT.split(span)
+        metrics, pairs = parts[1::2], parts[2::2]
+        # The pieces must tile the array: a header first, each series' pairs closed by "]}"
+        # and, but for the last, the comma before the next header.
+        if parts[0] or not pairs[-1].endswith(b"]}") or not all(
+                map(bytes.endswith, pairs[:-1], repeat(b"]},"))):
             return None
-        metrics = [m.group(1) for m in found]
-        # Each series' pairs: from the end of its header to the start of the next (or the
-        # array's end). They must tile the array: each closed by "]}" and, but for the last,
-        # the comma before the next header.
-        bounds = [(m.end(), n.start()) for m, n in pairwise(found)]
-        bounds.append((found[-1].end(), end))
-        if not body.endswith(b"]}", 0, end) or not all(
-                body.endswith(b"]},", 0, b) for _, b in bounds[:-1]):
-            return None
-        text = _pairs_text(body, [(a, b - (i < len(bounds) - 1)) for i, (a, b) in
-                                  enumerate(bounds)])
+        pairs[:-1] = [p[:-1] for p in pairs[:-1]]
+        text = b"nan,nan\n" + b"\nnan,nan\n".join(pairs)
     n_series = len(metrics)
     try:
         env = json.loads(body[:pos] + body[end:])
@@ -204,6 +196,7 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
         return None
     _check_success(env, what)
     if n_series:
+        text = text.replace(b"],[", b"\n").translate(None, b'[]"}')
         try:
             frame = pd.read_csv(io.BytesIO(text), header=None, names=["t", "v"],
                                 dtype={"t": np.float64, "v": np.float64}, engine="c",
@@ -228,28 +221,6 @@ def _fast_matrix(body: bytes, pos: int, start_ts: float, step_s: float,
     if not set(map(type, chain.from_iterable(map(dict.values, labels)))) <= {str}:
         labels = [{str(k): str(v) for k, v in d.items()} for d in labels]
     return SeriesSet(labels, ts, vals, offsets, start_ts, step_s), env
-
-
-def _pairs_text(body: bytes, spans: Sequence[tuple[int, int]]) -> bytes:
-    """The CSV text of the series' ``[ts,"value"],...`` pairs at ``spans`` of ``body``: a
-    ``nan,nan`` line before each series, then one ``ts,value`` line per pair.
-
-    Built a few series at a time from views of ``body`` (each piece joined, split into lines
-    and stripped of brackets and quotes while small) and joined once: an answer of tens of MB
-    is copied once, not once per step (each fresh copy costs its page faults).
-    """
-    view = memoryview(body)
-    pieces: list[bytes] = []
-    i = 0
-    while i < len(spans):
-        j, size = i, 0
-        while j < len(spans) and (j == i or size < _PAIRS_PIECE_BYTES):
-            size += spans[j][1] - spans[j][0]
-            j += 1
-        piece = b"nan,nan\n" + b"\nnan,nan\n".join([view[a:b] for a, b in spans[i:j]])
-        pieces.append(piece.replace(b"],[", b"\n").translate(None, b'[]"}'))
-        i = j
-    return b"\n".join(pieces)
 
 
 def _check_success(env: dict[str, Any], what: str) -> None:
