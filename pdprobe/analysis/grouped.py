@@ -220,6 +220,26 @@ class Groups:
             np.cumsum(counts, out=bounds[1:])
         return v, bounds
 
+    def medians(self, values: Column) -> np.ndarray:
+        """Each group's median of its non-NaN ``values`` (NaN without values): the figures of
+        ``sorted(values).median()``, each group partitioned at its middle (numpy's
+        single-rank partition is several times faster than a sort) and the lower middle of
+        an even group the largest value left of it."""
+        v, bounds = self._present(values)
+        n = np.diff(bounds)
+        upper = np.full(self.n_groups, np.nan)
+        lower = np.full(self.n_groups, np.nan)
+        for g, (start, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(),
+                                             strict=True)):
+            if end == start:
+                continue
+            mid = start + (end - start) // 2
+            if end - start > 1:
+                v[start:end].partition(mid - start)
+                lower[g] = v[start:mid].max()  # everything left of the middle is <= it
+            upper[g] = v[mid]
+        return np.where(n % 2 == 1, upper, (upper + lower) / 2)
+
     def sorted(self, values: Column) -> SortedGroups:
         """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group)."""
         v, bounds = self._present(values)

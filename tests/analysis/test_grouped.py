@@ -305,3 +305,30 @@ def test_integer_column_counts_are_the_group_totals() -> None:
     tokens = rng.integers(0, 50_000, n)
     np.testing.assert_array_equal(groups.counts(tokens), np.bincount(codes[codes >= 0]))
     np.testing.assert_array_equal(groups.counts(tokens), groups.counts(tokens.astype(float)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_medians_by_partition_are_the_sorted_medians(seed: int) -> None:
+    """Medians from a partition at each group's middle are, to the bit, the sorted groups'
+    medians and pandas' grouped median: odd and even groups, one- and two-value groups, ties,
+    NaN rows and a group without values."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    codes = rng.integers(-1, 7, n).astype(np.int8)
+    codes[:2] = 5  # group 5: exactly two values ...
+    codes[codes == 5] = 4
+    codes[:2] = 5
+    codes[2] = 6  # ... group 6: one value
+    codes[codes == 6] = 3
+    codes[2] = 6
+    values = np.round(rng.lognormal(size=n), 1)  # ties
+    values[codes == 2] = np.nan  # a group without values
+    values[::9] = np.nan
+    values[2] = 1.5
+    groups = Groups.of(codes, range(7))
+    got = groups.medians(values)
+    np.testing.assert_array_equal(got, groups.sorted(values).median())
+    keep = codes >= 0
+    want = pd.Series(values[keep]).groupby(codes[keep]).median()
+    np.testing.assert_array_equal(got, want.reindex(range(7)).to_numpy())
+    assert np.isnan(got[2]) and got[6] == 1.5

@@ -176,7 +176,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if data is None or not figures(req, col, c, derived.get(c),
                                            moments=c in _MEAN_INPUTS).count.sum():
                 continue
-            medians = cells.sorted(data).median()
+            medians = cells.medians(data)
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
