@@ -9,7 +9,7 @@ gauges. Everything is one groupby pass per signal, never a loop over rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,10 +24,6 @@ from pdprobe.values import Missing
 if TYPE_CHECKING:
     import pandas as pd
 
-# floor(a / b) equals a // b (the floor of the exact quotient) unless the rounded quotient,
-# within a relative 2**-53 of the exact one, sits that close to an integer: any quotient within
-# this margin of one is recomputed exactly (quotients here are bin numbers, far below 1e6).
-FLOOR_EXACT_MARGIN: Final = 1e-9
 # Request-record latency columns summarised per instance, by the role whose column names it.
 PREFILL_LATENCIES = {"ttft_s": "ttft_s", "queue_s": "queue_s"}
 DECODE_LATENCIES = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "kv_transfer_s": "kv_transfer_s"}
@@ -144,6 +140,7 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
     adds them), so no full-length bin, cell or mask array is built. The time bins (a float
     floor division, the costly part) are computed once per slice for every key."""
     from pdprobe.analysis.grouped import chunks
+    from pdprobe.analysis.sampling import floor_quotient  # a // b, the very bins, faster
 
     n_bins = max(1, int(np.ceil((end - start) / step)))
     sums = [np.zeros(len(labels) * n_bins) for _codes, labels in keys]
@@ -172,21 +169,6 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
             np.add.at(key_counts, cell, 1)
     return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
             for (_codes, labels), key_sums, key_counts in zip(keys, sums, counts, strict=True)]
-
-
-def floor_quotient(a: np.ndarray, b: float) -> np.ndarray:
-    """``a // b`` (numpy's float floor division, which is the floor of the exact quotient),
-    to the bit, at a third of its cost: ``floor(a / b)`` differs from it only where the
-    rounded quotient lies within a few ulps of an integer, and those rows (any within
-    ``FLOOR_EXACT_MARGIN`` of one) are recomputed with ``//``."""
-    q = a / b
-    out = np.floor(q)
-    q -= out  # the fraction, in place
-    near = q < FLOOR_EXACT_MARGIN
-    near |= q > 1.0 - FLOOR_EXACT_MARGIN
-    if near.any():
-        out[near] = a[near] // b
-    return out
 
 
 def _means(sums: np.ndarray, counts: np.ndarray, labels: list[str], n_bins: int, start: float,

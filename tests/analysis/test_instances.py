@@ -154,18 +154,3 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
         for (code, b), mean in want.items():
             assert got[labels[int(code)]].values[int(b)] == pytest.approx(mean, rel=1e-12)
 
-
-def test_floor_quotient_is_numpy_floor_division_to_the_bit() -> None:
-    """floor(a / b) with the near-integer rows recomputed is ``a // b`` exactly, at bin edges
-    (where the rounded quotient is an integer, or a hair beside one) and elsewhere."""
-    from pdprobe.analysis.instances import floor_quotient
-
-    rng = np.random.default_rng(3)
-    step = 0.1  # not a binary fraction: a // 0.1 and floor(a / 0.1) differ at many edges
-    edges = np.arange(0, 2000) * step
-    a = np.concatenate([rng.uniform(0.0, 200.0, 5000), edges, np.nextafter(edges, -1.0),
-                        np.nextafter(edges, 10.0), np.abs(np.nextafter(edges, -1.0))])
-    want = a // step
-    assert (np.floor(a / step) != want).any()  # the plain floor would be wrong here
-    np.testing.assert_array_equal(floor_quotient(a, step), want)
-    np.testing.assert_array_equal(floor_quotient(a, 15.0), a // 15.0)
