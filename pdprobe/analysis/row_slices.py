@@ -73,6 +73,15 @@ def chunks(n: int) -> list[slice]:
     return [slice(i, min(i + CHUNK_ROWS, n)) for i in range(0, n, CHUNK_ROWS)]
 
 
+def ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (so hold no NaN), checked ``CHUNK_ROWS`` at a time
+    (no full-length boolean temporary)."""
+    last = len(values) - 1
+    return all(bool(np.all(values[lo + 1:min(lo + CHUNK_ROWS, last) + 1]
+                           >= values[lo:min(lo + CHUNK_ROWS, last)]))
+               for lo in range(0, last, CHUNK_ROWS))
+
+
 def compact_dtype(n_codes: int) -> type[np.signedinteger[Any]]:
     """The smallest signed integer type holding -1..n_codes (codes, a spare slot, -1)."""
     for dtype in (np.int8, np.int16, np.int32):

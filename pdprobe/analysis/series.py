@@ -14,6 +14,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.analysis.instances import window_of
+from pdprobe.analysis.row_slices import ascending, chunks
 from pdprobe.analysis.stats import series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
@@ -55,8 +56,6 @@ def _rows(table: pd.DataFrame) -> zip[tuple[object, np.ndarray]]:
     return zip(table.index, table.to_numpy(dtype=np.float64), strict=True)
 
 
-# Rows per pass when binning the arrival times (one 8 MB float temporary, reused).
-BIN_CHUNK_ROWS: Final = 1 << 20
 # The KV-transfer latency charted per (instance, bin): the p90 shows the jitter retransmits
 # cause better than a mean would. Linear interpolation between order statistics, as pandas'
 # ``groupby(...).quantile`` computes it.
@@ -83,20 +82,11 @@ def _bins(arrival: np.ndarray, start: float, step: float, n_bins: int) -> np.nda
     temporary."""
     dtype = np.int16 if n_bins < np.iinfo(np.int16).max else np.int32
     out = np.empty(arrival.size, dtype=dtype)
-    for lo in range(0, arrival.size, BIN_CHUNK_ROWS):
-        part = np.floor_divide(arrival[lo:lo + BIN_CHUNK_ROWS] - start, step)
+    for rows in chunks(arrival.size):  # one 8 MB float temporary per chunk
+        part = np.floor_divide(arrival[rows] - start, step)
         with np.errstate(invalid="ignore"):  # a NaN arrival lands in bin 0
-            out[lo:lo + BIN_CHUNK_ROWS] = np.clip(part.astype(np.int64), 0, n_bins - 1)
+            out[rows] = np.clip(part.astype(np.int64), 0, n_bins - 1)
     return out
-
-
-def _is_sorted(values: np.ndarray) -> bool:
-    """Non-decreasing, checked a chunk at a time (no full-length temporary)."""
-    for lo in range(0, values.size, BIN_CHUNK_ROWS):
-        part = values[lo:lo + BIN_CHUNK_ROWS + 1]
-        if part.size > 1 and not bool(np.all(part[1:] >= part[:-1])):
-            return False
-    return True
 
 
 def _group_quantile(seg: np.ndarray, q: float) -> float:
@@ -156,7 +146,7 @@ def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: 
     bins = _bins(req["arrival_ts"].to_numpy(dtype=np.float64), start, step, n_bins)
     bounds = np.concatenate([[0], np.cumsum(np.bincount(bins, minlength=n_bins))])
     # Requests in arrival order (the usual case): each bin is a slice of rows.
-    order = None if _is_sorted(bins) else np.argsort(bins, kind="stable")
+    order = None if ascending(bins) else np.argsort(bins, kind="stable")
     out = np.full((len(names), n_bins), np.nan)
     seen = np.zeros(len(names), dtype=bool)
     for b in range(n_bins):

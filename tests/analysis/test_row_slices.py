@@ -76,3 +76,22 @@ def test_derived_nan_like_counts_without_computing(monkeypatch: pytest.MonkeyPat
     assert asked == []
     np.testing.assert_array_equal(groups.sorted(derived).median(),
                                   groups.sorted(source / 2.0).median())
+
+
+def test_ascending_across_chunk_edges(monkeypatch) -> None:
+    """A decrease exactly across a chunk edge, a NaN, and the trivial cases."""
+    import numpy as np
+
+    from pdprobe.analysis import row_slices
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 4)
+    up = np.arange(10, dtype=np.float64)
+    assert row_slices.ascending(up) and row_slices.ascending(up[:1])
+    assert row_slices.ascending(up[:0])
+    down = up.copy()
+    down[4] = 2.5  # below its left neighbour, the last row of the first chunk
+    assert not row_slices.ascending(down)
+    nan = up.copy()
+    nan[7] = np.nan
+    assert not row_slices.ascending(nan)
+    assert row_slices.ascending(np.array([1, 1, 1, 2], dtype=np.int16))

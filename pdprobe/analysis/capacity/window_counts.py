@@ -17,6 +17,7 @@ import numpy as np
 
 from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.perf_columns import float_column, status_ok
+from pdprobe.analysis.row_slices import ascending
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +102,7 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
         arrival = req["arrival_ts"]
         table = np.zeros((len(labels), n_win), dtype=bool)
         ts = arrival.to_numpy() if arrival.dtype == np.float64 else None  # a view, no copy
-        runs = ts is not None and _ascending(ts)
+        runs = ts is not None and ascending(ts)
         if runs and ts is not None:  # the usual case: each window's requests are a run of rows
             _run_presence(table, codes, np.searchsorted(ts, edges, side="left"))
         for lo in range(0, len(req), sampling.PASS_CHUNK) if not runs else ():
@@ -120,14 +121,6 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
         return [None] * n_win
     counts = np.sum(list(seen.values()), axis=0)
     return [int(c) if c else None for c in counts]
-
-
-def _ascending(values: np.ndarray) -> bool:
-    """Whether ``values`` never decrease (so hold no NaN), checked a chunk at a time."""
-    last, step = len(values) - 1, sampling.PASS_CHUNK
-    return all(bool(np.all(values[lo + 1:min(lo + step, last) + 1] >=
-                           values[lo:min(lo + step, last)]))
-               for lo in range(0, last, step))
 
 
 def _run_presence(table: np.ndarray, codes: np.ndarray, firsts: np.ndarray) -> None:

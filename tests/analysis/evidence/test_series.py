@@ -10,6 +10,18 @@ from pdprobe.analysis.evidence.series import _request_series
 from tests.rules.builders import make_dataset
 
 
+def _series_of(arrival: np.ndarray, **columns: np.ndarray
+               ) -> tuple[Window, pd.DataFrame, np.ndarray]:
+    """``_request_series`` of requests arriving at ``arrival`` (plus ``columns``) over 300 s in
+    30 s bins: the window, the per-bin frame and each request's bin."""
+    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 100, "output_tokens": 10,
+                             **columns})
+    window = Window(0.0, 300.0, 30.0)
+    out = pd.DataFrame(index=pd.Index(window.bin_ts, name="ts"))
+    _request_series(make_dataset(requests), window, out)
+    return window, out, np.clip(np.floor(arrival / 30.0), 0, window.n_bins - 1)
+
+
 def test_transfer_seconds_per_gb_median_per_bin() -> None:
     """The per-bin median of 1e9 * kv_transfer_s / kv_bytes (records without bytes, or 0
     bytes, left out), and the per-bin byte rate."""
@@ -20,12 +32,7 @@ def test_transfer_seconds_per_gb_median_per_bin() -> None:
     kv[::7] = 0.0
     kv[::11] = np.nan
     xfer = rng.uniform(0.001, 0.2, n)
-    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 100, "output_tokens": 10,
-                             "kv_bytes": kv, "kv_transfer_s": xfer})
-    window = Window(0.0, 300.0, 30.0)
-    out = pd.DataFrame(index=pd.Index(window.bin_ts, name="ts"))
-    _request_series(make_dataset(requests), window, out)
-    bins = np.clip(np.floor(arrival / 30.0), 0, window.n_bins - 1)
+    window, out, bins = _series_of(arrival, kv_bytes=kv, kv_transfer_s=xfer)
     per_gb = pd.Series(1e9 * xfer / np.where(kv > 0, kv, np.nan))
     want = per_gb.groupby(bins).median().reindex(range(window.n_bins))
     np.testing.assert_array_equal(out["xfer_s_per_gb_p50"].to_numpy(), want.to_numpy())
@@ -43,12 +50,7 @@ def test_ttft_median_and_p90_per_bin_from_one_sort() -> None:
     ttft = rng.lognormal(-1.0, 0.8, n)
     ttft[::9] = np.nan
     queue = rng.uniform(0.0, 0.5, n)
-    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 100, "output_tokens": 10,
-                             "ttft_s": ttft, "queue_s": queue})
-    window = Window(0.0, 300.0, 30.0)
-    out = pd.DataFrame(index=pd.Index(window.bin_ts, name="ts"))
-    _request_series(make_dataset(requests), window, out)
-    bins = np.clip(np.floor(arrival / 30.0), 0, window.n_bins - 1)
+    window, out, bins = _series_of(arrival, ttft_s=ttft, queue_s=queue)
     grouped = pd.Series(ttft).groupby(bins)
     np.testing.assert_array_equal(out["ttft_p50"].to_numpy(),
                                   grouped.median().reindex(range(window.n_bins)).to_numpy())
