@@ -1,0 +1,122 @@
+"""The read-ahead helper: order, errors raised where the items stop, no thread left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pdprobe.collectors.prefetch import prefetch
+from pdprobe.errors import InputError
+
+
+def _workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "pdprobe-prefetch"]
+
+
+def _wait_until(condition, timeout_s: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.005)
+    return condition()
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5])
+def test_items_come_in_order(depth: int) -> None:
+    assert list(prefetch(iter(range(1000)), depth)) == list(range(1000))
+    assert not _workers()
+
+
+def test_a_slow_consumer_still_gets_every_item_in_order() -> None:
+    got = []
+    for item in prefetch((i for i in range(20)), 2):
+        time.sleep(0.001)
+        got.append(item)
+    assert got == list(range(20))
+
+
+def test_empty_source() -> None:
+    assert list(prefetch(iter([]), 2)) == []
+    assert not _workers()
+
+
+def test_producer_error_is_raised_after_the_items_before_it() -> None:
+    error = InputError("f.parquet: not a readable Parquet file (boom)", hint="copy it again")
+
+    def source() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise error
+
+    got = []
+    with pytest.raises(InputError) as caught:
+        for item in prefetch(source(), 1):
+            got.append(item)
+    assert got == [1, 2]
+    assert caught.value is error
+    assert not _workers()
+
+
+def test_early_close_stops_and_closes_the_source() -> None:
+    closed = threading.Event()
+    produced = []
+
+    def endless() -> Iterator[int]:
+        try:
+            i = 0
+            while True:
+                produced.append(i)
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    items = prefetch(endless(), 2)
+    assert [next(items) for _ in range(3)] == [0, 1, 2]
+    items.close()  # type: ignore[attr-defined]
+    assert closed.is_set()  # the worker closed it before it was joined
+    assert not _workers()
+    assert len(produced) <= 3 + 2 + 1  # taken, queued, one being produced
+
+
+def test_consumer_error_stops_the_worker() -> None:
+    def consume() -> None:
+        for item in prefetch(iter(range(10_000)), 2):
+            if item == 5:
+                raise RuntimeError("consumer failed")
+
+    with pytest.raises(RuntimeError, match="consumer failed"):
+        consume()
+    assert _wait_until(lambda: not _workers())
+
+
+def test_the_worker_reads_at_most_depth_ahead() -> None:
+    produced = []
+
+    def counted() -> Iterator[int]:
+        for i in range(100):
+            produced.append(i)
+            yield i
+
+    items = prefetch(counted(), 3)
+    assert next(items) == 0
+    time.sleep(0.05)  # time for the worker to fill the queue
+    # one held by the consumer, three queued, one produced and waiting to be queued
+    assert len(produced) <= 1 + 3 + 1
+    del items  # dropped unfinished: the generator's cleanup stops the worker
+    assert _wait_until(lambda: not _workers())
+
+
+def test_nothing_starts_before_the_first_item_is_asked_for() -> None:
+    items = prefetch(iter(range(3)), 2)
+    assert not _workers()
+    assert list(items) == [0, 1, 2]
+
+
+def test_depth_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        prefetch(iter(range(3)), 0)
