@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.collectors.io import read_all_bytes
+from pdprobe.collectors.prefetch import prefetch
 from pdprobe.collectors.request_columns import (
     LOW_CARDINALITY,
     NUMERIC_COLUMNS,
@@ -44,6 +45,10 @@ PARQUET_BATCH_ROWS: Final = 1 << 16
 # Column chunks are read through a buffered stream of this many bytes instead of whole (a
 # compressed 1M-row group is ~50 MB); pre-buffering (whole row groups at once) is off.
 PARQUET_BUFFER_BYTES: Final = 1 << 20
+# Batches decoded ahead in a worker thread (``prefetch``) while the previous one is copied into
+# the output columns: pyarrow's decode releases the GIL, so on two cores the decode and the
+# copy overlap (10M rows: load 2.5 -> 1.75 s wall); memory holds a few ~8 MB batches more.
+PARQUET_PREFETCH_BATCHES: Final = 2
 
 # A header line longer than this is not a request-record header.
 SNIFF_HEADER_BYTES: Final = 64 * 1024
@@ -113,8 +118,13 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
             except (pa.ArrowException, OSError) as exc:
                 raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
                                  hint="check that the file was written completely") from exc
-            return (batch.column(0) for batch in _row_groups(path, pf, [id_name]))
-    return Batches(read_schema, _row_groups(path, pf, wanted), rows, ids_again=again), cmap
+            return (batch.column(0) for batch in _read_ahead(path, pf, [id_name]))
+    return Batches(read_schema, _read_ahead(path, pf, wanted), rows, ids_again=again), cmap
+
+
+def _read_ahead(path: Path, pf: Any, wanted: list[str]) -> Iterator[Any]:
+    """``_row_groups`` decoded in a worker thread ``PARQUET_PREFETCH_BATCHES`` ahead."""
+    return prefetch(_row_groups(path, pf, wanted), PARQUET_PREFETCH_BATCHES)
 
 
 def _row_groups(path: Path, pf: Any, wanted: list[str]) -> Iterator[Any]:
