@@ -1,7 +1,8 @@
 """Benchmark: ``pdprobe diagnose`` of per-request files end to end vs. DuckDB on the same files.
 
-Generates synthetic request records (Parquet, CSV, JSON Lines; 1M and 10M rows by default) into
-bench/out/, then for each file measures, each in a fresh process so CPU and peak RSS are per
+Generates synthetic request records (Parquet, CSV, JSON Lines; 1M and 10M rows by default; the
+cluster they come from is described in request_data.py) into bench/out/ (``--out DIR`` for
+another folder, ``--generate-only`` to stop there), then for each file measures, each in a fresh process so CPU and peak RSS are per
 cell (wall and CPU include interpreter start-up and imports):
 
 - pdprobe end to end: ``pdprobe diagnose FILE --format json`` as a user runs it;
@@ -36,82 +37,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from request_data import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 FORMATS = ("parquet", "csv", "jsonl")
-PREFILL = 8
-DECODE = 16
-MEAN_RATE_RPS = 300.0
-SEED = 20240501
 
 
 # --------------------------------------------------------------------------------------------
-# Synthetic data
+# Synthetic data (the cluster model lives in request_data.py)
 # --------------------------------------------------------------------------------------------
-
-
-def generate(n: int, seed: int = SEED) -> Any:
-    """A pyarrow Table of ``n`` realistic request records (all canonical columns)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    rng = np.random.default_rng(seed)
-    # Arrivals: Poisson within each minute, the per-minute rate following a +-40 % daily-like
-    # swell so the arrival series is not flat.
-    minutes = int(np.ceil(n / (MEAN_RATE_RPS * 60) * 1.5)) + 2
-    rate = MEAN_RATE_RPS * (1 + 0.4 * np.sin(np.linspace(0, 2 * np.pi, minutes)))
-    per_minute = rng.poisson(rate * 60)
-    while per_minute.sum() < n:
-        per_minute = np.concatenate((per_minute, rng.poisson(rate * 60)))
-    minute_of = np.repeat(np.arange(per_minute.size), per_minute)[:n]
-    arrival = 1_714_557_600.0 + np.sort(minute_of * 60.0 + rng.uniform(0, 60, n))
-
-    # Length mix: chat turns, RAG/document prompts, code completion.
-    kind = rng.choice(3, size=n, p=[0.6, 0.3, 0.1])
-    p_median = np.array([600.0, 6000.0, 2000.0])[kind]
-    p_sigma = np.array([0.9, 0.5, 0.8])[kind]
-    o_median = np.array([250.0, 150.0, 40.0])[kind]
-    o_sigma = np.array([0.7, 0.6, 1.0])[kind]
-    prompt = np.clip(np.rint(rng.lognormal(np.log(p_median), p_sigma)), 1, 131072).astype(np.int64)
-    output = np.clip(np.rint(rng.lognormal(np.log(o_median), o_sigma)), 1, 8192).astype(np.int64)
-    cached = np.where(rng.random(n) < 0.7, np.floor(prompt * rng.beta(2, 5, n)), 0.0)
-
-    prefill_idx = rng.integers(0, PREFILL, n).astype(np.int32)
-    weights = 1.0 / np.arange(1, DECODE + 1) ** 0.3  # mild routing skew
-    decode_idx = rng.choice(DECODE, size=n, p=weights / weights.sum()).astype(np.int32)
-    slow = np.where(decode_idx == 7, 1.6, 1.0)  # one straggler decode instance
-
-    queue_s = rng.exponential(0.05, n)
-    prefill_s = (prompt - cached) / 12000.0 + 0.01
-    kv_bytes = prompt * 327_680.0  # Llama-3-70B, bf16: 80 layers x 8 KV heads x 128 x 2 x 2 B
-    kv_transfer_s = kv_bytes / 20e9 + rng.exponential(0.002, n)
-    ttft_s = queue_s + prefill_s + kv_transfer_s + 0.02
-    tpot_s = 0.025 * slow * rng.lognormal(0.0, 0.1, n)
-    e2e_s = ttft_s + tpot_s * (output - 1)
-    status_idx = rng.choice(4, size=n, p=[0.99, 0.005, 0.003, 0.002]).astype(np.int32)
-
-    prefill_names = pa.array([f"vllm-prefill-{i}" for i in range(PREFILL)])
-    decode_names = pa.array([f"vllm-decode-{i}" for i in range(DECODE)])
-    statuses = pa.array(["ok", "error", "timeout", "aborted"])
-    ids = pc.binary_join_element_wise("req-", pc.cast(pa.array(np.arange(n)), pa.string()), "")
-    return pa.table({
-        "request_id": ids,
-        "arrival_ts": arrival,
-        "prompt_tokens": prompt,
-        "output_tokens": output,
-        "cached_tokens": cached,
-        "prefill_instance": pa.DictionaryArray.from_arrays(prefill_idx, prefill_names),
-        "decode_instance": pa.DictionaryArray.from_arrays(decode_idx, decode_names),
-        "queue_s": queue_s,
-        "prefill_s": prefill_s,
-        "kv_transfer_s": kv_transfer_s,
-        "kv_bytes": kv_bytes,
-        "ttft_s": ttft_s,
-        "tpot_s": tpot_s,
-        "e2e_s": e2e_s,
-        "status": pa.DictionaryArray.from_arrays(status_idx, statuses),
-    })
 
 
 def _plain(table: Any) -> Any:
@@ -149,15 +84,17 @@ def write_jsonl(table: Any, path: Path, chunk: int = 1_000_000) -> None:
             fh.write(memoryview(data)[offsets[0]:offsets[-1]])
 
 
-def ensure_files(rows: list[int], formats: list[str]) -> dict[tuple[int, str], Path]:
+def ensure_files(rows: list[int], formats: list[str], out: Path = OUT
+                 ) -> dict[tuple[int, str], Path]:
+    """The generated files of each size and format in ``out`` (made when missing)."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     paths: dict[tuple[int, str], Path] = {}
     for n in rows:
         label = _label(n)
-        wanted = {fmt: OUT / f"requests_{label}.{fmt}" for fmt in formats}
+        wanted = {fmt: out / f"requests_{label}.{fmt}" for fmt in formats}
         missing = [fmt for fmt, p in wanted.items() if not p.exists()]
         if missing:
             t0 = time.perf_counter()
@@ -363,6 +300,11 @@ def main() -> None:
     parser.add_argument("--steps", action="store_true",
                         help="also time pdprobe's read/fuse/summary steps apart (a third process "
                              "per cell) and check that they agree with DuckDB's numbers")
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="folder for the generated files and the JSON results (default: "
+                             "bench/out; reused when present)")
+    parser.add_argument("--generate-only", action="store_true",
+                        help="write the files and stop (no measurement)")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "PATH", "FORMAT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -372,7 +314,9 @@ def main() -> None:
 
     if args.engine:
         os.environ["PDPROBE_REQUEST_ENGINE"] = args.engine  # inherited by every child
-    paths = ensure_files(args.rows, args.formats)
+    paths = ensure_files(args.rows, args.formats, args.out)
+    if args.generate_only:
+        return
     # An installed pdprobe has its bytecode compiled at install time; a checkout run with
     # PYTHONDONTWRITEBYTECODE would compile every module again in each timed process.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "pdprobe")], check=True)
@@ -397,7 +341,7 @@ def main() -> None:
                # the JSON Lines reader the pdprobe cells used (docs/inputs/requests.md)
                "engine": os.environ.get("PDPROBE_REQUEST_ENGINE", "").strip() or "pyarrow"}
     name = "_".join(_label(n) for n in args.rows)
-    (OUT / f"bench_requests_{name}.json").write_text(json.dumps(
+    (args.out / f"bench_requests_{name}.json").write_text(json.dumps(
         {"machine": machine, "results": results}, indent=2, default=str))
     print(markdown(results, machine))
 
