@@ -41,37 +41,53 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "partitions"
 T0 = 1796040000  # 2026-11-30T12:00:00Z: the dataset starts here, one partition per UTC hour
-PREFILL, DECODE = 8, 16
 SEED = 20261130
+# Request shape of every hour (lognormal medians and sigmas; no prefix cache)
+PROMPT_MEDIAN, PROMPT_SIGMA = 1500.0, 0.9
+OUTPUT_MEDIAN, OUTPUT_SIGMA = 200.0, 0.7
+
+
+def _lengths(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    prompt = np.clip(np.rint(rng.lognormal(np.log(PROMPT_MEDIAN), PROMPT_SIGMA, n)), 1,
+                     131072).astype(np.int64)
+    output = np.clip(np.rint(rng.lognormal(np.log(OUTPUT_MEDIAN), OUTPUT_SIGMA, n)), 1,
+                     8192).astype(np.int64)
+    return prompt, output
+
+
+def pools(rows_per_hour: int) -> tuple[int, int]:
+    """(prefill, decode) instances sized to the hourly load (the same for every hour, from one
+    reference sample of the length mix): bench_requests' operating point."""
+    from request_data import pool_sizes
+
+    prompt, output = _lengths(np.random.default_rng(SEED - 1), 200_000)
+    return pool_sizes(rows_per_hour / 3600.0, prompt, output)
 
 
 def hour_table(h: int, n: int) -> Any:
     """``n`` request records arriving within hour ``h`` of the dataset (all canonical
-    columns; instance and status columns dictionary-encoded as a lake writer keeps them)."""
+    columns; instance and status columns dictionary-encoded as a lake writer keeps them),
+    timed by bench_requests' cluster model (request_data.py: FIFO prefill queues, decode by
+    Little's law) on pools sized to the load; no straggler, an even decode router."""
     import pyarrow as pa
+    from request_data import cluster_timings
 
     rng = np.random.default_rng(SEED + h)
-    arrival = T0 + 3600.0 * h + np.sort(rng.uniform(0, 3600, n))
-    prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 0.9, n)), 1, 131072).astype(np.int64)
-    output = np.clip(np.rint(rng.lognormal(np.log(200), 0.7, n)), 1, 8192).astype(np.int64)
-    queue = rng.exponential(0.05, n)
-    prefill = prompt / 12000.0 + 0.01
-    kv = prompt * 327_680.0
-    transfer = kv / 20e9
-    ttft = queue + prefill + transfer + 0.02
-    tpot = 0.025 * rng.lognormal(0.0, 0.1, n)
-    names_p = pa.array([f"vllm-prefill-{i}" for i in range(PREFILL)])
-    names_d = pa.array([f"vllm-decode-{i}" for i in range(DECODE)])
+    since_hour = np.sort(rng.uniform(0, 3600, n))
+    prompt, output = _lengths(rng, n)
+    n_prefill, n_decode = pools(n)
+    cols = cluster_timings(rng, since_hour, (since_hour // 60).astype(np.int64), prompt,
+                           output, 0.0, n_prefill, np.ones(n_decode), np.ones(n_decode))
+    names_p = pa.array([f"vllm-prefill-{i}" for i in range(n_prefill)])
+    names_d = pa.array([f"vllm-decode-{i}" for i in range(n_decode)])
     status = pa.array(["ok", "error"])
     return pa.table({
         "request_id": pa.array(np.char.add(f"h{h}-", np.arange(n).astype(str))),
-        "arrival_ts": arrival, "prompt_tokens": prompt, "output_tokens": output,
-        "prefill_instance": pa.DictionaryArray.from_arrays(
-            rng.integers(0, PREFILL, n).astype(np.int32), names_p),
-        "decode_instance": pa.DictionaryArray.from_arrays(
-            rng.integers(0, DECODE, n).astype(np.int32), names_d),
-        "queue_s": queue, "prefill_s": prefill, "kv_transfer_s": transfer, "kv_bytes": kv,
-        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (output - 1),
+        "arrival_ts": T0 + 3600.0 * h + since_hour, "prompt_tokens": prompt,
+        "output_tokens": output,
+        "prefill_instance": pa.DictionaryArray.from_arrays(cols.pop("prefill_idx"), names_p),
+        "decode_instance": pa.DictionaryArray.from_arrays(cols.pop("decode_idx"), names_d),
+        **cols,
         "status": pa.DictionaryArray.from_arrays(
             (rng.random(n) < 0.005).astype(np.int32), status),
     })

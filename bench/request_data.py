@@ -58,6 +58,8 @@ PREFILL_CHUNK_TOKENS: Final = 8192
 # instance its own first-come-first-served queue; at that load its TTFT p90 is ~1.3 s and
 # ~97 % of requests meet a 2 s objective (at 106 instances, 72 % busy, only ~93 % would).
 PREFILL: Final = 120
+# For other loads (bench_partitions.py): the same operating point, 120 x ~0.65 busy.
+PREFILL_BUSY_TARGET: Final = 0.65
 # The queues' fixed point (service depends on whether a request queued) converges in ~5
 # passes at any size seen; more than this means something is wrong, not slow.
 MAX_QUEUE_PASSES: Final = 64
@@ -86,6 +88,9 @@ STRAGGLER_STEP_FACTOR: Final = 1.35  # its steps 1.35x slower: its TPOT ends ~1.
 # generator refuses to write such a cluster rather than write impossible TPOTs.
 MAX_DECODE_LOAD: Final = 0.8
 DECODE_BIN_S: Final = 60.0  # Little's law per instance and minute (the swell's time scale)
+# For other loads: decode tokens asked per instance and second, what the 40 instances are asked
+# in the main files' busiest minute (423 req/s x 251 steps / 40).
+DECODE_TOKENS_PER_S: Final = 2_650.0
 
 
 def prefill_costs(uncached: np.ndarray, cached: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,6 +165,48 @@ def decode_step_s(decode_idx: np.ndarray, bin_idx: np.ndarray, prompt: np.ndarra
     return tau[key]
 
 
+def cluster_timings(rng: np.random.Generator, since_start: np.ndarray, bin_idx: np.ndarray,
+                    prompt: np.ndarray, output: np.ndarray, cached: np.ndarray | float,
+                    prefill: int, decode_weights: np.ndarray, slow: np.ndarray
+                    ) -> dict[str, np.ndarray]:
+    """The cluster's side of ``n`` requests (arrivals ``since_start`` ascending, in minute
+    ``bin_idx``): instance codes and every timing column, in the canonical columns' order.
+
+    Prefill round-robins over ``prefill`` instances, each a FIFO queue; decode picks an instance
+    at random with ``decode_weights``, whose steps are ``slow`` times the profile's.
+    """
+    n = since_start.size
+    prefill_idx = (np.arange(n) % prefill).astype(np.int32)
+    uncached = np.maximum(prompt - cached, 1.0)
+    alone, batched = prefill_costs(uncached, np.broadcast_to(np.asarray(cached, float), (n,)))
+    queue_s, prefill_s = prefill_queues(since_start, prefill_idx, alone, batched, prefill)
+    del alone, batched, uncached
+
+    p = decode_weights / decode_weights.sum()
+    decode_idx = rng.choice(p.size, size=n, p=p).astype(np.int32)
+    kv_bytes = prompt * KV_BYTES_PER_TOKEN
+    kv_transfer_s = kv_bytes / TRANSFER_BYTES_PER_S + rng.exponential(0.002, n)
+    ttft_s = queue_s + prefill_s + kv_transfer_s + TTFT_OVERHEAD_S
+    step = decode_step_s(decode_idx, bin_idx, prompt, output, slow)
+    tpot_s = step * rng.lognormal(0.0, 0.1, n)
+    e2e_s = ttft_s + tpot_s * (output - 1)
+    return {"prefill_idx": prefill_idx, "decode_idx": decode_idx, "queue_s": queue_s,
+            "prefill_s": prefill_s, "kv_transfer_s": kv_transfer_s, "kv_bytes": kv_bytes,
+            "ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s}
+
+
+def pool_sizes(rate_rps: float, prompt: np.ndarray, output: np.ndarray,
+               cached: np.ndarray | float = 0.0) -> tuple[int, int]:
+    """(prefill, decode) instances for a steady ``rate_rps`` of requests shaped like the
+    sample (``prompt``, ``output``, ``cached``), at the main files' operating point: prefill
+    ``PREFILL_BUSY_TARGET`` busy, decode asked ``DECODE_TOKENS_PER_S`` per instance."""
+    alone, _ = prefill_costs(np.maximum(prompt - cached, 1.0),
+                             np.broadcast_to(np.asarray(cached, float), prompt.shape))
+    prefill = int(np.ceil(rate_rps * float(alone.mean()) / PREFILL_BUSY_TARGET))
+    decode = int(np.ceil(rate_rps * float((output - 1).mean()) / DECODE_TOKENS_PER_S))
+    return max(prefill, 1), max(decode, 1)
+
+
 def generate(n: int, seed: int = SEED) -> Any:
     """A pyarrow Table of ``n`` request records (all canonical columns) from the cluster the
     module docstring describes."""
@@ -190,22 +237,10 @@ def generate(n: int, seed: int = SEED) -> Any:
     cached = np.where(rng.random(n) < 0.7, np.floor(prompt * rng.beta(2, 5, n)), 0.0)
     del kind, p_median, p_sigma, o_median, o_sigma
 
-    # Prefill: round-robin over the instances, a FIFO queue on each.
-    prefill_idx = (np.arange(n) % PREFILL).astype(np.int32)
-    alone, batched = prefill_costs(np.maximum(prompt - cached, 1.0), cached)
-    queue_s, prefill_s = prefill_queues(since_start, prefill_idx, alone, batched, PREFILL)
-    del alone, batched
-
     weights = 1.0 / np.arange(1, DECODE + 1) ** ROUTING_SKEW  # mild routing skew
-    decode_idx = rng.choice(DECODE, size=n, p=weights / weights.sum()).astype(np.int32)
     slow = np.where(np.arange(DECODE) == STRAGGLER, STRAGGLER_STEP_FACTOR, 1.0)
-
-    kv_bytes = prompt * KV_BYTES_PER_TOKEN
-    kv_transfer_s = kv_bytes / TRANSFER_BYTES_PER_S + rng.exponential(0.002, n)
-    ttft_s = queue_s + prefill_s + kv_transfer_s + TTFT_OVERHEAD_S
-    step = decode_step_s(decode_idx, minute_of, prompt, output, slow)
-    tpot_s = step * rng.lognormal(0.0, 0.1, n)
-    e2e_s = ttft_s + tpot_s * (output - 1)
+    cols = cluster_timings(rng, since_start, minute_of, prompt, output, cached,
+                           PREFILL, weights, slow)
     status_idx = rng.choice(4, size=n, p=[0.99, 0.005, 0.003, 0.002]).astype(np.int32)
 
     prefill_names = pa.array([f"vllm-prefill-{i}" for i in range(PREFILL)])
@@ -218,14 +253,9 @@ def generate(n: int, seed: int = SEED) -> Any:
         "prompt_tokens": prompt,
         "output_tokens": output,
         "cached_tokens": cached,
-        "prefill_instance": pa.DictionaryArray.from_arrays(prefill_idx, prefill_names),
-        "decode_instance": pa.DictionaryArray.from_arrays(decode_idx, decode_names),
-        "queue_s": queue_s,
-        "prefill_s": prefill_s,
-        "kv_transfer_s": kv_transfer_s,
-        "kv_bytes": kv_bytes,
-        "ttft_s": ttft_s,
-        "tpot_s": tpot_s,
-        "e2e_s": e2e_s,
+        "prefill_instance": pa.DictionaryArray.from_arrays(cols.pop("prefill_idx"),
+                                                           prefill_names),
+        "decode_instance": pa.DictionaryArray.from_arrays(cols.pop("decode_idx"), decode_names),
+        **cols,
         "status": pa.DictionaryArray.from_arrays(status_idx, statuses),
     })
