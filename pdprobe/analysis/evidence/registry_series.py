@@ -35,10 +35,8 @@ REQUEST_BINS: Final = (
     _b("req_count_decode", "requests", "requests per bin by decode_instance", "requests",
        "decode_instance"),
     _b("req_tpot", "s", "median TPOT per bin", "requests", "tpot_s"),
-    _b("req_ttft", "s", "median TTFT per bin", "requests", "ttft_s"),
     _b("req_prefill_per_token", "s/token", "median prefill time per uncached token per bin",
        "requests", "prefill_s_per_token"),
-    _b("req_xfer", "s", "median KV-transfer time per bin", "requests", "kv_transfer_s"),
     _b("req_hit", "ratio", "cached / prompt tokens per bin", "requests", "cached_tokens"),
     _b("alive", "0/1", "1 where the instance served in the bin", "alive"),
 )

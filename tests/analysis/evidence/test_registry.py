@@ -47,3 +47,13 @@ def test_names_are_literals_with_unit_and_meaning() -> None:
         for name, s in specs.items():
             assert s.name == name and s.table == table
             assert s.unit and s.meaning, name
+
+
+def test_every_per_bin_frame_of_request_records_is_read_by_a_rule() -> None:
+    """A per-bin frame of request records costs a gather and a partition of every (bin,
+    instance) cell at 10M rows: only frames some rule declares it reads are computed."""
+    from pdprobe.analysis.evidence.registry import REQUEST_BINS
+    from pdprobe.rules.catalog import ALL_RULES
+
+    read = {ref for rule in ALL_RULES for ref in rule.inputs.evidence}
+    assert [s.name for s in REQUEST_BINS if f"bins.{s.name}" not in read] == []
