@@ -46,11 +46,13 @@ _QUANTILE_INPUTS = ("ttft_s", "tpot_s", "queue_s", "kv_transfer_s", "prefill_s_p
                     "xfer_bytes_per_s")
 # The columns whose per-instance mean is evidence (REQUEST_QUANTILES' "mean" statistics).
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
-# Per-bin medians of request columns, per instance: (request column, bins name). Only the
-# frames a rule reads (PD601's persistence checks): each costs a gather of every cell's sample
-# rows and a partition per cell (~0.03 CPU-s per role column at 10M rows).
-_REQUEST_BIN_MEDIANS = (("tpot_s", "req_tpot"),
-                        ("prefill_s_per_token", "req_prefill_per_token"))
+# Per-bin medians of request columns, per instance: (request column, bins name, the role whose
+# instances PD601's persistence check compares in it). Only frames a rule reads, and only from
+# a role column naming some instance of that role (or of unknown role): each costs a gather of
+# every cell's sample rows and a partition per cell (at 10M rows ~0.03 CPU-s, the decode
+# column's prefill time per token ~0.08: three columns gathered).
+_REQUEST_BIN_MEDIANS = (("tpot_s", "req_tpot", "decode"),
+                        ("prefill_s_per_token", "req_prefill_per_token", "prefill"))
 
 
 def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
@@ -172,8 +174,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         sizes = _cell_frame(cells, cells.totals.astype(np.float64), n, window)
         sizes[bin_seen] = np.nan_to_num(sizes[bin_seen], nan=0.0)
         bins[ROLE_COUNT_BINS[role]] = _bins_frame(sizes, groups.labels, window)
-        for c, name in _REQUEST_BIN_MEDIANS:
+        for c, name, reader in _REQUEST_BIN_MEDIANS:
             data = values(c)
+            if not any(roles.get(label, "unknown") in (reader, "unknown")
+                       for label in groups.labels):
+                continue  # no instance a rule compares in this frame (e.g. TPOT per prefill)
             if data is None or not figures(req, col, c, derived.get(c),
                                            moments=c in _MEAN_INPUTS).count.sum():
                 continue

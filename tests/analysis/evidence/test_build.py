@@ -143,3 +143,19 @@ def test_sampled_evidence_agrees_with_full(monkeypatch: pytest.MonkeyPatch) -> N
     found_sampled, _ = run_rules(sampled)
     assert [(f.code, f.severity) for f in found_sampled] == \
         [(f.code, f.severity) for f in found_full]
+
+
+def test_per_bin_medians_only_for_the_role_a_rule_compares_in_them(cluster: Cluster) -> None:
+    """PD601 compares decode instances in ``req_tpot`` and prefill instances in
+    ``req_prefill_per_token``: the other role column's frame is not computed, the read one is
+    each (bin, instance) cell's median."""
+    ctx = cluster.context()
+    f = ctx.evidence
+    tpot, per_token = f.bin("req_tpot"), f.bin("req_prefill_per_token")
+    assert tpot is not None and per_token is not None
+    assert sorted(tpot.columns) == sorted(f.names("decode"))
+    assert sorted(per_token.columns) == sorted(f.names("prefill"))
+    req = ctx.dataset.requests
+    mine = req[(req["decode_instance"] == "decode-0").to_numpy()]
+    expect = mine.groupby(f.window.bin_of(mine["arrival_ts"].to_numpy()))["tpot_s"].median()
+    np.testing.assert_array_equal(tpot["decode-0"].dropna().to_numpy(), expect.to_numpy())
