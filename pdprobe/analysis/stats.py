@@ -11,7 +11,7 @@ from pdprobe.analysis.base import Quantiles
 if TYPE_CHECKING:
     import pandas as pd
 
-    from pdprobe.analysis.grouped import GroupFigures
+    from pdprobe.analysis.group_figures import GroupFigures
 
 # Series for charts and trend tests: about this many bins over the window, within these bounds.
 SERIES_TARGET_BINS: Final = 60
@@ -33,7 +33,8 @@ def quantiles(values: np.ndarray | pd.Series) -> Quantiles | None:
 def grouped_quantiles(frame: pd.DataFrame, key: str, column: str) -> dict[str, Quantiles]:
     """Quantiles of ``column`` per value of ``key`` (pandas' grouped linear quantiles), from one
     grouping on integer codes and one sort per group (``analysis.grouped``)."""
-    from pdprobe.analysis.grouped import GroupFigures, Groups, key_codes
+    from pdprobe.analysis.group_figures import GroupFigures
+    from pdprobe.analysis.grouped import Groups, key_codes
 
     if frame.empty:
         return {}

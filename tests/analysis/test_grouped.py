@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdprobe.analysis.group_figures import GroupFigures
 from pdprobe.analysis.grouped import (
-    GroupFigures,
     Groups,
     category_mask,
     figures,
@@ -44,27 +44,6 @@ def _expected(frame: pd.DataFrame) -> dict[str, pd.Series]:
     for series in out.values():
         series.index = series.index.astype(str).astype(object)
     return out
-
-
-@pytest.mark.parametrize("categorical", [True, False])
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 500])
-def test_figures_equal_pandas_groupby(seed: int, n: int, categorical: bool) -> None:
-    frame = _frame(seed, n, categorical)
-    groups = Groups.of(*key_codes(frame["key"]))
-    ordered = groups.sorted(frame["value"].to_numpy())
-    got = {"count": ordered.count, "mean": ordered.mean(), "max": ordered.max(),
-           "median": ordered.median()}
-    got.update({f"q{q}": ordered.quantile(q) for q in QS})
-    expected = _expected(frame)
-    for name, want in expected.items():
-        assert list(groups.labels) == list(want.index), name
-        np.testing.assert_allclose(got[name], want.to_numpy(dtype=np.float64), rtol=1e-12,
-                                   atol=0, equal_nan=True, err_msg=name)
-        if name != "mean":  # order statistics are the very same floats
-            same = (got[name] == want.to_numpy(dtype=np.float64)) | (
-                np.isnan(got[name]) & want.isna().to_numpy())
-            assert same.all(), name
 
 
 def test_unused_categories_and_missing_keys_are_not_groups() -> None:

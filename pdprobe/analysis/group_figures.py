@@ -1,0 +1,127 @@
+"""Figures of each group's sorted values, as pandas' grouped figures compute them.
+
+``Groups.sorted`` (``analysis.grouped``) gathers a value column in group order, drops its NaNs
+and sorts each group's slice; every figure here is then read off that one array, one value per
+group: ``quantile`` is pandas' grouped linear interpolation (``v[i] + (v[i+1] - v[i]) * frac``),
+``median`` pandas' grouped median (the mean of the two middle values), ``mean`` the sum over the
+count. ``GroupFigures`` holds the figures the instance summaries and the evidence read (count,
+mean, max, median, p50/p90/p99), with count, mean and max over every row of a sampled grouping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdprobe.analysis.grouped import Groups
+    from pdprobe.analysis.row_slices import Column
+
+
+@dataclass(frozen=True)
+class SortedGroups:
+    """Each group's non-NaN values sorted: group ``g`` is ``values[bounds[g]:bounds[g + 1]]``.
+
+    Every figure is one value per group, NaN for a group without values.
+    """
+
+    values: np.ndarray
+    bounds: np.ndarray
+    labels: tuple[str, ...]
+
+    @property
+    def count(self) -> np.ndarray:
+        """Non-NaN values per group."""
+        return np.diff(self.bounds)
+
+    def _at(self, offset: np.ndarray) -> np.ndarray:
+        """``values[start + offset]`` per group with values, NaN elsewhere."""
+        out = np.full(len(self.labels), np.nan)
+        has = self.count > 0
+        out[has] = self.values[self.bounds[:-1][has] + offset[has]]
+        return out
+
+    def mean(self) -> np.ndarray:
+        """Sum over count (pandas' grouped mean up to the last bits of the sum)."""
+        n = self.count
+        out = np.full(len(self.labels), np.nan)
+        has = n > 0
+        if has.any():
+            sums = np.add.reduceat(self.values, self.bounds[:-1][has])
+            out[has] = sums / n[has]
+        return out
+
+    def max(self) -> np.ndarray:
+        """Largest value per group."""
+        return self._at(np.maximum(self.count - 1, 0))
+
+    def quantile(self, q: float) -> np.ndarray:
+        """pandas' grouped ``quantile(q)`` (linear): ``v[i] + (v[i+1] - v[i]) * frac`` with
+        ``i = int(q * (n - 1))`` and ``frac = q * (n - 1) % 1``."""
+        n = self.count
+        pos = q * (np.maximum(n, 1) - 1).astype(np.float64)
+        idx = pos.astype(np.int64)
+        frac = pos % 1.0
+        low = self._at(idx)
+        high = self._at(np.minimum(idx + 1, np.maximum(n - 1, 0)))
+        with np.errstate(invalid="ignore"):
+            return np.where(frac == 0.0, low, low + (high - low) * frac)
+
+    def median(self) -> np.ndarray:
+        """pandas' grouped median: the middle value, or the mean of the two middle values."""
+        n = self.count
+        upper = self._at(n // 2)
+        lower = self._at(np.maximum(n // 2 - 1, 0))
+        return np.where(n % 2 == 1, upper, (upper + lower) / 2)
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """Figures of one value column per group (arrays aligned with ``labels``)."""
+
+    labels: tuple[str, ...]
+    count: np.ndarray  # non-NaN values
+    mean: np.ndarray  # all-NaN when measured without ``moments``
+    max: np.ndarray  # ditto
+    median: np.ndarray  # pandas' grouped median
+    p50: np.ndarray  # pandas' grouped linear quantiles
+    p90: np.ndarray
+    p99: np.ndarray
+    moments: bool = True  # mean and max were measured
+
+    @classmethod
+    def of(cls, groups: SortedGroups) -> GroupFigures:
+        """The figures of sorted groups."""
+        return cls(labels=groups.labels, count=groups.count, mean=groups.mean(),
+                   max=groups.max(), median=groups.median(), p50=groups.quantile(0.5),
+                   p90=groups.quantile(0.9), p99=groups.quantile(0.99))
+
+    @classmethod
+    def measure(cls, groups: Groups, values: Column, moments: bool = True) -> GroupFigures:
+        """The figures of ``values`` per group; quantiles from the sample of a sampled grouping
+        (count, mean and max stay exact). Without ``moments`` a sampled grouping skips the
+        mean and max (two passes over every row) and leaves them NaN."""
+        ordered = groups.sorted(values)
+        if not groups.sampled:
+            return cls.of(ordered)
+        count = groups.counts(values)
+        mean = np.full(groups.n_groups, np.nan)
+        top = mean
+        if moments:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(count > 0, groups.sums(values) / np.maximum(count, 1), np.nan)
+            top = groups.maxima(values, count)
+        return cls(labels=groups.labels, count=count, mean=mean, max=top,
+                   median=ordered.median(), p50=ordered.quantile(0.5),
+                   p90=ordered.quantile(0.9), p99=ordered.quantile(0.99), moments=moments)
+
+    def series(self, stat: str) -> pd.Series:
+        """One figure per group as a float series indexed by label."""
+        import pandas as pd
+
+        return pd.Series(getattr(self, stat), index=pd.Index(list(self.labels), dtype=object),
+                         dtype="float64")
