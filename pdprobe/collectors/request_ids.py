@@ -77,37 +77,48 @@ def _hashes(chunk: pa.Array) -> np.ndarray | None:
     if lengths.size == 0:
         return np.zeros(0, np.uint64)
     longest = int(lengths.max())
-    if longest > HASH_MAX_ID_BYTES or (data[offsets[0]:offsets[-1]] > 0x7F).any():
+    used = data[offsets[0]:offsets[-1]]
+    if longest > HASH_MAX_ID_BYTES or (used.size and int(used.max()) > 0x7F):
         return None
     width = max(8, -(-longest // 8) * 8)
     # every id padded with blanks to one width: a (rows, words) matrix without a gather;
-    # trimmed ids end in no blank, so padding keeps distinct ids distinct
-    padded = pc.utf8_rpad(chunk, width=width, padding=" ")
+    # trimmed ids end in no blank, so padding keeps distinct ids distinct (ASCII: the byte
+    # padding is the character padding, and cheaper)
+    padded = pc.ascii_rpad(chunk, width=width, padding=" ")
     p_offsets, p_data = _offsets_and_data(padded)
     words = p_data[p_offsets[0]:p_offsets[-1]].view(np.uint64).reshape(len(chunk), width // 8)
     h = np.full(len(chunk), _SEED, dtype=np.uint64)
+    tmp = np.empty_like(h)
+    mixed = None
     with np.errstate(over="ignore"):
         for k in range(words.shape[1]):
             # only the words an id has: the padding's width is the chunk's longest id, and an
             # id must hash alike in every chunk (a blank word of padding would change it)
             rows = lengths > 8 * k
-            if rows.all():  # every id this long: mixed in place, no gather
+            if rows.all():  # every id this long: mixed in place
                 h ^= words[:, k]
-                _mix(h)
-            else:
-                g = h[rows] ^ words[rows, k]
-                _mix(g)
-                h[rows] = g
+                _mix(h, tmp)
+            else:  # every row mixed, kept where the id is this long (no gather, no scatter)
+                if mixed is None:
+                    mixed = np.empty_like(h)
+                np.bitwise_xor(h, words[:, k], out=mixed)
+                _mix(mixed, tmp)
+                np.copyto(h, mixed, where=rows)
     return h
 
 
-def _mix(h: np.ndarray) -> None:
-    """splitmix64's finaliser, in place."""
-    h ^= h >> np.uint64(30)
+def _mix(h: np.ndarray, tmp: np.ndarray | None = None) -> None:
+    """splitmix64's finaliser, in place (``tmp``: a scratch array like ``h``)."""
+    if tmp is None:
+        tmp = np.empty_like(h)
+    np.right_shift(h, np.uint64(30), out=tmp)
+    h ^= tmp
     h *= _MIX_A
-    h ^= h >> np.uint64(27)
+    np.right_shift(h, np.uint64(27), out=tmp)
+    h ^= tmp
     h *= _MIX_B
-    h ^= h >> np.uint64(31)
+    np.right_shift(h, np.uint64(31), out=tmp)
+    h ^= tmp
 
 
 def count_duplicates(ids: pa.ChunkedArray) -> int:

@@ -80,6 +80,29 @@ def test_ids_that_differ_only_in_length_hash_apart() -> None:
     assert h is not None and len(set(h.tolist())) == 5
 
 
+def _reference_hash(value: str) -> int:
+    """splitmix64's finaliser over the id's 8-byte words (blank-padded), one id at a time."""
+    mask = (1 << 64) - 1
+    h = int(request_ids._SEED)
+    raw = value.encode("ascii")
+    for k in range(0, len(raw), 8):  # the words the id has (an empty id: none)
+        h ^= int.from_bytes(raw[k:k + 8].ljust(8, b" "), "little")
+        h ^= h >> 30
+        h = (h * int(request_ids._MIX_A)) & mask
+        h ^= h >> 27
+        h = (h * int(request_ids._MIX_B)) & mask
+        h ^= h >> 31
+    return h
+
+
+def test_each_id_hashes_as_its_own_words_whatever_its_neighbours() -> None:
+    # lengths around the word edges in one chunk: longer ids must not mix into shorter ones
+    values = ["", "a", "abcdefg", "abcdefgh", "abcdefghi", "x" * 16, "y" * 17, "z" * 40, "q-1"]
+    h = request_ids._hashes(pa.array(values))
+    assert h is not None
+    assert h.tolist() == [_reference_hash(v) for v in values]
+
+
 @pytest.mark.usefixtures("small")
 def test_an_id_hashes_alike_in_chunks_of_different_widths() -> None:
     # the first chunk pads to 24 bytes, the second to 8: "abc" is the same id in both
