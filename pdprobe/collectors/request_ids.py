@@ -29,6 +29,8 @@ HASH_MAX_ID_BYTES: Final = 64
 _MIX_A: Final = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_B: Final = np.uint64(0x94D049BB133111EB)
 _SEED: Final = np.uint64(0x9E3779B97F4A7C15)
+# The largest ASCII byte.
+_ASCII_MAX: Final = 0x7F
 # Bytes that may need trimming or are not ASCII: controls, the space, DEL and above.
 _PLAIN_LOW: Final = 0x21
 _PLAIN_HIGH: Final = 0x7E
@@ -43,6 +45,14 @@ def _offsets_and_data(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     data = (np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None
             else np.zeros(0, np.uint8))
     return offsets, data
+
+
+def all_ascii(chunk: pa.Array) -> bool:
+    """Whether the bytes of a string ``chunk``'s values are all ASCII (then it is valid UTF-8):
+    one ``max`` over its data, no mask."""
+    offsets, data = _offsets_and_data(chunk)
+    used = data[offsets[0]:offsets[-1]] if offsets.size else data[:0]
+    return not used.size or int(used.max()) <= _ASCII_MAX
 
 
 def plain_ids(chunk: pa.Array) -> bool:
@@ -72,13 +82,12 @@ def _hashes(chunk: pa.Array) -> np.ndarray | None:
     ASCII or holds an id longer than ``HASH_MAX_ID_BYTES`` (then the caller counts exactly)."""
     import pyarrow.compute as pc
 
-    offsets, data = _offsets_and_data(chunk)
+    offsets = _offsets_and_data(chunk)[0]
     lengths = np.diff(offsets)
     if lengths.size == 0:
         return np.zeros(0, np.uint64)
     longest = int(lengths.max())
-    used = data[offsets[0]:offsets[-1]]
-    if longest > HASH_MAX_ID_BYTES or (used.size and int(used.max()) > 0x7F):
+    if longest > HASH_MAX_ID_BYTES or not all_ascii(chunk):
         return None
     width = max(8, -(-longest // 8) * 8)
     # every id padded with blanks to one width: a (rows, words) matrix without a gather;

@@ -48,6 +48,7 @@ from pdprobe.collectors.request_formats import (
     _read_parquet,
     _utf8_name,
 )
+from pdprobe.collectors.request_ids import all_ascii
 from pdprobe.collectors.request_jsonl import read_jsonl
 from pdprobe.collectors.request_stream import Fallback, stream_delimited, stream_jsonl
 from pdprobe.dataset import (
@@ -161,12 +162,34 @@ class _Repaired:
         import pyarrow as pa
 
         for batch in self.batches:
+            if _valid_utf8(batch):  # the usual case: nothing to repair, no table built
+                yield batch
+                continue
             table, bad = _repair_utf8(pa.Table.from_batches([batch]))
             if bad:
                 self.invalid_utf8 += bad
                 yield from table.combine_chunks().to_batches()
             else:
                 yield batch
+
+
+def _valid_utf8(batch: Any) -> bool:
+    """Whether every text column of ``batch`` is valid UTF-8: a dictionary column's dictionary
+    (its values; the decoders check the indices), a column of ASCII bytes by one ``max``,
+    any other by Arrow's full validation."""
+    import pyarrow as pa
+
+    for column in batch.columns:
+        arr = column.dictionary if pa.types.is_dictionary(column.type) else column
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            continue
+        if all_ascii(arr):
+            continue
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            return False
+    return True
 
 
 def _repair_utf8(table: pa.Table) -> tuple[pa.Table, int]:
