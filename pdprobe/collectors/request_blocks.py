@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
 
 # Rows per block: 1 MB of float64, small enough to stay in cache, large enough that the
@@ -102,3 +103,24 @@ def compact(values: np.ndarray, kept: np.ndarray) -> np.ndarray:
         values[pos:pos + block.size] = block
         pos += block.size
     return values[:pos]
+
+
+def distinct_in_order(column: pd.Series) -> list[object]:
+    """``column.dropna().unique()`` as a list (each value once, in the order of its first row)
+    without the copy and the full-length hash: for a categorical column, its codes are read a
+    block at a time and the scan stops once every category has been seen (instance names:
+    usually in the first block). Any other column takes the pandas way."""
+    import pandas as pd
+
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return list(column.dropna().unique())
+    codes = column.array.codes
+    categories = column.cat.categories
+    seen: dict[int, None] = {}
+    for s in range(0, codes.size, BLOCK_ROWS):
+        for code in pd.unique(codes[s:s + BLOCK_ROWS]).tolist():  # first-seen order
+            if code >= 0:  # -1: missing
+                seen.setdefault(code, None)
+        if len(seen) == len(categories):
+            break
+    return [categories[code] for code in seen]

@@ -29,6 +29,7 @@ from pdprobe.collectors import request_canonical
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
 from pdprobe.collectors.request_assemble import Assembled, assemble
+from pdprobe.collectors.request_blocks import distinct_in_order
 from pdprobe.collectors.request_canonical import (
     _canonicalise,
     _Loaded,
@@ -325,7 +326,7 @@ def _as_partial(path: Path, loaded: _Loaded) -> Partial:
                                            ("decode_instance", "decode"))
     for column, role in roles:
         if column in loaded.request_columns:
-            names = loaded.frame[column].dropna().unique()
+            names = distinct_in_order(loaded.frame[column])
             hints.extend(RoleHint(instance=str(name), role=role, strength=ROLE_FROM_LABEL,
                                   how=f"{column} column in {path.name}", source=str(path))
                          for name in names)  # one per distinct instance, not per row

@@ -93,3 +93,26 @@ def test_kept_rows_compacted_in_place_and_counted_backwards_as_a_copy_would() ->
     codes = np.array([3, -1, 2, 2, 0, 1, -1, 3, 0], dtype=np.int8)
     kept = np.array([1, 0, 1, 1, 1, 0, 1, 1, 0], dtype=bool)
     assert compact(codes.copy(), kept).tolist() == codes[kept].tolist()
+
+
+def _unique(column: pd.Series) -> list[object]:
+    return list(column.dropna().unique())
+
+
+@pytest.mark.parametrize("case", ["late", "unused", "missing", "text", "empty"])
+def test_distinct_in_order_is_pandas_unique(case: str) -> None:
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 3, 100).astype(np.int8)
+    codes[57] = 4  # first seen in a later block: still in its place
+    codes[[0, 9, 80]] = -1
+    names = ["e", "b", "d", "a", "c"] + (["unused"] if case == "unused" else [])
+    column = pd.Series(pd.Categorical.from_codes(codes, names))
+    if case == "missing":
+        column = pd.Series(pd.Categorical.from_codes(np.full(10, -1, np.int8), names))
+    elif case == "text":
+        column = column.astype(object)
+    elif case == "empty":
+        column = column.iloc[:0]
+    got = request_blocks.distinct_in_order(column)
+    assert got == _unique(column)
+    assert all(isinstance(v, str) for v in got)
