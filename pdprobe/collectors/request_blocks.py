@@ -9,7 +9,7 @@ answer the same questions as the one-line numpy expressions they replace, one bl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def compact(values: np.ndarray, kept: np.ndarray) -> np.ndarray:
     return values[:pos]
 
 
-def distinct_in_order(column: pd.Series) -> list[object]:
+def distinct_in_order(column: pd.Series) -> list[Any]:
     """``column.dropna().unique()`` as a list (each value once, in the order of its first row)
     without the copy and the full-length hash: for a categorical column, its codes are read a
     block at a time and the scan stops once every category has been seen (instance names:
