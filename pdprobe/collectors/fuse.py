@@ -8,6 +8,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Final
 
 from pdprobe.collectors.identity import AliasMap, SourceKeys, keys_from_names, resolve
+from pdprobe.collectors.request_blocks import distinct_in_order
 from pdprobe.collectors.roles import RoleOptions, node_of, resolve_roles
 from pdprobe.dataset import (
     DEPLOYMENT_COLUMNS,
@@ -65,7 +66,7 @@ def fuse(partials: Sequence[Partial], roles: RoleOptions | None = None,
         names.update(metrics["instance"].dropna().unique().tolist())
     for col in ("prefill_instance", "decode_instance"):
         if len(requests):
-            names.update(requests[col].dropna().unique().tolist())
+            names.update(distinct_in_order(requests[col]))  # codes, not rows
     if len(events):
         names.update(events["instance"].dropna().unique().tolist())
     names.discard("")
@@ -112,7 +113,7 @@ def _names_in(p: Partial) -> set[str]:
     if p.requests is not None and len(p.requests):
         for col in ("prefill_instance", "decode_instance"):
             if col in p.requests.columns:
-                names.update(p.requests[col].dropna().unique().tolist())
+                names.update(distinct_in_order(p.requests[col]))
     names.update(h.instance for h in p.role_hints)
     names.update(p.nodes)
     names.update(p.engines)
