@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +154,71 @@ def test_public_traces_stream_in_pieces_to_the_whole_file_result(
     assert got.source == expect.source  # type: ignore[attr-defined]
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
     assert len(got.requests) > 1000
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_invalid_utf8_in_a_malformed_row_of_a_later_piece_is_worded_as_the_whole_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pyarrow's CSV reader cannot hand such a row to the invalid-row handler and reports it as
+    unraisable from the parsing thread: the streamed read notes it (not printed), reads the
+    file whole, and leaves the process's hook as it found it."""
+    path = tmp_path / "r.csv"
+    pcsv.write_csv(_table(), path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2500] = b'"r2499",\xff\xfe,3\n'  # the wrong number of fields, and not UTF-8
+    path.write_bytes(b"".join(lines))
+    reported: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # what would be printed
+    part = read_requests(path, ReadContext())
+    assert sys.unraisablehook == reported.append
+    assert reported == []
+    expect = _whole(path, monkeypatch)
+    err = capsys.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err
+    assert any("skipped 1 malformed row" in w for w in part.warnings)
+    assert part.warnings == expect.warnings  # type: ignore[attr-defined]
+    pd.testing.assert_frame_equal(part.requests, expect.requests)  # type: ignore[attr-defined]
+
+
+def _numbered(n: int) -> Iterator[pa.Buffer]:
+    return (pa.py_buffer(b"%d" % i) for i in range(n))
+
+
+def test_pieces_parsed_ahead_come_in_order_whatever_finishes_first() -> None:
+    second_done = threading.Event()
+
+    def parse(piece: pa.Buffer) -> pa.Table:
+        i = int(piece.to_pybytes())
+        if i == 0:  # the first piece finishes after the second
+            assert second_done.wait(10)
+        if i == 1:
+            second_done.set()
+        return pa.table({"i": [i]})
+
+    got = [t.column("i")[0].as_py() for t in request_stream._parsed_ahead(_numbered(9), parse)]
+    assert got == list(range(9))
+
+
+def test_a_piece_that_fails_raises_fallback_after_the_pieces_before_it() -> None:
+    def parse(piece: pa.Buffer) -> pa.Table:
+        i = int(piece.to_pybytes())
+        if i == 4:
+            raise pa.ArrowInvalid("JSON parse error")
+        return pa.table({"i": [i]})
+
+    got: list[int] = []
+    with pytest.raises(Fallback):
+        for t in request_stream._parsed_ahead(_numbered(9), parse):
+            got.append(t.column("i")[0].as_py())
+    assert got == [0, 1, 2, 3]
+
+
+def test_stopping_early_leaves_no_parsing_thread_and_restores_the_hook() -> None:
+    hook = sys.unraisablehook
+    ahead = request_stream._parsed_ahead(_numbered(50), lambda p: pa.table({"b": [p.size]}))
+    next(ahead)
+    assert sys.unraisablehook is not hook  # watching while open
+    ahead.close()
+    assert sys.unraisablehook is hook
+    assert not [t for t in threading.enumerate() if t.name.startswith("pdprobe-parse")]
