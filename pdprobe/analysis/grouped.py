@@ -264,8 +264,8 @@ def quantile_rows(table: pd.DataFrame) -> np.ndarray | None:
         return None
     cache = table_cache(table)
     if "quantile_rows" not in cache:
-        # the draws of one code for every row, taken slice by slice (no 4-byte-per-row array)
-        rows = sample_rows(np.zeros(n, dtype=np.int8),
+        # the draws of one rate for every row, taken slice by slice (no array per row)
+        rows = sample_rows(n,
                            np.array([COLUMN_SAMPLE_ROWS / n], dtype=np.float32), SAMPLE_SEED)
         rows.setflags(write=False)
         cache["quantile_rows"] = rows

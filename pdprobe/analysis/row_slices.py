@@ -107,16 +107,19 @@ def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     return np.argsort(c, kind="stable")
 
 
-def sample_rows(codes: np.ndarray, rate: np.ndarray, seed: int) -> np.ndarray:
+def sample_rows(codes: np.ndarray | int, rate: np.ndarray, seed: int) -> np.ndarray:
     """Rows kept by a Bernoulli draw at ``rate[code]`` (code -1: never), the fixed-seed draws
-    taken slice by slice (the same stream as one draw of every row)."""
+    taken slice by slice (the same stream as one draw of every row). ``codes`` an int ``n``:
+    ``n`` rows of code 0 (the draws compared with one rate; no array of codes)."""
     rng = np.random.default_rng(seed)
     keep_rate = np.append(rate.astype(np.float32), np.float32(0.0))  # code -1: the last slot
+    n = codes if isinstance(codes, int) else codes.size
     picked = []
-    for part in chunks(codes.size):
+    for part in chunks(n):
         uniform = rng.random(part.stop - part.start, dtype=np.float32)
-        hit = np.flatnonzero(uniform < keep_rate[codes[part]])
-        picked.append(hit.astype(index_dtype(codes.size)) + part.start)
+        threshold = keep_rate[0] if isinstance(codes, int) else keep_rate[codes[part]]
+        hit = np.flatnonzero(uniform < threshold)
+        picked.append(hit.astype(index_dtype(n)) + part.start)
     return np.concatenate(picked) if picked else np.zeros(0, dtype=np.int32)
 
 

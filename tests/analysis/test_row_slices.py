@@ -95,3 +95,13 @@ def test_ascending_across_chunk_edges(monkeypatch) -> None:
     nan[7] = np.nan
     assert not row_slices.ascending(nan)
     assert row_slices.ascending(np.array([1, 1, 1, 2], dtype=np.int16))
+
+
+def test_sample_rows_of_one_rate_is_the_draw_of_code_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sample_rows(n, ...)``: the rows of ``n`` zero codes, without an array of them."""
+    rate = np.array([0.3], dtype=np.float32)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 333)
+    rows = sample_rows(2_000, rate, 5)
+    np.testing.assert_array_equal(rows, sample_rows(np.zeros(2_000, dtype=np.int8), rate, 5))
+    uniform = np.random.default_rng(5).random(2_000, dtype=np.float32)
+    np.testing.assert_array_equal(rows, np.flatnonzero(uniform < rate[0]))
