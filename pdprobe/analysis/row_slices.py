@@ -82,6 +82,26 @@ def ascending(values: np.ndarray) -> bool:
                for lo in range(0, last, CHUNK_ROWS))
 
 
+def key_starts(key_at: Callable[[np.ndarray], np.ndarray], n_keys: int, n: int) -> np.ndarray:
+    """For rows whose integer key never decreases (a floor division of sorted times, say),
+    the first row whose key is at least ``k`` for each ``k`` in ``0..n_keys - 1`` (``n`` where
+    none is): ``np.searchsorted(keys, range(n_keys))`` with ``key_at(positions)`` evaluated at
+    about ``n_keys * log2(n)`` rows instead of every row's key (one binary search per key, all
+    keys at once)."""
+    lo = np.zeros(n_keys, dtype=np.int64)
+    hi = np.full(n_keys, n, dtype=np.int64)
+    targets = np.arange(n_keys)
+    while n > 0:
+        open_ = lo < hi
+        if not open_.any():
+            break
+        mid = np.minimum((lo + hi) // 2, n - 1)
+        reached = key_at(mid) >= targets
+        hi = np.where(open_ & reached, mid, hi)
+        lo = np.where(open_ & ~reached, mid + 1, lo)
+    return lo
+
+
 def compact_dtype(n_codes: int) -> type[np.signedinteger[Any]]:
     """The smallest signed integer type holding -1..n_codes (codes, a spare slot, -1)."""
     for dtype in (np.int8, np.int16, np.int32):

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
-from pdprobe.analysis.row_slices import chunks, compact_dtype, index_dtype, sample_rows, take
+from pdprobe.analysis.row_slices import (
+    chunks,
+    compact_dtype,
+    index_dtype,
+    key_starts,
+    sample_rows,
+    take,
+)
 
 
 def test_chunks_cover_every_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,3 +112,18 @@ def test_sample_rows_of_one_rate_is_the_draw_of_code_zero(monkeypatch: pytest.Mo
     np.testing.assert_array_equal(rows, sample_rows(np.zeros(2_000, dtype=np.int8), rate, 5))
     uniform = np.random.default_rng(5).random(2_000, dtype=np.float32)
     np.testing.assert_array_equal(rows, np.flatnonzero(uniform < rate[0]))
+
+
+@pytest.mark.parametrize("n_keys", [1, 2, 7, 40])
+def test_key_starts_is_searchsorted_of_every_key(n_keys: int) -> None:
+    keys = np.sort(np.random.default_rng(n_keys).integers(0, 30, 1_000))
+    calls: list[int] = []
+
+    def key_at(rows: np.ndarray) -> np.ndarray:
+        calls.append(rows.size)
+        return keys[rows]
+
+    got = key_starts(key_at, n_keys, keys.size)
+    np.testing.assert_array_equal(got, np.searchsorted(keys, np.arange(n_keys), side="left"))
+    assert sum(calls) <= n_keys * 12  # about log2(1000) rows per key, not every row
+    assert key_starts(key_at, 3, 0).tolist() == [0, 0, 0]

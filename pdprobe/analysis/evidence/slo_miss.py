@@ -155,7 +155,10 @@ def _bursts(arrival: np.ndarray, missed: np.ndarray,
     in the busiest bins; every figure is a count, so the shares are those of one pass.
     """
     from pdprobe.analysis.grouped import chunks
+    from pdprobe.analysis.row_slices import ascending
 
+    if arrival.size and np.isfinite(arrival[[0, -1]]).all() and ascending(arrival):
+        return _bursts_sorted(arrival, missed, window)
     ok = np.isfinite(arrival)
     n_ok = int(np.count_nonzero(ok))
     n_all_missed = int(np.count_nonzero(missed))
@@ -192,6 +195,42 @@ def _bursts(arrival: np.ndarray, missed: np.ndarray,
         in_busy += int(np.count_nonzero(hit))
         in_busy_missed += int(np.count_nonzero(hit[missed[part][keep]]))
     return (in_busy_missed / n_missed if n_missed else float("nan")), in_busy / n_ok
+
+
+def _bursts_sorted(arrival: np.ndarray, missed: np.ndarray,
+                   window: Window) -> tuple[float | None, float | None]:
+    """``_bursts`` of finite arrivals in time order: each burst bin's requests are a run of
+    rows, found by searching where each bin starts (the same floor divisions, at a few rows:
+    they never decrease), and the misses in the busiest bins are counted in their runs, so
+    no pass bins every arrival."""
+    from pdprobe.analysis.row_slices import key_starts
+
+    n = arrival.size
+    n_missed = int(np.count_nonzero(missed))
+    if n_missed < 5 or n < 20:
+        return None, None
+    width = max(window.step_s, BURST_BIN_MIN_S)
+    t_min = float(arrival[0])
+
+    def bin_at(rows: np.ndarray) -> np.ndarray:
+        scaled = arrival[rows] - t_min
+        scaled /= width
+        return np.floor(scaled, out=scaled).astype(np.int64)
+
+    n_bins = int(bin_at(np.array([n - 1]))[0]) + 1
+    starts = key_starts(bin_at, n_bins + 1, n)  # the last: n
+    counts = np.diff(starts)
+    if len(counts) < 5:
+        return None, None
+    n_busy = max(1, round(BUSY_BIN_SHARE * len(counts)))
+    busy = np.zeros(len(counts), dtype=bool)
+    busy[np.argsort(-counts, kind="stable")[:n_busy]] = True
+    # runs of consecutive busy bins: one count of the misses per run
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], busy, [False])).astype(np.int8)))
+    in_busy_missed = sum(int(np.count_nonzero(missed[starts[a]:starts[b]]))
+                         for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(),
+                                         strict=True))
+    return in_busy_missed / n_missed, int(counts[busy].sum()) / n
 
 
 def _from_histograms(ds: Dataset, slo: Slo, preempt: int | None) -> SloMissShape:

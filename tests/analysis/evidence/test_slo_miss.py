@@ -69,3 +69,35 @@ def test_bursts_from_slices(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None
     busy[np.argsort(-counts, kind="stable")[:max(1, round(0.2 * counts.size))]] = True
     want = (float(busy[bins][missed[ok]].mean()), float(busy[bins].mean()))
     assert got == want
+
+
+@pytest.mark.parametrize("step", [15.0, 1.0])
+def test_bursts_of_sorted_arrivals_are_searched_runs(monkeypatch: pytest.MonkeyPatch,
+                                                     step: float) -> None:
+    """Arrivals in time order take the searched path (bins as runs of rows): the very shares
+    of binning every arrival, and of the same rows in another order."""
+    from pdprobe.analysis.evidence import slo_miss
+
+    searched: list[int] = []
+    real = slo_miss._bursts_sorted
+    monkeypatch.setattr(slo_miss, "_bursts_sorted",
+                        lambda *args: searched.append(1) or real(*args))
+    rng = np.random.default_rng(3)
+    arrival = np.sort(np.concatenate([rng.uniform(0.0, 600.0, 4_000),
+                                      rng.uniform(100.0, 130.0, 900),
+                                      np.full(50, 300.0)]))  # ties on a bin's edge
+    missed = rng.random(arrival.size) < 0.05
+    burst = (arrival > 100.0) & (arrival < 130.0)
+    missed[burst] = rng.random(int(burst.sum())) < 0.5
+    window = Window(0.0, 600.0, step)
+    got = _bursts(arrival, missed, window)
+    width = max(step, 10.0)
+    bins = np.floor((arrival - arrival[0]) / width).astype(np.int64)
+    counts = np.bincount(bins)
+    busy = np.zeros(counts.size, dtype=bool)
+    busy[np.argsort(-counts, kind="stable")[:max(1, round(0.2 * counts.size))]] = True
+    assert got == (float(busy[bins][missed].mean()), float(busy[bins].mean()))
+    assert got[0] is not None and got[0] > 0.2  # the burst holds most misses
+    shuffled = rng.permutation(arrival.size)
+    assert _bursts(arrival[shuffled], missed[shuffled], window) == got
+    assert searched == [1]  # the sorted rows were searched, the shuffled ones binned
