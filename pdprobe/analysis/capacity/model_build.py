@@ -93,7 +93,7 @@ def too_thin(requests: pd.DataFrame, periods: BusyPeriods,
     changes which prefill fit is used (requests alone on their instance are rare under load:
     a sample of one block in 25 holds a 25th of them).
     """
-    if periods.sample is None or isinstance(obs, str) or obs[3] != BUSY_SEGMENTS:
+    if periods.sample is None or isinstance(obs, str) or not obs[3].startswith(BUSY_SEGMENTS):
         return False  # not sampled, no prefill times, or enough requests ran alone
     every = periods.sample.every
     rows = np.flatnonzero(isolated_prefills(requests, periods))
@@ -156,12 +156,14 @@ def build_model(dataset: Dataset | None, mix: WorkloadMix, profile: Profile, *,
             else:
                 prefill, pfit = scaled
         else:
-            busy_fit = fit_prefill_busy(dataset.requests, profile, periods) \
-                if obs[3] == BUSY_SEGMENTS else None
+            # (every request's prefill_s, perhaps a bounded sample of them: "... (a sample of")
+            busy_first = obs[3].startswith(BUSY_SEGMENTS)
+            busy_fit = fit_prefill_busy(dataset.requests, profile, periods) if busy_first else None
             if busy_fit is not None:
                 prefill, pfit = busy_fit
             else:
-                what = "per-request prefill_s" if obs[3] == BUSY_SEGMENTS else obs[3]
+                what = "per-request prefill_s" + obs[3].removeprefix(BUSY_SEGMENTS) if busy_first \
+                    else obs[3]
                 prefill, pfit = fit_prefill(obs[0], obs[1], profile, cached=obs[2], what=what)
         # memory: the busy periods (millions of rows at scale) are not read past the prefill
         # fit; released before the decode reconstruction builds its own arrays

@@ -29,6 +29,7 @@ from pdprobe.analysis.capacity.perf_observations import (
     status_ok,
 )
 from pdprobe.analysis.capacity.perf_solver import FitResult, nnls_relative
+from pdprobe.analysis.capacity.prefill_sample import sample_prefill_rows
 from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK, positions
 from pdprobe.profiles import Profile
 
@@ -115,6 +116,8 @@ def fit_prefill(uncached: np.ndarray, prefill_s: np.ndarray, profile: Profile,
     prof_t = base.alone_s(u, cp)
     scale = float(np.median(t / prof_t))
     notes: list[str] = []
+    if SAMPLED_MARK in what:  # the observations are a bounded sample: say how large
+        notes.append("prefill: the fit observes " + what[what.index(SAMPLED_MARK):].removesuffix(")"))
     model: PrefillModel | None = None
     fit: FitResult | None = None
     if n >= MIN_FIT_POINTS and _spread(u) >= MIN_LENGTH_SPREAD:
@@ -227,7 +230,8 @@ def fit_decode(batch: np.ndarray, ctx_tokens: np.ndarray, tpot_s: np.ndarray, pr
 
 
 
-def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
+def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None,
+                         max_points: int | None = None
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str:
     """(uncached tokens, prefill time, cached tokens, what they are) per request, or why none.
 
@@ -236,6 +240,11 @@ def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
     and on which instance, only requests that had their instance to themselves (a busy period
     of one request) are used, if there are enough of them: their time is the model's ``alone``
     time exactly. ``periods``: ``busy_periods(dataset.requests)`` if the caller has it.
+
+    Above ``max_points`` usable observations (default
+    ``prefill_sample.PREFILL_FIT_MAX_POINTS``) only a stratified sample of that many is read
+    (``sample_prefill_rows``), and ``what`` says so ("... (a sample of ...)"; the fallback to
+    every request then starts with ``BUSY_SEGMENTS`` and the sample's description follows).
     """
     if not dataset.has_request_column("prefill_s"):
         return "no prefill_s column in the request records"
@@ -243,12 +252,18 @@ def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None
     what = "per-request prefill_s"
     if dataset.has_request_column("queue_s") and dataset.has_request_column("prefill_instance"):
         # the requests alone first: under load they are few, and only they are read then
-        rows = np.flatnonzero(isolated_prefills(req, periods))
-        alone = _observations(req, rows)
+        rows = positions(isolated_prefills(req, periods))
+        taken = sample_prefill_rows(req, rows, max_points)
+        alone = _observations(req, rows if taken is None else taken.rows)
+        del rows
         if len(alone[1]) >= MIN_FIT_POINTS:
-            return (*alone, "prefill_s of requests alone on their instance")
+            what = "prefill_s of requests alone on their instance"
+            return (*alone, what if taken is None else f"{what} ({taken.describe()})")
         what = BUSY_SEGMENTS
-    return (*_observations(req), what)
+    taken = sample_prefill_rows(req, None, max_points)
+    if taken is None:
+        return (*_observations(req), what)
+    return (*_observations(req, taken.rows), f"{what} ({taken.describe()})")
 
 
 def _observations(req: pd.DataFrame, rows: np.ndarray | None = None
