@@ -145,15 +145,15 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
             t0, s_max = min(t0, float(s.min())), max(s_max, float(s.max()))
     # floor division is monotone: the latest start is in the last block
     reach = np.full(int(np.floor_divide(np.float64(s_max) - t0, block_s)) + 1, -np.inf)
+    sampled = np.arange(len(reach)) % every == phase  # per block (a table, not per row)
     observed = np.empty(n_rows, dtype=bool)
-    with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
-        for lo, hi, s, e in _chunks(intervals, n_rows, None):
-            b = floor_quotient(s - t0, block_s).astype(np.int64)
-            obs = observed[lo:hi]
-            np.equal(b % every, phase, out=obs)
-            if valid is not None:
-                obs &= valid[lo:hi]
-            np.maximum.at(reach, b[obs], e[obs])  # over the observed only
+    for lo, hi, s, e in _chunks(intervals, n_rows, None):
+        b = _blocks(s, t0, block_s, len(reach))
+        obs = observed[lo:hi]
+        np.take(sampled, b, out=obs)
+        if valid is not None:
+            obs &= valid[lo:hi]
+        np.maximum.at(reach, b[obs], e[obs])  # over the observed only
     if not observed.any():  # a capture shorter than the stride of blocks: keep it all
         return None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
@@ -161,6 +161,15 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     needed = observed.copy()
     _mark_overlapping(intervals, cand, observed, needed, group, closed)
     return TimeSample(observed=observed, needed=needed, every=every, total=n)
+
+
+def _blocks(s: np.ndarray, t0: float, block_s: float, n_blocks: int) -> np.ndarray:
+    """The time block of each start (``floor((s - t0) / block_s)``, numpy's floor division)
+    as an index into per-block tables: the valid starts' blocks lie in ``[0, n_blocks)``;
+    invalid rows' (NaN) are clipped into it (garbage, masked off by the callers)."""
+    with np.errstate(invalid="ignore"):
+        b = floor_quotient(s - t0, block_s).astype(np.intp)
+    return np.clip(b, 0, n_blocks - 1, out=b)
 
 
 def _chunks(intervals: Intervals, n_rows: int, valid: np.ndarray | None
@@ -278,21 +287,27 @@ def _candidates(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
     end (``reach``, per block) of any sampled block at or before theirs, and those ending in
     or after the next sampled block."""
     phase = every // 2
+    # per block (tables read at each row's block, not integer arithmetic per row):
+    block = np.arange(len(reach))
+    prev = block - (block - phase) % every  # the sampled block at or before
+    has_prev = prev >= 0
+    np.clip(prev, 0, len(reach) - 1, out=prev)
+    # how far that block's observed requests reach (-inf: none before, no start is late)
+    late_reach = np.where(has_prev, reach[prev], -np.inf)
+    # the next sampled block (as a float: compared with a float floor below)
+    nxt = (prev + every * has_prev + phase * ~has_prev).astype(np.float64)
     maybe = np.empty(n_rows, dtype=bool)
     with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
         for lo, hi, s, e in _chunks(intervals, n_rows, None):
-            block = floor_quotient(s - t0, block_s).astype(np.int64)
-            prev = block - (block - phase) % every  # the sampled block at or before
-            has_prev = prev >= 0
-            np.clip(prev, 0, len(reach) - 1, out=prev)
-            late = has_prev & (s <= reach[prev])
+            b = _blocks(s, t0, block_s, len(reach))
+            part = maybe[lo:hi]
+            np.less_equal(s, late_reach[b], out=part)
+            part |= observed[lo:hi]
             # an end reaching an observed start in block q (floor((start - t0) / block_s) = q,
             # floor division) is at least q by the rounded quotient too: rounding is monotone
-            nxt = prev + every * has_prev + phase * ~has_prev
-            early = np.floor((e - t0) / block_s) >= nxt
-            part = maybe[lo:hi]
-            np.logical_or(observed[lo:hi], late, out=part)
-            part |= early
+            e = np.subtract(e, t0)
+            np.divide(e, block_s, out=e)
+            part |= np.floor(e, out=e) >= nxt[b]
             if valid is not None:
                 part &= valid[lo:hi]
     return positions(maybe)
