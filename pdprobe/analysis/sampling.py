@@ -60,6 +60,9 @@ class TimeSample:
     total: int  # requests the sample was drawn from
 
     size: int = -1  # observed requests (-1: count ``observed``)
+    # ``sample_intervals(by_group=True)``: the needed rows sorted by (group, start), stably
+    # (positions, starts, ends), as the overlap test sorted them anyway
+    by_group: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def describe(self, what: str) -> str:
         """A note naming the sample: its size, what it was drawn from, how."""
@@ -121,7 +124,8 @@ def floor_quotient(x: np.ndarray, width: float) -> np.ndarray:
 def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
                      group: np.ndarray | None, *, max_requests: int | None = None,
                      block_s: float = SAMPLE_BLOCK_S, closed: bool = False,
-                     start_range: tuple[float, float] | None = None) -> TimeSample | None:
+                     start_range: tuple[float, float] | None = None,
+                     by_group: bool = False) -> TimeSample | None:
     """``time_sample`` of the ``n_rows`` intervals ``intervals`` computes, of the rows
     ``valid`` marks (None: all; the others may be anything and are neither observed nor
     needed), without whole-size arrays of them.
@@ -132,6 +136,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     categorical column's own codes do) are the only ones read. The same sample as
     ``time_sample`` of the valid rows alone. ``start_range``: the valid rows' earliest and
     latest start when the caller found them in its own pass (the first pass is skipped).
+    ``by_group`` (with ``group``): also ``TimeSample.by_group``, the needed rows in (group,
+    start) order with their intervals, from the overlap test's own sort (no second one).
     """
     max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
     n = n_rows if valid is None else int(np.count_nonzero(valid))
@@ -159,8 +165,9 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
     cand = _candidates(intervals, n_rows, valid, observed, reach, every, t0, block_s)
     needed = observed.copy()
-    _mark_overlapping(intervals, cand, observed, needed, group, closed)
-    return TimeSample(observed=observed, needed=needed, every=every, total=n)
+    kept = _mark_overlapping(intervals, cand, observed, needed, group, closed,
+                             by_group and group is not None)
+    return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
 
 
 def _blocks(s: np.ndarray, t0: float, block_s: float, n_blocks: int) -> np.ndarray:
@@ -326,32 +333,43 @@ def positions(mask: np.ndarray) -> np.ndarray:
     return out
 
 
-# Up to this many groups the overlap test finds each group's candidates with one pass of
-# comparisons over their codes (no int64 sort order of every candidate); beyond it, one sort.
-FEW_GROUPS: Final = 256
+def _group_parts(cand: np.ndarray, group: np.ndarray | None) -> list[np.ndarray]:
+    """The candidates (ascending positions) split by ``group`` code, in code order, each
+    part ascending: one stable sort of the codes (a radix sort of 16-bit ones) instead of a
+    comparison pass over every candidate per group."""
+    if group is None or not len(cand):
+        return [cand]
+    codes = group[cand]
+    if codes.dtype.itemsize > 2:
+        lo, hi = int(codes.min()), int(codes.max())
+        if hi - lo < 2**15:  # numpy's stable sort of 16-bit integers is a radix sort
+            codes = np.subtract(codes, lo).astype(np.int16)
+    order = np.argsort(codes, kind="stable")
+    codes = codes[order]
+    cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    return np.split(cand[order], cuts)
 
 
 def _mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarray,
-                      needed: np.ndarray, group: np.ndarray | None, closed: bool) -> None:
+                      needed: np.ndarray, group: np.ndarray | None, closed: bool,
+                      by_group: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Marks in ``needed`` the candidates (ascending positions ``cand``) that overlap an
-    observed request of their group. One group at a time: only its intervals are computed."""
-    if group is None:
-        parts: Iterator[np.ndarray] = iter([cand])
-    else:
-        codes = group[cand]
-        lo, hi = (int(codes.min()), int(codes.max())) if len(codes) else (0, -1)
-        if hi - lo < FEW_GROUPS:
-            parts = (cand[codes == g] for g in range(lo, hi + 1))
-        else:
-            order = np.argsort(codes, kind="stable")  # positions ascend within each group
-            cuts = np.flatnonzero(np.diff(codes[order])) + 1
-            parts = (cand[idx] for idx in np.split(order, cuts))
-    for rows in parts:  # per group, not per request
-        obs = np.flatnonzero(observed[rows])
-        if not len(obs):
+    observed request of their group. One group at a time: only its intervals are computed.
+    ``by_group``: returns the needed rows sorted by (group, start), stably, with their
+    starts and ends (each group's candidates are sorted by start for the test anyway)."""
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for rows in _group_parts(cand, group):  # per group, not per request
+        seen = observed[rows]
+        if not seen.any():
             continue
         s_g, e_g = intervals(rows)
-        obs = obs[np.argsort(s_g[obs], kind="stable")]
+        if by_group:  # every candidate by start; the observed ones in that order
+            by_start = np.argsort(s_g, kind="stable")
+            obs = by_start[seen[by_start]]
+        else:
+            obs = np.flatnonzero(seen)
+            obs = obs[np.argsort(s_g[obs], kind="stable")]
         # the union of the observed intervals: disjoint spans, sorted, ends increasing
         reach = np.maximum.accumulate(e_g[obs])
         new = np.ones(len(obs), dtype=bool)
@@ -364,5 +382,16 @@ def _mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarr
         # furthest
         i = np.searchsorted(span_lo, e_g, side="right" if closed else "left") - 1
         reach_i = span_hi[np.maximum(i, 0)]
-        before = s_g <= reach_i if closed else s_g < reach_i
-        needed[rows] |= (i >= 0) & before
+        hit = s_g <= reach_i if closed else s_g < reach_i
+        hit &= i >= 0
+        hit |= needed[rows]
+        needed[rows] = hit
+        if by_group:
+            at = by_start[hit[by_start]]
+            kept.append((rows[at], s_g[at], e_g[at]))
+    if not by_group:
+        return None
+    if not kept:
+        return np.zeros(0, dtype=cand.dtype), np.zeros(0), np.zeros(0)
+    return (np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept]),
+            np.concatenate([k[2] for k in kept]))

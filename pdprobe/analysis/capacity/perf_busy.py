@@ -95,18 +95,21 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     # touching prefills (one starts as the other ends) share a period: closed overlaps
     taken = sample_intervals(spans, n, None if valid.all() else valid, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
-                             start_range=(t_first, t_last)) if sample else None
-    rows = positions(valid if taken is None else taken.needed)
-    del valid
+                             start_range=(t_first, t_last), by_group=True) if sample else None
     observed = None
-    if taken is not None:  # the masks are read: kept without them
-        observed, taken = taken.observed[rows], taken.released()
-    # sorted, then the intervals computed again at the sorted rows: no gathered copies
-    order = sort_by_group(codes[rows], n_names, starts(rows))
-    rows = rows[order]
-    observed = observed[order] if observed is not None else None
-    del order
-    s, e = spans(rows)
+    if taken is not None and taken.by_group is not None:
+        # the sample's overlap test sorted its rows by (instance, start) already
+        rows, s, e = taken.by_group
+        observed, taken = taken.observed[rows], taken.released()  # kept without the masks
+        del valid
+    else:
+        rows = positions(valid)
+        del valid
+        # sorted, then the intervals computed again at the sorted rows: no gathered copies
+        order = sort_by_group(codes[rows], n_names, starts(rows))
+        rows = rows[order]
+        del order
+        s, e = spans(rows)
     g = codes[rows].astype(np.int16 if n_names < 2**15 else np.int64)
     new_period = np.ones(len(rows), dtype=bool)  # the first of each instance opens a period
     new_period[1:] = g[1:] != g[:-1]
