@@ -17,11 +17,13 @@ the notes say what was sampled.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+
+from pdprobe.analysis.overlaps import Intervals, mark_overlapping
 
 # Above this many requests the reconstructions run on a sample. 400,000 observations pin a
 # three-coefficient fit far below the noise of any capture (the NNLS fit itself already
@@ -80,10 +82,6 @@ class TimeSample:
                           self.size if self.size >= 0 else int(self.observed.sum()))
 
 
-# The [start, end) intervals of the requests at an index (a slice of rows or ascending
-# positions). The reconstructions compute them from record columns on demand: whole start and
-# end arrays would be 160 MB of fresh memory at 10 million requests, read once or twice.
-Intervals = Callable[[slice | np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None,
@@ -165,8 +163,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
     cand = _candidates(intervals, n_rows, valid, observed, reach, every, t0, block_s)
     needed = observed.copy()
-    kept = _mark_overlapping(intervals, cand, observed, needed, group, closed,
-                             by_group and group is not None)
+    kept = mark_overlapping(intervals, cand, observed, needed, group, closed,
+                            by_group and group is not None)
     return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
 
 
@@ -331,67 +329,3 @@ def positions(mask: np.ndarray) -> np.ndarray:
         out[at:at + len(found)] = found + lo
         at += len(found)
     return out
-
-
-def _group_parts(cand: np.ndarray, group: np.ndarray | None) -> list[np.ndarray]:
-    """The candidates (ascending positions) split by ``group`` code, in code order, each
-    part ascending: one stable sort of the codes (a radix sort of 16-bit ones) instead of a
-    comparison pass over every candidate per group."""
-    if group is None or not len(cand):
-        return [cand]
-    codes = group[cand]
-    if codes.dtype.itemsize > 2:
-        lo, hi = int(codes.min()), int(codes.max())
-        if hi - lo < 2**15:  # numpy's stable sort of 16-bit integers is a radix sort
-            codes = np.subtract(codes, lo).astype(np.int16)
-    order = np.argsort(codes, kind="stable")
-    codes = codes[order]
-    cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-    return np.split(cand[order], cuts)
-
-
-def _mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarray,
-                      needed: np.ndarray, group: np.ndarray | None, closed: bool,
-                      by_group: bool = False
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Marks in ``needed`` the candidates (ascending positions ``cand``) that overlap an
-    observed request of their group. One group at a time: only its intervals are computed.
-    ``by_group``: returns the needed rows sorted by (group, start), stably, with their
-    starts and ends (each group's candidates are sorted by start for the test anyway)."""
-    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for rows in _group_parts(cand, group):  # per group, not per request
-        seen = observed[rows]
-        if not seen.any():
-            continue
-        s_g, e_g = intervals(rows)
-        if by_group:  # every candidate by start; the observed ones in that order
-            by_start = np.argsort(s_g, kind="stable")
-            obs = by_start[seen[by_start]]
-        else:
-            obs = np.flatnonzero(seen)
-            obs = obs[np.argsort(s_g[obs], kind="stable")]
-        # the union of the observed intervals: disjoint spans, sorted, ends increasing
-        reach = np.maximum.accumulate(e_g[obs])
-        new = np.ones(len(obs), dtype=bool)
-        new[1:] = s_g[obs][1:] > reach[:-1]
-        heads = np.flatnonzero(new)
-        span_lo = s_g[obs][heads]
-        span_hi = reach[np.append(heads[1:] - 1, len(obs) - 1)]
-        # a request overlaps span i when span_lo[i] < its end and its start < span_hi[i] (or
-        # <= for closed intervals); of the spans opening before its end the last reaches
-        # furthest
-        i = np.searchsorted(span_lo, e_g, side="right" if closed else "left") - 1
-        reach_i = span_hi[np.maximum(i, 0)]
-        hit = s_g <= reach_i if closed else s_g < reach_i
-        hit &= i >= 0
-        hit |= needed[rows]
-        needed[rows] = hit
-        if by_group:
-            at = by_start[hit[by_start]]
-            kept.append((rows[at], s_g[at], e_g[at]))
-    if not by_group:
-        return None
-    if not kept:
-        return np.zeros(0, dtype=cand.dtype), np.zeros(0), np.zeros(0)
-    return (np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept]),
-            np.concatenate([k[2] for k in kept]))

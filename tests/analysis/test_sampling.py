@@ -259,35 +259,3 @@ def test_floor_quotient_is_numpys_floor_division(width: float) -> None:
         with np.errstate(invalid="ignore"):
             assert np.any(np.floor(x / width) != expected)
 
-
-@pytest.mark.parametrize("dtype", [np.int8, np.int64])
-@pytest.mark.parametrize("closed", [False, True])
-def test_by_group_is_the_needed_rows_stably_sorted_by_group_and_start(
-        dtype: type, closed: bool) -> None:
-    """``by_group`` gives the needed rows in (group, start) order, ties in row order, with
-    their own intervals: what a stable sort by group then start of ``needed`` gives (tied
-    starts, a missing-name code -1 and wide codes included). The masks are unchanged."""
-    rng = np.random.default_rng(9)
-    n = 20_000
-    start = np.round(1.7e9 + rng.uniform(0, 7200, n), -1)  # unordered, many tied starts
-    end = start + np.round(rng.exponential(6.0, n), 1)
-    group = rng.integers(-1, 7, n).astype(dtype) * (1 if dtype == np.int8 else 10**9)
-
-    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return start[rows], end[rows]
-
-    plain = sampling.sample_intervals(spans, n, None, group, max_requests=4_000,
-                                      closed=closed)
-    got = sampling.sample_intervals(spans, n, None, group, max_requests=4_000,
-                                    closed=closed, by_group=True)
-    assert plain is not None and got is not None and got.by_group is not None
-    assert plain.by_group is None
-    assert np.array_equal(got.needed, plain.needed)
-    assert np.array_equal(got.observed, plain.observed)
-    keep = np.flatnonzero(got.needed)
-    order = np.lexsort((start[keep], group[keep]))  # stable: ties keep row order
-    rows, s, e = got.by_group
-    assert len(np.unique(start[keep])) < len(keep)  # ties are exercised
-    np.testing.assert_array_equal(rows, keep[order])
-    np.testing.assert_array_equal(s, start[keep[order]])
-    np.testing.assert_array_equal(e, end[keep[order]])

@@ -1,0 +1,60 @@
+"""Tests for pdprobe/analysis/overlaps.py: the time-block sample's exact overlap test, split by
+group, and the needed rows sorted by (group, start)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis import sampling
+from pdprobe.analysis.overlaps import group_parts
+
+
+@pytest.mark.parametrize(("dtype", "scale"), [(np.int8, 1), (np.int16, 1), (np.int32, 1),
+                                              (np.int32, 10**6), (np.int64, 10**9)])
+def test_group_parts_are_each_codes_candidates_in_code_order(dtype: type, scale: int) -> None:
+    """One part per code present (missing-name -1 first), ascending positions in each: what a
+    comparison per code gives, for small and wide codes."""
+    rng = np.random.default_rng(5)
+    group = (rng.integers(-1, 7, 50_000) * scale).astype(dtype)
+    group[group == 3 * scale] = 4 * scale  # a code with no candidate
+    cand = np.flatnonzero(rng.random(50_000) < 0.4).astype(np.int32)
+    parts = group_parts(cand, group)
+    codes = sorted(set(group[cand].tolist()))
+    assert len(parts) == len(codes)
+    for part, code in zip(parts, codes, strict=True):
+        np.testing.assert_array_equal(part, cand[group[cand] == code])
+    assert len(group_parts(cand, None)) == 1 and group_parts(cand, None)[0] is cand
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64])
+@pytest.mark.parametrize("closed", [False, True])
+def test_by_group_is_the_needed_rows_stably_sorted_by_group_and_start(
+        dtype: type, closed: bool) -> None:
+    """``by_group`` gives the needed rows in (group, start) order, ties in row order, with
+    their own intervals: what a stable sort by group then start of ``needed`` gives (tied
+    starts, a missing-name code -1 and wide codes included). The masks are unchanged."""
+    rng = np.random.default_rng(9)
+    n = 20_000
+    start = np.round(1.7e9 + rng.uniform(0, 7200, n), -1)  # unordered, many tied starts
+    end = start + np.round(rng.exponential(6.0, n), 1)
+    group = rng.integers(-1, 7, n).astype(dtype) * (1 if dtype == np.int8 else 10**9)
+
+    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return start[rows], end[rows]
+
+    plain = sampling.sample_intervals(spans, n, None, group, max_requests=4_000,
+                                      closed=closed)
+    got = sampling.sample_intervals(spans, n, None, group, max_requests=4_000,
+                                    closed=closed, by_group=True)
+    assert plain is not None and got is not None and got.by_group is not None
+    assert plain.by_group is None
+    assert np.array_equal(got.needed, plain.needed)
+    assert np.array_equal(got.observed, plain.observed)
+    keep = np.flatnonzero(got.needed)
+    order = np.lexsort((start[keep], group[keep]))  # stable: ties keep row order
+    rows, s, e = got.by_group
+    assert len(np.unique(start[keep])) < len(keep)  # ties are exercised
+    np.testing.assert_array_equal(rows, keep[order])
+    np.testing.assert_array_equal(s, start[keep[order]])
+    np.testing.assert_array_equal(e, end[keep[order]])
