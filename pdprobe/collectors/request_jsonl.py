@@ -128,16 +128,61 @@ def read_jsonl(path: Path, data: bytes | memoryview, want_hash_ids: bool
         pass
     table, bad = _parse_json_skipping(data, schema)
     if table.num_rows == 0:
-        raise InputError(f"{path}: none of its {bad.size} line(s) is a JSON object with usable "
-                         f"values (first bad line {int(bad[0]) if bad.size else 1})",
-                         hint="check the export; JSON Lines needs one {...} object per line")
-    warnings = []
-    if bad.size:
-        shown = ", ".join(str(int(n)) for n in bad[:QUOTE_FIRST])
-        more = ", ..." if bad.size > QUOTE_FIRST else ""
-        warnings.append(f"{path}: skipped {bad.size} line(s) that are not valid JSON objects or "
-                        f"carry values of the wrong type (line {shown}{more})")
-    return table, cmap, warnings, int(bad.size)
+        raise _none_usable(path, bad)
+    return table, cmap, _skipped_warnings(path, bad), int(bad.size)
+
+
+def _none_usable(path: Path, bad: np.ndarray) -> InputError:
+    return InputError(f"{path}: none of its {bad.size} line(s) is a JSON object with usable "
+                      f"values (first bad line {int(bad[0]) if bad.size else 1})",
+                      hint="check the export; JSON Lines needs one {...} object per line")
+
+
+def _skipped_warnings(path: Path, bad: np.ndarray) -> list[str]:
+    if not bad.size:
+        return []
+    shown = ", ".join(str(int(n)) for n in bad[:QUOTE_FIRST])
+    more = ", ..." if bad.size > QUOTE_FIRST else ""
+    return [f"{path}: skipped {bad.size} line(s) that are not valid JSON objects or carry "
+            f"values of the wrong type (line {shown}{more})"]
+
+
+class SkippedLines:
+    """The broken lines of a JSON Lines file read in pieces (``request_stream``), numbered in
+    the file: each piece pyarrow refuses is parsed line by line as ``read_jsonl`` parses the
+    whole file (``parse_skipping``), so the warning, the count and the error when no line is
+    usable are ``read_jsonl``'s, while memory holds one piece and the rest is parsed once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.used = False  # some piece was parsed line by line
+        self._lines: list[np.ndarray] = []
+
+    def add(self, lines: np.ndarray) -> None:
+        """Bad lines of one piece (1-based, in the file), pieces in file order."""
+        self.used = True
+        self._lines.append(lines)
+
+    @property
+    def lines(self) -> np.ndarray:
+        return (np.concatenate(self._lines) if self._lines
+                else np.zeros(0, dtype=np.int64))
+
+    def check_rows(self, rows: int) -> None:
+        """At the end of the file: ``read_jsonl``'s ``InputError`` when no line was usable."""
+        if self.used and rows == 0:
+            raise _none_usable(self.path, self.lines)
+
+    def outcome(self) -> tuple[list[str], int]:
+        """The warnings and the number of lines skipped, as ``read_jsonl`` returns them."""
+        bad = self.lines
+        return _skipped_warnings(self.path, bad), int(bad.size)
+
+
+def parse_skipping(data: bytes | memoryview, schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+    """``data`` (whole lines) parsed with the lines pyarrow refuses left out: the table and the
+    1-based numbers of those lines in ``data`` (the bisection of ``read_jsonl``)."""
+    return _parse_json_skipping(data, schema)
 
 
 def _parse_json(data: bytes | memoryview, schema: pa.Schema, block: int = JSON_BLOCK_BYTES
