@@ -50,7 +50,7 @@ from pdprobe.collectors.request_formats import (
     _utf8_name,
 )
 from pdprobe.collectors.request_ids import all_ascii
-from pdprobe.collectors.request_jsonl import read_jsonl
+from pdprobe.collectors.request_jsonl import SkippedLines, read_jsonl
 from pdprobe.collectors.request_stream import Fallback, stream_delimited, stream_jsonl
 from pdprobe.dataset import (
     ROLE_FROM_LABEL,
@@ -94,14 +94,16 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         delimiter = "\t" if fmt == "tsv" else ","
         try:  # streamed: memory holds one block of text at a time
             with _stream_source(path, sniffed.compression, data) as source:
+                lines = SkippedLines(path)  # broken JSON lines, skipped piece by piece
                 if fmt == "jsonl":
-                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids)
+                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, lines)
                 else:
                     batches, cmap = stream_delimited(path, source, data, delimiter,
                                                      want_hash_ids)
                 repaired = _Repaired(batches.batches)
                 assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
                                      want_hash_ids)
+                warnings, skipped = lines.outcome()
         except Fallback:  # a broken line or an odd value: read whole, every case worded
             if fmt == "jsonl":
                 table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)

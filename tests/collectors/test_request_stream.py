@@ -18,6 +18,7 @@ from pdprobe.collectors import request_stream, requests_file
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.request_stream import Fallback
 from pdprobe.collectors.requests_file import read_requests
+from pdprobe.errors import InputError
 
 ROWS = 3000
 
@@ -222,3 +223,76 @@ def test_stopping_early_leaves_no_parsing_thread_and_restores_the_hook() -> None
     ahead.close()
     assert sys.unraisablehook is hook
     assert not [t for t in threading.enumerate() if t.name.startswith("pdprobe-parse")]
+
+
+def _broken_jsonl(path: Path, breaks: dict[int, str], crlf: bool = False) -> None:
+    """The test table as JSON Lines with the lines at ``breaks`` (0-based) replaced."""
+    import json
+
+    lines = [json.dumps(r) for r in _table().to_pylist()]
+    for i, text in breaks.items():
+        lines[i] = text
+    end = "\r\n" if crlf else "\n"
+    path.write_text(end.join(lines) + ("" if len(lines) - 1 in breaks else end))
+
+
+BROKEN = {
+    0: '{"request_id": "r0", "arrival_ts": ',  # in the first piece
+    7: "",  # blank: not a bad line
+    1200: '["not", "an", "object"]',  # the wrong shape
+    1201: '{"request_id": "r1201", "arrival_ts": "soon", "input_tokens": 3}',  # wrong type
+    1202: '  {"request_id": "r1202", "arrival_ts": 1.75e9, "input_tokens": 3,}  ',
+    ROWS - 1: '{"request_id": "r2999", "arrival_ts": 1750001',  # truncated last line, no end
+}
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("crlf", [False, True])
+def test_broken_json_lines_are_skipped_piece_by_piece_as_the_whole_read_skips_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crlf: bool) -> None:
+    path = tmp_path / "r.jsonl"
+    _broken_jsonl(path, BROKEN, crlf)
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+    assert got.source == expect.source  # type: ignore[attr-defined]
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
+    assert got.source.skipped == 5
+    assert any("skipped 5 line(s)" in w and "(line 1, 1201, 1202, 1203, 3000)" in w
+               for w in got.warnings)
+    assert len(got.requests) == ROWS - 6
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_many_broken_lines_across_pieces_are_worded_as_the_whole_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.jsonl"
+    _broken_jsonl(path, {i: "{nope" for i in range(5, ROWS, 97)})
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
+    assert got.source == expect.source  # type: ignore[attr-defined]
+    assert any(", ...)" in w for w in got.warnings)
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_a_file_of_broken_json_lines_is_the_whole_read_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.jsonl"
+    # JSON objects to the json module (the last "output_tokens" wins), refused by pyarrow
+    line = ('{"request_id": "r", "arrival_ts": 1.75e9, "input_tokens": 3, "output_tokens": 2, '
+            '"output_tokens": "x"}\n')
+    path.write_text(line * 2000)
+    with pytest.raises(InputError) as whole:
+        _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        with pytest.raises(InputError) as got:
+            read_requests(path, ReadContext())
+    assert str(got.value) == str(whole.value)
+    assert "none of its 2000 line(s)" in str(got.value)
