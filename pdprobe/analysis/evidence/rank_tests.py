@@ -30,6 +30,10 @@ MWU_EXACT_MAX_N: Final = 8
 # Rows of the pairwise comparison matrix built at a time (bounds the temporary to ~8 MB of
 # booleans for series of any length; trend series are a few hundred bins).
 PAIR_CHUNK_ROWS: Final = 2048
+# Ranks of non-negative whole numbers (token lengths: the length-mix test ranks 400,000 of
+# them) are counted, not sorted (~10x faster), when the count per value takes at most this many
+# slots per value ranked: a few lengths up to 10**6 must not allocate millions of counts.
+COUNTING_SLOTS_PER_VALUE: Final = 4
 
 
 def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,6 +44,9 @@ def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     x = np.asarray(values, dtype=np.float64)
     n = x.size
+    counted = _counted_ranks(x)
+    if counted is not None:
+        return counted
     order = np.argsort(x, kind="stable")
     ordinal = np.arange(1, n + 1, dtype=np.float64)
     y = x[order]
@@ -53,6 +60,24 @@ def average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ties = np.zeros(n, dtype=np.float64)
     ties[first] = counts.astype(np.float64)
     return out, ties
+
+
+def _counted_ranks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``average_ranks`` of non-negative whole numbers below ``COUNTING_SLOTS_PER_VALUE``
+    times their count, from one count per value: each value's first position in sorted order
+    is the count of smaller values, so the ranks (the same arithmetic on the same whole
+    numbers) and the tie layout are the very arrays the sort gives. None for other values."""
+    if not x.size or not x.min() >= 0 or x.max() >= COUNTING_SLOTS_PER_VALUE * x.size or \
+            not np.array_equal(x, np.rint(x)):
+        return None
+    ints = x.astype(np.int64)
+    counts = np.bincount(ints)
+    first = np.cumsum(counts) - counts  # values strictly smaller: the first sorted position
+    present = counts > 0
+    ranks = (first + 1).astype(np.float64) + (counts.astype(np.float64) - 1) / 2
+    ties = np.zeros(x.size, dtype=np.float64)
+    ties[first[present]] = counts[present].astype(np.float64)
+    return ranks[ints], ties
 
 
 def _discordant_pairs(x: np.ndarray, y: np.ndarray) -> int:

@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Iterator
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from pdprobe.analysis.evidence.rank_tests import (
@@ -138,3 +139,28 @@ def test_importing_the_evidence_statistics_does_not_import_scipy_stats() -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_whole_numbers_are_ranked_by_counting_with_the_sorts_arrays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token lengths are ranked by counting: the very ranks, tie layout and p-value of the sort
+    (and of scipy)."""
+    from scipy.stats._stats_py import _rankdata
+
+    from pdprobe.analysis.evidence import rank_tests
+
+    rng = np.random.default_rng(8)
+    a = np.rint(rng.lognormal(6, 1.0, 30_000)).clip(0, 60_000)
+    b = np.rint(rng.lognormal(6.05, 1.0, 20_000)).clip(0, 60_000)
+    x = np.concatenate([a, b])
+    assert rank_tests._counted_ranks(x) is not None
+    counted, p_counted = average_ranks(x), mann_whitney_p(a, b)
+    monkeypatch.setattr(rank_tests, "COUNTING_SLOTS_PER_VALUE", 0)  # every value sorted
+    assert rank_tests._counted_ranks(x) is None
+    ranks, ties = average_ranks(x)
+    assert np.array_equal(counted[0], ranks) and np.array_equal(counted[1], ties)
+    want_ranks, want_ties = _rankdata(x, "average", return_ties=True)
+    assert np.array_equal(ranks, want_ranks) and np.array_equal(ties, want_ties)
+    assert p_counted == mann_whitney_p(a, b)
+    assert p_counted == float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    assert rank_tests._counted_ranks(np.array([0.5, 2.0])) is None  # not whole numbers
