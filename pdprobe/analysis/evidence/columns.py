@@ -90,11 +90,15 @@ def host(name: str) -> str:
 
 def instance_names(ds: Dataset) -> set[str]:
     """Every instance the dataset names: known instances, request columns, metric labels."""
+    from pdprobe.analysis.grouped import key_groups
+
     names = {i.name for i in ds.instances}
     req = ds.requests
     for col in ROLE_COLUMN.values():
         if col in ds.request_columns and len(req):
-            names.update(str(v) for v in req[col].dropna().unique())
+            # the values some row holds: the labels of the column's grouping, which the
+            # instance summaries and the evidence share (no pass over the rows here)
+            names.update(key_groups(req, col).labels)
     if len(ds.metrics):
         from pdprobe.analysis.tables import column_codes
 

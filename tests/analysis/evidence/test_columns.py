@@ -1,0 +1,41 @@
+"""Tests for pdprobe/analysis/evidence/columns.py: the instances the evidence has rows for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis.evidence.columns import instance_names
+from pdprobe.dataset import (
+    EVENT_COLUMNS,
+    METRIC_COLUMNS,
+    NETWORK_COLUMNS,
+    Dataset,
+    InstanceInfo,
+    conform,
+    empty_frame,
+)
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+def test_instance_names_are_those_some_row_or_label_names(categorical: bool) -> None:
+    """Known instances, every value a role column holds (not a category no row uses, not a
+    missing value) and the metrics' instance labels; never the empty name."""
+    prefill = ["p1", None, "p0", "p1", ""]
+    decode = ["d0", "d0", None, "d1", "d0"]
+    requests = pd.DataFrame({"arrival_ts": np.arange(5.0), "prefill_instance": prefill,
+                             "decode_instance": decode})
+    if categorical:
+        for col, unused in (("prefill_instance", "p-idle"), ("decode_instance", "d-idle")):
+            values = requests[col].astype(object)
+            categories = sorted({v for v in values if isinstance(v, str)} | {unused})
+            requests[col] = pd.Categorical(values, categories=categories)
+    metrics = conform(pd.DataFrame({"ts": [1.0], "instance": ["m0"], "signal": ["x"],
+                                    "kind": ["gauge"], "le": [np.nan], "value": [1.0]}),
+                      METRIC_COLUMNS)
+    ds = Dataset(requests=requests, metrics=metrics, network=empty_frame(NETWORK_COLUMNS),
+                 events=empty_frame(EVENT_COLUMNS),
+                 instances=(InstanceInfo("k0", "decode", "test"),), sources=(),
+                 request_columns=frozenset(requests.columns))
+    assert instance_names(ds) == {"k0", "p0", "p1", "d0", "d1", "m0"}
