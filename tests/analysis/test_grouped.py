@@ -311,3 +311,35 @@ def test_medians_by_partition_are_the_sorted_medians(seed: int) -> None:
     want = pd.Series(values[keep]).groupby(codes[keep]).median()
     np.testing.assert_array_equal(got, want.reindex(range(7)).to_numpy())
     assert np.isnan(got[2]) and got[6] == 1.5
+
+
+@pytest.mark.parametrize("sample", [None, 40])
+def test_ordered_codes_group_without_a_sort(monkeypatch: pytest.MonkeyPatch,
+                                            sample: int | None) -> None:
+    """Codes that never decrease (time bins of arrivals in time order): the grouping is the
+    sorted one, and integer sums are run sums equal to adding row by row in float64."""
+    from pdprobe.analysis import grouped, row_slices
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 64)
+    rng = np.random.default_rng(5)
+    codes = np.sort(rng.integers(0, 9, 1_000)).astype(np.int8)
+    codes[codes == 3] = 4  # an unused code
+    tokens = rng.integers(0, 20_000, codes.size)
+    groups = Groups.of(codes, range(9), sample_max=sample)
+    assert groups.ordered and groups.sampled == (sample is not None)
+    shuffled = Groups.of(codes[::-1].copy(), range(9), sample_max=sample)
+    assert not shuffled.ordered
+    if sample is None:
+        np.testing.assert_array_equal(groups.order, stable_order(codes, 9)[:groups.order.size])
+    else:
+        assert np.all(np.diff(groups.order) > 0)
+        np.testing.assert_array_equal(codes[groups.order], np.sort(codes[groups.order]))
+    slow = groups._accumulate(tokens, np.add, 0.0, skip_nan=True)  # row by row
+    np.testing.assert_array_equal(groups.sums(tokens), slow)
+    assert grouped._run_sums(tokens, groups.totals) is not None
+    negative = tokens.copy()
+    negative[3] = -7
+    assert grouped._run_sums(negative, groups.totals) is None  # added row by row
+    np.testing.assert_array_equal(groups.sums(negative),
+                                  groups._accumulate(negative, np.add, 0.0, skip_nan=True))
+    assert grouped._run_sums(np.full(4, 2 ** 52), np.array([4])) is None  # past 2**53
