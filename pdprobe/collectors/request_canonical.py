@@ -280,7 +280,8 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
     series: dict[str, Any] = {}
     for canonical, dtype in REQUEST_COLUMNS.items():
         if dtype == "category":
-            codes, names = categories.get(canonical, (np.full(n_kept, -1, np.int32), []))
+            got = categories.get(canonical)  # an absent column: every row missing (-1)
+            codes, names = got if got is not None else (np.full(n_kept, -1, np.int32), [])
             series[canonical] = canonical_category(pd.Series(
                 pd.Categorical.from_codes(codes, categories=pd.Index(names))),
                 category_always(canonical))
