@@ -103,6 +103,15 @@ class _Column:
         if values.size:
             self.parts.append(np.array(values, dtype=self.dtype))  # a copy: the batch goes
 
+    def slot(self, n: int) -> np.ndarray | None:
+        """The next ``n`` reserved rows to write in place (counted as written), or None when
+        they do not fit (then ``put`` appends)."""
+        if self.out is None or self.parts or self.written + n > self.out.size:
+            return None
+        view = self.out[self.written:self.written + n]
+        self.written += n
+        return view
+
     def collected(self) -> np.ndarray:
         pieces = ([self.out[:self.written]] if self.out is not None else []) + self.parts
         self.out = None
@@ -190,9 +199,17 @@ class _Codes:
             remap, names, self._unknown_entries = _dictionary_codes(dictionary, self.status)
             self._remap = self._held(names)[remap]  # dictionary entry -> held code
             self._dictionary = dictionary
-        row = pc.fill_null(arr.indices, len(dictionary)).to_numpy(zero_copy_only=False)
+        indices = arr.indices
+        row = (indices.to_numpy(zero_copy_only=False) if not indices.null_count  # no copy
+               else pc.fill_null(indices, len(dictionary)).to_numpy(zero_copy_only=False))
         self._count(_unknown_counts(row, len(dictionary), self._unknown_entries))
-        self.codes.put(self._remap[row])  # int32 codes cast into the held dtype (they fit)
+        if self._remap.dtype != self.codes.dtype:  # held codes fit the held dtype
+            self._remap = self._remap.astype(self.codes.dtype)
+        slot = self.codes.slot(row.size)
+        if slot is None:
+            self.codes.put(self._remap[row])
+        else:  # gathered straight into the column ("clip": every index is in range)
+            np.take(self._remap, row, out=slot, mode="clip")
 
     def _held(self, names: list[str]) -> np.ndarray:
         """Batch code (into the sorted ``names``; -1 last) -> held code (first seen order)."""

@@ -118,6 +118,27 @@ def test_codes_widen_past_int8_when_a_column_has_many_instances() -> None:
     assert few.dtype == np.int8 and [few_labels[c] for c in few] == [f"p{i % 3}" for i in range(n)]
 
 
+def test_codes_widen_between_batches_of_different_dictionaries() -> None:
+    def part(names: list[str]) -> pa.Table:
+        n = len(names)
+        return pa.table({"arrival_ts": np.arange(n, dtype=np.float64),
+                         "prompt_tokens": np.ones(n, np.int64),
+                         "output_tokens": np.ones(n, np.int64),
+                         "decode_instance": pa.array(names).dictionary_encode()})
+
+    # few names (int8 codes gathered into the column), then 200 more (widened to int32),
+    # then the first few again: each batch's codes name its own rows
+    names = ([f"d{i % 3}" for i in range(100)] + [f"x{i:03d}" for i in range(200)]
+             + [f"d{i % 3}" for i in range(50)] + [None] * 5)  # type: ignore[list-item]
+    table = pa.concat_tables([part(names[:100]), part(names[100:300]), part(names[300:])])
+    cmap = map_columns(table.column_names)
+    for reserve in (len(names), 120):  # in place, and appended beyond the reserve
+        got = assemble(table.to_batches(max_chunksize=40), table.schema, cmap, reserve)
+        codes, labels, _ = got.categories["decode_instance"]
+        assert codes.dtype == np.int32
+        assert [labels[c] if c >= 0 else None for c in codes] == names
+
+
 def test_batches_sharing_a_dictionary_map_it_once_and_count_as_one_column() -> None:
     from pdprobe.collectors.request_values import _category_codes
 
