@@ -136,7 +136,9 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
             values *= cmap.scales[canonical]  # in place: the column is held once
         out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):
-            unusable = out_of_range | np.isnan(values)  # missing, not a number, or impossible
+            unusable = np.isnan(values)  # missing, not a number, or impossible
+            if why:  # (an empty reason: nothing out of range, the mask need not be read)
+                unusable |= out_of_range
             newly = unusable & valid
             if newly.any():
                 bad = implausible(np.where(valid, values, np.nan), 0.0,
@@ -149,7 +151,7 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
             valid &= ~unusable
             np.rint(values, out=values)
         else:
-            if out_of_range.any():
+            if why:  # something out of range
                 warnings.append(f"{label}: {int(out_of_range.sum())} negative or too large {name} value(s) "
                                 f"treated as unknown ({why}; {_rows_hint(out_of_range)})")
                 values[out_of_range] = np.nan

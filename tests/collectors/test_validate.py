@@ -24,6 +24,24 @@ def test_implausible_counts_each_kind_and_leaves_nan_alone() -> None:
     assert why == "2 infinite, 1 negative, 1 above 1e+09"
 
 
+def test_implausible_reason_is_empty_exactly_when_nothing_is_out_of_range() -> None:
+    cases = {
+        "inside": np.array([0.0, 3.0, 1e9]),  # the bounds themselves are plausible
+        "inside with NaN": np.array([np.nan, 2.0, np.nan]),
+        "all NaN": np.array([np.nan, np.nan]),
+        "empty": np.array([]),
+        "one above": np.array([1.0, 1e9 + 1]),
+        "one below, NaN first": np.array([np.nan, -0.5]),
+        "infinity": np.array([1.0, np.inf]),
+    }
+    for label, values in cases.items():
+        mask, why = implausible(values, 0.0, 1e9)
+        with np.errstate(invalid="ignore"):
+            expected = (values < 0.0) | (values > 1e9)
+        assert mask.tolist() == expected.tolist(), label
+        assert (why == "") == (not expected.any()), label
+
+
 def test_one_arrival_of_1970_is_an_outlier_and_a_real_gap_is_not() -> None:
     ts = T0 + np.arange(583) * 0.5
     ts[7] = 1.0
