@@ -50,6 +50,7 @@ from pdprobe.collectors.request_jsonl import (
     _schema,
     parse_skipping,
 )
+from pdprobe.collectors.request_values import QUOTE_FIRST
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -114,10 +115,12 @@ def _header_end(data: bytes | memoryview) -> int:
 
 
 def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimiter: str,
-                     want_hash_ids: bool) -> tuple[Batches, ColumnMap]:
+                     want_hash_ids: bool, skipped: MalformedRows | None = None
+                     ) -> tuple[Batches, ColumnMap]:
     """The mapped columns of a clean CSV/TSV file, piece by piece (module docstring).
     ``source`` is the file or the decompressed bytes as a ``pyarrow`` random-access file;
-    ``data`` gives the header."""
+    ``data`` gives the header. With ``skipped``, malformed rows after the first piece are
+    skipped into it (``MalformedRows``) instead of raising ``Fallback``."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -137,15 +140,32 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
         malformed.append(1)
         return "skip"
 
-    def read(piece: pa.Buffer, first: bool) -> pa.Table:
+    def read(piece: pa.Buffer, first: bool, rows: list[tuple[int | None, str]] | None = None
+             ) -> pa.Table:
+        def later_invalid(row: Any) -> str:  # (line in the piece, text), from one thread
+            if rows is not None:
+                rows.append((row.number, row.text))
+            return "skip"
+
         return pcsv.read_csv(
             piece,
             read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES,
                                           column_names=None if first else header,
                                           use_threads=first),  # later: one per piece
-            parse_options=pcsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid),
+            parse_options=pcsv.ParseOptions(
+                delimiter=delimiter,
+                invalid_row_handler=on_invalid if rows is None else later_invalid),
             convert_options=pcsv.ConvertOptions(include_columns=wanted, column_types=types,
                                                 strings_can_be_null=True, check_utf8=False))
+
+    def read_later(item: tuple[int, pa.Buffer]
+                   ) -> tuple[int, pa.Table, list[tuple[int, str]] | None]:
+        start, piece = item
+        if skipped is None:
+            return start, read(piece, False), []
+        rows: list[tuple[int | None, str]] = []
+        table = read(piece, False, rows)
+        return start, table, _verified(piece, rows) if rows else []
 
     first_piece = next(_pieces(source, size), None)
     if first_piece is None:
@@ -153,15 +173,19 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
     first = _guarded(lambda: read(first_piece, True))
     if malformed:
         raise Fallback
+    lines = _LinesBefore(source)
     # later pieces with the types inferred from the first block, as one read would have them
     types = {f.name: f.type for f in first.schema}
 
     def batches() -> Iterator[Any]:
         yield from first.to_batches()
-        later = _pieces(source, size, len(first_piece))
-        for table in _parsed_ahead(later, partial(read, first=False)):
-            if malformed or table.schema != first.schema:
+        later = _starts(_pieces(source, size, len(first_piece)), len(first_piece))
+        for start, table, rows in _parsed_ahead(later, read_later):
+            if malformed or rows is None or table.schema != first.schema:
                 raise Fallback
+            if rows and skipped is not None:
+                before = lines.before(start)
+                skipped.add([(before + n, text) for n, text in rows])
             yield from table.to_batches()
 
     return Batches(first.schema, batches(),
@@ -220,7 +244,7 @@ def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLin
             skipped.add(bad + lines.before(start))
         return table
 
-    pieces = _starts(_pieces(source, size))
+    pieces = _starts(_pieces(source, size), 0)
     first_item = next(pieces, None)
     if first_item is None:
         raise Fallback
@@ -239,9 +263,8 @@ def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLin
     return len(first_item[1]), first.num_rows, batches()
 
 
-def _starts(pieces: Iterator[pa.Buffer]) -> Iterator[tuple[int, pa.Buffer]]:
-    """Each piece with the offset it starts at (the pieces are consecutive from byte 0)."""
-    start = 0
+def _starts(pieces: Iterator[pa.Buffer], start: int) -> Iterator[tuple[int, pa.Buffer]]:
+    """Each piece with the offset it starts at (the pieces are consecutive from ``start``)."""
     for piece in pieces:
         yield start, piece
         start += len(piece)
@@ -263,6 +286,58 @@ class _LinesBefore:
             self.lines += int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8) == 0x0A))
             self.offset += n
         return self.lines
+
+
+def _verified(piece: pa.Buffer, rows: list[tuple[int | None, str]]
+              ) -> list[tuple[int, str]] | None:
+    """The malformed ``rows`` pyarrow reported for ``piece`` as (line in the piece, text) when
+    each text is its line's bytes (less a final CR), as ``request_formats._line_of`` finds a
+    row by its text in the whole file; None when one is not (the whole-file reader words it)."""
+    buf = np.frombuffer(piece, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 0x0A)
+    if buf.size and buf[-1] != 0x0A:  # the file's last line, without a line end
+        ends = np.append(ends, buf.size)
+    out: list[tuple[int, str]] = []
+    for number, text in rows:
+        if number is None or not 1 <= number <= ends.size:
+            return None
+        lo = int(ends[number - 2]) + 1 if number > 1 else 0
+        raw = bytes(buf[lo:int(ends[number - 1])])
+        wanted = text.encode("utf-8", errors="replace")
+        if raw not in (wanted, wanted + b"\r"):
+            return None
+        out.append((number, text))
+    return out
+
+
+class MalformedRows:
+    """The malformed rows (the wrong number of fields) a streamed CSV/TSV read skipped after
+    its first piece, worded as ``request_formats._read_delimited`` words them: the count, and
+    the line of the first ``QUOTE_FIRST`` rows, each given as the first line holding the
+    same text (the whole-file reader searches the file for the text). Memory holds one piece,
+    and a file with one bad row is parsed once instead of again whole."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self.shown: list[int] = []
+        self._first: dict[str, int] = {}  # text -> its first line, among the shown rows
+
+    def add(self, rows: list[tuple[int, str]]) -> None:
+        """Rows of one piece as (line in the file, text), pieces in file order."""
+        for line, text in rows:
+            if self.count < QUOTE_FIRST:
+                self.shown.append(self._first.setdefault(text, line))
+            self.count += 1
+
+    def outcome(self) -> tuple[list[str], int]:
+        """The warnings and the number of rows skipped, as ``_read_delimited`` returns them."""
+        if not self.count:
+            return [], 0
+        where = ", ".join(str(n) for n in self.shown)
+        more = ", ..." if self.count > QUOTE_FIRST else ""
+        return [f"{self.path}: skipped {self.count} malformed row(s) with the wrong number of "
+                f"fields (line {where}{more})"], self.count
 
 
 def _parsed_ahead(pieces: Iterator[Item], parse: Callable[[Item], Parsed]
