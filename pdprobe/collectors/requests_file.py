@@ -51,7 +51,12 @@ from pdprobe.collectors.request_formats import (
 )
 from pdprobe.collectors.request_ids import all_ascii
 from pdprobe.collectors.request_jsonl import SkippedLines, read_jsonl
-from pdprobe.collectors.request_stream import Fallback, stream_delimited, stream_jsonl
+from pdprobe.collectors.request_stream import (
+    Fallback,
+    MalformedRows,
+    stream_delimited,
+    stream_jsonl,
+)
 from pdprobe.dataset import (
     ROLE_FROM_LABEL,
     Partial,
@@ -94,12 +99,14 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         delimiter = "\t" if fmt == "tsv" else ","
         try:  # streamed: memory holds one block of text at a time
             with _stream_source(path, sniffed.compression, data) as source:
-                lines = SkippedLines(path)  # broken JSON lines, skipped piece by piece
+                lines: SkippedLines | MalformedRows  # broken lines/rows, piece by piece
                 if fmt == "jsonl":
-                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, lines)
+                    lines = json_lines = SkippedLines(path)
+                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, json_lines)
                 else:
+                    lines = rows = MalformedRows(path)
                     batches, cmap = stream_delimited(path, source, data, delimiter,
-                                                     want_hash_ids)
+                                                     want_hash_ids, rows)
                 repaired = _Repaired(batches.batches)
                 assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
                                      want_hash_ids)

@@ -96,7 +96,8 @@ def test_clean_files_stream_in_pieces_to_the_whole_file_result(
 
 @pytest.mark.usefixtures("small_pieces")
 @pytest.mark.parametrize("bad", ["malformed", "text"])
-def test_a_bad_row_in_a_later_piece_reads_the_file_whole(tmp_path: Path, bad: str) -> None:
+def test_a_bad_row_in_a_later_piece_is_worded_as_the_whole_read(tmp_path: Path, bad: str
+                                                                ) -> None:
     path = tmp_path / "r.csv"
     pcsv.write_csv(_table(), path)
     lines = path.read_text().splitlines(keepends=True)
@@ -296,3 +297,66 @@ def test_a_file_of_broken_json_lines_is_the_whole_read_error(
             read_requests(path, ReadContext())
     assert str(got.value) == str(whole.value)
     assert "none of its 2000 line(s)" in str(got.value)
+
+
+def _malformed_csv(path: Path, breaks: dict[int, bytes], crlf: bool = False) -> None:
+    """The test table as CSV with the data rows at ``breaks`` (0-based) replaced."""
+    pcsv.write_csv(_table(), path)
+    lines = path.read_bytes().splitlines()
+    for i, text in breaks.items():
+        lines[i + 1] = text
+    end = b"\r\n" if crlf else b"\n"
+    path.write_bytes(end.join(lines) + (b"" if ROWS - 1 in breaks else end))
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("crlf", [False, True])
+@pytest.mark.parametrize("breaks", [
+    {ROWS - 1: b'"r2999",1750001000.5,12'},  # a truncated last line, no line end
+    {900: b"1,2", 1500: b"1,2,3,4,5,6,7,8,9,10", 2100: b"1,2", 2950: b'"x"'},  # "1,2" twice
+    {i: b"%d,%d" % (i, i) for i in range(700, ROWS, 41)},  # more than are named: "..."
+])
+def test_malformed_rows_after_the_first_piece_are_skipped_as_the_whole_read_skips_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breaks: dict[int, bytes],
+        crlf: bool) -> None:
+    path = tmp_path / "r.csv"
+    _malformed_csv(path, breaks, crlf)
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+    assert got.source == expect.source  # type: ignore[attr-defined]
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
+    assert got.source.skipped == len(breaks)
+    assert any(f"skipped {len(breaks)} malformed row(s)" in w for w in got.warnings)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_repeated_malformed_rows_are_named_by_their_first_line_as_the_whole_read_names_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.csv"
+    _malformed_csv(path, {1000: b"1,2", 1700: b"3,4", 2400: b"1,2"})
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    assert any("skipped 3 malformed row(s)" in w and "(line 1002, 1702, 1002)" in w
+               for w in got.warnings)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_a_malformed_row_in_the_first_piece_still_reads_the_file_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.csv"
+    _malformed_csv(path, {3: b"1,2"})
+    whole = []
+    read_delimited = requests_file._read_delimited
+
+    def counted(*args: object, **kwargs: object) -> object:
+        whole.append(1)
+        return read_delimited(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(requests_file, "_read_delimited", counted)
+    got = read_requests(path, ReadContext())
+    assert whole == [1]
+    assert any("skipped 1 malformed row(s)" in w and "(line 5)" in w for w in got.warnings)
