@@ -50,7 +50,7 @@ from pdprobe.collectors.request_jsonl import (
     _schema,
     parse_skipping,
 )
-from pdprobe.collectors.request_values import QUOTE_FIRST
+from pdprobe.collectors.request_skipped import LinesBefore, MalformedRows, verified_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -165,7 +165,7 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
             return start, read(piece, False), []
         rows: list[tuple[int | None, str]] = []
         table = read(piece, False, rows)
-        return start, table, _verified(piece, rows) if rows else []
+        return start, table, verified_rows(piece, rows) if rows else []
 
     first_piece = next(_pieces(source, size), None)
     if first_piece is None:
@@ -173,7 +173,7 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
     first = _guarded(lambda: read(first_piece, True))
     if malformed:
         raise Fallback
-    lines = _LinesBefore(source)
+    lines = LinesBefore(source)
     # later pieces with the types inferred from the first block, as one read would have them
     types = {f.name: f.type for f in first.schema}
 
@@ -236,7 +236,7 @@ def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLin
         table, bad = parse_skipping(memoryview(piece), schema)  # 1-based lines of the piece
         return start, table, bad
 
-    lines = _LinesBefore(source)
+    lines = LinesBefore(source)
 
     def kept(parsed: tuple[int, pa.Table, np.ndarray | None]) -> pa.Table:
         start, table, bad = parsed
@@ -268,76 +268,6 @@ def _starts(pieces: Iterator[pa.Buffer], start: int) -> Iterator[tuple[int, pa.B
     for piece in pieces:
         yield start, piece
         start += len(piece)
-
-
-class _LinesBefore:
-    """Line ends in ``source`` before an offset, counted only when asked (a piece with broken
-    lines), from where the last count stopped: offsets must not decrease."""
-
-    def __init__(self, source: Any) -> None:
-        self.source = source
-        self.offset = 0
-        self.lines = 0
-
-    def before(self, offset: int) -> int:
-        while self.offset < offset:
-            n = min(STREAM_PIECE_BYTES, offset - self.offset)
-            buf = self.source.read_at(n, self.offset)  # no seek: the pieces' reads go on
-            self.lines += int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8) == 0x0A))
-            self.offset += n
-        return self.lines
-
-
-def _verified(piece: pa.Buffer, rows: list[tuple[int | None, str]]
-              ) -> list[tuple[int, str]] | None:
-    """The malformed ``rows`` pyarrow reported for ``piece`` as (line in the piece, text) when
-    each text is its line's bytes (less a final CR), as ``request_formats._line_of`` finds a
-    row by its text in the whole file; None when one is not (the whole-file reader words it)."""
-    buf = np.frombuffer(piece, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 0x0A)
-    if buf.size and buf[-1] != 0x0A:  # the file's last line, without a line end
-        ends = np.append(ends, buf.size)
-    out: list[tuple[int, str]] = []
-    for number, text in rows:
-        if number is None or not 1 <= number <= ends.size:
-            return None
-        lo = int(ends[number - 2]) + 1 if number > 1 else 0
-        raw = bytes(buf[lo:int(ends[number - 1])])
-        wanted = text.encode("utf-8", errors="replace")
-        if raw not in (wanted, wanted + b"\r"):
-            return None
-        out.append((number, text))
-    return out
-
-
-class MalformedRows:
-    """The malformed rows (the wrong number of fields) a streamed CSV/TSV read skipped after
-    its first piece, worded as ``request_formats._read_delimited`` words them: the count, and
-    the line of the first ``QUOTE_FIRST`` rows, each given as the first line holding the
-    same text (the whole-file reader searches the file for the text). Memory holds one piece,
-    and a file with one bad row is parsed once instead of again whole."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.count = 0
-        self.shown: list[int] = []
-        self._first: dict[str, int] = {}  # text -> its first line, among the shown rows
-
-    def add(self, rows: list[tuple[int, str]]) -> None:
-        """Rows of one piece as (line in the file, text), pieces in file order."""
-        for line, text in rows:
-            if self.count < QUOTE_FIRST:
-                self.shown.append(self._first.setdefault(text, line))
-            self.count += 1
-
-    def outcome(self) -> tuple[list[str], int]:
-        """The warnings and the number of rows skipped, as ``_read_delimited`` returns them."""
-        if not self.count:
-            return [], 0
-        where = ", ".join(str(n) for n in self.shown)
-        more = ", ..." if self.count > QUOTE_FIRST else ""
-        return [f"{self.path}: skipped {self.count} malformed row(s) with the wrong number of "
-                f"fields (line {where}{more})"], self.count
 
 
 def _parsed_ahead(pieces: Iterator[Item], parse: Callable[[Item], Parsed]
