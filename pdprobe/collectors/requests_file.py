@@ -51,12 +51,8 @@ from pdprobe.collectors.request_formats import (
 )
 from pdprobe.collectors.request_ids import all_ascii
 from pdprobe.collectors.request_jsonl import SkippedLines, read_jsonl
-from pdprobe.collectors.request_stream import (
-    Fallback,
-    MalformedRows,
-    stream_delimited,
-    stream_jsonl,
-)
+from pdprobe.collectors.request_skipped import MalformedRows
+from pdprobe.collectors.request_stream import Fallback, stream_delimited, stream_jsonl
 from pdprobe.dataset import (
     ROLE_FROM_LABEL,
     Partial,
