@@ -80,7 +80,8 @@ class ShareAbove:
         n = self.n
 
         def share(t: float) -> float:
-            with np.errstate(divide="ignore", invalid="ignore"):
+            # a subnormal tail overflows the quotient to inf: capped like any long wait
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
                 decay = np.exp(-np.fmin((t - lo) / theta, MAX_TAIL_EXPONENT))
             return (float(np.dot(decayed, decay))
                     + float(np.sum(exceed_probability(t - due, p, tail))) + after) / n
