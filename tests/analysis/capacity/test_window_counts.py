@@ -4,6 +4,7 @@ request, chunk by chunk, equal to whole-array passes."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -105,6 +106,8 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
         "status": rng.choice(["ok", "ok", "error"], n),
     })
     frame.loc[frame.index[ts < ts[0] + 400], "prefill_instance"] = "p0"
+    frame.loc[frame.index[rng.random(n) < 0.03], "status"] = None  # no status counts as ok
+    frame.loc[frame.index[[3, 900, 2000]], "e2e_s"] = [np.inf, -np.inf, np.inf]
     insts = (*(InstanceInfo(f"p{i}", "prefill", "t") for i in range(3)),
              InstanceInfo("d0", "decode", "t"))
     ds = dataset(frame, instances=insts)
@@ -116,11 +119,16 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
         assert active_instances(ds, role, edges) == expected
     assert active_instances(ds, "prefill", edges)[0] == 1
     done = window_index((req["arrival_ts"] + req["e2e_s"]).to_numpy(), edges)
-    ok = (req["status"] == "ok").to_numpy()
+    ok = (req["status"] == "ok").to_numpy() | req["status"].isna().to_numpy()
+    expected_done = np.bincount(done[ok & (done >= 0)], minlength=len(edges) - 1).tolist()
+    assert isinstance(req["status"].dtype, pd.CategoricalDtype)  # read by its codes
     counts = served_counts(ds, edges)
-    assert counts is not None
-    assert counts.tolist() == np.bincount(done[ok & (done >= 0)],
-                                          minlength=len(edges) - 1).tolist()
+    assert counts is not None and counts.tolist() == expected_done
+    # strings and nullable floats take the pass over frame slices: the same counts
+    plain = replace(ds, requests=req.assign(status=req["status"].astype(object),
+                                            e2e_s=req["e2e_s"].astype("Float64")))
+    counts = served_counts(plain, edges)
+    assert counts is not None and counts.tolist() == expected_done
 
 
 @pytest.mark.parametrize("chunk", [7, 1 << 16])
