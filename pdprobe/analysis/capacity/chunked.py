@@ -43,6 +43,26 @@ def _subtree(values: Values, lo: int, n: int, leaf: int) -> float:
     return _subtree(values, lo, half, leaf) + _subtree(values, lo + half, n - half, leaf)
 
 
+# Several value arrays of the requests ``lo..hi-1``, computed together (they share reads).
+ValueSets = Callable[[int, int], tuple[np.ndarray, ...]]
+
+
+def tree_sums(values: ValueSets, n: int) -> list[float]:
+    """``[tree_sum(v, n) for each v]`` of the arrays ``values(lo, hi)`` gives together, each
+    leaf visited once: each sum's additions are ``tree_sum``'s, in the same order."""
+    return _subtrees(values, 0, n, max(sampling.PASS_CHUNK, PAIRWISE_BLOCK))
+
+
+def _subtrees(values: ValueSets, lo: int, n: int, leaf: int) -> list[float]:
+    if n <= leaf:
+        return [float(np.add.reduce(v, initial=0.0)) if n else 0.0
+                for v in values(lo, lo + n)]
+    half = n // 2
+    half -= half % 8  # numpy's split: the first half a multiple of 8
+    return [a + b for a, b in zip(_subtrees(values, lo, half, leaf),
+                                  _subtrees(values, lo + half, n - half, leaf), strict=True)]
+
+
 def tree_cv(values: Values, n: int) -> float:
     """``float(np.std(a) / np.mean(a))`` of the ``n`` values (two chunked passes)."""
     mean = tree_sum(values, n) / n

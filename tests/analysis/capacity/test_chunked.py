@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import sampling
-from pdprobe.analysis.capacity.chunked import run_sums, tree_cv, tree_sum
+from pdprobe.analysis.capacity.chunked import run_sums, tree_cv, tree_sum, tree_sums
 
 
 @pytest.mark.parametrize("chunk", [1, 100, 1000, 4099, 1 << 16])
@@ -28,6 +28,18 @@ def test_tree_sum_and_cv_are_numpys_to_the_bit(monkeypatch: pytest.MonkeyPatch,
         if n > 1:
             assert tree_cv(values, n) == float(np.std(x) / np.mean(x))
     assert tree_sum(lambda lo, hi: np.zeros(hi - lo), 0) == 0.0
+
+
+@pytest.mark.parametrize("chunk", [1, 1000, 1 << 16])
+def test_tree_sums_are_each_arrays_tree_sum_to_the_bit(monkeypatch: pytest.MonkeyPatch,
+                                                       chunk: int) -> None:
+    """Several arrays summed in one visit of the leaves: each is numpy's sum of it."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 129, 12_345, 300_001):
+        x, y = rng.lognormal(0.0, 3.0, n), rng.normal(0.0, 1e6, n)
+        got = tree_sums(lambda lo, hi, x=x, y=y: (x[lo:hi], y[lo:hi] * 2.0), n)
+        assert got == [float(np.sum(x)), float(np.sum(y * 2.0))]
 
 
 def test_run_sums_are_bincounts_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:

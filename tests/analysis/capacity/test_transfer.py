@@ -129,3 +129,10 @@ def test_measured_kv_bytes_by_chunks_is_the_whole_array_figure(
     assert isinstance(got, KvBytes) and got.basis == "uncached" and got.n == int(ok.sum())
     assert float(np.std(b / u) / np.mean(b / u)) < float(np.std(b / p) / np.mean(b / p))
     assert got.bytes_per_token == float(b.sum() / u.sum())
+    # moved with the whole prompt (every row usable): the prompt basis, to the bit
+    kv = prompt * 131072.0 * rng.uniform(0.97, 1.03, n)
+    got = measured_kv_bytes(dataset({"arrival_ts": np.arange(n, dtype=float),
+                                     "prompt_tokens": prompt, "output_tokens": 10,
+                                     "cached_tokens": cached, "kv_bytes": kv}))
+    assert isinstance(got, KvBytes) and got.basis == "prompt" and got.n == n
+    assert got.bytes_per_token == float(kv.sum() / prompt.astype(float).sum())
