@@ -169,6 +169,16 @@ def observed_ttft_attainment(parts: tuple[np.ndarray, np.ndarray],
     return float(np.mean(queue[known] + rest[known] <= slo_ttft_s))
 
 
+def observed_ttft_quantile(parts: tuple[np.ndarray, np.ndarray], q: float) -> float | None:
+    """The ``q``-quantile of TTFT over the requests with a measured wait and TTFT (the
+    statistic ``PrefillPool.ttft_quantile`` predicts: the window's p90 at ``q`` = 0.9)."""
+    queue, rest = parts
+    known = np.isfinite(queue)
+    if int(known.sum()) < MIN_CALIBRATION_REQUESTS:
+        return None
+    return float(np.quantile(queue[known] + rest[known], q))
+
+
 @dataclass(frozen=True)
 class TpotEstimate:
     """TPOT at a decode count: p90, attainment of the objective, and the mean batch."""

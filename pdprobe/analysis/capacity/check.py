@@ -10,6 +10,7 @@ conditional on fixing that finding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Final
@@ -20,6 +21,24 @@ from pdprobe.values import Maybe, Missing
 # Predicted and observed TTFT attainment agree within this many points (0.05 = 5 points): the
 # backtest's target for the model at the deployed counts (docs/model.md).
 MODEL_TOLERANCE: Final = 0.05
+# Predicted and observed TTFT p90 agree within this factor either way. Five points of
+# attainment around the 90th percentile span p85..p95; on an exponential wait tail that is
+# a factor ln(20)/ln(10) = 1.30 above p90 and ln(10)/ln(6.7) = 1.21 below it, so 1.5 leaves
+# margin for the bare TTFT's spread while catching a wait level that attainment hides: a
+# tail mostly inside the objective moves the p90 long before it moves the attainment (issue:
+# per-instance round-robin queues, p90 0.57 s predicted vs 1.28 s observed at 4 points).
+MODEL_P90_FACTOR: Final = 1.5
+
+
+def p90_disagrees(predicted_s: float | None, observed_s: float | None) -> bool:
+    """True when both TTFT p90s are known, positive and more than ``MODEL_P90_FACTOR`` apart."""
+    if predicted_s is None or observed_s is None:
+        return False
+    if not (math.isfinite(predicted_s) and math.isfinite(observed_s)):
+        return False
+    if predicted_s <= 0 or observed_s <= 0:
+        return False
+    return max(predicted_s / observed_s, observed_s / predicted_s) > MODEL_P90_FACTOR
 
 
 def _num(value: Maybe[float] | Maybe[int] | None) -> float | None:
@@ -48,7 +67,11 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                  + f"; the window observed {observed_attainment:.1%}"
                  + (f" (p90 {observed_p90_s:.2f} s)" if observed_p90_s is not None else ""))
         cal = _num(cap.calibrated_ttft_attainment_estimate)
-        if abs(gap) <= MODEL_TOLERANCE:
+        level_off = p90_disagrees(pred_p90, observed_p90_s)
+        if abs(gap) <= MODEL_TOLERANCE and cap.recalibrated and cal is not None and level_off:
+            check += _p90_recalibration(cap, pred_p90, observed_p90_s, cal,
+                                        observed_attainment)
+        elif abs(gap) <= MODEL_TOLERANCE:
             check += f": they agree within {MODEL_TOLERANCE * 100:.0f} points"
         elif cap.recalibrated and cal is not None:
             direction = "optimistic" if gap > 0 else "pessimistic"
@@ -77,6 +100,16 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
         check = (check + tpot_gap) if check else tpot_gap[2:]
     rec_p, rec_d = cap.recommended_prefill, cap.recommended_decode
     conditional: tuple[str, ...] = ()
+    if not (slo_missed and "prefill" in short_pools):  # else the SLO-miss guard below decides
+        rec_p, note = _recalibrated_prefill(cap, rec_p, observed_attainment, observed_p90_s,
+                                            short_pools)
+        if note:
+            notes.append(note)
+            # the utilisation shown as "recommended" is that of the count recommended
+            before, after = _num(cap.recommended_prefill), _num(rec_p)
+            if before is not None and after is not None:
+                cap = replace(cap, prefill_utilization=_scaled(cap.prefill_utilization,
+                                                               before, after))
     if slo_missed:
         for pool in ("prefill", "decode"):
             if pool not in short_pools:
@@ -125,6 +158,75 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                    observed_tpot_p90_s=observed_tpot_p90_s if observed_tpot_p90_s is not None
                    else Missing("no observed TPOT p90"),
                    model_check=check, conditional_on=conditional, notes=tuple(notes))
+
+
+def _p90_recalibration(cap: CapacityResult, pred_p90: float | None,
+                       observed_p90_s: float | None, cal: float,
+                       observed_attainment: float) -> str:
+    """The check's words when attainment agreed but the TTFT p90 did not."""
+    assert pred_p90 is not None and observed_p90_s is not None  # p90_disagrees checked both
+    cal_p90 = _num(cap.calibrated_ttft_p90_estimate_s)
+    ratio = observed_p90_s / pred_p90
+    text = (f": they agree within {MODEL_TOLERANCE * 100:.0f} points of attainment, but the "
+            f"model's TTFT p90 is {max(ratio, 1 / ratio):.1f}x "
+            f"{'shorter' if ratio > 1 else 'longer'} than the window's, beyond the "
+            f"{MODEL_P90_FACTOR:g}x tolerance (its waits' level is off where most requests "
+            "still meet the objective), so it was recalibrated with the window's measured "
+            f"waits (scale {_num(cap.wait_scale) or 1.0:.2g}): {cal:.1%}"
+            + (f" (p90 {cal_p90:.2f} s)" if cal_p90 is not None else ""))
+    if p90_disagrees(cal_p90, observed_p90_s) or abs(cal - observed_attainment) > \
+            MODEL_TOLERANCE:
+        return text + (", still off the window: the waits' shape (which requests wait, how "
+                       "long) differs from the model's, not only their level")
+    return text + ", now in line with the window"
+
+
+def _still_optimistic(cap: CapacityResult, observed_attainment: float | None,
+                      observed_p90_s: float | None) -> bool:
+    """The recalibrated model still predicts more requests within the objective, or a shorter
+    TTFT p90, than the window observed (beyond the tolerances)."""
+    cal, cal_p90 = _num(cap.calibrated_ttft_attainment_estimate), \
+        _num(cap.calibrated_ttft_p90_estimate_s)
+    if cal is not None and observed_attainment is not None and \
+            cal - observed_attainment > MODEL_TOLERANCE:
+        return True
+    return cal_p90 is not None and observed_p90_s is not None and \
+        cal_p90 < observed_p90_s and p90_disagrees(cal_p90, observed_p90_s)
+
+
+def _recalibrated_prefill(cap: CapacityResult, rec: Maybe[int], observed_attainment: float | None,
+                          observed_p90_s: float | None,
+                          short_pools: Mapping[str, tuple[str, ...]]
+                          ) -> tuple[Maybe[int], str]:
+    """The prefill recommendation when the window's waits are longer than the model's.
+
+    Recalibrated with a wait scale above 1, the model's own waits were contradicted by the
+    window, so the count is the one the scaled waits need (``calibrated_prefill``); and where
+    even the scaled waits stay shorter than the window's, no count below the deployed one is
+    recommended: nothing then says fewer instances would hold the objective. Not when a
+    finding names decode short (the waits may be its back-pressure, which prefill instances
+    do not remove) or names prefill short for another finding's reason (that finding is fixed
+    first).
+    """
+    scale, r = _num(cap.wait_scale), _num(rec)
+    if not cap.recalibrated or scale is None or scale <= 1.0 or r is None:
+        return rec, ""
+    if "decode" in short_pools or short_pools.get("prefill"):
+        return rec, ""
+    cal_p, dep = _num(cap.calibrated_prefill), _num(cap.deployed_prefill)
+    if dep is not None and r < dep and _still_optimistic(cap, observed_attainment,
+                                                          observed_p90_s):
+        return int(dep), (f"even recalibrated, the model's waits are shorter than the "
+                          f"window's, so they cannot show that fewer than the deployed "
+                          f"{int(dep)} prefill meet the objective: {int(dep)} are kept (the "
+                          f"model alone said {int(r)}"
+                          + (f", the recalibrated waits {int(cal_p)}" if cal_p is not None
+                             else "") + ")")
+    if cal_p is not None and cal_p > r:
+        return int(cal_p), (f"the window's waits are longer than the model's; with the "
+                            f"recalibrated waits {int(cal_p)} prefill meet the objective "
+                            f"(the model alone said {int(r)})")
+    return rec, ""
 
 
 def with_headroom(cap: CapacityResult, *, min_instances: int = 1,

@@ -24,8 +24,9 @@ from pdprobe.analysis.capacity.calibrate import (
     Calibration,
     calibrate,
     observed_ttft_attainment,
+    observed_ttft_quantile,
 )
-from pdprobe.analysis.capacity.check import MODEL_TOLERANCE
+from pdprobe.analysis.capacity.check import MODEL_TOLERANCE, p90_disagrees
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
 from pdprobe.analysis.capacity.queueing import md1_ttft_s
@@ -278,8 +279,13 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
                         slo.attainment)
         raw = at_deployed.get("deployed_ttft_attainment")
         observed = observed_ttft_attainment(measured, slo.ttft_s)
-        recalibrated = cal is not None and raw is not None and observed is not None and \
-            abs(raw - observed) > MODEL_TOLERANCE
+        # beyond the tolerance in attainment, or in the TTFT quantile's level (a wait tail
+        # mostly inside the objective moves the quantile before the attainment)
+        recalibrated = cal is not None and (
+            (raw is not None and observed is not None
+             and abs(raw - observed) > MODEL_TOLERANCE)
+            or p90_disagrees(at_deployed.get("deployed_ttft_p90_s"),
+                             observed_ttft_quantile(measured, slo.attainment)))
         if cal is not None and recalibrated and cal.wait_scale > 1.0:
             # The prefill count with the window's waits. Applied only where the findings name
             # the prefill pool short (``check.check_against_window``): the waits may be
