@@ -135,3 +135,14 @@ def test_tpot_at_the_deployed_decode_count() -> None:
     assert four.p90_s == pytest.approx(0.01 + 5e-5 * (four.batch_mean
                                                       + 1.2816 * math.sqrt(four.batch_mean)))
     assert tpot_at(m, dm, 100.0, 1, 0.1) is None  # c r E[O] = 1: overloaded
+
+
+def test_observed_ttft_quantile_of_the_measured_parts() -> None:
+    """The window's TTFT quantile over the requests with both parts measured (the statistic
+    the p90 check compares with the model's)."""
+    from pdprobe.analysis.capacity.calibrate import observed_ttft_quantile
+
+    queue = np.r_[np.arange(100.0), np.full(5, np.nan)]
+    rest = np.r_[np.full(100, 0.5), np.full(5, np.nan)]
+    assert observed_ttft_quantile((queue, rest), 0.9) == pytest.approx(89.1 + 0.5)
+    assert observed_ttft_quantile((queue[:10], rest[:10]), 0.9) is None

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from pdprobe.analysis.capacity.check import check_against_window
+from pdprobe.analysis.base import CapacityResult
+from pdprobe.analysis.capacity.check import (
+    MODEL_P90_FACTOR,
+    MODEL_TOLERANCE,
+    _num,
+    check_against_window,
+)
+from pdprobe.analysis.capacity.mix import mix_from_requests
+from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
+from pdprobe.values import Missing
 from tests.rules.builders import capacity
+
+from ._data import simple_model
 
 
 def _cap(rec_p: int = 4, rec_d: int = 2, dep_p: int = 4, dep_d: int = 3, pred: float = 0.95):
@@ -123,3 +138,124 @@ def test_headroom_utilisations_are_those_of_the_recommended_counts() -> None:
     assert n1.transfer_utilization == pytest.approx(0.3 * 2 / 3)  # per node, smaller pool
     plain = with_headroom(cap)
     assert (plain.prefill_utilization, plain.decode_utilization) == (0.8, 0.6)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-instance queues (round-robin routing) against the model's pooled queue: the p90 check
+
+
+def _round_robin_waits(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """Waits when request i goes to instance i mod ``servers``, each a FIFO queue (Lindley)."""
+    wait = np.zeros(len(ts))
+    for k in range(servers):
+        free = -np.inf
+        for i in range(k, len(ts), servers):
+            start = max(ts[i], free)
+            wait[i] = start - ts[i]
+            free = start + service[i]
+    return wait
+
+
+def _pooled_waits(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """Waits when one FIFO queue feeds whichever instance frees first (G/G/c)."""
+    free = [0.0] * servers
+    wait = np.zeros(len(ts))
+    for i in range(len(ts)):
+        start = max(ts[i], heapq.heappop(free))
+        wait[i] = start - ts[i]
+        heapq.heappush(free, start + service[i])
+    return wait
+
+
+def _window(deployed: int, waits: Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+            ) -> tuple[CapacityResult, float, float, np.ndarray, np.ndarray]:
+    """60 req/s of lognormal prompts (~0.2 s of prefill each) on ``deployed`` instances whose
+    waits come from ``waits``: the recommendation with the window's measured waits, as the
+    capacity model hands it to the check, and the window's TTFT attainment and p90."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    ts = np.sort(rng.uniform(0, n / 60.0, n))
+    prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 1.0, n)), 1, 30000)
+    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    slo = Slo(2.0, 0.1)
+    work = LengthWork.of(m, simple_model(pb=8e-5), slo)
+    service = work.bare  # the mix keeps arrival order: the requests' own prefill times
+    queue = waits(ts, service, deployed)
+    rec = recommend(m, simple_model(pb=8e-5), slo, work, deployed_prefill=deployed,
+                    measured=(queue, service))
+    cal = rec.calibration
+    assert cal is not None
+    cap = replace(_cap(rec_p=rec.prefill, dep_p=deployed, dep_d=3,
+                       pred=rec.deployed_ttft_attainment or 0.0),
+                  deployed_ttft_p90_estimate_s=rec.deployed_ttft_p90_s,
+                  recalibrated=rec.recalibrated, wait_scale=cal.wait_scale,
+                  calibrated_ttft_attainment_estimate=cal.attainment,
+                  calibrated_ttft_p90_estimate_s=cal.p90_s,
+                  calibrated_prefill=rec.calibrated_prefill
+                  if rec.calibrated_prefill is not None else Missing("none"))
+    ttft = queue + service
+    return cap, float(np.mean(ttft <= 2.0)), float(np.quantile(ttft, 0.9)), ts, service
+
+
+def test_round_robin_waits_longer_than_the_pooled_model_are_caught_by_the_p90() -> None:
+    """Round-robin: each instance queues alone, so the window waits far longer than the
+    model's pooled queue says, yet attainment is within the 5 points: the p90 (2.9x off)
+    recalibrates the model, and the prefill count is what the recalibrated waits need (16, the
+    deployed count), not the model's 14; replayed, the model's count less one misses."""
+    cap, observed, p90, ts, service = _window(16, _round_robin_waits)
+    pred, pred_p90 = _num(cap.deployed_ttft_attainment_estimate), \
+        _num(cap.deployed_ttft_p90_estimate_s)
+    assert pred is not None and pred_p90 is not None
+    assert abs(pred - observed) <= MODEL_TOLERANCE  # attainment alone would not fire
+    assert p90 / pred_p90 > MODEL_P90_FACTOR and cap.recalibrated
+    rec_model = _num(cap.recommended_prefill)
+    cal_p = _num(cap.calibrated_prefill)
+    assert rec_model is not None and cal_p is not None and cal_p > rec_model
+    out = check_against_window(cap, observed_attainment=observed, observed_p90_s=p90,
+                               slo_missed=False, short_pools={})
+    assert out.recommended_prefill == cal_p
+    assert "TTFT p90 is 2.9x shorter than the window's" in out.model_check
+    assert any("with the recalibrated waits" in n for n in out.notes)
+    # the same window on fewer instances: below the model's count the objective is missed
+    short = _round_robin_waits(ts, service, int(rec_model) - 1) + service
+    assert float(np.mean(short <= 2.0)) < 0.9
+    # a short decode pool: the waits may be its back-pressure, the model's count stands
+    out = check_against_window(cap, observed_attainment=observed, observed_p90_s=p90,
+                               slo_missed=False, short_pools={"decode": ()})
+    assert out.recommended_prefill == rec_model
+
+
+def test_pooled_waits_the_model_predicts_change_nothing() -> None:
+    """The same load through one shared queue: the model's p90 agrees with the window's, no
+    recalibration, the model's count stands."""
+    cap, observed, p90, _, _ = _window(16, _pooled_waits)
+    pred_p90 = _num(cap.deployed_ttft_p90_estimate_s)
+    assert pred_p90 is not None and max(p90 / pred_p90, pred_p90 / p90) < 1.1
+    assert not cap.recalibrated
+    out = check_against_window(cap, observed_attainment=observed, observed_p90_s=p90,
+                               slo_missed=False, short_pools={})
+    assert out.recommended_prefill == cap.recommended_prefill
+    assert "agree within 5 points" in out.model_check
+
+
+def test_recalibrated_waits_still_too_short_keep_the_deployed_count() -> None:
+    """Even scaled (at its bound) the model's p90 stays far below the window's: nothing shows
+    fewer instances would do, so the deployed count is kept; the utilisation shown is that of
+    the count recommended."""
+    cap = replace(_cap(rec_p=87, dep_p=120, dep_d=40, pred=0.999),
+                  deployed_ttft_p90_estimate_s=0.57, recalibrated=True, wait_scale=64.0,
+                  calibrated_ttft_attainment_estimate=0.997,
+                  calibrated_ttft_p90_estimate_s=0.69, calibrated_prefill=93,
+                  prefill_utilization=0.87)
+    out = check_against_window(cap, observed_attainment=0.959, observed_p90_s=1.28,
+                               slo_missed=False, short_pools={})
+    assert out.recommended_prefill == 120
+    assert out.prefill_utilization == pytest.approx(0.87 * 87 / 120)
+    assert "still off the window" in out.model_check
+    assert any("120 are kept (the model alone said 87, the recalibrated waits 93)" in n
+               for n in out.notes)
+    # a finding that names prefill short for another finding's reason: that comes first
+    out = check_against_window(cap, observed_attainment=0.959, observed_p90_s=1.28,
+                               slo_missed=False, short_pools={"prefill": ("PD601",)})
+    assert out.recommended_prefill == 87
