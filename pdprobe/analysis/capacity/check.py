@@ -170,8 +170,8 @@ def _p90_recalibration(cap: CapacityResult, pred_p90: float | None,
     text = (f": they agree within {MODEL_TOLERANCE * 100:.0f} points of attainment, but the "
             f"model's TTFT p90 is {max(ratio, 1 / ratio):.1f}x "
             f"{'shorter' if ratio > 1 else 'longer'} than the window's, beyond the "
-            f"{MODEL_P90_FACTOR:g}x tolerance (its waits' level is off where most requests "
-            "still meet the objective), so it was recalibrated with the window's measured "
+            f"{MODEL_P90_FACTOR:g}x tolerance (a TTFT tail mostly inside the objective moves "
+            "the p90 before the attainment), so it was recalibrated with the window's measured "
             f"waits (scale {_num(cap.wait_scale) or 1.0:.2g}): {cal:.1%}"
             + (f" (p90 {cal_p90:.2f} s)" if cal_p90 is not None else ""))
     if p90_disagrees(cal_p90, observed_p90_s) or abs(cal - observed_attainment) > \
