@@ -29,7 +29,6 @@ from pdprobe.analysis.sampling import (
     LENGTH_OCTAVES,
     PASS_CHUNK,
     SAMPLED_MARK,
-    positions,
     stratified_sample,
 )
 
@@ -69,9 +68,9 @@ def sample_prefill_rows(requests: pd.DataFrame, rows: np.ndarray | None,
     known, status ok), or None when there are at most that many candidates or usable ones
     (then every one is observed, as before).
 
-    Memory: one chunked pass over the candidates (their columns read a chunk at a time), a
-    boolean and a small-integer stratum per candidate, then the kept candidates' positions;
-    no gathered column of every candidate.
+    Memory: two chunked passes over the candidates (their columns read a chunk at a time), a
+    boolean per candidate and a small integer (stratum) per usable one; no gathered column or
+    position array of every candidate.
     """
     max_points = PREFILL_FIT_MAX_POINTS if max_points is None else max_points
     n = len(requests) if rows is None else len(rows)
@@ -83,30 +82,38 @@ def sample_prefill_rows(requests: pd.DataFrame, rows: np.ndarray | None,
     else:
         inst, n_inst = np.zeros(len(requests), dtype=np.int8), 1
     n_strata = (n_inst + 1) * LENGTH_OCTAVES  # instance codes from -1 (missing)
-    strata = np.empty(n, dtype=np.int16 if n_strata < 2**15 else np.int64)
     usable = np.empty(n, dtype=bool)
+    strata = np.empty(n, dtype=np.int16 if n_strata < 2**15 else np.int64)  # usable ones'
+    total = 0
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the candidates
         hi = min(lo + PASS_CHUNK, n)
-        at = np.arange(lo, hi) if rows is None else rows[lo:hi]
+        at: slice | np.ndarray = slice(lo, hi) if rows is None else rows[lo:hi]
         t = cols.read("prefill_s", at)
         prompt = cols("prompt_tokens", at)
         ok = usable[lo:hi]
         np.isfinite(t, out=ok)
         ok &= (t > 0) & np.isfinite(prompt)
         if "status" in requests:
-            ok &= status_ok(requests, at)
+            ok &= status_ok(requests, np.arange(lo, hi) if rows is None else rows[lo:hi])
         # as _observations computes it: max(prompt - cached, 1), missing cached as 0
-        prompt -= np.nan_to_num(cols("cached_tokens", at), nan=0.0)
-        with np.errstate(invalid="ignore"):  # unusable rows' strata are never read
-            np.maximum(prompt, 1.0, out=prompt)
-            octave = np.frexp(prompt)[1]  # u = m·2^e with m in [0.5, 1): e is the octave
+        u = prompt[ok] - np.nan_to_num(cols("cached_tokens", at)[ok], nan=0.0)
+        octave = np.frexp(np.maximum(u, 1.0))[1]  # u = m·2^e with m in [0.5, 1): e is the octave
         np.clip(octave, 0, LENGTH_OCTAVES - 1, out=octave)
-        octave += (inst[at].astype(np.int64) + 1) * LENGTH_OCTAVES
-        strata[lo:hi] = octave
-    kept = positions(usable)
-    del usable
-    picked = stratified_sample(strata[kept], max_points)
+        octave += (inst[at][ok].astype(np.int64) + 1) * LENGTH_OCTAVES
+        strata[total:total + len(octave)] = octave
+        total += len(octave)
+    picked = stratified_sample(strata[:total], max_points)  # positions among the usable
+    del strata
     if picked is None:
         return None
-    chosen = kept[picked] if rows is None else rows[kept[picked]]
-    return PrefillSample(chosen, len(kept))
+    # the picked usable candidates' places among all candidates, a chunk at a time
+    chosen = np.empty(len(picked), dtype=np.int64)
+    seen = done = 0
+    for lo in range(0, n, PASS_CHUNK):
+        ok = usable[lo:lo + PASS_CHUNK]
+        count = int(np.count_nonzero(ok))
+        upto = int(np.searchsorted(picked, seen + count))
+        if upto > done:
+            chosen[done:upto] = np.flatnonzero(ok)[picked[done:upto] - seen] + lo
+        done, seen = upto, seen + count
+    return PrefillSample(chosen if rows is None else rows[chosen], total)
