@@ -43,7 +43,7 @@ def _capture(n: int, seed: int = 0, queue: bool = True) -> Dataset:
     return dataset(frame, instances=INSTANCES)
 
 
-def _messy(n: int, seed: int = 3) -> pd.DataFrame:
+def _messy(n: int, seed: int = 3, instances: int = 5) -> pd.DataFrame:
     """Prefill records with unusable rows (unknown or non-positive times, failed requests), some
     without an instance, lengths over many octaves."""
     rng = np.random.default_rng(seed)
@@ -51,7 +51,7 @@ def _messy(n: int, seed: int = 3) -> pd.DataFrame:
     t = 0.02 + 1e-4 * prompt
     t[rng.random(n) < 0.05] = np.nan
     t[rng.random(n) < 0.02] = 0.0
-    inst = np.array([f"p{i}" for i in rng.integers(0, 5, n)], dtype=object)
+    inst = np.array([f"p{i}" for i in rng.integers(0, instances, n)], dtype=object)
     inst[rng.random(n) < 0.02] = None
     return pd.DataFrame({
         "arrival_ts": 1.7e9 + np.arange(n, dtype=float),
@@ -76,12 +76,13 @@ def test_below_the_bound_every_usable_observation_is_read() -> None:
     assert sample_prefill_rows(ds.requests, None, max_points=len(ds.requests)) is None
 
 
-@pytest.mark.parametrize("chunk", [7, 1 << 16])
+@pytest.mark.parametrize(("chunk", "instances"), [(7, 5), (1 << 16, 5), (1 << 16, 600)])
 @pytest.mark.parametrize("given_rows", [False, True])
 def test_the_sample_is_usable_rows_in_proportion_to_instance_and_length(
-        monkeypatch: pytest.MonkeyPatch, chunk: int, given_rows: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, chunk: int, instances: int, given_rows: bool) -> None:
+    """(600 instances: more strata than small codes hold, the sort path.)"""
     monkeypatch.setattr(prefill_sample, "PASS_CHUNK", chunk)
-    req = dataset(_messy(6000)).requests
+    req = dataset(_messy(6000, instances=instances)).requests
     rows = np.flatnonzero(np.arange(len(req)) % 3 != 1) if given_rows else None
     cand = np.arange(len(req)) if rows is None else rows
     t = req["prefill_s"].to_numpy(dtype=float)
