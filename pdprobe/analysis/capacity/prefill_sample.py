@@ -55,9 +55,9 @@ class PrefillSample:
 
     def describe(self) -> str:
         """The sample's size and how it was drawn, for the fit's notes."""
-        return (f"{SAMPLED_MARK} {len(self.rows):,} of {self.total:,}, stratified by prefill "
-                "instance and uncached-length octave, in arrival order within each; every "
-                "one equally likely to be in it")
+        return (f"{SAMPLED_MARK} {len(self.rows):,} of {self.total:,} requests, stratified by "
+                "prefill instance and uncached-length octave, in arrival order within each; "
+                "every one equally likely to be in it")
 
 
 def sample_prefill_rows(requests: pd.DataFrame, rows: np.ndarray | None,

@@ -92,7 +92,7 @@ def test_the_sample_is_usable_rows_in_proportion_to_instance_and_length(
     taken = sample_prefill_rows(req, rows, max_points=900)
     assert taken is not None and len(taken.rows) == 900 and taken.total == len(usable)
     assert np.all(np.diff(taken.rows) > 0) and np.all(np.isin(taken.rows, usable))
-    assert taken.describe().startswith(f"a sample of 900 of {len(usable):,}, stratified")
+    assert taken.describe().startswith(f"a sample of 900 of {len(usable):,} requests, stratified")
     # strata as the fit sees them: instance (missing is one of its own) × octave of uncached
     uncached = np.maximum(prompt - np.nan_to_num(req["cached_tokens"].to_numpy(dtype=float)), 1.0)
     inst = req["prefill_instance"].astype("string").fillna("-").to_numpy(dtype=str)
@@ -116,7 +116,7 @@ def test_sampled_observations_are_the_full_ones_at_the_sampled_rows() -> None:
     full = prefill_observations(ds, max_points=10**9)
     part = prefill_observations(ds, max_points=500)
     assert not isinstance(full, str) and not isinstance(part, str)
-    assert part[3].startswith(f"{LONE} (a sample of 500 of {len(full[1]):,}, stratified")
+    assert part[3].startswith(f"{LONE} (a sample of 500 of {len(full[1]):,} requests, stratified")
     alone = np.flatnonzero(isolated_prefills(ds.requests))
     taken = sample_prefill_rows(ds.requests, alone, max_points=500)
     assert taken is not None
@@ -129,13 +129,13 @@ def test_without_start_times_every_request_is_sampled_and_said() -> None:
     ds = _capture(3000, queue=False)
     obs = prefill_observations(ds, max_points=500)
     assert not isinstance(obs, str) and len(obs[1]) == 500
-    assert obs[3].startswith("per-request prefill_s (a sample of 500 of 3,000")
+    assert obs[3].startswith("per-request prefill_s (a sample of 500 of 3,000 requests, stratified")
     queued = _capture(3000)
     arrival = queued.requests["arrival_ts"]
     queued.requests["queue_s"] = arrival.iloc[0] - arrival  # all start at once: none alone
     fallback = prefill_observations(queued, max_points=500)
     assert not isinstance(fallback, str)
-    assert fallback[3].startswith(f"{BUSY_SEGMENTS} (a sample of 500 of 3,000")
+    assert fallback[3].startswith(f"{BUSY_SEGMENTS} (a sample of 500 of 3,000 requests, stratified")
 
 
 # --- agreement with the full-data fit ---------------------------------------------------------
