@@ -209,15 +209,25 @@ def stream_jsonl(path: Path, source: Any, data: bytes | memoryview, want_hash_id
         return request_duckdb.read_jsonl(
             path, schema, size, head.size, int(np.count_nonzero(head == 0x0A)),
             resume=lambda: _jsonl_pieces(source, size, schema, None)[2]), cmap
-    piece_bytes, piece_rows, batches = _jsonl_pieces(source, size, schema, skipped)
-    return Batches(schema, batches, capacity=_capacity(size, piece_bytes, piece_rows)), cmap
+    import pyarrow as pa
+
+    # instance and status columns as dictionaries, as CSV and Parquet give them (pyarrow's
+    # JSON reader cannot): encoded in the parsing threads, one dictionary per piece
+    codes = list(dict.fromkeys(
+        cmap.sources[c] for c in LOW_CARDINALITY if c in cmap.sources
+        and pa.types.is_string(schema.field(cmap.sources[c]).type)))
+    piece_bytes, piece_rows, batches = _jsonl_pieces(source, size, schema, skipped, codes)
+    out = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in codes else f
+                     for f in schema])
+    return Batches(out, batches, capacity=_capacity(size, piece_bytes, piece_rows)), cmap
 
 
-def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLines | None
-                  ) -> tuple[int, int, Iterator[Any]]:
+def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLines | None,
+                  codes: list[str] | None = None) -> tuple[int, int, Iterator[Any]]:
     """pyarrow's reading of ``source`` in pieces with ``schema``: the first piece's bytes and
     rows (read now: a failure raises ``Fallback`` here) and every piece's batches; broken
-    lines are skipped into ``skipped`` when it is given (``stream_jsonl``)."""
+    lines are skipped into ``skipped`` when it is given (``stream_jsonl``), and the string
+    columns ``codes`` come dictionary-encoded (``_encoded``)."""
     import pyarrow as pa
     import pyarrow.json as pjson
 
@@ -225,16 +235,17 @@ def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLin
              ) -> tuple[int, pa.Table, np.ndarray | None]:
         start, piece = item
         try:
-            return start, pjson.read_json(
+            return start, _encoded(pjson.read_json(
                 piece, read_options=pjson.ReadOptions(block_size=JSON_BLOCK_BYTES,
                                                       use_threads=threads),
                 parse_options=pjson.ParseOptions(explicit_schema=schema,
-                                                 unexpected_field_behavior="ignore")), None
+                                                 unexpected_field_behavior="ignore")),
+                codes), None
         except pa.ArrowInvalid:
             if skipped is None:
                 raise
         table, bad = parse_skipping(memoryview(piece), schema)  # 1-based lines of the piece
-        return start, table, bad
+        return start, _encoded(table, codes), bad
 
     lines = LinesBefore(source)
 
@@ -261,6 +272,22 @@ def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLin
             skipped.check_rows(rows)
 
     return len(first_item[1]), first.num_rows, batches()
+
+
+def _encoded(table: pa.Table, names: list[str] | None) -> pa.Table:
+    """``table`` with its string columns ``names`` dictionary-encoded, the chunks of each
+    sharing one dictionary (first-seen order over the table): ``request_assemble`` then maps
+    one dictionary per piece instead of encoding every batch, and codes, names and unknown
+    statuses come out the same (they depend on the values only, and the first-seen order of
+    the piece is the batches' order)."""
+    import pyarrow.compute as pc
+
+    if not names:
+        return table
+    for name in names:
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
+    return table.unify_dictionaries()
 
 
 def _starts(pieces: Iterator[pa.Buffer], start: int) -> Iterator[tuple[int, pa.Buffer]]:

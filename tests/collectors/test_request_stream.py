@@ -360,3 +360,30 @@ def test_a_malformed_row_in_the_first_piece_still_reads_the_file_whole(
     got = read_requests(path, ReadContext())
     assert whole == [1]
     assert any("skipped 1 malformed row(s)" in w and "(line 5)" in w for w in got.warnings)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_json_instance_and_status_values_read_as_dictionaries_come_out_as_the_whole_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dictionaries of several batches per piece (small JSON blocks), values that clean to the
+    same name or to missing, and unknown statuses first seen in a different order in
+    different pieces: the frame and the unknown-status warning are the whole-file reader's."""
+    import json
+
+    monkeypatch.setattr(request_stream, "JSON_BLOCK_BYTES", 4096)
+    statuses = ["ok", " OK ", "weird-b", "", None, "500", "weird-a", "timeout", "499"]
+    names = ["d1", " d1", "d2 ", "", None, "d3"]
+    rng = np.random.default_rng(3)
+    rows = [{"request_id": f"r{i}", "arrival_ts": 1.75e9 + i, "input_tokens": 10 + i % 7,
+             "output_tokens": 3, "decode_instance": names[int(rng.integers(len(names)))],
+             "status": statuses[int(rng.integers(len(statuses)))] if i > 100 else "ok"}
+            for i in range(ROWS)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        got = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
+    assert any("status values not understood" in w for w in got.warnings)
