@@ -7,7 +7,8 @@ a groupby on integer codes, never a loop over rows or samples.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -44,6 +45,12 @@ if TYPE_CHECKING:
 # order their quantiles are computed.
 _QUANTILE_INPUTS = ("ttft_s", "tpot_s", "queue_s", "kv_transfer_s", "prefill_s_per_token",
                     "xfer_bytes_per_s")
+# Request columns whose per-instance figures rules read for some roles' instances only: PD601
+# compares prefill time per token among prefill instances. Another role column (which fills
+# only its own role's and unknown-role rows) is not summarised for them (at 10M rows the
+# decode column's: a gather of three columns at 800,000 sampled rows and their sort).
+_READ_FOR_ROLES: Final[Mapping[str, frozenset[str]]] = {
+    "prefill_s_per_token": frozenset({"prefill"})}
 # The columns whose per-instance mean is evidence (REQUEST_QUANTILES' "mean" statistics).
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose
@@ -145,7 +152,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         cols.put("req_share", pd.Series(counts[keep] / float(counts.sum()), index=index))
         for c in _QUANTILE_INPUTS:
             data = values(c)
-            if data is None:
+            if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
                 continue
             figs = figures(req, col, c, derived.get(c), moments=c in _MEAN_INPUTS)
             if not figs.count.sum():

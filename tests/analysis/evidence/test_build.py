@@ -159,3 +159,18 @@ def test_per_bin_medians_only_for_the_role_a_rule_compares_in_them(cluster: Clus
     mine = req[(req["decode_instance"] == "decode-0").to_numpy()]
     expect = mine.groupby(f.window.bin_of(mine["arrival_ts"].to_numpy()))["tpot_s"].median()
     np.testing.assert_array_equal(tpot["decode-0"].dropna().to_numpy(), expect.to_numpy())
+
+
+def test_prefill_time_per_token_only_for_the_instances_pd601_compares(cluster: Cluster) -> None:
+    """Prefill time per uncached token is summarised per prefill instance (from the prefill
+    column); the decode column is not summarised for it (no rule reads it there)."""
+    ctx = cluster.context()
+    f = ctx.evidence
+    per_token = f.instances["req_prefill_per_token_p50"]
+    assert per_token.reindex(list(f.names("decode"))).isna().all()
+    req = ctx.dataset.requests
+    uncached = (req["prompt_tokens"] - req["cached_tokens"].fillna(0.0)).clip(lower=1.0)
+    want = (req["prefill_s"] / uncached).groupby(req["prefill_instance"].astype(str)).median()
+    prefill = list(f.names("prefill"))
+    np.testing.assert_allclose(per_token.reindex(prefill).to_numpy(),
+                               want.reindex(prefill).to_numpy(), rtol=1e-12)
