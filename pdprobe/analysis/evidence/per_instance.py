@@ -19,7 +19,6 @@ from pdprobe.analysis.evidence.columns import (
     arrival_bins,
     merge_bins,
     reindex_bins,
-    transfer_seconds,
 )
 from pdprobe.analysis.evidence.registry import (
     COUNTERS,
@@ -41,10 +40,12 @@ if TYPE_CHECKING:
     from pdprobe.analysis.grouped import Column, Groups, Rows
     from pdprobe.dataset import Dataset
 
-# Request-record columns summarised per instance (two are derived per request below), in the
-# order their quantiles are computed.
-_QUANTILE_INPUTS = ("ttft_s", "tpot_s", "queue_s", "kv_transfer_s", "prefill_s_per_token",
-                    "xfer_bytes_per_s")
+# Request-record columns summarised per instance (one is derived per request below), in the
+# order their quantiles are computed. Not kv_bytes / kv_transfer_s: its one reader, the cluster's
+# achieved bandwidth (``transfer_figures``), reads the same records' sums whenever they hold a
+# transfer, so a per-instance median of it was never read (at 10M rows it cost the ratio at
+# every row, for its NaN count, and a sort of the sampled rows: ~0.07 CPU-s).
+_QUANTILE_INPUTS = ("ttft_s", "tpot_s", "queue_s", "kv_transfer_s", "prefill_s_per_token")
 # Request columns whose per-instance figures rules read for some roles' instances only: PD601
 # compares prefill time per token among prefill instances. Another role column (which fills
 # only its own role's and unknown-role rows) is not summarised for them (at 10M rows the
@@ -115,17 +116,6 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         # then a finite number >= 1): the counts test prefill_s instead of computing this
         derived["prefill_s_per_token"] = Derived(
             per_token, nan_like=prefill if prompt.dtype.kind in "iu" else None)
-    xfer = transfer_seconds(ds)
-    if xfer is not None and has("kv_bytes"):
-        x_all = xfer.to_numpy(dtype=np.float64)
-        kv_all = req["kv_bytes"].to_numpy(dtype=np.float64)
-
-        def bytes_per_s(rows: Rows) -> np.ndarray:
-            x = x_all[rows]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return kv_all[rows] / np.where(x > 0, x, np.nan)
-
-        derived["xfer_bytes_per_s"] = bytes_per_s
 
     def values(c: str) -> Column | None:
         if c in derived:

@@ -56,8 +56,6 @@ REQUEST_QUANTILES: Final = (
     _i("req_kv_transfer_p90", "s", "KV-transfer time p90", "requests", "kv_transfer_s", "p90"),
     _i("req_prefill_per_token_p50", "s/token", "median prefill time per uncached prompt token",
        "requests", "prefill_s_per_token", "p50"),
-    _i("req_xfer_bytes_per_s_p50", "bytes/s", "median kv_bytes / kv_transfer_s", "requests",
-       "xfer_bytes_per_s", "p50"),
 )
 
 # -- per instance: engine gauges (mean / p90 over the window's samples) -----------------------
@@ -245,8 +243,8 @@ CHOICES: Final = (
         ("req_kv_transfer_p90", "request records"), ("h_xfer_s_p90", "KV-transfer histogram"),
         ("g_xfer_latency_gauge_mean", "KV-transfer gauge"),
         ("g_xfer_avg_s_log_mean", "KV transfer log lines"))),
+    # (from request records the cluster's bytes / seconds: ``Transfer.achieved_bytes_per_s``)
     Choice("xfer_bytes_per_s", "xfer_bytes_per_s_source", (
-        ("req_xfer_bytes_per_s_p50", "request records"),
         ("h_xfer_achieved", "KV-transfer histograms"),
         ("h_xfer_speed_p50", "KV-transfer speed histogram"),
         ("g_xfer_speed_gauge_mean", "KV-transfer speed gauge"))),

@@ -174,3 +174,18 @@ def test_prefill_time_per_token_only_for_the_instances_pd601_compares(cluster: C
     prefill = list(f.names("prefill"))
     np.testing.assert_allclose(per_token.reindex(prefill).to_numpy(),
                                want.reindex(prefill).to_numpy(), rtol=1e-12)
+
+
+def test_achieved_bandwidth_from_records_is_the_clusters_not_per_instance(
+        cluster: Cluster) -> None:
+    """With request records the achieved KV bandwidth is the records' bytes over seconds; no
+    per-instance median of it is computed (nothing would read it)."""
+    ctx = cluster.context(("requests",))
+    f = ctx.evidence
+    assert f.transfer.achieved_source == "kv_bytes / kv_transfer_s in request records"
+    req = ctx.dataset.requests
+    both = (req["kv_transfer_s"] > 0) & req["kv_bytes"].notna()
+    assert f.transfer.achieved_bytes_per_s == pytest.approx(
+        req.loc[both, "kv_bytes"].sum() / req.loc[both, "kv_transfer_s"].sum(), rel=1e-12)
+    assert "xfer_bytes_per_s" not in f.instances.columns or \
+        f.instances["xfer_bytes_per_s"].isna().all()
