@@ -181,6 +181,41 @@ def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
     return lookup[codes]  # code -1 (missing) reads the trailing False
 
 
+def category_count(table: pd.DataFrame, column: str, test: Callable[[str], bool]) -> int:
+    """``category_mask(table[column], test).sum()`` from the rows per distinct value (counted
+    once per table and column, a slice at a time, and cached), so each test is a sum over the
+    distinct values instead of a pass over every row."""
+    return sum(n for value, n in category_counts(table, column).items() if test(value))
+
+
+def category_counts(table: pd.DataFrame, column: str) -> dict[str, int]:
+    """Rows of ``table`` per distinct value of ``column`` as ``str`` (missing values not
+    counted), cached per table."""
+    import pandas as pd
+
+    from pdprobe.analysis.table_cache import table_cache
+
+    cache = table_cache(table)
+    key = ("category_counts", column)
+    if key not in cache:
+        series = table[column]
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            codes = series.cat.codes.to_numpy()
+            values = list(series.cat.categories)
+        else:
+            codes, uniques = pd.factorize(series)
+            values = list(uniques)
+        counts = np.zeros(len(values) + 1, dtype=np.int64)  # slot 0: missing (code -1)
+        for part in chunks(codes.size):
+            counts += np.bincount(codes[part].astype(np.intp) + 1, minlength=counts.size)
+        out: dict[str, int] = {}
+        for value, n in zip(values, counts[1:].tolist(), strict=True):
+            out[str(value)] = out.get(str(value), 0) + n
+        cache[key] = out
+    found: dict[str, int] = cache[key]
+    return found
+
+
 def has_values(table: pd.DataFrame, column: str) -> bool:
     """Whether ``column`` holds at least one value (``notna().any()``), cached per table: a
     dozen analyses ask it of the same request columns, each a full-length pass at 10M rows."""

@@ -17,6 +17,7 @@ import numpy as np
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
 from pdprobe.analysis.grouped import category_mask, chunks, column_values, quantile_rows
 from pdprobe.analysis.length_shape import length_distribution
+from pdprobe.analysis.row_slices import category_count
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -91,7 +92,8 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
 
     failed = 0
     if dataset.has_request_column("status"):
-        failed = int(kept(category_mask(req["status"], lambda s: s != "ok")).sum())
+        failed = category_count(req, "status", lambda s: s != "ok") if every else \
+            int(np.count_nonzero(kept(category_mask(req["status"], lambda s: s != "ok"))))
 
     completed: Maybe[float] = Missing("no e2e_s column in request records")
     if dataset.has_request_column("e2e_s") and span > 0:

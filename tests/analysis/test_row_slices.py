@@ -127,3 +127,24 @@ def test_key_starts_is_searchsorted_of_every_key(n_keys: int) -> None:
     np.testing.assert_array_equal(got, np.searchsorted(keys, np.arange(n_keys), side="left"))
     assert sum(calls) <= n_keys * 12  # about log2(1000) rows per key, not every row
     assert key_starts(key_at, 3, 0).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+def test_category_count_is_the_masks_sum(monkeypatch: pytest.MonkeyPatch,
+                                         categorical: bool) -> None:
+    import pandas as pd
+
+    from pdprobe.analysis.row_slices import category_count, category_mask
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 7)
+    values = np.array(["ok", "error", None, "OK", "timeout", "ok", "error", "ok"] * 5,
+                      dtype=object)
+    column = pd.Series(pd.Categorical(values, categories=["ok", "OK", "error", "timeout",
+                                                          "unused"])) if categorical \
+        else pd.Series(values)
+    table = pd.DataFrame({"status": column})
+    for test in (lambda s: s != "ok", lambda s: s.lower() == "ok", lambda s: s == "unused",
+                 lambda s: s.lower() in ("error", "timeout")):
+        assert category_count(table, "status", test) == int(
+            np.count_nonzero(category_mask(table["status"], test)))
+    assert category_count(table, "status", lambda s: True) == 35  # missing rows never count

@@ -18,6 +18,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.grouped import category_mask
+from pdprobe.analysis.row_slices import category_count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,14 +182,21 @@ def _records(ds: Dataset) -> tuple[int, int | None, int | None, float | None, in
     n = len(req)
     if not n or "status" not in ds.request_columns:
         return n, None, None, (float(n) if n else None), None
-    error = category_mask(req["status"], lambda s: s.lower() == "error")
+    def is_error(s: str) -> bool:
+        return s.lower() == "error"
+
+    # counts from the rows per status value; the hand-off test reads the error rows alone
+    n_error = category_count(req, "status", is_error)
     handoff = None
     if {"prefill_s", "ttft_s"} <= ds.request_columns:
-        handoff = int((error & req["prefill_s"].notna().to_numpy()
-                       & req["ttft_s"].isna().to_numpy()).sum())
-    not_ok = category_mask(req["status"], lambda s: s.lower() in NOT_OK)
-    return (n, int(error.sum()), int(not_ok.sum()), float(n),
-            handoff)
+        handoff = 0
+        if n_error:
+            rows = np.flatnonzero(category_mask(req["status"], is_error))
+            prefill = req["prefill_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+            ttft = req["ttft_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+            handoff = int(np.count_nonzero(~np.isnan(prefill) & np.isnan(ttft)))
+    n_not_ok = category_count(req, "status", lambda s: s.lower() in NOT_OK)
+    return n, n_error, n_not_ok, float(n), handoff
 
 
 def _no_kv_share(ds: Dataset) -> float | None:

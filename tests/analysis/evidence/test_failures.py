@@ -21,3 +21,19 @@ def test_no_kv_share_counts_completed_records_only() -> None:
     assert share == float((kv[done] <= 0).mean()) == 2 / 4
     none_done = requests.assign(status="error")
     assert _no_kv_share(make_dataset(none_done)) is None
+
+
+def test_records_counts_errors_not_ok_and_hand_off_failures() -> None:
+    """Records, those with status error (any case) and not ok, and the errors at the hand-off
+    (prefill done, no first token): counted from the status values and the error rows."""
+    from pdprobe.analysis.evidence.failures import _records
+
+    status = ["ok", "error", "ERROR", "timeout", "aborted", "ok", "error", None]
+    prefill = [0.1, 0.2, np.nan, 0.1, 0.1, 0.1, 0.3, 0.1]
+    ttft = [0.5, np.nan, np.nan, np.nan, 0.4, 0.6, 0.9, np.nan]
+    requests = pd.DataFrame({"arrival_ts": np.arange(8.0), "prompt_tokens": 10,
+                             "output_tokens": 5, "prefill_s": prefill, "ttft_s": ttft,
+                             "status": status})
+    got = _records(make_dataset(requests))
+    assert got == (8, 3, 5, 8.0, 1)  # the hand-off: row 1 (row 2 never prefilled)
+    assert _records(make_dataset(requests.assign(status="ok")))[1:] == (0, 0, 8.0, 0)
