@@ -54,6 +54,11 @@ class FloatColumns:
         out = np.asarray(values[rows], dtype=np.float64)
         return out.copy() if np.may_share_memory(out, values) else out
 
+    def integer(self, name: str) -> bool:
+        """Whether column ``name`` is held as numpy integers (no NaN or infinity in it)."""
+        values = self._values[name]
+        return values is not None and values.dtype.kind in "iu"
+
     def read(self, name: str, rows: slice | np.ndarray) -> np.ndarray:
         """``self(name, rows)`` for reading only (never write into it): the column's own
         values where they are float64 and contiguous at ``rows`` (a view, no copy), else

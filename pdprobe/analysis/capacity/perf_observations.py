@@ -190,10 +190,13 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         s, e, _ = decode_spans(cols, chunk)
         ok = usable[chunk]
         np.isfinite(s, out=ok)
-        ok &= np.isfinite(e) & (e > s) & np.isfinite(cols("prompt_tokens", chunk))
-        if ok.any():
-            t_first = min(t_first, float(s[ok].min()))
-            t_last = max(t_last, float(s[ok].max()))
+        ok &= np.isfinite(e)
+        ok &= e > s
+        if not cols.integer("prompt_tokens"):  # (an integer column has no NaN to find)
+            ok &= np.isfinite(cols("prompt_tokens", chunk))
+        if ok.any():  # (minimum and maximum where ok: no copy of those starts)
+            t_first = min(t_first, float(np.min(s, where=ok, initial=np.inf)))
+            t_last = max(t_last, float(np.max(s, where=ok, initial=-np.inf)))
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
@@ -236,13 +239,17 @@ def decode_spans(cols: FloatColumns, rows: slice | np.ndarray
     """(decode start, decode end, decode steps) of the requests at ``rows``: from the first
     token (``arrival + ttft_s``) for ``tpot_s · (output - 1)`` seconds, or placed back from
     the end (``arrival + e2e_s``) when there is no first-token time."""
-    steps = np.maximum(cols("output_tokens", rows) - 1.0, 0.0)
+    steps = cols("output_tokens", rows)  # an array of its own: computed in place
+    np.subtract(steps, 1.0, out=steps)
+    np.maximum(steps, 0.0, out=steps)
     arrival = cols.read("arrival_ts", rows)  # read only: no copies
     tpot = cols.read("tpot_s", rows)
     s = arrival + cols.read("ttft_s", rows)
-    e = s + tpot * steps
-    unplaced = ~np.isfinite(s)
-    if unplaced.any():  # no first-token time: placed back from the end (arrival + e2e)
+    e = np.multiply(tpot, steps)
+    e += s  # (IEEE addition commutes: s + tpot·steps to the bit)
+    placed = np.isfinite(s)
+    if not placed.all():  # no first-token time: placed back from the end (arrival + e2e)
+        unplaced = ~placed
         done = arrival + cols.read("e2e_s", rows)
         no_ttft = unplaced & np.isfinite(done)
         e = np.where(no_ttft, done, e)
