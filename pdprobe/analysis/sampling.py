@@ -246,23 +246,24 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
     n = len(codes)
     if n <= size:
         return None
-    k = np.arange(size, dtype=np.int64)
-    # the k-th kept position j (in stratum order) is the first where floor((j + 1)·f + 1/2)
-    # reaches k + 1, f = size / n: in integers, j = ceil((2k + 1)·n / (2·size)) - 1
-    pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
-    if not (codes.min() >= 0 and codes.max() < FEW_STRATA):
+    width = int(codes.max()) + 1  # per-stratum tables: the codes present, not FEW_STRATA
+    if not (codes.min() >= 0 and width <= FEW_STRATA):
+        k = np.arange(size, dtype=np.int64)
+        # the k-th kept position j (in stratum order) is the first where floor((j + 1)·f +
+        # 1/2) reaches k + 1, f = size / n: in integers, j = ceil((2k + 1)·n / (2·size)) - 1
+        pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
         order = np.argsort(codes, kind="stable")
         return np.sort(order[pos])
-    counts = np.zeros(FEW_STRATA, dtype=np.int64)
+    counts = np.zeros(width, dtype=np.int64)
     for lo in range(0, n, PASS_CHUNK):  # per-stratum counts, a chunk at a time
-        counts += np.bincount(codes[lo:lo + PASS_CHUNK], minlength=FEW_STRATA)
+        counts += np.bincount(codes[lo:lo + PASS_CHUNK], minlength=width)
     taken = counts.cumsum() - counts  # items of earlier strata (in stratum order), then seen
     kept = []
     for lo in range(0, n, PASS_CHUNK):
         part = codes[lo:lo + PASS_CHUNK].astype(np.int16)
         order = np.argsort(part, kind="stable")  # a radix sort of small integers
         ranked = part[order]
-        here = np.bincount(part, minlength=FEW_STRATA)
+        here = np.bincount(part, minlength=width)
         rank = np.empty(len(part), dtype=np.int64)
         # each item's place in stratum order: its stratum's items before this chunk, then its
         # rank among the chunk's items of the stratum (its place in the sorted chunk less the
@@ -280,7 +281,7 @@ def _is_kept(j: np.ndarray, n: int, size: int) -> np.ndarray:
     multiple ``(2k + 1)·n`` with ``k < size`` (integers: no search in the kept positions)."""
     two_s = 2 * size
     m = (two_s * (j + 1)) // n  # the largest multiple of n in the interval is m·n
-    q = m - (1 - m % 2)  # the largest odd number <= m
+    q = m - 1 + (m & 1)  # the largest odd number <= m (m >= 0: its last bit is m % 2)
     return (q >= 1) & (q * n > two_s * j) & (q < two_s)
 
 
