@@ -100,3 +100,14 @@ def test_float_columns_are_arrays_of_their_own() -> None:
             got = cols(name, rows)
             got += 1.0
     np.testing.assert_array_equal(frame["floats"].to_numpy()[2:6], _frame()["floats"][2:6])
+
+
+def test_float_columns_integer_is_only_a_plain_integer_column() -> None:
+    """``integer``: the columns whose float values can hold no NaN (numpy integers); a
+    nullable integer column (converted with NaN where missing), floats and an absent column
+    can."""
+    cols = FloatColumns(_frame(), ("ints", "floats", "nullable", "f32", "absent"))
+    assert [name for name in ("ints", "floats", "nullable", "f32", "absent")
+            if cols.integer(name)] == ["ints"]
+    assert np.isfinite(cols("ints", slice(0, 10))).all()
+    assert not np.isfinite(cols("nullable", slice(0, 10))).all()
