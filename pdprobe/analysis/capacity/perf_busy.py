@@ -84,10 +84,11 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         s, e = spans(chunk)
         ok = valid[chunk]
         np.isfinite(s, out=ok)
-        ok &= np.isfinite(e) & (codes[chunk] >= 0)
-        if ok.any():
-            t_first = min(t_first, float(s[ok].min()))
-            t_last = max(t_last, float(s[ok].max()))
+        ok &= np.isfinite(e)
+        ok &= codes[chunk] >= 0
+        if ok.any():  # (minimum and maximum where ok: no copy of those starts)
+            t_first = min(t_first, float(np.min(s, where=ok, initial=np.inf)))
+            t_last = max(t_last, float(np.max(s, where=ok, initial=-np.inf)))
     if not valid.any():
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,
@@ -128,7 +129,12 @@ def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None
     out = np.zeros(len(requests), dtype=bool)
     if not len(busy):
         return out
-    alone = np.bincount(busy.period)[busy.period] == 1
+    # periods are consecutive runs: alone where a period starts and the next one starts
+    # right after (no count per period and gather of it per row)
+    opens = np.empty(len(busy) + 1, dtype=bool)
+    opens[0] = opens[-1] = True
+    np.not_equal(busy.period[1:], busy.period[:-1], out=opens[1:-1])
+    alone = opens[:-1] & opens[1:]
     if busy.observed is not None:  # sampled: only the sample's neighbours are all known
         alone &= busy.observed
     out[busy.row[alone]] = True
