@@ -1,16 +1,19 @@
 """CSV/TSV and JSON Lines request records read in bounded pieces, each parsed in parallel.
 
 The file is cut at line ends into pieces of ``STREAM_PIECE_BYTES`` and each piece is parsed by
-pyarrow's multi-threaded reader, so memory holds one piece of text and its columns (not the
-file, and the file is read, not memory-mapped: its pages do not count in the process's
-memory), while both cores parse. pyarrow's own readers cut blocks at line ends the same way
-(values with line breaks inside quotes are not read by them either).
+pyarrow, so memory holds a few pieces of text and their columns (not the file, and the file
+is read, not memory-mapped: its pages do not count in the process's memory), while both cores
+parse. pyarrow's own readers cut blocks at line ends the same way (values with line breaks
+inside quotes are not read by them either).
 
 CSV types are inferred from the first block of the first piece, as the whole-file reader
 infers them, and later pieces are read with those types. Only the mapped columns are
-converted; instance and status columns come as dictionaries. Anything unusual (a malformed
-row, a value of another type further down, a broken JSON line, invalid UTF-8 in a skipped
-row) raises ``Fallback`` while the batches are read: the caller then reads the file whole,
+converted; instance and status columns come as dictionaries. Broken JSON lines, and malformed
+CSV rows after the first piece, are skipped piece by piece when the caller passes a record
+for them (``request_jsonl.SkippedLines``, ``request_skipped.MalformedRows``), worded as the
+whole-file readers word them. Anything else unusual (a malformed row in the first piece, a
+value of another type further down, invalid UTF-8 in a malformed row, a line longer than a
+piece) raises ``Fallback`` while the batches are read: the caller then reads the file whole,
 the way that words every such case (``request_formats._read_delimited``,
 ``request_jsonl.read_jsonl``).
 
