@@ -28,6 +28,15 @@ if TYPE_CHECKING:
 # Busy periods of prefill instances are cut into segments this long (by when their requests
 # finish): many forwards each, so a forward straddling a boundary is a small error.
 BUSY_SEGMENT_S: Final = 10.0
+# A prefill starting at most this long after its instance's previous prefills ended joins
+# their busy period. Starts and ends are rebuilt from absolute timestamps (float64 epoch
+# seconds: ~2.4e-7 s apart near 1.7e9, and each of arrival, queue and prefill is rounded), so
+# a queued prefill starting exactly as the one before it ends can seem to start up to ~5e-7 s
+# after it (or before); timestamps captured to the millisecond are off by up to that. 1 ms is
+# shorter than any forward (a batch's fixed cost alone is ~10-20 ms), so an idle gap that
+# short cannot be told from back-to-back prefills, and counting it as idle would call a
+# queued request "alone".
+BUSY_GAP_TOLERANCE_S: Final = 1e-3
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,8 +102,14 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,
                            np.zeros(0, dtype=np.int64))
-    # touching prefills (one starts as the other ends) share a period: closed overlaps
-    taken = sample_intervals(spans, n, None if valid.all() else valid, codes, closed=True,
+    def reaching(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s, e = spans(rows)
+        e += BUSY_GAP_TOLERANCE_S  # in place: the ends as far as a period reaches
+        return s, e
+
+    # touching prefills (one starts as the other ends, within the tolerance) share a period:
+    # closed overlaps of the intervals reaching the tolerance further
+    taken = sample_intervals(reaching, n, None if valid.all() else valid, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
                              start_range=(t_first, t_last), by_group=True) if sample else None
     observed = None
@@ -102,6 +117,9 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         # the sample's overlap test sorted its rows by (instance, start) already
         rows, s, e = taken.by_group
         observed, taken = taken.observed[rows], taken.released()  # kept without the masks
+        for lo in range(0, len(rows), PASS_CHUNK):  # the true ends, in place (same bits)
+            part = slice(lo, lo + PASS_CHUNK)
+            np.add(s[part], cols.read("prefill_s", rows[part]), out=e[part])
         del valid
     else:
         rows = positions(valid)
@@ -117,7 +135,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     bounds = np.append(np.flatnonzero(new_period), len(rows))
     for lo, hi in itertools.pairwise(bounds):  # per instance, not per request
         reach = np.maximum.accumulate(e[lo:hi])
-        # starts after everything before it (on its instance) has ended
+        reach += BUSY_GAP_TOLERANCE_S
+        # starts after everything before it (on its instance) has ended, by more than rounding
         new_period[lo + 1:hi] |= s[lo + 1:hi] > reach[:-1]
     period = np.cumsum(new_period, dtype=np.int32 if len(rows) < 2**31 else np.int64)
     return BusyPeriods(rows, s, e, period, g, observed, taken)
