@@ -13,6 +13,7 @@ import pytest
 
 from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.model_build import too_thin
+from pdprobe.analysis.capacity.perf_busy import BUSY_GAP_TOLERANCE_S
 from pdprobe.analysis.capacity.perf_observations import (
     BUSY_SEGMENT_S,
     busy_periods,
@@ -147,8 +148,9 @@ def test_sampled_busy_periods_by_chunks_are_the_whole_array_reconstruction(
     codes = req["prefill_instance"].cat.codes.to_numpy().astype(np.int64)
     valid = np.isfinite(start) & np.isfinite(end) & (codes >= 0)
     rows = np.flatnonzero(valid)
-    ref = sampling.time_sample(start[rows], end[rows], codes[rows], closed=True,
-                               max_requests=3_000)
+    # periods join prefills within the tolerance: the sample keeps those neighbours too
+    ref = sampling.time_sample(start[rows], end[rows] + BUSY_GAP_TOLERANCE_S, codes[rows],
+                               closed=True, max_requests=3_000)
     assert ref is not None and got.sample is not None and got.observed is not None
     keep = rows[ref.needed]
     order = sort_by_group(codes[keep], int(codes.max()) + 1, start[keep])

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from pdprobe.analysis.capacity.arrivals import LoadWindows, arrival_profile
+from pdprobe.analysis.capacity.perf_busy import BUSY_GAP_TOLERANCE_S
 from pdprobe.analysis.capacity.perf_fit import (
     DecodeModel,
     busy_segments,
@@ -134,7 +135,8 @@ def _busy_reference(req: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ..
     frame = frame.dropna().sort_values(["inst", "start"], kind="stable")
     reach = frame.groupby("inst")["end"].cummax()
     before = reach.groupby(frame["inst"]).shift(1)
-    frame["period"] = np.cumsum(before.isna() | (frame["start"] > before))
+    # a start within the tolerance of the reach continues the period (timestamp rounding)
+    frame["period"] = np.cumsum(before.isna() | (frame["start"] > before + BUSY_GAP_TOLERANCE_S))
     sizes = frame.groupby("period")["row"].transform("size")
     alone = np.zeros(len(req), dtype=bool)
     alone[frame.loc[sizes == 1, "row"].to_numpy()] = True

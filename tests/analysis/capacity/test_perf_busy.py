@@ -1,0 +1,88 @@
+"""Busy periods from timestamps with float rounding (``perf_busy``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity.perf_busy import (
+    BUSY_GAP_TOLERANCE_S,
+    busy_periods,
+    isolated_prefills,
+)
+
+EPOCH_S = 1.7e9  # epoch seconds today: float64 steps of ~2.4e-7 s
+
+
+def _fifo(gaps_s: np.ndarray, service_s: np.ndarray) -> pd.DataFrame:
+    """One instance serving requests first come, first served: each arrives ``gaps_s`` after
+    the previous one. The queue runs on times since the first arrival and the capture
+    records epoch arrivals, so ``arrival_ts + queue_s`` lands only within rounding of the
+    previous request's end (as a server's own clock and its log's timestamps do)."""
+    arrival = np.cumsum(gaps_s)
+    start = np.empty(len(arrival))
+    free = -np.inf
+    for i, a in enumerate(arrival):  # the queue itself (test data only)
+        start[i] = max(a, free)
+        free = start[i] + service_s[i]
+    return pd.DataFrame({"arrival_ts": EPOCH_S + arrival, "queue_s": start - arrival,
+                         "prefill_s": service_s,
+                         "prefill_instance": ["p0"] * len(arrival)})
+
+
+def test_back_to_back_prefills_with_rounded_timestamps_form_one_period() -> None:
+    rng = np.random.default_rng(1)
+    n = 400
+    service = rng.uniform(0.05, 0.3, n)
+    req = _fifo(rng.uniform(0.001, 0.01, n), service)  # arrivals far faster than service
+    start = (req["arrival_ts"] + req["queue_s"]).to_numpy()
+    end = start + req["prefill_s"].to_numpy()
+    gap = start[1:] - end[:-1]
+    # the fixture has what captures have: queued starts rounded past the previous end
+    assert (gap > 0).sum() > 10 and np.abs(gap).max() < 1e-6
+    busy = busy_periods(req, sample=False)
+    assert np.all(busy.period == 1)  # one period: every request but the first queued
+    assert not isolated_prefills(req, busy).any()
+
+
+def test_a_real_idle_gap_opens_a_period() -> None:
+    service = np.full(6, 0.1)
+    # 2, 3 queue behind 1 (touching); 4 arrives 5 ms after 3 ends: idle; 5, 6 alone
+    gaps = np.array([0.0, 0.01, 0.01, 0.3 - 0.02 + 0.005, 1.0, 1.0])
+    req = _fifo(gaps, service)
+    assert req["queue_s"].iloc[3] == 0.0
+    busy = busy_periods(req, sample=False)
+    assert busy.period.tolist() == [1, 1, 1, 2, 3, 4]
+    assert isolated_prefills(req, busy).tolist() == [False] * 3 + [True] * 3
+    # the tolerance is what tells them apart: a gap of 5 ms is well beyond it
+    assert 4 * BUSY_GAP_TOLERANCE_S < 0.005
+
+
+@pytest.mark.parametrize("idle_s", [0.0, 0.2 * BUSY_GAP_TOLERANCE_S, 5e-3])
+def test_the_sampled_reconstruction_keeps_neighbours_within_the_tolerance(
+        monkeypatch: pytest.MonkeyPatch, idle_s: float) -> None:
+    """Pairs of prefills, the second starting ``idle_s`` after the first ends (plus
+    rounding): a sampled request's alone-ness is the full data's, so the sample also keeps
+    a neighbour that only comes within the tolerance."""
+    n_pairs = 3000
+    first = EPOCH_S + 7.0 * np.arange(n_pairs)  # pairs 7 s apart, the first 0.13 s long
+    arrival = np.empty(2 * n_pairs)
+    arrival[0::2] = first
+    arrival[1::2] = first + 0.13 + idle_s
+    req = pd.DataFrame({"arrival_ts": arrival, "queue_s": np.zeros(2 * n_pairs),
+                        "prefill_s": np.full(2 * n_pairs, 0.13),
+                        "prefill_instance": ["p0"] * (2 * n_pairs)})
+    full = busy_periods(req, sample=False)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 1_000)
+    part = busy_periods(req)
+    assert part.observed is not None and len(part) < 0.5 * len(full)
+    observed = np.zeros(len(req), dtype=bool)
+    observed[part.row[part.observed]] = True
+    alone = isolated_prefills(req, full)
+    assert alone.all() if idle_s > BUSY_GAP_TOLERANCE_S else not alone.any()
+    assert np.array_equal(isolated_prefills(req, part), alone & observed)
+    # the periods' ends are the true ones (the tolerance only widened the overlap test)
+    np.testing.assert_array_equal(
+        part.end, (req["arrival_ts"] + req["queue_s"] + req["prefill_s"]).to_numpy()[part.row])
