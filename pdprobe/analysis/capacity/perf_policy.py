@@ -132,7 +132,7 @@ def fit_prefill(uncached: np.ndarray, prefill_s: np.ndarray, profile: Profile,
                          f"variance of {what} (batching noise?); profile curve scaled instead")
         else:
             names = ("fixed cost", "linear term", "quadratic (attention) term")
-            for i in fit.negative_unconstrained:
+            for i in fit.held_at_zero:
                 notes.append(f"prefill: an unconstrained fit made the {names[i]} negative; "
                              "it is held at zero")
             model = PrefillModel(a, b, c, base.max_batch_tokens,
@@ -196,7 +196,7 @@ def fit_decode(batch: np.ndarray, ctx_tokens: np.ndarray, tpot_s: np.ndarray, pr
                          f"variance of {what}; profile curve scaled to the data instead")
         else:
             names = ("fixed cost", "per-context-token term", "per-sequence term")
-            for i in fit.negative_unconstrained:
+            for i in fit.held_at_zero:
                 notes.append(f"decode: an unconstrained fit made the {names[i]} negative; "
                              "it is held at zero")
             model = DecodeModel(a, b, c, base.max_batch, base.kv_capacity_tokens,

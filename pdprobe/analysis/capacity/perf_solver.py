@@ -30,7 +30,10 @@ class FitResult:
     coef: np.ndarray
     r2: float
     median_rel_error: float
-    negative_unconstrained: tuple[int, ...]  # columns an unconstrained fit made negative
+    # columns an unconstrained fit made negative and the returned coefficients hold at zero
+    # (a note saying so must describe the number reported: a column the first, unweighted
+    # pass made negative may come out positive from the reweighted ones)
+    held_at_zero: tuple[int, ...]
 
 
 def fit_sample(n: int, max_points: int = NNLS_MAX_POINTS) -> np.ndarray | None:
@@ -87,14 +90,14 @@ def nnls_relative(x: np.ndarray, y: np.ndarray) -> FitResult:
                 break
             w = w_next
     assert unconstrained is not None
-    negative = tuple(int(i) for i in np.flatnonzero(unconstrained < 0))
     coef = coef_n / norms
+    held = tuple(int(i) for i in np.flatnonzero((unconstrained < 0) & (coef <= 0)))
     pred = x_all @ coef
     ss_res = float(np.sum((y_all - pred) ** 2))
     ss_tot = float(np.sum((y_all - y_all.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
     rel = float(np.median(np.abs(pred - y_all) / y_all))
-    return FitResult(coef, r2, rel, negative)
+    return FitResult(coef, r2, rel, held)
 
 
 def _huber_weights(resid: np.ndarray) -> np.ndarray | None:
