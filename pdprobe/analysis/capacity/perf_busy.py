@@ -102,6 +102,7 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,
                            np.zeros(0, dtype=np.int64))
+
     def reaching(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s, e = spans(rows)
         e += BUSY_GAP_TOLERANCE_S  # in place: the ends as far as a period reaches
