@@ -22,6 +22,7 @@ from pdprobe.analysis.capacity.population import (
     cached_in_range,
     record_numbers,
 )
+from pdprobe.analysis.row_slices import ascending
 from pdprobe.errors import UsageError
 
 if TYPE_CHECKING:
@@ -191,11 +192,17 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         else np.zeros(n_rows)
     ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
     ok = np.empty(n_rows, dtype=bool)
+    # integer lengths (the canonical dtype) hold no NaN: compared as they are, not as floats
+    int_prompt, int_output = prompt.dtype.kind in "iu", output.dtype.kind in "iu"
     for lo in range(0, n_rows, sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         at = slice(lo, lo + sampling.PASS_CHUNK)
-        p = np.asarray(prompt[at], dtype=np.float64)
-        ok[at] = np.isfinite(p) & np.isfinite(np.asarray(output[at], dtype=np.float64)) & \
-            (p >= 1) & np.isfinite(ts[at])
+        part = ok[at]
+        np.isfinite(ts[at], out=part)
+        part &= prompt[at] >= 1  # (NaN compares False)
+        if not int_prompt:
+            part &= np.isfinite(prompt[at])
+        if not int_output:
+            part &= np.isfinite(output[at])
     every_row = bool(ok.all())  # the usual case: no copies of the selection
     if not every_row:
         prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
@@ -205,7 +212,7 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         raise ValueError("no request has a prompt length, output length and arrival time")
     limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
     order = None
-    if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):  # records are usually in order
+    if not ascending(ts):  # records are usually in order (checked a slice at a time)
         order = np.argsort(ts, kind="stable")
         prompt, cached, output, ts = prompt[order], cached[order], output[order], ts[order]
     span = float(ts[-1] - ts[0])

@@ -165,3 +165,28 @@ def test_arrival_profile_memory_follows_the_arrivals_not_the_span() -> None:
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
     wild = np.array([-1.7e308, *ts[1:], 1.7e308])
     assert arrival_profile(wild, 2.0)[2] is None
+
+
+def test_unusable_rows_are_left_out_whatever_the_length_dtype() -> None:
+    """A request needs a finite arrival, a finite prompt of at least one token and a finite
+    output length: float columns with NaN, infinities and zero prompts give the mix of the
+    usable rows alone, which integer columns (no NaN to test for) give too."""
+    rng = np.random.default_rng(6)
+    n = 3000
+    frame = pd.DataFrame({"arrival_ts": np.sort(rng.uniform(0, 300, n)),
+                          "prompt_tokens": rng.integers(1, 5000, n).astype(float),
+                          "output_tokens": rng.integers(1, 500, n).astype(float)})
+    bad = rng.choice(n, 60, replace=False)
+    frame.loc[bad[:15], "prompt_tokens"] = np.nan
+    frame.loc[bad[15:25], "prompt_tokens"] = 0.0
+    frame.loc[bad[25:35], "prompt_tokens"] = np.inf
+    frame.loc[bad[35:45], "output_tokens"] = np.nan
+    frame.loc[bad[45:50], "output_tokens"] = -np.inf
+    frame.loc[bad[50:], "arrival_ts"] = np.nan
+    kept = frame.drop(index=bad).astype({"prompt_tokens": np.int64, "output_tokens": np.int64})
+    got = mix_from_requests(frame, rate_rps=None, timescale_s=1.0, description="t")
+    want = mix_from_requests(kept, rate_rps=None, timescale_s=1.0, description="t")
+    assert got.size == want.size == n - 60
+    for a, b in ((got.arrival_ts, want.arrival_ts), (got.prompt_tokens, want.prompt_tokens),
+                 (got.output_tokens, want.output_tokens)):
+        assert np.array_equal(a, b)
