@@ -71,6 +71,53 @@ def _wait_level(pool: PrefillPool, servers: int, n: int) -> float:
         return math.inf
 
 
+# The window's share of requests that waited is compared with each discipline's only when the
+# two predict shares at least this far apart (0.1 = 10 points): at low load both queues make
+# almost nobody wait and the share cannot tell them apart.
+MIN_SHARE_GAP: Final = 0.1
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Which queueing discipline the window's waits look like at the deployed prefill count."""
+
+    waited: float  # share of the window's requests that waited (queue_s > MIN_MODEL_WAIT_S)
+    pooled: float  # share the model's one pooled queue (G/G/c) makes wait
+    separate: float  # share a queue per instance (c x G/G/1) makes wait
+
+    @property
+    def per_instance(self) -> bool:
+        """The waits look like a queue per instance: requests wait while others are idle."""
+        return (abs(self.separate - self.pooled) >= MIN_SHARE_GAP
+                and abs(self.waited - self.separate) < abs(self.waited - self.pooled))
+
+
+def _waiting_share(pool: PrefillPool, servers: int, n: int) -> float:
+    """Share of requests that wait at all: every one in a window with a backlog, else the
+    window's probability of waiting."""
+    w = pool.waits(servers, n)
+    per_window = np.where(w.fluid_window_s > 0, 1.0, w.p_wait) if len(w.fluid_window_s) \
+        == len(w.p_wait) else w.p_wait
+    counts = np.bincount(w.window, minlength=len(per_window))
+    return float(np.dot(counts, per_window) / max(len(w.window), 1))
+
+
+def routing_of(pool: PrefillPool, servers: int, queue: np.ndarray) -> Routing | None:
+    """The window's share of requests that waited against a pooled queue's and a queue per
+    instance's at ``servers`` (None without enough measured waits)."""
+    known = np.isfinite(queue)
+    n = int(known.sum())
+    if n < MIN_CALIBRATION_REQUESTS:
+        return None
+    try:
+        pooled = _waiting_share(pool, servers, len(queue))
+        separate = _waiting_share(pool.per_instance(), servers, len(queue))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return Routing(waited=float(np.count_nonzero(queue[known] > MIN_MODEL_WAIT_S)) / n,
+                   pooled=pooled, separate=separate)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The model's TTFT prediction at the deployed counts, recalibrated with the window."""
@@ -82,6 +129,8 @@ class Calibration:
     p90_s: float  # calibrated TTFT p90 (inf when the tail has no end)
     requests: int  # requests with a measured wait and TTFT
     bounded: bool  # the scale hit WAIT_SCALE_MIN or WAIT_SCALE_MAX
+    # set when the waits were recalibrated with a queue per instance (``Routing``)
+    routing: Routing | None = None
 
 
 def measured_parts(requests: pd.DataFrame, mix: WorkloadMix) -> tuple[np.ndarray, np.ndarray] | None:
@@ -116,6 +165,22 @@ def measured_parts(requests: pd.DataFrame, mix: WorkloadMix) -> tuple[np.ndarray
         order = np.argsort(ts, kind="stable")
         queue, ttft = queue[order], ttft[order]
     return _parts(queue, ttft)
+
+
+def failed_share(requests: pd.DataFrame, mix: WorkloadMix) -> float:
+    """Share of the mix's requests whose status is not ok: the SLO's attainment counts them
+    as misses whatever their TTFT (``slo.py``), so a count sized with the window's waits
+    leaves them out of the miss budget. Read on a sampled mix's own rows."""
+    from pdprobe.analysis.row_slices import category_mask
+
+    if "status" not in requests.columns or not len(requests):
+        return 0.0
+    column = requests["status"]
+    pop = mix.population
+    if pop is not None and pop.source_rows is not None:
+        column = column.take(pop.source_rows)
+    failed = category_mask(column, lambda s: s != "ok")
+    return float(np.count_nonzero(failed)) / len(failed) if len(failed) else 0.0
 
 
 def _parts(queue: np.ndarray, ttft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -222,6 +287,13 @@ def recalibration_note(cal: Calibration) -> str:
             + (" (the bound)" if cal.bounded else "")
             + ", and each request's measured rest of TTFT (prefill, transfer, decode "
             f"admission) replaces the model's; {cal.requests} requests")
-    if cal.wait_scale < 1.0:
+    r = cal.routing
+    if r is not None:
+        text += (f"; {r.waited:.0%} of the window's requests waited before prefill, where one "
+                 f"pooled queue would make {r.pooled:.0%} wait and a queue per instance "
+                 f"{r.separate:.0%}: the router keeps a queue per prefill instance (requests "
+                 "wait while other instances are idle: round-robin or random routing), so "
+                 "the recalibrated waits are those of a queue per instance")
+    elif cal.wait_scale < 1.0:
         text += "; the model's waits are longer than measured, so its counts are kept"
     return text

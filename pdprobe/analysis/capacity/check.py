@@ -208,12 +208,14 @@ def _recalibrated_prefill(cap: CapacityResult, rec: Maybe[int], observed_attainm
     do not remove) or names prefill short for another finding's reason (that finding is fixed
     first).
     """
-    scale, r = _num(cap.wait_scale), _num(rec)
-    if not cap.recalibrated or scale is None or scale <= 1.0 or r is None:
+    scale, r, cal_p = _num(cap.wait_scale), _num(rec), _num(cap.calibrated_prefill)
+    if not cap.recalibrated or scale is None or r is None:
+        return rec, ""
+    if scale <= 1.0 and cal_p is None:  # the window's waits are not longer than the model's
         return rec, ""
     if "decode" in short_pools or short_pools.get("prefill"):
         return rec, ""
-    cal_p, dep = _num(cap.calibrated_prefill), _num(cap.deployed_prefill)
+    dep = _num(cap.deployed_prefill)
     if dep is not None and r < dep and _still_optimistic(cap, observed_attainment,
                                                           observed_p90_s):
         return int(dep), (f"even recalibrated, the model's waits are shorter than the "

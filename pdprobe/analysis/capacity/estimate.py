@@ -13,7 +13,12 @@ import numpy as np
 
 from pdprobe.analysis.base import CapacityResult, RatioWindow, WorkloadSummary
 from pdprobe.analysis.capacity.alternatives import band, mean_based
-from pdprobe.analysis.capacity.calibrate import measured_parts, recalibration_note, tpot_at
+from pdprobe.analysis.capacity.calibrate import (
+    failed_share,
+    measured_parts,
+    recalibration_note,
+    tpot_at,
+)
 from pdprobe.analysis.capacity.mix import (
     WorkloadMix,
     mix_from_histograms,
@@ -69,7 +74,8 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     measured = measured_parts(dataset.requests, mix) \
         if dataset is not None and len(dataset.requests) else None
     rec = recommend(mix, model, slo, work, deployed_prefill=deployed_prefill,
-                    measured=measured)
+                    measured=measured, failed=failed_share(dataset.requests, mix)
+                    if measured is not None and dataset is not None else 0.0)
     mb = mean_based(mix, model, slo, rec.rates)
     bands = band(mix, model, slo, hit_rate_known=hit_rate_known, work=work)
     windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()

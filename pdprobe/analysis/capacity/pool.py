@@ -147,6 +147,9 @@ class PrefillPool:
         # Waits (fluid and stochastic) multiplied by this: 1 is the model; a recalibration
         # against the window's measured waits sets another (``calibrate.py``).
         self.wait_scale = 1.0
+        # Each instance its own queue (a router that does not look at load: round-robin,
+        # random): c G/G/1 queues at rate/c each instead of one G/G/c (``per_instance``).
+        self.separate = False
         self.fluid = load is not None and arrival_ts is not None and len(arrival_ts) > 1
         if not self.fluid or load is None or arrival_ts is None:
             self.share = np.ones(1)
@@ -177,6 +180,14 @@ class PrefillPool:
         other.wait_scale = float(factor)
         return other
 
+    def per_instance(self) -> PrefillPool:
+        """The same pool with a queue per instance: a request waits whenever its own instance
+        is busy (``P(wait) = ρ``, Kingman's G/G/1 tail at ``rate/c``), however idle the
+        others are."""
+        other = copy.copy(self)
+        other.separate = True
+        return other
+
     def waits(self, servers: int, n: int = 1) -> PoolWaits:
         """Waits in a pool of ``servers``; ``n`` sizes the request arrays when stationary."""
         c = max(int(servers), 1)
@@ -191,9 +202,13 @@ class PrefillPool:
         # with a fluid part, overload beyond the hand-off is the backlog's to carry
         capped = np.minimum(util, FLUID_HANDOFF_UTILIZATION) if self.fluid else util
         offered = capped * c
-        b = erlang_b(c, offered)
-        p_wait = b / (1.0 - capped * (1.0 - b))
-        tail = (self.ca2 + cs2) * service / (2.0 * c * (1.0 - capped))
+        if self.separate:  # c single-server queues: Erlang C of one server is ρ
+            p_wait = capped.copy()
+            tail = (self.ca2 + cs2) * service / (2.0 * (1.0 - capped))
+        else:
+            b = erlang_b(c, offered)
+            p_wait = b / (1.0 - capped * (1.0 - b))
+            tail = (self.ca2 + cs2) * service / (2.0 * c * (1.0 - capped))
         p_wait = np.where(lam > 0, np.clip(p_wait, 0.0, 1.0), 0.0)
         tail = np.where(lam > 0, tail, 0.0)
         if self.wait_scale != 1.0:

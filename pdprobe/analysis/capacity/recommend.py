@@ -25,6 +25,7 @@ from pdprobe.analysis.capacity.calibrate import (
     calibrate,
     observed_ttft_attainment,
     observed_ttft_quantile,
+    routing_of,
 )
 from pdprobe.analysis.capacity.check import MODEL_TOLERANCE, p90_disagrees
 from pdprobe.analysis.capacity.mix import WorkloadMix
@@ -258,13 +259,16 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
               work: LengthWork | None = None,
               deployed_prefill: int | None = None,
-              measured: tuple[np.ndarray, np.ndarray] | None = None) -> Recommendation:
+              measured: tuple[np.ndarray, np.ndarray] | None = None,
+              failed: float = 0.0) -> Recommendation:
     """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives.
 
     With ``deployed_prefill`` it also predicts TTFT attainment and p90 at that count, for the
     check of the model against what the window observed; with ``measured`` (the window's
     wait and rest of TTFT per request, ``calibrate.measured_parts``) it recalibrates that
-    prediction and, when the raw one is beyond ``MODEL_TOLERANCE`` of the window, uses it.
+    prediction and, when the raw one is beyond ``MODEL_TOLERANCE`` of the window, uses it;
+    ``failed`` (the window's share of failed requests, misses whatever their wait) comes out
+    of the miss budget of the count sized with the window's waits.
     """
     work = work or LengthWork.of(mix, model, slo)
     s, pool, sample = _size(mix, model, slo, work)
@@ -286,15 +290,33 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
              and abs(raw - observed) > MODEL_TOLERANCE)
             or p90_disagrees(at_deployed.get("deployed_ttft_p90_s"),
                              observed_ttft_quantile(measured, slo.attainment)))
-        if cal is not None and recalibrated and cal.wait_scale > 1.0:
-            # The prefill count with the window's waits. Applied only where the findings name
-            # the prefill pool short (``check.check_against_window``): the waits may be
-            # another pool's back-pressure, which more prefill instances do not remove.
+        shaped = pool
+        routing = routing_of(pool, deployed_prefill, measured[0]) if recalibrated else None
+        if routing is not None and routing.per_instance:
+            # requests wait while other instances idle: the waits' shape is a queue per
+            # instance's, their level the window's
+            per = calibrate(pool.per_instance(), deployed_prefill, measured, work.bare,
+                            slo.ttft_s, slo.attainment)
+            if per is not None:
+                cal, shaped = replace(per, routing=routing), pool.per_instance()
+        if cal is not None and recalibrated and (cal.wait_scale > 1.0 or shaped is not pool):
+            # The prefill count with the window's waits (never below the model's). Not
+            # applied where the findings name decode short (``check.check_against_window``):
+            # the waits may be its back-pressure, which more prefill instances do not remove.
+            # each request's measured rest of TTFT where known, as the calibrated
+            # attainment takes it (the model's bare TTFT elsewhere)
+            due = np.where(np.isfinite(measured[0]), measured[1], work.bare)
+            due = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
+            budget = 1.0 - slo.attainment - failed
             try:
-                calibrated_prefill = pool.scaled(cal.wait_scale).smallest(
-                    s.ttft_target_s - sample, 1.0 - slo.attainment, at_least=prefill)
+                calibrated_prefill = shaped.scaled(cal.wait_scale).smallest(
+                    s.ttft_target_s - due, budget, at_least=prefill) if budget > 0 else None
             except ValueError:  # no count meets it with these waits
                 calibrated_prefill = None
+            if failed > 0:
+                notes.append(f"the count sized with the window's waits leaves the window's "
+                             f"{failed:.1%} failed requests (misses whatever their wait) out "
+                             f"of the {1.0 - slo.attainment:.0%} miss budget")
     overloaded = pool.overloaded_share(prefill)
     if overloaded > 0:
         notes.append(f"{overloaded:.1%} of requests arrive in {pool_window(mix)} windows whose "

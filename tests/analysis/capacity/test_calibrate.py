@@ -146,3 +146,53 @@ def test_observed_ttft_quantile_of_the_measured_parts() -> None:
     rest = np.r_[np.full(100, 0.5), np.full(5, np.nan)]
     assert observed_ttft_quantile((queue, rest), 0.9) == pytest.approx(89.1 + 0.5)
     assert observed_ttft_quantile((queue[:10], rest[:10]), 0.9) is None
+
+
+def test_a_queue_per_instance_waits_whenever_its_own_instance_is_busy() -> None:
+    """c single-server queues at rate/c: P(wait) is the utilisation and the tail Kingman's,
+    whatever the pool size; one pooled queue at the same load makes far fewer wait."""
+    pool, bare = _pool()
+    n = len(bare)
+    sep = pool.per_instance()
+    assert not pool.separate and sep.separate  # the original is untouched
+    for c in (1, 2, 4):
+        w, p = sep.waits(c, n), pool.waits(c, n)
+        capped = np.minimum(w.utilization, 0.95)
+        assert np.allclose(w.p_wait[w.utilization > 0], capped[w.utilization > 0])
+        if c == 1:  # one instance: both disciplines are the same queue
+            assert np.allclose(w.p_wait, p.p_wait) and np.allclose(w.tail_s, p.tail_s)
+        else:
+            assert float(np.mean(p.p_wait)) < float(np.mean(w.p_wait))
+    assert sep.scaled(2.0).separate
+
+
+def test_routing_is_read_off_the_share_of_requests_that_waited() -> None:
+    """Most requests waited where one pooled queue makes few wait: a queue per instance; about
+    as many as the pooled queue says: pooled; too few measured waits: unknown."""
+    from pdprobe.analysis.capacity.calibrate import routing_of
+
+    pool, bare = _pool()
+    n = len(bare)
+    c = 4
+    separate = float(np.mean(pool.per_instance().waits(c, n).p_wait))
+    pooled = float(np.mean(pool.waits(c, n).p_wait))
+    assert separate - pooled >= 0.1
+    rng = np.random.default_rng(2)
+    waits = np.where(rng.random(n) < separate, 0.5, 0.0)
+    r = routing_of(pool, c, waits)
+    assert r is not None and r.per_instance
+    assert r.waited == pytest.approx(separate, abs=0.03)
+    r = routing_of(pool, c, np.where(rng.random(n) < pooled, 0.5, 0.0))
+    assert r is not None and not r.per_instance
+    assert routing_of(pool, c, np.full(n, np.nan)) is None
+
+
+def test_failed_share_counts_statuses_other_than_ok() -> None:
+    from pdprobe.analysis.capacity.calibrate import failed_share
+
+    req = pd.DataFrame({"arrival_ts": np.arange(100.0), "prompt_tokens": 1000,
+                        "output_tokens": 10,
+                        "status": pd.Categorical(["ok"] * 97 + ["error", "timeout", None])})
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    assert failed_share(req, m) == pytest.approx(0.02)  # a missing status is not a failure
+    assert failed_share(req.drop(columns="status"), m) == 0.0

@@ -201,8 +201,10 @@ def _window(deployed: int, waits: Callable[[np.ndarray, np.ndarray, int], np.nda
 def test_round_robin_waits_longer_than_the_pooled_model_are_caught_by_the_p90() -> None:
     """Round-robin: each instance queues alone, so the window waits far longer than the
     model's pooled queue says, yet attainment is within the 5 points: the p90 (2.9x off)
-    recalibrates the model, and the prefill count is what the recalibrated waits need (16, the
-    deployed count), not the model's 14; replayed, the model's count less one misses."""
+    recalibrates the model with a queue per instance (the window's requests wait while other
+    instances idle), whose p90 then matches the window's, and the prefill count is what the
+    recalibrated waits need (15), not the model's 14; replayed, 15 meets the objective and the
+    model's count less one misses."""
     cap, observed, p90, ts, service = _window(16, _round_robin_waits)
     pred, pred_p90 = _num(cap.deployed_ttft_attainment_estimate), \
         _num(cap.deployed_ttft_p90_estimate_s)
@@ -212,12 +214,18 @@ def test_round_robin_waits_longer_than_the_pooled_model_are_caught_by_the_p90() 
     rec_model = _num(cap.recommended_prefill)
     cal_p = _num(cap.calibrated_prefill)
     assert rec_model is not None and cal_p is not None and cal_p > rec_model
+    cal_p90 = _num(cap.calibrated_ttft_p90_estimate_s)
+    assert cal_p90 is not None and cal_p90 == pytest.approx(p90, rel=0.05)
     out = check_against_window(cap, observed_attainment=observed, observed_p90_s=p90,
                                slo_missed=False, short_pools={})
-    assert out.recommended_prefill == cal_p
+    assert out.recommended_prefill == cal_p == 15
     assert "TTFT p90 is 2.9x shorter than the window's" in out.model_check
-    assert any("with the recalibrated waits" in n for n in out.notes)
-    # the same window on fewer instances: below the model's count the objective is missed
+    assert "now in line with the window" in out.model_check
+    assert any("with the recalibrated waits 15 prefill" in n for n in out.notes)
+    # the same arrivals replayed on the recommended count meet the objective; one fewer than
+    # the model's count does not
+    kept = _round_robin_waits(ts, service, int(cal_p)) + service
+    assert float(np.mean(kept <= 2.0)) >= 0.9
     short = _round_robin_waits(ts, service, int(rec_model) - 1) + service
     assert float(np.mean(short <= 2.0)) < 0.9
     # a short decode pool: the waits may be its back-pressure, the model's count stands
