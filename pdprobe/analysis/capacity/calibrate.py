@@ -77,6 +77,15 @@ def _wait_level(pool: PrefillPool, servers: int, n: int) -> float:
 MIN_SHARE_GAP: Final = 0.1
 
 
+# A queue per instance is taken as the waits' shape only when, recalibrated with it, the
+# window's wait level is within this factor of its own: per instance the arrivals' variability
+# is what the router leaves (round-robin ~ca²/c, random ~1), which moves Kingman's
+# (ca² + cs²)/2 by at most ~3x for the service spreads seen (cs² >= 0.5). Far beyond it the
+# waits are something else (a saturated decode pool's back-pressure, a stall), which also
+# makes nearly every request wait, and the pooled recalibration stands.
+PER_INSTANCE_SCALE_FACTOR: Final = 4.0
+
+
 @dataclass(frozen=True)
 class Routing:
     """Which queueing discipline the window's waits look like at the deployed prefill count."""

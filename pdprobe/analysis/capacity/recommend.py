@@ -21,6 +21,7 @@ from typing import Final
 import numpy as np
 
 from pdprobe.analysis.capacity.calibrate import (
+    PER_INSTANCE_SCALE_FACTOR,
     Calibration,
     calibrate,
     observed_ttft_attainment,
@@ -297,7 +298,8 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
             # instance's, their level the window's
             per = calibrate(pool.per_instance(), deployed_prefill, measured, work.bare,
                             slo.ttft_s, slo.attainment)
-            if per is not None:
+            if per is not None and 1.0 / PER_INSTANCE_SCALE_FACTOR <= per.wait_scale <= \
+                    PER_INSTANCE_SCALE_FACTOR:
                 cal, shaped = replace(per, routing=routing), pool.per_instance()
         if cal is not None and recalibrated and (cal.wait_scale > 1.0 or shaped is not pool):
             # The prefill count with the window's waits (never below the model's). Not
@@ -307,15 +309,18 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
             # attainment takes it (the model's bare TTFT elsewhere)
             due = np.where(np.isfinite(measured[0]), measured[1], work.bare)
             due = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
-            budget = 1.0 - slo.attainment - failed
+            # failures come out of the budget while they leave QUEUE_MISS_SHARE of it for
+            # queueing; beyond that they are not the prefill pool's to fix and are left in
+            cut = failed if failed <= QUEUE_MISS_SHARE * (1.0 - slo.attainment) else 0.0
+            budget = 1.0 - slo.attainment - cut
             try:
                 calibrated_prefill = shaped.scaled(cal.wait_scale).smallest(
                     s.ttft_target_s - due, budget, at_least=prefill) if budget > 0 else None
             except ValueError:  # no count meets it with these waits
                 calibrated_prefill = None
-            if failed > 0:
+            if cut > 0:
                 notes.append(f"the count sized with the window's waits leaves the window's "
-                             f"{failed:.1%} failed requests (misses whatever their wait) out "
+                             f"{cut:.1%} failed requests (misses whatever their wait) out "
                              f"of the {1.0 - slo.attainment:.0%} miss budget")
     overloaded = pool.overloaded_share(prefill)
     if overloaded > 0:
