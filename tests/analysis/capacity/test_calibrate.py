@@ -196,3 +196,48 @@ def test_failed_share_counts_statuses_other_than_ok() -> None:
     m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
     assert failed_share(req, m) == pytest.approx(0.02)  # a missing status is not a failure
     assert failed_share(req.drop(columns="status"), m) == 0.0
+
+
+def _round_robin(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """Waits when request i goes to instance i mod ``servers``, each a FIFO queue."""
+    wait = np.zeros(len(ts))
+    for k in range(servers):
+        free = -np.inf
+        for i in range(k, len(ts), servers):
+            wait[i] = max(ts[i], free) - ts[i]
+            free = ts[i] + wait[i] + service[i]
+    return wait
+
+
+def test_per_instance_shape_only_where_it_explains_the_wait_level() -> None:
+    """Round-robin waits: recalibrated with a queue per instance (scale near 1, said in the
+    calibration); every request waiting half a minute (a stalled or back-pressured pool):
+    the share that waited looks per-instance but no queue per instance explains that level,
+    so the pooled shape stands. Failed requests come out of the miss budget while they leave
+    half of it, else the count is sized as without them."""
+    from pdprobe.analysis.capacity.calibrate import PER_INSTANCE_SCALE_FACTOR
+
+    rng = np.random.default_rng(3)
+    n = 4000
+    ts = np.sort(rng.uniform(0, n / 60.0, n))
+    prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 1.0, n)), 1, 30000)
+    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    model, slo = simple_model(pb=8e-5), Slo(2.0, 0.1)
+    work = LengthWork.of(m, model, slo)
+    rr = (_round_robin(ts, work.bare, 16), work.bare)
+    rec = recommend(m, model, slo, work, deployed_prefill=16, measured=rr)
+    cal = rec.calibration
+    assert rec.recalibrated and cal is not None and cal.routing is not None
+    assert cal.routing.per_instance and 1 / PER_INSTANCE_SCALE_FACTOR <= cal.wait_scale <= 1
+    assert rec.calibrated_prefill == 15
+    # a few failures need more instances; failures beyond half the budget are left in
+    more = recommend(m, model, slo, work, deployed_prefill=16, measured=rr, failed=0.045)
+    assert more.calibrated_prefill is not None and more.calibrated_prefill > 15
+    assert any("4.5% failed requests" in n for n in more.notes)
+    many = recommend(m, model, slo, work, deployed_prefill=16, measured=rr, failed=0.2)
+    assert many.calibrated_prefill == 15
+    stalled = recommend(m, model, slo, work, deployed_prefill=16,
+                        measured=(np.full(n, 30.0), work.bare))
+    assert stalled.recalibrated and stalled.calibration is not None
+    assert stalled.calibration.routing is None  # the pooled shape, scaled
