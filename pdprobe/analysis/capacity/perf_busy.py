@@ -1,7 +1,8 @@
 """Prefill busy periods: each instance's prefill intervals grouped into periods of overlapping
-(or touching) ones, the requests that ran alone and segments of busy time (``busy_periods``,
-``isolated_prefills``, ``busy_segments``). Above ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` they
-are reconstructed around a time-block sample. Vectorised: no Python loop over requests.
+(or touching, within ``BUSY_GAP_TOLERANCE_S``) ones, the requests that ran alone and segments
+of busy time (``busy_periods``, ``isolated_prefills``, ``busy_segments``). Above
+``sampling.BUSY_SAMPLE_MAX_REQUESTS`` they are reconstructed around a time-block sample.
+Vectorised: no Python loop over requests.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class BusyPeriods:
     all present, so whether it ran alone is exact; a period's ends beyond the sample are not.
     """
 
-    # memory: positions and ids are int32 and codes int16 where they fit (millions of rows)
+    # memory: positions and ids are int32 and codes int8/int16 where they fit (millions of rows)
     row: np.ndarray  # request position
     start: np.ndarray
     end: np.ndarray
@@ -130,7 +131,9 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         rows = rows[order]
         del order
         s, e = spans(rows)
-    g = codes[rows].astype(np.int16 if n_names < 2**15 else np.int64)
+    g = codes[rows]  # a categorical column's own int8/int16 codes: kept as they come
+    if g.dtype not in (np.int8, np.int16):  # (codes below 2**7 or 2**15: a code + 1 fits)
+        g = g.astype(np.int16 if n_names < 2**15 else np.int64)
     new_period = np.ones(len(rows), dtype=bool)  # the first of each instance opens a period
     new_period[1:] = g[1:] != g[:-1]
     bounds = np.append(np.flatnonzero(new_period), len(rows))
