@@ -132,7 +132,7 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         del order
         s, e = spans(rows)
     g = codes[rows]  # a categorical column's own int8/int16 codes: kept as they come
-    if g.dtype not in (np.int8, np.int16):  # (codes below 2**7 or 2**15: a code + 1 fits)
+    if g.dtype not in (np.int8, np.int16):  # (pandas: int8 below 127 names: a code + 1 fits)
         g = g.astype(np.int16 if n_names < 2**15 else np.int64)
     new_period = np.ones(len(rows), dtype=bool)  # the first of each instance opens a period
     new_period[1:] = g[1:] != g[:-1]

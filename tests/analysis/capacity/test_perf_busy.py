@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,6 +12,7 @@ from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.perf_busy import (
     BUSY_GAP_TOLERANCE_S,
     busy_periods,
+    busy_segments,
     isolated_prefills,
 )
 
@@ -86,3 +89,28 @@ def test_the_sampled_reconstruction_keeps_neighbours_within_the_tolerance(
     # the periods' ends are the true ones (the tolerance only widened the overlap test)
     np.testing.assert_array_equal(
         part.end, (req["arrival_ts"] + req["queue_s"] + req["prefill_s"]).to_numpy()[part.row])
+
+
+def test_int8_instance_codes_give_the_segments_int64_codes_give(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """126 instances: a categorical column's int8 codes (pandas: up to 125; the last code
+    + 1 still an int8) are kept as the periods' groups; the sampled segments are those of the
+    same periods with int64 groups."""
+    rng = np.random.default_rng(4)
+    n = 40_000
+    arrival = EPOCH_S + np.sort(rng.uniform(0, 3600, n))
+    names = [f"p{i:03d}" for i in range(126)]
+    req = pd.DataFrame({"arrival_ts": arrival, "queue_s": np.zeros(n),
+                        "prefill_s": rng.uniform(0.5, 8.0, n),
+                        "prefill_instance": pd.Categorical(
+                            [names[i] for i in rng.integers(0, 126, n)], categories=names),
+                        "prompt_tokens": rng.integers(10, 9000, n).astype(float),
+                        "cached_tokens": np.zeros(n)})
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 10_000)
+    busy = busy_periods(req)
+    assert busy.group is not None and busy.group.dtype == np.int8 and busy.group.max() == 125
+    wide = replace(busy, group=busy.group.astype(np.int64))
+    got, want = busy_segments(req, busy), busy_segments(req, wide)
+    assert got is not None and want is not None and len(got[2]) > 100
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
