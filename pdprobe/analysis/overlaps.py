@@ -35,18 +35,21 @@ def group_parts(cand: np.ndarray, group: np.ndarray | None) -> list[np.ndarray]:
 
 def mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarray,
                      needed: np.ndarray, group: np.ndarray | None, closed: bool,
-                     by_group: bool = False
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+                     by_group: bool = False) -> np.ndarray | None:
     """Marks in ``needed`` the candidates (ascending positions ``cand``) that overlap an
     observed request of their group. One group at a time: only its intervals are computed.
-    ``by_group``: returns the needed rows sorted by (group, start), stably, with their
-    starts and ends (each group's candidates are sorted by start for the test anyway)."""
-    # needed rows are candidates: the sorted ones are written into arrays of that size
-    # (memory: no list of per-group pieces and no concatenated copy of them)
-    size = len(cand) if by_group else 0
-    kept = (np.empty(size, dtype=cand.dtype), np.empty(size), np.empty(size))
+    ``by_group``: returns the needed rows' positions sorted by (group, start), stably (each
+    group's candidates are sorted by start for the test anyway); only positions, so the
+    caller computes their intervals once the sample's masks are freed (memory)."""
+    # needed rows are candidates: the sorted ones are written into an array of that size
+    # (no list of per-group pieces and no concatenated copy of them), allocated once the
+    # split's sort order is freed; ``cand`` itself is not read past the split
+    size, dtype = (len(cand) if by_group else 0), cand.dtype
+    parts = group_parts(cand, group)
+    del cand
+    kept = np.empty(size, dtype=dtype)
     at_kept = 0
-    for rows in group_parts(cand, group):  # per group, not per request
+    for rows in parts:  # per group, not per request
         seen = observed[rows]
         if not seen.any():
             continue
@@ -75,14 +78,9 @@ def mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarra
         needed[rows] = hit
         if by_group:
             at = by_start[hit[by_start]]
-            part = slice(at_kept, at_kept + len(at))
-            np.take(rows, at, out=kept[0][part])
-            np.take(s_g, at, out=kept[1][part])
-            np.take(e_g, at, out=kept[2][part])
+            np.take(rows, at, out=kept[at_kept:at_kept + len(at)])
             at_kept += len(at)
     if not by_group:
         return None
-    # views when they fill most of the arrays, else copies (the rest freed)
-    rows_k, s_k, e_k = (k[:at_kept] if 2 * at_kept >= size else k[:at_kept].copy()
-                        for k in kept)
-    return rows_k, s_k, e_k
+    # a view when it fills most of the array, else a copy (the rest freed)
+    return kept[:at_kept] if 2 * at_kept >= size else kept[:at_kept].copy()

@@ -62,9 +62,9 @@ class TimeSample:
     total: int  # requests the sample was drawn from
 
     size: int = -1  # observed requests (-1: count ``observed``)
-    # ``sample_intervals(by_group=True)``: the needed rows sorted by (group, start), stably
-    # (positions, starts, ends), as the overlap test sorted them anyway
-    by_group: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # ``sample_intervals(by_group=True)``: the needed rows' positions sorted by (group,
+    # start), stably, as the overlap test sorted them anyway
+    by_group: np.ndarray | None = None
 
     def describe(self, what: str) -> str:
         """A note naming the sample: its size, what it was drawn from, how."""
@@ -134,8 +134,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     categorical column's own codes do) are the only ones read. The same sample as
     ``time_sample`` of the valid rows alone. ``start_range``: the valid rows' earliest and
     latest start when the caller found them in its own pass (the first pass is skipped).
-    ``by_group`` (with ``group``): also ``TimeSample.by_group``, the needed rows in (group,
-    start) order with their intervals, from the overlap test's own sort (no second one).
+    ``by_group`` (with ``group``): also ``TimeSample.by_group``, the needed rows' positions
+    in (group, start) order, from the overlap test's own sort (no second one).
     """
     max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
     n = n_rows if valid is None else int(np.count_nonzero(valid))
@@ -161,10 +161,12 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     if not observed.any():  # a capture shorter than the stride of blocks: keep it all
         return None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
-    cand = _candidates(intervals, n_rows, valid, observed, reach, every, t0, block_s)
     needed = observed.copy()
-    kept = mark_overlapping(intervals, cand, observed, needed, group, closed,
-                            by_group and group is not None)
+    # (the candidates' positions are held by the overlap test alone: freed once split)
+    kept = mark_overlapping(intervals,
+                            _candidates(intervals, n_rows, valid, observed, reach, every, t0,
+                                        block_s),
+                            observed, needed, group, closed, by_group and group is not None)
     return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
 
 

@@ -111,21 +111,24 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
 
     # touching prefills (one starts as the other ends, within the tolerance) share a period:
     # closed overlaps of the intervals reaching the tolerance further
-    taken = sample_intervals(reaching, n, None if valid.all() else valid, codes, closed=True,
+    # memory: an all-true mask is not kept (one byte per request) while the sample is drawn
+    some = None if valid.all() else valid
+    del valid
+    taken = sample_intervals(reaching, n, some, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
                              start_range=(t_first, t_last), by_group=True) if sample else None
     observed = None
     if taken is not None and taken.by_group is not None:
-        # the sample's overlap test sorted its rows by (instance, start) already
-        rows, s, e = taken.by_group
+        # the sample's overlap test sorted its rows by (instance, start) already; their
+        # intervals are computed once its masks are freed (memory)
+        rows = taken.by_group
         observed, taken = taken.observed[rows], taken.released()  # kept without the masks
-        for lo in range(0, len(rows), PASS_CHUNK):  # the true ends, in place (same bits)
-            part = slice(lo, lo + PASS_CHUNK)
-            np.add(s[part], cols.read("prefill_s", rows[part]), out=e[part])
-        del valid
+        del some
+        s, e = spans(rows)
     else:
-        rows = positions(valid)
-        del valid
+        rows = positions(some) if some is not None else \
+            np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # (positions of all)
+        del some
         # sorted, then the intervals computed again at the sorted rows: no gathered copies
         order = sort_by_group(codes[rows], n_names, starts(rows))
         rows = rows[order]
