@@ -313,6 +313,24 @@ def test_medians_by_partition_are_the_sorted_medians(seed: int) -> None:
     assert np.isnan(got[2]) and got[6] == 1.5
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_medians_of_many_same_size_groups(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Thousands of small groups (the evidence's (bin, instance) cells), partitioned a size
+    at a time in blocks of any size, give pandas' grouped medians to the bit."""
+    import pdprobe.analysis.grouped as grouped
+
+    monkeypatch.setattr(grouped, "MEDIAN_BLOCK_VALUES", block)
+    rng = np.random.default_rng(3)
+    n_groups, n = 3_000, 40_000
+    codes = rng.integers(-1, n_groups, n).astype(np.int32)
+    values = np.round(rng.lognormal(size=n), 2)
+    values[rng.random(n) < 0.1] = np.nan
+    got = Groups.of(codes, range(n_groups)).medians(values)
+    keep = codes >= 0
+    want = pd.Series(values[keep]).groupby(codes[keep]).median().reindex(range(n_groups))
+    np.testing.assert_array_equal(got, want.to_numpy())
+
+
 @pytest.mark.parametrize("sample", [None, 40])
 def test_ordered_codes_group_without_a_sort(monkeypatch: pytest.MonkeyPatch,
                                             sample: int | None) -> None:
@@ -343,3 +361,16 @@ def test_ordered_codes_group_without_a_sort(monkeypatch: pytest.MonkeyPatch,
     np.testing.assert_array_equal(groups.sums(negative),
                                   groups._accumulate(negative, np.add, 0.0, skip_nan=True))
     assert grouped._run_sums(np.full(4, 2 ** 52), np.array([4])) is None  # past 2**53
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_compacted_is_the_masked_copy(chunk: int) -> None:
+    """Values kept by a mask, compacted over the array's own front in chunks of any size,
+    are the masked copy."""
+    from pdprobe.analysis.grouped import _compacted
+
+    rng = np.random.default_rng(5)
+    v = rng.random(1_000)
+    drop = rng.random(1_000) < 0.3
+    want = v[~drop].copy()
+    np.testing.assert_array_equal(_compacted(v, drop, chunk), want)

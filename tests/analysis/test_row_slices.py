@@ -148,3 +148,22 @@ def test_category_count_is_the_masks_sum(monkeypatch: pytest.MonkeyPatch,
         assert category_count(table, "status", test) == int(
             np.count_nonzero(category_mask(table["status"], test)))
     assert category_count(table, "status", lambda s: True) == 35  # missing rows never count
+
+
+def test_take_calls_a_getter_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row getter asked for more than CHUNK_ROWS positions is called on slices of at most
+    CHUNK_ROWS of them, and the values are those of one call at every position."""
+    import pdprobe.analysis.row_slices as rs
+
+    monkeypatch.setattr(rs, "CHUNK_ROWS", 7)
+    base = np.arange(100, dtype=np.int64)
+    sizes: list[int] = []
+
+    def getter(rows: rs.Rows) -> np.ndarray:
+        sizes.append(len(base[rows]))
+        return base[rows] / 3.0
+
+    rows = np.random.default_rng(0).permutation(100)[:50]
+    got = rs.take(getter, rows)
+    np.testing.assert_array_equal(got, base[rows] / 3.0)
+    assert max(sizes) <= 7 and sum(sizes) == 50
