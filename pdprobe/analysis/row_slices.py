@@ -176,17 +176,21 @@ def column_values(table: pd.DataFrame, column: str) -> np.ndarray:
     return series.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
-    """``test(str(value))`` for every row (False where missing), evaluated once per distinct
-    value: on a categorical's categories, else on the factorized values."""
+def distinct_codes(column: pd.Series) -> tuple[np.ndarray, list[Any]]:
+    """Each row's code (-1 where missing) and the distinct values the codes index: a
+    categorical's own codes and categories, else the factorized values."""
     import pandas as pd
 
     if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy()
-        values = list(column.cat.categories)
-    else:
-        codes, uniques = pd.factorize(column)
-        values = list(uniques)
+        return column.cat.codes.to_numpy(), list(column.cat.categories)
+    codes, uniques = pd.factorize(column)
+    return codes, list(uniques)
+
+
+def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+    """``test(str(value))`` for every row (False where missing), evaluated once per distinct
+    value: on a categorical's categories, else on the factorized values."""
+    codes, values = distinct_codes(column)
     lookup = np.array([bool(test(str(v))) for v in values] + [False], dtype=bool)
     return lookup[codes]  # code -1 (missing) reads the trailing False
 
@@ -201,20 +205,12 @@ def category_count(table: pd.DataFrame, column: str, test: Callable[[str], bool]
 def category_counts(table: pd.DataFrame, column: str) -> dict[str, int]:
     """Rows of ``table`` per distinct value of ``column`` as ``str`` (missing values not
     counted), cached per table."""
-    import pandas as pd
-
     from pdprobe.analysis.table_cache import table_cache
 
     cache = table_cache(table)
     key = ("category_counts", column)
     if key not in cache:
-        series = table[column]
-        if isinstance(series.dtype, pd.CategoricalDtype):
-            codes = series.cat.codes.to_numpy()
-            values = list(series.cat.categories)
-        else:
-            codes, uniques = pd.factorize(series)
-            values = list(uniques)
+        codes, values = distinct_codes(table[column])
         counts = np.zeros(len(values) + 1, dtype=np.int64)  # slot 0: missing (code -1)
         for part in chunks(codes.size):
             counts += np.bincount(codes[part].astype(np.intp) + 1, minlength=counts.size)

@@ -72,6 +72,15 @@ def _no_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(requests_file, "read_jsonl", fail)
 
 
+def _streamed_and_whole(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    """What the streamed reader gives for ``path`` (failing if it falls back to reading the
+    file whole), and what the whole-file reader gives."""
+    expect = _whole(path, monkeypatch)
+    with monkeypatch.context() as m:
+        _no_whole_read(m)
+        return read_requests(path, ReadContext()), expect
+
+
 @pytest.mark.usefixtures("small_pieces")
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "csv.gz"])
 def test_clean_files_stream_in_pieces_to_the_whole_file_result(
@@ -83,10 +92,7 @@ def test_clean_files_stream_in_pieces_to_the_whole_file_result(
         pcsv.write_csv(_table(), tmp_path / "plain.csv")
         data = (tmp_path / "plain.csv").read_bytes()
         path.write_bytes(gzip.compress(data) if fmt.endswith(".gz") else data)
-    expect = _whole(path, monkeypatch)
-    with monkeypatch.context() as m:
-        _no_whole_read(m)
-        got = read_requests(path, ReadContext())
+    got, expect = _streamed_and_whole(path, monkeypatch)
     pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
     assert got.source == expect.source  # type: ignore[attr-defined]
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
@@ -147,10 +153,7 @@ def test_public_traces_stream_in_pieces_to_the_whole_file_result(
     ``input_length``, ``output_length``, ``hash_ids``), cut into ~20 kB pieces: the same frame,
     source and warnings as the whole-file reader."""
     path = traces_dir / trace
-    expect = _whole(path, monkeypatch)
-    with monkeypatch.context() as m:
-        _no_whole_read(m)
-        got = read_requests(path, ReadContext())
+    got, expect = _streamed_and_whole(path, monkeypatch)
     assert path.stat().st_size > 10 * 20_000  # many pieces, not one
     pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
     assert got.source == expect.source  # type: ignore[attr-defined]
@@ -253,10 +256,7 @@ def test_broken_json_lines_are_skipped_piece_by_piece_as_the_whole_read_skips_th
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crlf: bool) -> None:
     path = tmp_path / "r.jsonl"
     _broken_jsonl(path, BROKEN, crlf)
-    expect = _whole(path, monkeypatch)
-    with monkeypatch.context() as m:
-        _no_whole_read(m)
-        got = read_requests(path, ReadContext())
+    got, expect = _streamed_and_whole(path, monkeypatch)
     pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
     assert got.source == expect.source  # type: ignore[attr-defined]
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
@@ -271,10 +271,7 @@ def test_many_broken_lines_across_pieces_are_worded_as_the_whole_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "r.jsonl"
     _broken_jsonl(path, {i: "{nope" for i in range(5, ROWS, 97)})
-    expect = _whole(path, monkeypatch)
-    with monkeypatch.context() as m:
-        _no_whole_read(m)
-        got = read_requests(path, ReadContext())
+    got, expect = _streamed_and_whole(path, monkeypatch)
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
     assert got.source == expect.source  # type: ignore[attr-defined]
     assert any(", ...)" in w for w in got.warnings)
@@ -321,10 +318,7 @@ def test_malformed_rows_after_the_first_piece_are_skipped_as_the_whole_read_skip
         crlf: bool) -> None:
     path = tmp_path / "r.csv"
     _malformed_csv(path, breaks, crlf)
-    expect = _whole(path, monkeypatch)
-    with monkeypatch.context() as m:
-        _no_whole_read(m)
-        got = read_requests(path, ReadContext())
+    got, expect = _streamed_and_whole(path, monkeypatch)
     pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
     assert got.source == expect.source  # type: ignore[attr-defined]
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
@@ -380,10 +374,7 @@ def test_json_instance_and_status_values_read_as_dictionaries_come_out_as_the_wh
             for i in range(ROWS)]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    expect = _whole(path, monkeypatch)
-    with monkeypatch.context() as m:
-        _no_whole_read(m)
-        got = read_requests(path, ReadContext())
+    got, expect = _streamed_and_whole(path, monkeypatch)
     pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
     assert any("status values not understood" in w for w in got.warnings)

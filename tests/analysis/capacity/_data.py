@@ -54,3 +54,29 @@ def simple_model(*, pa: float = 0.0, pb: float = 1e-4, pc: float = 0.0, budget: 
                  base_latency: float = 0.0) -> ModelInputs:
     return ModelInputs(PrefillModel(pa, pb, pc, budget), DecodeModel(da, db, dc, max_batch, kv_tokens),
                        KvBytes(bpt, "uncached", "test"), link, base_latency)
+
+
+def round_robin_waits(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """Waits when request i goes to instance i mod ``servers``, each a FIFO queue (Lindley):
+    what vLLM's round-robin disaggregated proxy gives."""
+    wait = np.zeros(len(ts))
+    for k in range(servers):
+        free = -np.inf
+        for i in range(k, len(ts), servers):
+            start = max(ts[i], free)
+            wait[i] = start - ts[i]
+            free = start + service[i]
+    return wait
+
+
+def busy_prompts_mix(seed: int = 3, n: int = 4000) -> tuple[np.ndarray, WorkloadMix]:
+    """Arrivals at 60 req/s with lognormal prompts (median 1,500 tokens) and their mix: about
+    0.2 s of prefill each under ``simple_model(pb=8e-5)``, a pool of ~16 kept busy."""
+    from pdprobe.analysis.capacity.mix import mix_from_requests
+
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.uniform(0, n / 60.0, n))
+    prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 1.0, n)), 1, 30000)
+    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
+    return ts, mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t",
+                                 rescale=False)

@@ -22,7 +22,7 @@ from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
 from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
 
-from ._data import mix, simple_model
+from ._data import busy_prompts_mix, mix, round_robin_waits, simple_model
 
 
 def _pool(n: int = 2000, seed: int = 0) -> tuple[PrefillPool, np.ndarray]:
@@ -198,17 +198,6 @@ def test_failed_share_counts_statuses_other_than_ok() -> None:
     assert failed_share(req.drop(columns="status"), m) == 0.0
 
 
-def _round_robin(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
-    """Waits when request i goes to instance i mod ``servers``, each a FIFO queue."""
-    wait = np.zeros(len(ts))
-    for k in range(servers):
-        free = -np.inf
-        for i in range(k, len(ts), servers):
-            wait[i] = max(ts[i], free) - ts[i]
-            free = ts[i] + wait[i] + service[i]
-    return wait
-
-
 def test_per_instance_shape_only_where_it_explains_the_wait_level() -> None:
     """Round-robin waits: recalibrated with a queue per instance (scale near 1, said in the
     calibration); every request waiting half a minute (a stalled or back-pressured pool):
@@ -217,15 +206,10 @@ def test_per_instance_shape_only_where_it_explains_the_wait_level() -> None:
     half of it, else the count is sized as without them."""
     from pdprobe.analysis.capacity.calibrate import PER_INSTANCE_SCALE_FACTOR
 
-    rng = np.random.default_rng(3)
-    n = 4000
-    ts = np.sort(rng.uniform(0, n / 60.0, n))
-    prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 1.0, n)), 1, 30000)
-    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
-    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    ts, m = busy_prompts_mix()
     model, slo = simple_model(pb=8e-5), Slo(2.0, 0.1)
     work = LengthWork.of(m, model, slo)
-    rr = (_round_robin(ts, work.bare, 16), work.bare)
+    rr = (round_robin_waits(ts, work.bare, 16), work.bare)
     rec = recommend(m, model, slo, work, deployed_prefill=16, measured=rr)
     cal = rec.calibration
     assert rec.recalibrated and cal is not None and cal.routing is not None
@@ -238,6 +222,6 @@ def test_per_instance_shape_only_where_it_explains_the_wait_level() -> None:
     many = recommend(m, model, slo, work, deployed_prefill=16, measured=rr, failed=0.2)
     assert many.calibrated_prefill == 15
     stalled = recommend(m, model, slo, work, deployed_prefill=16,
-                        measured=(np.full(n, 30.0), work.bare))
+                        measured=(np.full(len(ts), 30.0), work.bare))
     assert stalled.recalibrated and stalled.calibration is not None
     assert stalled.calibration.routing is None  # the pooled shape, scaled

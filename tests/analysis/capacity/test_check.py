@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from pdprobe.analysis.base import CapacityResult
@@ -17,12 +16,11 @@ from pdprobe.analysis.capacity.check import (
     _num,
     check_against_window,
 )
-from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
 from pdprobe.values import Missing
 from tests.rules.builders import capacity
 
-from ._data import simple_model
+from ._data import busy_prompts_mix, round_robin_waits, simple_model
 
 
 def _cap(rec_p: int = 4, rec_d: int = 2, dep_p: int = 4, dep_d: int = 3, pred: float = 0.95):
@@ -144,18 +142,6 @@ def test_headroom_utilisations_are_those_of_the_recommended_counts() -> None:
 # Per-instance queues (round-robin routing) against the model's pooled queue: the p90 check
 
 
-def _round_robin_waits(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
-    """Waits when request i goes to instance i mod ``servers``, each a FIFO queue (Lindley)."""
-    wait = np.zeros(len(ts))
-    for k in range(servers):
-        free = -np.inf
-        for i in range(k, len(ts), servers):
-            start = max(ts[i], free)
-            wait[i] = start - ts[i]
-            free = start + service[i]
-    return wait
-
-
 def _pooled_waits(ts: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
     """Waits when one FIFO queue feeds whichever instance frees first (G/G/c)."""
     free = [0.0] * servers
@@ -172,12 +158,7 @@ def _window(deployed: int, waits: Callable[[np.ndarray, np.ndarray, int], np.nda
     """60 req/s of lognormal prompts (~0.2 s of prefill each) on ``deployed`` instances whose
     waits come from ``waits``: the recommendation with the window's measured waits, as the
     capacity model hands it to the check, and the window's TTFT attainment and p90."""
-    rng = np.random.default_rng(3)
-    n = 4000
-    ts = np.sort(rng.uniform(0, n / 60.0, n))
-    prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 1.0, n)), 1, 30000)
-    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
-    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    ts, m = busy_prompts_mix()
     slo = Slo(2.0, 0.1)
     work = LengthWork.of(m, simple_model(pb=8e-5), slo)
     service = work.bare  # the mix keeps arrival order: the requests' own prefill times
@@ -205,7 +186,7 @@ def test_round_robin_waits_longer_than_the_pooled_model_are_caught_by_the_p90() 
     instances idle), whose p90 then matches the window's, and the prefill count is what the
     recalibrated waits need (15), not the model's 14; replayed, 15 meets the objective and the
     model's count less one misses."""
-    cap, observed, p90, ts, service = _window(16, _round_robin_waits)
+    cap, observed, p90, ts, service = _window(16, round_robin_waits)
     pred, pred_p90 = _num(cap.deployed_ttft_attainment_estimate), \
         _num(cap.deployed_ttft_p90_estimate_s)
     assert pred is not None and pred_p90 is not None
@@ -224,9 +205,9 @@ def test_round_robin_waits_longer_than_the_pooled_model_are_caught_by_the_p90() 
     assert any("with the recalibrated waits 15 prefill" in n for n in out.notes)
     # the same arrivals replayed on the recommended count meet the objective; one fewer than
     # the model's count does not
-    kept = _round_robin_waits(ts, service, int(cal_p)) + service
+    kept = round_robin_waits(ts, service, int(cal_p)) + service
     assert float(np.mean(kept <= 2.0)) >= 0.9
-    short = _round_robin_waits(ts, service, int(rec_model) - 1) + service
+    short = round_robin_waits(ts, service, int(rec_model) - 1) + service
     assert float(np.mean(short <= 2.0)) < 0.9
     # a short decode pool: the waits may be its back-pressure, the model's count stands
     out = check_against_window(cap, observed_attainment=observed, observed_p90_s=p90,
