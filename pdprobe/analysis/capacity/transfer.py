@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.capacity.chunked import tree_sum, tree_sums
+from pdprobe.analysis.capacity.chunked import tree_sums
 from pdprobe.analysis.capacity.perf_columns import FloatColumns
 from pdprobe.analysis.sampling import PASS_CHUNK
 from pdprobe.profiles import BUILTIN_PROFILES, Profile
@@ -109,18 +109,18 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     def at(lo: int, hi: int) -> slice | np.ndarray:
         return slice(lo, hi) if rows is None else rows[lo:hi]
 
-    def ratios(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """kv/prompt, kv/uncached, kv and uncached (prompt less cached, at least 1)."""
+    def ratios(lo: int, hi: int) -> tuple[np.ndarray, ...]:
+        """kv/prompt, kv/uncached, kv, uncached (prompt less cached, at least 1) and prompt."""
         kv, prompt = cols.read("kv_bytes", at(lo, hi)), cols("prompt_tokens", at(lo, hi))
         cached = cols("cached_tokens", at(lo, hi)) if cached_known else np.zeros(hi - lo)
         uncached = np.maximum(prompt - np.nan_to_num(cached, nan=0.0), 1.0)
-        return kv / prompt, kv / uncached, kv, uncached
+        return kv / prompt, kv / uncached, kv, uncached, prompt
 
     # The basis whose per-request ratio varies less is the one the connector moves: the
     # whole prompt, or only what the decode side does not already hold. Every sum the
     # figures need in two passes (one for the sums, one for the squared deviations), each
     # ``chunked.tree_sum``'s additions, instead of a pass per sum.
-    sum_p, sum_u, sum_kv, sum_uncached = tree_sums(ratios, n_ok)
+    sum_p, sum_u, sum_kv, sum_uncached, sum_prompt = tree_sums(ratios, n_ok)
     mean_p, mean_u = sum_p / n_ok, sum_u / n_ok
 
     def squares(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -134,9 +134,7 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     cv_prompt = math.sqrt(sq_p / n_ok) / mean_p
     cv_uncached = math.sqrt(sq_u / n_ok) / mean_u
     basis = "uncached" if cv_uncached < cv_prompt else "prompt"
-    total = sum_uncached if basis == "uncached" else tree_sum(
-        lambda lo, hi: cols("prompt_tokens", at(lo, hi)), n_ok)
-    value = sum_kv / total
+    value = sum_kv / (sum_uncached if basis == "uncached" else sum_prompt)
     return KvBytes(value, basis, f"measured kv_bytes of {n_ok} requests "
                                  f"per {'uncached prompt' if basis == 'uncached' else 'prompt'} token",
                    n_ok)
