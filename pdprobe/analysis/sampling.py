@@ -82,8 +82,6 @@ class TimeSample:
                           self.size if self.size >= 0 else int(self.observed.sum()))
 
 
-
-
 def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None,
                 max_requests: int | None = None,
                 block_s: float = SAMPLE_BLOCK_S, closed: bool = False) -> TimeSample | None:
