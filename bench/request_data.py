@@ -40,6 +40,10 @@ from typing import Any, Final
 
 import numpy as np
 
+from pdprobe.profiles import BUILTIN_PROFILES
+
+# The cluster's instances: pdprobe's profile (its coefficients are read, not copied).
+PROFILE: Final = BUILTIN_PROFILES["llama3-70b-h100-tp4"]
 SEED: Final = 20240501
 MEAN_RATE_RPS: Final = 300.0
 START_TS: Final = 1_714_557_600.0  # 2024-05-01T10:00:00Z
@@ -49,10 +53,10 @@ START_TS: Final = 1_714_557_600.0  # 2024-05-01T10:00:00Z
 # FLOPs at a realistic MFU, docs/model.md). One forward over uncached chunks l_i takes
 # a + b*sum(l) + c*sum(q), q = (C + l)^2 - C^2 the attention over the cached prefix too; a
 # forward holds at most T tokens (vLLM's max_num_batched_tokens).
-PREFILL_A_S: Final = 0.020
-PREFILL_B_S_PER_TOKEN: Final = 7.9e-5
-PREFILL_C_S_PER_TOKEN2: Final = 7.4e-10
-PREFILL_CHUNK_TOKENS: Final = 8192
+PREFILL_A_S: Final = PROFILE.prefill_a_s  # 0.020
+PREFILL_B_S_PER_TOKEN: Final = PROFILE.prefill_b_s_per_token  # 7.9e-5
+PREFILL_C_S_PER_TOKEN2: Final = PROFILE.prefill_c_s_per_token2  # 7.4e-10
+PREFILL_CHUNK_TOKENS: Final = PROFILE.prefill_max_batch_tokens  # 8192
 # 120 instances: the mix needs 0.216 s of prefill per request alone, so the busiest minute
 # (423 req/s) keeps the pool ~76 % busy and the window ~64 %. Round-robin routing makes each
 # instance its own first-come-first-served queue; at that load its TTFT p90 is ~1.3 s and
@@ -65,15 +69,16 @@ PREFILL_BUSY_TARGET: Final = 0.65
 MAX_QUEUE_PASSES: Final = 64
 
 # -- KV transfer ---------------------------------------------------------------------------
-KV_BYTES_PER_TOKEN: Final = 327_680.0  # Llama-3-70B, bf16: 80 layers x 8 KV heads x 128 x 2 x 2 B
+# Llama-3-70B, bf16: 80 layers x 8 KV heads x 128 x 2 x 2 B = 327,680
+KV_BYTES_PER_TOKEN: Final = float(PROFILE.model.kv_bytes_per_token_logical())
 TRANSFER_BYTES_PER_S: Final = 20e9  # one transfer over a 200 Gb/s path at 80 %
 TTFT_OVERHEAD_S: Final = 0.02  # routing, handshake and the first decode step
 
 # -- decode ----------------------------------------------------------------------------------
 # The same profile's decode step: a + b*K + c*B for B sequences holding K context tokens.
-DECODE_A_S: Final = 0.014
-DECODE_B_S_PER_CTX_TOKEN: Final = 3.6e-8
-DECODE_C_S_PER_SEQ: Final = 6.0e-5
+DECODE_A_S: Final = PROFILE.decode_a_s  # 0.014
+DECODE_B_S_PER_CTX_TOKEN: Final = PROFILE.decode_b_s_per_ctx_token  # 3.6e-8
+DECODE_C_S_PER_SEQ: Final = PROFILE.decode_c_s_per_seq  # 6.0e-5
 # 40 instances: at the busiest minute a fair-share instance holds ~66 sequences (~40 % of its
 # 450,000-token KV cache, TPOT ~24 ms); the busiest (1.3x its share) and the straggler stay
 # under ~80 % of the cache, which they would not with fewer instances: a slow instance that
