@@ -146,7 +146,8 @@ def test_decode_batch_is_littles_law(table: pa.Table, rd: Any) -> None:
     assert np.allclose(tau, expected, rtol=1e-9)
     # plausible batches, KV within the cache, and the one straggler ~1.5x+ slower
     whole = minute[first] < minute.max()
-    assert batch[whole].max() < 256 and (batch * ctx)[whole].max() < 0.9 * 450_000
+    assert batch[whole].max() < rd.PROFILE.decode_max_batch  # 256
+    assert (batch * ctx)[whole].max() < 0.9 * rd.PROFILE.kv_capacity_tokens  # 450,000
     medians = np.array([np.median(tpot[inst == j]) for j in range(rd.DECODE)])
     peers = np.median(np.delete(medians, rd.STRAGGLER))
     assert medians[rd.STRAGGLER] > 1.5 * peers
