@@ -296,11 +296,12 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         if routing is not None and routing.per_instance:
             # requests wait while other instances idle: the waits' shape is a queue per
             # instance's, their level the window's
-            per = calibrate(pool.per_instance(), deployed_prefill, measured, work.bare,
-                            slo.ttft_s, slo.attainment)
+            separate = pool.per_instance()
+            per = calibrate(separate, deployed_prefill, measured, work.bare, slo.ttft_s,
+                            slo.attainment)
             if per is not None and 1.0 / PER_INSTANCE_SCALE_FACTOR <= per.wait_scale <= \
                     PER_INSTANCE_SCALE_FACTOR:
-                cal, shaped = replace(per, routing=routing), pool.per_instance()
+                cal, shaped = replace(per, routing=routing), separate
         if cal is not None and recalibrated and (cal.wait_scale > 1.0 or shaped is not pool):
             # The prefill count with the window's waits (never below the model's). Not
             # applied where the findings name decode short (``check.check_against_window``):
