@@ -258,4 +258,3 @@ def test_floor_quotient_is_numpys_floor_division(width: float) -> None:
     if width in (0.1, 0.3, 1e-3):  # inputs where a plain floor of the division is wrong
         with np.errstate(invalid="ignore"):
             assert np.any(np.floor(x / width) != expected)
-
