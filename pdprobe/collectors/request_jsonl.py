@@ -126,7 +126,7 @@ def read_jsonl(path: Path, data: bytes | memoryview, want_hash_ids: bool
         return _parse_json(data, schema), cmap, [], 0
     except pa.ArrowInvalid:
         pass
-    table, bad = _parse_json_skipping(data, schema)
+    table, bad = parse_skipping(data, schema)
     if table.num_rows == 0:
         raise _none_usable(path, bad)
     return table, cmap, _skipped_warnings(path, bad), int(bad.size)
@@ -155,12 +155,10 @@ class SkippedLines:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.used = False  # some piece was parsed line by line
         self._lines: list[np.ndarray] = []
 
     def add(self, lines: np.ndarray) -> None:
         """Bad lines of one piece (1-based, in the file), pieces in file order."""
-        self.used = True
         self._lines.append(lines)
 
     @property
@@ -170,19 +168,13 @@ class SkippedLines:
 
     def check_rows(self, rows: int) -> None:
         """At the end of the file: ``read_jsonl``'s ``InputError`` when no line was usable."""
-        if self.used and rows == 0:
+        if self._lines and rows == 0:  # some piece was parsed line by line
             raise _none_usable(self.path, self.lines)
 
     def outcome(self) -> tuple[list[str], int]:
         """The warnings and the number of lines skipped, as ``read_jsonl`` returns them."""
         bad = self.lines
         return _skipped_warnings(self.path, bad), int(bad.size)
-
-
-def parse_skipping(data: bytes | memoryview, schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
-    """``data`` (whole lines) parsed with the lines pyarrow refuses left out: the table and the
-    1-based numbers of those lines in ``data`` (the bisection of ``read_jsonl``)."""
-    return _parse_json_skipping(data, schema)
 
 
 def _parse_json(data: bytes | memoryview, schema: pa.Schema, block: int = JSON_BLOCK_BYTES
@@ -198,7 +190,7 @@ def _parse_json(data: bytes | memoryview, schema: pa.Schema, block: int = JSON_B
     )
 
 
-def _parse_json_skipping(data: bytes | memoryview, schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+def parse_skipping(data: bytes | memoryview, schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
     """Parse what can be parsed; return the table and the 1-based numbers of bad lines.
 
     Lines that cannot be a JSON object (not starting with ``{`` or not ending with ``}``) are
