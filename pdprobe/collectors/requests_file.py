@@ -97,12 +97,12 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
             with _stream_source(path, sniffed.compression, data) as source:
                 lines: SkippedLines | MalformedRows  # broken lines/rows, piece by piece
                 if fmt == "jsonl":
-                    lines = json_lines = SkippedLines(path)
-                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, json_lines)
+                    lines = SkippedLines(path)
+                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, lines)
                 else:
-                    lines = rows = MalformedRows(path)
+                    lines = MalformedRows(path)
                     batches, cmap = stream_delimited(path, source, data, delimiter,
-                                                     want_hash_ids, rows)
+                                                     want_hash_ids, lines)
                 repaired = _Repaired(batches.batches)
                 assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
                                      want_hash_ids)
