@@ -9,11 +9,12 @@ a ``WorkloadMix``; ``pool.py`` sizes per window.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+
+from pdprobe.analysis.row_slices import key_starts
 
 # Below this many arrivals a squared-CV estimate is noise; Poisson (1.0) is assumed instead.
 MIN_ARRIVALS_FOR_CV2: Final = 50
@@ -84,38 +85,17 @@ def _gap_counts(ts: np.ndarray) -> tuple[int, bool]:
 ARRIVALS_PER_SEARCHED_BOUNDARY: Final = 64
 
 
-def _firsts(reached: Callable[[np.ndarray], np.ndarray], n_targets: int, stop: int
-            ) -> np.ndarray:
-    """For each target ``k < n_targets``: the first position ``i < stop`` where
-    ``reached(i)[k]`` holds (``stop`` where none does), for a test that, once true at a
-    position, stays true at every later one (sorted arrivals). One binary search per target,
-    all targets at once."""
-    lo = np.zeros(n_targets, dtype=np.int64)
-    hi = np.full(n_targets, stop, dtype=np.int64)
-    while stop > 0:
-        open_ = lo < hi
-        if not open_.any():
-            break
-        mid = np.minimum((lo + hi) // 2, stop - 1)
-        yes = reached(mid)
-        hi = np.where(open_ & yes, mid, hi)
-        lo = np.where(open_ & ~yes, mid + 1, lo)
-    return lo
-
-
 def _searched_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray, np.ndarray]:
     """``_window_counts``' arrivals per window and per sub-bin, from the positions where each
     window and sub-bin starts (the same floor divisions, at a few positions: they are
     monotone in the sorted arrivals), without a pass over every arrival."""
     t0, n = ts[0], len(ts)
     m, limit, sub_width = n_win * SUB_BINS, n_win * win, win / SUB_BINS
-    w_k = np.arange(1, n_win)
-    starts = _firsts(lambda i: (ts[i] - t0) // win >= w_k, n_win - 1, n)
-    counts_w = np.diff(np.concatenate(([0], starts, [n])))
-    # the arrivals before the end of the last full window are a prefix
-    inside = int(_firsts(lambda i: ts[i] - t0 >= limit, 1, n)[0])
-    s_k = np.arange(m + 1)
-    sub_starts = _firsts(lambda i: (ts[i] - t0) // sub_width >= s_k, m + 1, inside)
+    starts = key_starts(lambda i: (ts[i] - t0) // win, n_win, n)  # the first: 0
+    counts_w = np.diff(np.append(starts, n))
+    # the arrivals before the end of the last full window are a prefix (key 1: beyond it)
+    inside = int(key_starts(lambda i: ts[i] - t0 >= limit, 2, n)[1])
+    sub_starts = key_starts(lambda i: (ts[i] - t0) // sub_width, m + 1, inside)
     return counts_w.astype(np.int64), np.diff(sub_starts).astype(np.int64)
 
 

@@ -47,11 +47,3 @@ def test_arrival_profile_without_windows_kept_searches_and_matches_the_pass(
     assert searched[2] is not None and passed[2] is not None
     assert np.array_equal(searched[2].share, passed[2].share)
     assert np.array_equal(searched[2].rate_factor, passed[2].rate_factor)
-
-
-def test_firsts_finds_the_first_position_of_each_monotone_test() -> None:
-    values = np.array([0.0, 1.0, 1.0, 1.0, 3.0, 7.0])
-    targets = np.array([-1.0, 0.5, 1.0, 2.0, 7.0, 8.0])
-    got = arrivals._firsts(lambda i: values[i] >= targets, len(targets), len(values))
-    assert got.tolist() == [0, 1, 1, 4, 5, 6]
-    assert arrivals._firsts(lambda i: values[i] >= targets, len(targets), 0).tolist() == [0] * 6
