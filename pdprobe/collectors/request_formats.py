@@ -8,6 +8,7 @@ only an unusable file raises ``InputError``. JSON Lines is read in ``request_jso
 from __future__ import annotations
 
 import csv
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,35 +244,49 @@ def _read_delimited(path: Path, data: bytes | memoryview, delimiter: str, want_h
     return table, cmap, warnings, len(invalid)
 
 
+class _UnraisableWatch:
+    """While open, "Exception ignored" reports of ``UnicodeDecodeError`` (pyarrow's CSV reader
+    decoding a malformed row for the invalid-row handler, in any thread) are noted in
+    ``caught`` instead of printed (``_without_unraisable``). For readers running in worker
+    threads (``request_stream._parsed_ahead``) it is opened once by the consumer (a hook
+    installed and restored by each of two threads at once could be left in place)."""
+
+    def __init__(self) -> None:
+        self.caught = False
+        self._previous: Callable[[Any], Any] | None = None
+
+    def __enter__(self) -> _UnraisableWatch:
+        self._previous = previous = sys.unraisablehook
+
+        def hook(unraisable: Any) -> None:
+            if isinstance(unraisable.exc_value, UnicodeDecodeError):
+                self.caught = True
+            else:
+                previous(unraisable)
+
+        sys.unraisablehook = hook
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            sys.unraisablehook = self._previous
+
+
 def _without_unraisable(read: Callable[[], pa.Table]) -> tuple[pa.Table | None, bool]:
     """Run ``read`` with "Exception ignored" reports of ``UnicodeDecodeError`` (pyarrow's CSV
     reader decoding a malformed row for the invalid-row handler) caught instead of printed.
 
     Returns the table (None when the read failed after such a report) and whether one came.
     """
-    import sys
-
     import pyarrow as pa
 
-    caught: list[BaseException] = []
-    previous = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, UnicodeDecodeError):
-            caught.append(unraisable.exc_value)
-        else:
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-    try:
+    with _UnraisableWatch() as watch:
         try:
-            return read(), bool(caught)
+            return read(), watch.caught
         except pa.ArrowInvalid:
-            if caught:
+            if watch.caught:
                 return None, True
             raise
-    finally:
-        sys.unraisablehook = previous
 
 
 def _line_of(data: bytes, text: str) -> int | None:

@@ -25,7 +25,6 @@ which holds the GIL) then overlaps the parsing of the next ones.
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,6 +43,7 @@ from pdprobe.collectors.request_columns import (
 from pdprobe.collectors.request_formats import (
     CSV_BLOCK_BYTES,
     Batches,
+    _UnraisableWatch,
     _without_unraisable,
     header_columns,
 )
@@ -338,34 +338,6 @@ def _parsed(parse: Callable[[Item], Parsed], piece: Item) -> Parsed:
         return parse(piece)
     except (pa.ArrowException, OSError, UnicodeError) as exc:
         raise Fallback from exc
-
-
-class _UnraisableWatch:
-    """While open, "Exception ignored" reports of ``UnicodeDecodeError`` (pyarrow's CSV reader
-    decoding a malformed row for the invalid-row handler, in any thread) are noted in
-    ``caught`` instead of printed: ``request_formats._without_unraisable`` for readers running
-    in worker threads, installed once by the consumer (a hook installed and restored by each
-    of two threads at once could be left in place)."""
-
-    def __init__(self) -> None:
-        self.caught = False
-        self._previous: Callable[[Any], Any] | None = None
-
-    def __enter__(self) -> _UnraisableWatch:
-        self._previous = previous = sys.unraisablehook
-
-        def hook(unraisable: Any) -> None:
-            if isinstance(unraisable.exc_value, UnicodeDecodeError):
-                self.caught = True
-            else:
-                previous(unraisable)
-
-        sys.unraisablehook = hook
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            sys.unraisablehook = self._previous
 
 
 def _capacity(size: int, piece_bytes: int, piece_rows: int) -> int:
