@@ -201,12 +201,11 @@ class PrefillPool:
                              np.zeros(max(n, 1), dtype=np.int64))
         # with a fluid part, overload beyond the hand-off is the backlog's to carry
         capped = np.minimum(util, FLUID_HANDOFF_UTILIZATION) if self.fluid else util
-        offered = capped * c
         if self.separate:  # c single-server queues: Erlang C of one server is ρ
-            p_wait = capped.copy()
+            p_wait = capped  # (clipped into a new array below)
             tail = (self.ca2 + cs2) * service / (2.0 * (1.0 - capped))
         else:
-            b = erlang_b(c, offered)
+            b = erlang_b(c, capped * c)  # the offered load
             p_wait = b / (1.0 - capped * (1.0 - b))
             tail = (self.ca2 + cs2) * service / (2.0 * c * (1.0 - capped))
         p_wait = np.where(lam > 0, np.clip(p_wait, 0.0, 1.0), 0.0)
