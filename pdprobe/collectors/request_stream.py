@@ -61,9 +61,11 @@ if TYPE_CHECKING:
 Item = TypeVar("Item")
 Parsed = TypeVar("Parsed")
 
-# Text parsed per piece: two CSV blocks or four JSON blocks, parsed by pyarrow's threads at
-# once; the piece, its parser's buffers and its columns stay near 100 MB (1M rows: 0.9 CPU-s
-# and 477 MB peak for CSV, against 0.8 s and 655 MB with 64 MB pieces).
+# Text parsed per piece: two CSV blocks or four JSON blocks (the first piece by pyarrow's
+# threads, later ones by one thread each, ``PARSE_WORKERS`` at once); a piece, its parser's
+# buffers and its columns stay near 100 MB (when this size was chosen, with pyarrow's threads
+# on every piece; 1M rows: 0.9 CPU-s and 477 MB peak for CSV, against 0.8 s and 655 MB with
+# 64 MB pieces).
 STREAM_PIECE_BYTES: Final = 16 << 20
 # Rows reserved beyond the estimate from the first piece's bytes per row: lines vary in
 # length along a file, and reserving costs address space only.
