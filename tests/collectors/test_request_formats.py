@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +14,10 @@ from pdprobe.collectors import request_formats
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.requests_file import read_requests
 from pdprobe.errors import InputError
+from tests.collectors.test_prefetch import _workers
 
 ROWS = 3_000
 GROUP_ROWS = 1_000
-
-
-def _workers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "pdprobe-prefetch"]
 
 
 def _write(path: Path) -> pa.Table:
