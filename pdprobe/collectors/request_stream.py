@@ -189,7 +189,7 @@ def stream_delimited(path: Path, source: Any, data: bytes | memoryview, delimite
             if malformed or rows is None or table.schema != first.schema:
                 raise Fallback
             if rows and skipped is not None:
-                before = lines.before(start)
+                before = _lines_before(lines, start)
                 skipped.add([(before + n, text) for n, text in rows])
             yield from table.to_batches()
 
@@ -257,7 +257,7 @@ def _jsonl_pieces(source: Any, size: int, schema: pa.Schema, skipped: SkippedLin
     def kept(parsed: tuple[int, pa.Table, np.ndarray | None]) -> pa.Table:
         start, table, bad = parsed
         if bad is not None and skipped is not None:
-            skipped.add(bad + lines.before(start))
+            skipped.add(bad + _lines_before(lines, start))
         return table
 
     pieces = _starts(_pieces(source, size), 0)
@@ -330,6 +330,17 @@ def _parsed_ahead(pieces: Iterator[Item], parse: Callable[[Item], Parsed]
         finally:
             for future in pending:
                 future.cancel()
+
+
+def _lines_before(lines: LinesBefore, offset: int) -> int:
+    """``lines.before(offset)``, a failed read of the file raised as ``Fallback`` (the
+    whole-file reader then words it) instead of escaping as a traceback."""
+    import pyarrow as pa
+
+    try:
+        return lines.before(offset)
+    except (pa.ArrowException, OSError) as exc:
+        raise Fallback from exc
 
 
 def _parsed(parse: Callable[[Item], Parsed], piece: Item) -> Parsed:

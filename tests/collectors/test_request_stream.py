@@ -378,3 +378,27 @@ def test_json_instance_and_status_values_read_as_dictionaries_come_out_as_the_wh
     pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
     assert got.warnings == expect.warnings  # type: ignore[attr-defined]
     assert any("status values not understood" in w for w in got.warnings)
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_failed_line_count_falls_back_to_the_whole_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """Counting the lines before a piece with broken lines reads the file again: when that
+    read fails, the stream falls back to the whole-file reader (its words), not a traceback."""
+    from pdprobe.collectors.request_skipped import LinesBefore
+
+    path = tmp_path / f"r.{fmt}"
+    if fmt == "jsonl":
+        _broken_jsonl(path, {1201: "{nope"})
+    else:
+        _malformed_csv(path, {1500: b"1,2"})
+    expect = _whole(path, monkeypatch)
+
+    def fail(self: LinesBefore, offset: int) -> int:
+        raise OSError("read failed")
+
+    monkeypatch.setattr(LinesBefore, "before", fail)
+    got = read_requests(path, ReadContext())
+    pd.testing.assert_frame_equal(got.requests, expect.requests)  # type: ignore[attr-defined]
+    assert got.warnings == expect.warnings  # type: ignore[attr-defined]
