@@ -123,14 +123,6 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
             _set(fields, name, "ttft_series", series)
 
 
-def _binned_mean_by_code(codes: np.ndarray, labels: list[str], ts: np.ndarray,
-                         values: np.ndarray, start: float, end: float, step: float,
-                         unit: str) -> Mapping[str, TimeSeries]:
-    """Mean of ``values`` per (code, time bin) over the rows with a code, a time and a value,
-    as one regular series per code with a value (``_binned_means_by_codes`` of one key)."""
-    return _binned_means_by_codes([(codes, labels)], ts, values, start, end, step, unit)[0]
-
-
 def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
                            values: np.ndarray, start: float, end: float, step: float,
                            unit: str) -> list[Mapping[str, TimeSeries]]:

@@ -103,7 +103,7 @@ def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: 
     """Per-instance TTFT series from slices equal pandas' mean per (instance, bin), with rows
     missing their instance, time or TTFT left out."""
     from pdprobe.analysis import row_slices
-    from pdprobe.analysis.instances import _binned_mean_by_code
+    from pdprobe.analysis.instances import _binned_means_by_codes
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(4)
@@ -113,7 +113,8 @@ def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: 
     ts[::17] = np.nan
     values = rng.lognormal(size=n)
     values[::13] = np.nan
-    got = _binned_mean_by_code(codes, ["a", "b", "c"], ts, values, 0.0, 100.0, 15.0, "s")
+    got = _binned_means_by_codes([(codes, ["a", "b", "c"])], ts, values, 0.0, 100.0, 15.0,
+                                 "s")[0]
     frame = pd.DataFrame({"code": codes, "bin": np.clip((ts - 0.0) // 15.0, 0, 6), "v": values})
     frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
     want = frame.groupby(["code", "bin"])["v"].mean()
@@ -129,7 +130,7 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
     """Two role columns' TTFT series from one pass (bins computed once) are, to the bit, each
     column's own pass: rows without a code in one column still count in the other."""
     from pdprobe.analysis import row_slices
-    from pdprobe.analysis.instances import _binned_mean_by_code, _binned_means_by_codes
+    from pdprobe.analysis.instances import _binned_means_by_codes
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(9)
@@ -145,7 +146,7 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
     both = _binned_means_by_codes(keys, ts, values, 0.0, 100.0, 15.0, "s")
     assert len(both) == 2
     for (codes, labels), got in zip(keys, both, strict=True):
-        alone = _binned_mean_by_code(codes, labels, ts, values, 0.0, 100.0, 15.0, "s")
+        alone = _binned_means_by_codes([(codes, labels)], ts, values, 0.0, 100.0, 15.0, "s")[0]
         assert got == alone
         frame = pd.DataFrame({"code": codes, "bin": np.clip(ts // 15.0, 0, 6), "v": values})
         frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
