@@ -160,6 +160,13 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
                    model_check=check, conditional_on=conditional, notes=tuple(notes))
 
 
+def _factor(ratio: float) -> str:
+    """``ratio`` to one decimal, or two where one would print the tolerance itself (1.52
+    beyond a 1.5x tolerance must not read "1.5x")."""
+    text = f"{ratio:.1f}"
+    return f"{ratio:.2f}" if text == f"{MODEL_P90_FACTOR:.1f}" else text
+
+
 def _p90_recalibration(cap: CapacityResult, pred_p90: float | None,
                        observed_p90_s: float | None, cal: float,
                        observed_attainment: float) -> str:
@@ -168,7 +175,7 @@ def _p90_recalibration(cap: CapacityResult, pred_p90: float | None,
     cal_p90 = _num(cap.calibrated_ttft_p90_estimate_s)
     ratio = observed_p90_s / pred_p90
     text = (f": they agree within {MODEL_TOLERANCE * 100:.0f} points of attainment, but the "
-            f"model's TTFT p90 is {max(ratio, 1 / ratio):.1f}x "
+            f"model's TTFT p90 is {_factor(max(ratio, 1 / ratio))}x "
             f"{'shorter' if ratio > 1 else 'longer'} than the window's, beyond the "
             f"{MODEL_P90_FACTOR:g}x tolerance (a TTFT tail mostly inside the objective moves "
             "the p90 before the attainment), so it was recalibrated with the window's measured "
@@ -225,7 +232,7 @@ def _recalibrated_prefill(cap: CapacityResult, rec: Maybe[int], observed_attainm
                           + (f", the recalibrated waits {int(cal_p)}" if cal_p is not None
                              else "") + ")")
     if cal_p is not None and cal_p > r:
-        return int(cal_p), (f"the window's waits are longer than the model's; with the "
+        return int(cal_p), (f"the window's waits contradict the model's; with the "
                             f"recalibrated waits {int(cal_p)} prefill meet the objective "
                             f"(the model alone said {int(r)})")
     return rec, ""

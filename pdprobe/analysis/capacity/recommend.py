@@ -319,7 +319,7 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
                     s.ttft_target_s - due, budget, at_least=prefill) if budget > 0 else None
             except ValueError:  # no count meets it with these waits
                 calibrated_prefill = None
-            if cut > 0:
+            if cut > 0 and calibrated_prefill is not None:  # a count was sized so
                 notes.append(f"the count sized with the window's waits leaves the window's "
                              f"{cut:.1%} failed requests (misses whatever their wait) out "
                              f"of the {1.0 - slo.attainment:.0%} miss budget")

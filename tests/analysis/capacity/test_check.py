@@ -248,3 +248,13 @@ def test_recalibrated_waits_still_too_short_keep_the_deployed_count() -> None:
     out = check_against_window(cap, observed_attainment=0.959, observed_p90_s=1.28,
                                slo_missed=False, short_pools={"prefill": ("PD601",)})
     assert out.recommended_prefill == 87
+
+
+def test_p90_factor_never_prints_the_tolerance_it_exceeds() -> None:
+    """A ratio just beyond MODEL_P90_FACTOR is printed with the decimal that shows it is
+    beyond (1.52x, not 1.5x, next to "beyond the 1.5x tolerance"); others to one decimal."""
+    from pdprobe.analysis.capacity.check import MODEL_P90_FACTOR, _factor
+
+    assert _factor(MODEL_P90_FACTOR + 0.02) == f"{MODEL_P90_FACTOR + 0.02:.2f}"
+    assert _factor(2.24) == "2.2"
+    assert _factor(1.9) == "1.9"
