@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from pdprobe.analysis.group_figures import GroupFigures, SortedGroups
+from pdprobe.analysis.group_figures import (
+    GroupFigures,
+    OrderStatistics,
+    SortedGroups,
+    figure_ranks,
+)
 from pdprobe.analysis.row_slices import (
     Column,
     Derived,
@@ -255,6 +260,20 @@ class Groups:
                 block = groups[first:first + step]
                 upper[block], lower[block] = _middles(v, starts[block], size)
         return np.where(n % 2 == 1, upper, (upper + lower) / 2)
+
+    def selected(self, values: Column, quantiles: tuple[float, ...]) -> OrderStatistics:
+        """Each group's non-NaN ``values`` partitioned at the ranks its median and
+        ``quantile(q)`` for ``q`` in ``quantiles`` read (``figure_ranks``): those ranks hold
+        what ``sorted`` would put there (so those figures are the same bit for bit), at a
+        fraction of a sort's cost; nothing else is in order."""
+        v, bounds = self._present(values)
+        n = np.diff(bounds)
+        ranks = figure_ranks(n, quantiles)
+        for start, end, kth in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ranks.tolist(),
+                                   strict=True):
+            if end - start > 1:
+                v[start:end].partition(sorted(set(kth)))
+        return OrderStatistics(values=v, bounds=bounds, labels=self.labels)
 
     def sorted(self, values: Column) -> SortedGroups:
         """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group)."""

@@ -313,6 +313,54 @@ def test_medians_by_partition_are_the_sorted_medians(seed: int) -> None:
     assert np.isnan(got[2]) and got[6] == 1.5
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("quantiles", [(0.5, 0.9, 0.99), (0.9,), (0.0, 0.1, 1.0)])
+def test_selected_ranks_are_the_sorted_figures(seed: int, quantiles: tuple[float, ...]) -> None:
+    """Groups partitioned at the median's and the quantiles' ranks read, to the bit, the
+    figures of the sorted groups: groups of one, two and many values, ties, NaN rows and a
+    group without values."""
+    rng = np.random.default_rng(seed)
+    n = 5_000
+    codes = rng.integers(-1, 9, n).astype(np.int16)
+    codes[codes == 6] = 3
+    codes[codes == 7] = 4
+    codes[:2], codes[2] = 6, 7  # group 6: two values; group 7: one value
+    values = rng.lognormal(size=n)
+    if seed % 2:
+        values = np.round(values, 1)
+    values[codes == 2] = np.nan
+    values[::11] = np.nan
+    values[:3] = [2.5, 0.5, 1.5]
+    groups = Groups.of(codes, range(9))
+    ranked, ordered = groups.selected(values, quantiles), groups.sorted(values)
+    np.testing.assert_array_equal(ranked.count, ordered.count)
+    np.testing.assert_array_equal(ranked.median(), ordered.median())
+    for q in quantiles:
+        np.testing.assert_array_equal(ranked.quantile(q), ordered.quantile(q))
+    assert np.isnan(ranked.median()[2]) and ranked.median()[7] == 1.5
+
+
+def test_sampled_figures_are_read_off_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampled grouping's figures come from ``selected`` (no sort), and equal the sorted
+    sample's figures."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    codes = rng.integers(0, 4, n).astype(np.int8)
+    values = rng.lognormal(size=n)
+    groups = Groups.of(codes, range(4), sample_max=500)
+    assert groups.sampled
+    ordered = groups.sorted(values)
+
+    def no_sort(self: Groups, values: object) -> None:
+        raise AssertionError("a sampled grouping's figures need no sort")
+
+    monkeypatch.setattr(Groups, "sorted", no_sort)
+    got = GroupFigures.measure(groups, values)
+    np.testing.assert_array_equal(got.median, ordered.median())
+    for q, field in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+        np.testing.assert_array_equal(getattr(got, field), ordered.quantile(q))
+
+
 @pytest.mark.parametrize("block", [1, 7, 1 << 20])
 def test_medians_of_many_same_size_groups(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
     """Thousands of small groups (the evidence's (bin, instance) cells), partitioned a size
