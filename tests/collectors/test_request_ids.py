@@ -134,3 +134,29 @@ def test_hashed_ids_are_counted_exactly_among_the_chosen_rows(
     assert got_all == (_exact(ids), 998)
     nothing = request_ids.count_hashed(np.zeros(4, np.uint64), None, lambda: iter([]))
     assert nothing == (0, 0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000, 1001])
+def test_sort_in_place_on_two_cores_is_the_sort(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """Partitioned at the middle and the halves sorted apart, the hashes come out as one sort
+    puts them: duplicates on both sides of the middle, nulls (0) and the largest hash."""
+    monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 1)
+    rng = np.random.default_rng(n)
+    values = rng.integers(0, 50, n).astype(np.uint64) * np.uint64(2 ** 58)  # many repeats
+    if n > 2:
+        values[:2] = [0, np.iinfo(np.uint64).max]
+    got = values.copy()
+    request_ids.sort_in_place(got)
+    np.testing.assert_array_equal(got, np.sort(values))
+
+
+def test_hashed_ids_counted_with_the_two_core_sort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The duplicate count is the same whichever way the hashes were sorted."""
+    rng = np.random.default_rng(4)
+    values = [f"id-{n}" for n in rng.integers(0, 5000, 20_000)]
+    chunks = [pa.array(values[s:s + 4096]) for s in range(0, len(values), 4096)]
+    hashes = np.concatenate([request_ids.row_hashes(c) for c in chunks])  # type: ignore[misc]
+    one = request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks))
+    monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 2)
+    assert request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks)) == one
+    assert one == (_exact(pa.chunked_array(chunks)), len(values))
