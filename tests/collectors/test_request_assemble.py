@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +163,53 @@ def test_batches_sharing_a_dictionary_map_it_once_and_count_as_one_column() -> N
                                                   status=True)
     assert names == whole_names and codes.tolist() == whole_codes.tolist()
     assert unknown == {"HTTP 503": 15, "weird": 15 + 13}
+
+
+def _ids_table(ids: list[str | None]) -> pa.Table:
+    n = len(ids)
+    return pa.table({"request_id": pa.array(ids, pa.string()),
+                     "arrival_ts": np.arange(n, dtype=np.float64),
+                     "prompt_tokens": np.ones(n, dtype=np.int64)})
+
+
+def _id_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith("pdprobe-ids")]
+
+
+@pytest.mark.parametrize("tail", ["plain", "not-hashable"])
+def test_ids_hashed_beside_the_loop_are_the_row_hashes(tail: str) -> None:
+    """Ids hashed in their own thread batch by batch give each row's hash in row order (or
+    none at all once a batch holds an id the hash does not take), and the thread is gone when
+    ``assemble`` returns."""
+    from pdprobe.collectors.request_ids import row_hashes
+
+    ids: list[str | None] = [f"req-{i % 700}" if i % 13 else None for i in range(2_000)]
+    if tail == "not-hashable":
+        ids[1_500] = "é" * 3  # not ASCII: counted exactly from the ids read again
+    table = _ids_table(ids)
+    cmap = map_columns(table.column_names)
+    got = assemble(table.to_batches(max_chunksize=128), table.schema, cmap, 1_000,
+                   ids_again=lambda: iter(table.column("request_id").chunks))
+    if tail == "plain":
+        want = row_hashes(table.column("request_id").combine_chunks())
+        assert got.id_hashes is not None
+        np.testing.assert_array_equal(got.id_hashes, want)
+    else:
+        assert got.id_hashes is None
+    assert not _id_threads()
+
+
+def test_a_failing_read_leaves_no_hashing_thread() -> None:
+    """A batch source raising mid-read (a broken file) stops the id hashing thread too."""
+    table = _ids_table([f"r{i}" for i in range(600)])
+    cmap = map_columns(table.column_names)
+
+    def broken() -> Iterator[pa.RecordBatch]:
+        yield from table.to_batches(max_chunksize=200)[:2]
+        raise OSError("truncated file")
+
+    with pytest.raises(OSError, match="truncated"):
+        assemble(broken(), table.schema, cmap, None, ids_again=lambda: iter([]))
+    assert not _id_threads()
