@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from pdprobe.collectors.prefault import Prefault
 from pdprobe.collectors.request_blocks import remap_codes
 from pdprobe.collectors.request_columns import (
     LOW_CARDINALITY,
@@ -276,13 +277,13 @@ class _IdHashes:
         self._pending: Future[list[np.ndarray] | None] | None = None
 
     def add(self, arr: pa.Array) -> None:
-        self._settle()
+        self.settle()
         if self.hashes is None:
             return  # an id the hash does not take: the ids are read again whole
         if len(arr):
             self._pending = self._pool.submit(_batch_hashes, arr)
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Write the batch in flight's hashes (or give up on hashing when it had an id the
         hash does not take)."""
         pending, self._pending = self._pending, None
@@ -296,12 +297,15 @@ class _IdHashes:
             self.hashes.put(h)
 
     def finish(self) -> np.ndarray | None:
-        self._settle()
+        """Every batch's hashes in row order (``settle`` after the last batch first), or None
+        when an id could not be hashed."""
+        self.settle()
         self.close()
         return None if self.hashes is None else self.hashes.collected()
 
     def close(self) -> None:
-        """Stop the hashing thread (a batch in flight is waited for, its hashes dropped)."""
+        """Stop the hashing thread: a batch in flight and not settled is dropped (the read
+        failed), so ``settle`` comes first on success."""
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -327,7 +331,8 @@ def _cleaned_ids(arr: pa.Array) -> list[pa.Array]:
 
 def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
              rows: int | None = None, want_hash_ids: bool = False,
-             ids_again: Callable[[], Iterable[pa.Array]] | None = None) -> Assembled:
+             ids_again: Callable[[], Iterable[pa.Array]] | None = None,
+             prefault: bool = False) -> Assembled:
     """Convert the record ``batches`` (of ``schema``'s columns, the ones ``cmap`` maps) as
     described in the module docstring. ``rows`` (known from a Parquet footer, or an estimate)
     lets each output array be allocated once: a batch's values are copied into it and the
@@ -336,7 +341,11 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
 
     ``ids_again``, when the source can be read again, yields the raw ``request_id`` column
     again in row order: a string id column is then hashed as it is read, not held, and read
-    again only where needed (``request_ids.count_hashed``)."""
+    again only where needed (``request_ids.count_hashed``).
+
+    ``prefault`` when ``rows`` is exact (every reserved row will be written): the reserved
+    arrays' pages are committed by another thread ahead of the copies (``prefault.Prefault``).
+    """
     import pyarrow as pa
 
     types = {f.name: f.type for f in schema}
@@ -370,6 +379,13 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
     hash_sink = _Chunks() if want_hash_ids and cmap.hash_ids in types else None
 
     n = 0
+    reserved = [sink.out for sink in (arrival_sink, *numeric.values())
+                if isinstance(sink, _Floats) and sink.out is not None]
+    reserved += [sink.codes.out for sink in codes.values()
+                 if isinstance(sink, _Codes) and sink.codes.out is not None]
+    if id_sink is not None and id_sink.hashes is not None and id_sink.hashes.out is not None:
+        reserved.append(id_sink.hashes.out)
+    committing = Prefault(reserved if prefault and rows is not None else [])
     try:
         for batch in batches:
             n += batch.num_rows
@@ -396,7 +412,10 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
                 tsink.add(batch.column(cmap.sources[canonical]))
             if hash_sink is not None:
                 hash_sink.add(batch.column(cmap.hash_ids))
+        if id_sink is not None:
+            id_sink.settle()  # the last batch's hashes, before the thread is closed
     finally:
+        committing.close()
         if id_sink is not None:
             id_sink.close()  # no hashing thread outlives the read, on error too
 

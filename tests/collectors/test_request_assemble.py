@@ -213,3 +213,18 @@ def test_a_failing_read_leaves_no_hashing_thread() -> None:
     with pytest.raises(OSError, match="truncated"):
         assemble(broken(), table.schema, cmap, None, ids_again=lambda: iter([]))
     assert not _id_threads()
+
+
+def test_the_last_batch_hashes_are_kept_however_the_thread_is_timed() -> None:
+    """The last batch's hashes are written before the hashing thread is closed: read many
+    times over (the thread may not have started the last batch when the loop ends)."""
+    from pdprobe.collectors.request_ids import row_hashes
+
+    table = _ids_table([f"q{i}" for i in range(40)])
+    cmap = map_columns(table.column_names)
+    want = row_hashes(table.column("request_id").combine_chunks())
+    for _ in range(30):
+        got = assemble(table.to_batches(max_chunksize=7), table.schema, cmap, 40,
+                       ids_again=lambda: iter(table.column("request_id").chunks))
+        assert got.id_hashes is not None
+        np.testing.assert_array_equal(got.id_hashes, want)
