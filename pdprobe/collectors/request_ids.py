@@ -29,8 +29,9 @@ HASH_MAX_ID_BYTES: Final = 64
 _MIX_A: Final = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_B: Final = np.uint64(0x94D049BB133111EB)
 _SEED: Final = np.uint64(0x9E3779B97F4A7C15)
-# Above this many hashes the duplicate check's sort runs on two cores (``sort_in_place``): at
-# 10M ids the sort alone is ~0.7 CPU-s, at the end of the read when the other core is idle.
+# Above this many ids the duplicate check's hashing (of ids held whole) and its sort run on two
+# cores (``sort_in_place``, ``_hash_into``): at 10M ids the sort alone is ~0.7 CPU-s, at the
+# end of the read when the other core is idle.
 PARALLEL_SORT_MIN: Final = 1_000_000
 # The largest ASCII byte.
 _ASCII_MAX: Final = 0x7F
@@ -145,14 +146,9 @@ def count_duplicates(ids: pa.ChunkedArray) -> int:
                                 or pa.types.is_large_string(ids.type)):
         return n - len(pc.unique(ids))
     hashes = np.empty(n, dtype=np.uint64)
-    pos = 0
-    for chunk in ids.chunks:
-        h = _hashes(chunk)
-        if h is None:
-            return n - len(pc.unique(ids))
-        hashes[pos:pos + h.size] = h
-        pos += h.size
-    hashes.sort()  # in place: one array of 8 bytes per id is all the check holds
+    if not _hash_into(ids.chunks, hashes):
+        return n - len(pc.unique(ids))
+    sort_in_place(hashes)  # one array of 8 bytes per id is all the check holds
     same = hashes[1:] == hashes[:-1]
     if not same.any():
         return 0  # distinct hashes: distinct ids
@@ -163,6 +159,32 @@ def count_duplicates(ids: pa.ChunkedArray) -> int:
                                           for chunk in ids.chunks]))
     candidates = ids.take(pa.array(rows))
     return len(candidates) - len(pc.unique(candidates))
+
+
+def _hash_into(chunks: list[pa.Array], hashes: np.ndarray) -> bool:
+    """Each null-free chunk's ``_hashes`` written at its rows' place in ``hashes``; False as soon
+    as a chunk holds ids the hash does not take. Above ``PARALLEL_SORT_MIN`` ids the chunks
+    are split between two threads at about half the rows (the hashing is pyarrow and numpy
+    work that releases the GIL): each chunk's place is fixed, so the array is the same."""
+    ends = np.cumsum([len(c) for c in chunks], dtype=np.int64)
+
+    def hash_chunks(first: int, stop: int) -> bool:
+        for i in range(first, stop):
+            h = _hashes(chunks[i])
+            if h is None:
+                return False
+            hashes[int(ends[i]) - h.size:int(ends[i])] = h
+        return True
+
+    if not chunks or hashes.size < PARALLEL_SORT_MIN:
+        return hash_chunks(0, len(chunks))
+    from concurrent.futures import ThreadPoolExecutor
+
+    split = int(np.searchsorted(ends, hashes.size // 2))  # chunks ending before the middle
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdprobe-hash") as pool:
+        upper = pool.submit(hash_chunks, split, len(chunks))
+        lower = hash_chunks(0, split)
+        return upper.result() and lower
 
 
 def row_hashes(chunk: pa.Array) -> np.ndarray | None:

@@ -160,3 +160,27 @@ def test_hashed_ids_counted_with_the_two_core_sort(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 2)
     assert request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks)) == one
     assert one == (_exact(pa.chunked_array(chunks)), len(values))
+
+
+@pytest.mark.usefixtures("small")
+@pytest.mark.parametrize("odd_chunk", [None, 1, 9])
+def test_ids_held_whole_are_hashed_on_two_cores_alike(monkeypatch: pytest.MonkeyPatch,
+                                                      odd_chunk: int | None) -> None:
+    """Chunks hashed in two threads land at their rows' places: the same hashes and the same
+    duplicate count as one thread, and a chunk the hash does not take (in either half) still
+    falls back to the exact count."""
+    rng = np.random.default_rng(11)
+    values = [f"c-{n}" for n in rng.integers(0, 900, 4000)]
+    chunks = [pa.array(values[s:s + 400]) for s in range(0, 4000, 400)]
+    if odd_chunk is not None:
+        chunks[odd_chunk] = pa.array(["é-" + v for v in values[:400]])  # not ASCII
+    ids = pa.chunked_array(chunks)
+    one_thread = count_duplicates(ids)
+    single = np.empty(4000, np.uint64)
+    assert request_ids._hash_into(ids.chunks, single) is (odd_chunk is None)
+    monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 2)
+    both = np.empty(4000, np.uint64)
+    assert request_ids._hash_into(ids.chunks, both) is (odd_chunk is None)
+    if odd_chunk is None:
+        np.testing.assert_array_equal(both, single)
+    assert count_duplicates(ids) == one_thread == _exact(ids)
