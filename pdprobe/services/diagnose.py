@@ -105,7 +105,7 @@ def diagnose(request: DiagnoseRequest) -> Report:
 
 def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Report:
     """Analyses, capacity model and rules over a dataset, into a report."""
-    from pdprobe.analysis.capacity import estimate_capacity
+    from pdprobe.analysis.capacity import estimate_plan
     from pdprobe.analysis.evidence.build import compute_evidence
     from pdprobe.analysis.evidence.project import project_instances
     from pdprobe.analysis.instances import summarize_instances
@@ -125,7 +125,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis") as pool:
         summarized = pool.submit(summarize_instances, dataset)
         workload = summarize_workload(dataset)
-        planned = pool.submit(estimate_capacity, dataset, workload, capacity_options(request))
+        planned = pool.submit(estimate_plan, dataset, workload, capacity_options(request))
         # judged with the objectives the capacity model uses: the defaults where none is given
         slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s,
                              request.slo_target, defaults=True)
@@ -135,7 +135,10 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         series = transfer_path_series(dataset)
         identity = identity_table(dataset)
         instances = summarized.result()
-        capacity = planned.result()
+        plan = planned.result()
+    # the rules read the plan by the model as built; the check below may take the
+    # recalibrated one (it needs the findings)
+    capacity = plan if isinstance(plan, Missing) else plan.result
     evidence = replace(evidence, capacity=None if isinstance(capacity, Missing) else capacity)
     instances = project_instances(instances, evidence)  # the table shows what findings quote
     ctx = RuleContext(
@@ -149,13 +152,14 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
                             slo_target=request.slo_target),
     )
     findings, inconclusive = run_rules(ctx)
-    if not isinstance(capacity, Missing):
+    if not isinstance(plan, Missing):
         from pdprobe.analysis.capacity.check import check_against_window, with_headroom
 
         capacity = check_against_window(
-            capacity, observed_attainment=evidence.slo.ttft_attainment,
+            plan.result, observed_attainment=evidence.slo.ttft_attainment,
             observed_p90_s=evidence.slo.ttft_p90_s, slo_missed=evidence.slo.missed,
-            short_pools=short_pools(findings), observed_tpot_p90_s=evidence.slo.tpot_p90_s)
+            short_pools=short_pools(findings), observed_tpot_p90_s=evidence.slo.tpot_p90_s,
+            recalibrated=plan.recalibrated)
         capacity = with_headroom(capacity, min_instances=request.min_instances,
                                  headroom=request.headroom)
     start, end = _window(dataset, workload)

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from pdprobe.values import Missing
+from tests.analysis.capacity._consistency import count_disagreements
+
 scenarios = pytest.importorskip(
     "pdprobe.sim.scenarios", reason="the simulator's scenario matrix (pdprobe.sim.scenarios) "
                                     "is not available")
@@ -23,7 +26,11 @@ def _diagnose(name: str, out: Path):  # type: ignore[no-untyped-def]
     from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
     scenarios.run_to_dir(scenarios.build_scenario(name, seed=0), out)
-    return diagnose(DiagnoseRequest(paths=(out,)))
+    report = diagnose(DiagnoseRequest(paths=(out,)))
+    # every count of the capacity section describes one model (the windows and the band
+    # agree with the recommendation), whatever the scenario
+    assert isinstance(report.capacity, Missing) or not count_disagreements(report.capacity)
+    return report
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from pdprobe.analysis.capacity.rates import ModelInputs, StageRates, stage_rates
 from pdprobe.analysis.capacity.recommend import LengthWork, Slo, ceil_count, size
 
 if TYPE_CHECKING:
+    from pdprobe.analysis.capacity.calibrate import CalibratedWaits
     from pdprobe.analysis.capacity.mix import WorkloadMix
 
 # What-if shifts for the band: planning error on load, and a prefix-cache hit-rate change.
@@ -53,16 +54,20 @@ def mean_based(mix: WorkloadMix, model: ModelInputs, slo: Slo,
 
 
 def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
-         hit_rate_known: bool = True, work: LengthWork | None = None
-         ) -> tuple[RatioBandEntry, ...]:
+         hit_rate_known: bool = True, work: LengthWork | None = None,
+         waits: CalibratedWaits | None = None,
+         load_factors: tuple[float, ...] = BAND_LOAD_FACTORS) -> tuple[RatioBandEntry, ...]:
     """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points.
 
     ``work`` is ``LengthWork.of(mix, model, slo)`` when the caller has it (the load cases
-    share it).
+    share it). Every case is sized by the wait model the recommendation uses: ``waits``
+    (the window-calibrated one, aligned with ``mix``; each case keeps the measured rest of
+    TTFT of the same requests, moved by what the case changes in the model's bare TTFT), or
+    the model's own. A load factor of 1 is the recommendation's own sizing.
     """
     same_lengths = work or LengthWork.of(mix, model, slo)
     cases: list[tuple[str, WorkloadMix, LengthWork | None]] = []
-    for f in BAND_LOAD_FACTORS:
+    for f in load_factors:
         cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)",
                       mix.with_rate(mix.rate_rps * f), same_lengths))
     p90_prompt = float(np.quantile(mix.prompt_tokens, 0.9))
@@ -83,7 +88,7 @@ def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         if w is None and m.prompt_tokens is mix.prompt_tokens \
                 and m.output_tokens is mix.output_tokens:  # a hit-rate case: same lengths
             w = LengthWork.of(m, model, slo, occupancy=same_lengths.occupancy)
-        r = size(m, model, slo, w)  # counts only: the band shows no TTFT estimates
+        r = size(m, model, slo, w, waits)  # counts only: the band shows no TTFT estimates
         out.append(RatioBandEntry(label=label, prefill=r.prefill, decode=r.decode,
                                   theoretical_ratio=r.theoretical_ratio, binding=r.binding))
     return tuple(out)

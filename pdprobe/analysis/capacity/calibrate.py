@@ -29,7 +29,7 @@ the step at the batch's mean + 1.28 σ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -140,6 +140,45 @@ class Calibration:
     bounded: bool  # the scale hit WAIT_SCALE_MIN or WAIT_SCALE_MAX
     # set when the waits were recalibrated with a queue per instance (``Routing``)
     routing: Routing | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class CalibratedWaits:
+    """The wait model recalibrated against the window, as an input every sizing takes.
+
+    The model's waits in the queue shape the window showed (a queue per instance, or the
+    pooled G/G/c), multiplied by the window's level (``wait_scale``); each request's measured
+    rest of TTFT (``rest_s``: prefill with its batch-mates, KV transfer, decode admission)
+    in place of the model's bare TTFT (``bare_s``, the same requests'); the window's failed
+    requests (``failed_cut``, a share) out of the miss budget. Arrays are per request of the
+    mix it was measured on, in the mix's order; ``rows`` takes a time window's run of them.
+    The overall count, each window's and the band's are sized with the same instance, so
+    they describe one model (``recommend.size``).
+    """
+
+    wait_scale: float
+    per_instance: bool
+    rest_s: np.ndarray  # NaN where a request's wait or TTFT was not measured
+    bare_s: np.ndarray
+    failed_cut: float = 0.0
+
+    def pool(self, pool: PrefillPool) -> PrefillPool:
+        """``pool`` with the window's queue shape and wait level."""
+        return (pool.per_instance() if self.per_instance else pool).scaled(self.wait_scale)
+
+    def due_s(self, bare: np.ndarray) -> np.ndarray:
+        """Each request's TTFT without waiting, for a what-if of the same requests whose
+        model bare TTFT is ``bare``: the measured rest moved by the model's change
+        (``bare − bare_s``: zero at the observed lengths, so exactly the measured rest), the
+        model's bare TTFT where nothing was measured."""
+        if len(bare) != len(self.rest_s):
+            raise ValueError("calibrated waits and the mix sized do not line up")
+        known = np.isfinite(self.rest_s)
+        return np.where(known, self.rest_s + (bare - self.bare_s), bare)
+
+    def rows(self, lo: int, hi: int) -> CalibratedWaits:
+        """The same model for requests ``lo..hi-1`` of the mix (a time window's run)."""
+        return replace(self, rest_s=self.rest_s[lo:hi], bare_s=self.bare_s[lo:hi])
 
 
 def measured_parts(requests: pd.DataFrame, mix: WorkloadMix) -> tuple[np.ndarray, np.ndarray] | None:

@@ -11,7 +11,7 @@ conditional on fixing that finding.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Final
 
@@ -45,18 +45,104 @@ def _num(value: Maybe[float] | Maybe[int] | None) -> float | None:
     return None if value is None or isinstance(value, Missing) else float(value)
 
 
+# The diagnosis's plan re-sized with the window-calibrated waits, its prefill count at least
+# the argument (``estimate.CapacityPlan.recalibrated``); None when no count meets it.
+Replan = Callable[[int], CapacityResult | None]
+
+
 def check_against_window(cap: CapacityResult, *, observed_attainment: float | None,
                          observed_p90_s: float | None, slo_missed: bool,
                          short_pools: Mapping[str, tuple[str, ...]],
-                         observed_tpot_p90_s: float | None = None) -> CapacityResult:
+                         observed_tpot_p90_s: float | None = None,
+                         recalibrated: Replan | None = None) -> CapacityResult:
     """``cap`` with the observed figures, the model check and the SLO-miss guard applied.
 
     ``short_pools``: "prefill"/"decode" whose stage the findings name, each with the codes of
     the findings that explain it (a straggler, skew, the fabric; empty when none does).
+    ``recalibrated``: the same plan by the window-calibrated waits. When the recalibration
+    sets the prefill count (the recommendation rule, docs/model.md), the result is that
+    plan, so its windows, band, TTFT estimates, utilisations and notes describe the model
+    the count comes from; without it only the count moves.
     """
+    check = _check_text(cap, observed_attainment, observed_p90_s, observed_tpot_p90_s)
+    notes: list[str] = []
+    dep_p, dep_d = _num(cap.deployed_prefill), _num(cap.deployed_decode)
+    rec_p, rec_d = cap.recommended_prefill, cap.recommended_decode
+    conditional: tuple[str, ...] = ()
+    at_least: int | None = None  # a count set by the recalibration: re-planned with it
+    if not (slo_missed and "prefill" in short_pools):  # else the SLO-miss guard below decides
+        at_least, note = _recalibrated_prefill(cap, observed_attainment, observed_p90_s,
+                                               short_pools)
+        if note:
+            notes.append(note)
+    if slo_missed:
+        for pool in ("prefill", "decode"):
+            if pool not in short_pools:
+                continue
+            explained_by = short_pools[pool]
+            rec = _num(rec_p if pool == "prefill" else rec_d)
+            dep = dep_p if pool == "prefill" else dep_d
+            if rec is None or dep is None:
+                continue
+            if rec > dep:
+                cal_p = _num(cap.calibrated_prefill) if pool == "prefill" else None
+                if not explained_by and cal_p is not None and cal_p > rec:
+                    notes.append(f"the prefill stage misses the SLO; with the recalibrated "
+                                 f"waits {int(cal_p)} prefill meet the objective (the model "
+                                 f"alone said {int(rec)})")
+                    at_least = int(cal_p)
+                continue
+            if explained_by:
+                conditional = tuple(sorted(set(conditional) | set(explained_by)))
+                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                             f"instances; {int(rec)} {pool} is enough only once "
+                             f"{', '.join(conditional)} is fixed")
+                continue
+            raised = int(dep) + 1
+            cal_p = _num(cap.calibrated_prefill) if pool == "prefill" else None
+            if cal_p is not None and cal_p > raised:
+                at_least = int(cal_p)
+                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                             f"instances; with the recalibrated waits {at_least} {pool} meet "
+                             f"the objective (the model alone said {int(rec)})")
+            else:
+                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
+                             f"instances, so {raised} {pool} are recommended (the model alone "
+                             f"said {int(rec)})")
+                if pool == "prefill":
+                    rec_p = raised
+                else:
+                    rec_d = raised
+    base = cap
+    if at_least is not None:
+        planned = recalibrated(at_least) if recalibrated is not None else None
+        if planned is not None:  # the plan the count comes from, figures and all
+            base, rec_p = planned, planned.recommended_prefill
+        else:  # only the count is known: the utilisation shown is that of the count
+            rec_p = at_least
+            before = _num(cap.recommended_prefill)
+            if before is not None:
+                base = replace(cap, prefill_utilization=_scaled(cap.prefill_utilization,
+                                                                before, at_least))
+    if check:
+        notes.append(check)
+    return replace(base, recommended_prefill=rec_p, recommended_decode=rec_d,
+                   observed_ttft_attainment=observed_attainment if observed_attainment is not None
+                   else Missing("no observed TTFT attainment"),
+                   observed_ttft_p90_s=observed_p90_s if observed_p90_s is not None
+                   else Missing("no observed TTFT p90"),
+                   observed_tpot_p90_s=observed_tpot_p90_s if observed_tpot_p90_s is not None
+                   else Missing("no observed TPOT p90"),
+                   model_check=check, conditional_on=conditional,
+                   notes=base.notes + tuple(notes))
+
+
+def _check_text(cap: CapacityResult, observed_attainment: float | None,
+                observed_p90_s: float | None, observed_tpot_p90_s: float | None) -> str:
+    """The model check in words: the prediction at the deployed counts against the window,
+    and what was done about a disagreement."""
     pred = _num(cap.deployed_ttft_attainment_estimate)
     pred_p90 = _num(cap.deployed_ttft_p90_estimate_s)
-    notes = list(cap.notes)
     check = ""
     dep_p, dep_d = _num(cap.deployed_prefill), _num(cap.deployed_decode)
     if pred is not None and observed_attainment is not None:
@@ -98,66 +184,7 @@ def check_against_window(cap: CapacityResult, *, observed_attainment: float | No
         tpot_gap = "; TPOT p90: model " + f"{tpot_p90 * 1000:.0f} ms, window " \
             f"{observed_tpot_p90_s * 1000:.0f} ms"
         check = (check + tpot_gap) if check else tpot_gap[2:]
-    rec_p, rec_d = cap.recommended_prefill, cap.recommended_decode
-    conditional: tuple[str, ...] = ()
-    if not (slo_missed and "prefill" in short_pools):  # else the SLO-miss guard below decides
-        rec_p, note = _recalibrated_prefill(cap, rec_p, observed_attainment, observed_p90_s,
-                                            short_pools)
-        if note:
-            notes.append(note)
-            # the utilisation shown as "recommended" is that of the count recommended
-            before, after = _num(cap.recommended_prefill), _num(rec_p)
-            if before is not None and after is not None:
-                cap = replace(cap, prefill_utilization=_scaled(cap.prefill_utilization,
-                                                               before, after))
-    if slo_missed:
-        for pool in ("prefill", "decode"):
-            if pool not in short_pools:
-                continue
-            explained_by = short_pools[pool]
-            rec = _num(rec_p if pool == "prefill" else rec_d)
-            dep = dep_p if pool == "prefill" else dep_d
-            if rec is None or dep is None:
-                continue
-            if rec > dep:
-                cal_p = _num(cap.calibrated_prefill) if pool == "prefill" else None
-                if not explained_by and cal_p is not None and cal_p > rec:
-                    notes.append(f"the prefill stage misses the SLO; with the recalibrated "
-                                 f"waits {int(cal_p)} prefill meet the objective (the model "
-                                 f"alone said {int(rec)})")
-                    rec_p = int(cal_p)
-                continue
-            if explained_by:
-                conditional = tuple(sorted(set(conditional) | set(explained_by)))
-                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
-                             f"instances; {int(rec)} {pool} is enough only once "
-                             f"{', '.join(conditional)} is fixed")
-                continue
-            raised = int(dep) + 1
-            cal_p = _num(cap.calibrated_prefill) if pool == "prefill" else None
-            if cal_p is not None and cal_p > raised:
-                raised = int(cal_p)
-                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
-                             f"instances; with the recalibrated waits {raised} {pool} meet "
-                             f"the objective (the model alone said {int(rec)})")
-            else:
-                notes.append(f"the {pool} stage misses the SLO at the deployed {int(dep)} "
-                             f"instances, so {raised} {pool} are recommended (the model alone "
-                             f"said {int(rec)})")
-            if pool == "prefill":
-                rec_p = raised
-            else:
-                rec_d = raised
-    if check:
-        notes.append(check)
-    return replace(cap, recommended_prefill=rec_p, recommended_decode=rec_d,
-                   observed_ttft_attainment=observed_attainment if observed_attainment is not None
-                   else Missing("no observed TTFT attainment"),
-                   observed_ttft_p90_s=observed_p90_s if observed_p90_s is not None
-                   else Missing("no observed TTFT p90"),
-                   observed_tpot_p90_s=observed_tpot_p90_s if observed_tpot_p90_s is not None
-                   else Missing("no observed TPOT p90"),
-                   model_check=check, conditional_on=conditional, notes=tuple(notes))
+    return check
 
 
 def _factor(ratio: float) -> str:
@@ -201,30 +228,32 @@ def _still_optimistic(cap: CapacityResult, observed_attainment: float | None,
         cal_p90 < observed_p90_s and p90_disagrees(cal_p90, observed_p90_s)
 
 
-def _recalibrated_prefill(cap: CapacityResult, rec: Maybe[int], observed_attainment: float | None,
+def _recalibrated_prefill(cap: CapacityResult, observed_attainment: float | None,
                           observed_p90_s: float | None,
                           short_pools: Mapping[str, tuple[str, ...]]
-                          ) -> tuple[Maybe[int], str]:
-    """The prefill recommendation when the window's waits are longer than the model's.
+                          ) -> tuple[int | None, str]:
+    """The least prefill count the recalibration sets, and its note (None, "" when it sets
+    none: the recommendation stands).
 
-    Recalibrated with a wait scale above 1, the model's own waits were contradicted by the
-    window, so the count is the one the scaled waits need (``calibrated_prefill``); and where
-    even the scaled waits stay shorter than the window's, no count below the deployed one is
+    Recalibrated with waits longer than the model's, the model's own were contradicted by
+    the window, so the count is the one the recalibrated waits need (``calibrated_prefill``);
+    and where even they stay shorter than the window's, no count below the deployed one is
     recommended: nothing then says fewer instances would hold the objective. Not when a
     finding names decode short (the waits may be its back-pressure, which prefill instances
     do not remove) or names prefill short for another finding's reason (that finding is fixed
     first).
     """
-    scale, r, cal_p = _num(cap.wait_scale), _num(rec), _num(cap.calibrated_prefill)
+    scale, r = _num(cap.wait_scale), _num(cap.recommended_prefill)
+    cal_p = _num(cap.calibrated_prefill)
     if not cap.recalibrated or scale is None or r is None:
-        return rec, ""
+        return None, ""
     if scale <= 1.0 and cal_p is None:  # the window's waits are not longer than the model's
-        return rec, ""
+        return None, ""
     if "decode" in short_pools or short_pools.get("prefill"):
-        return rec, ""
+        return None, ""
     dep = _num(cap.deployed_prefill)
-    if dep is not None and r < dep and _still_optimistic(cap, observed_attainment,
-                                                          observed_p90_s):
+    if dep is not None and r < dep and (cal_p is None or cal_p <= dep) and \
+            _still_optimistic(cap, observed_attainment, observed_p90_s):
         return int(dep), (f"even recalibrated, the model's waits are shorter than the "
                           f"window's, so they cannot show that fewer than the deployed "
                           f"{int(dep)} prefill meet the objective: {int(dep)} are kept (the "
@@ -235,7 +264,7 @@ def _recalibrated_prefill(cap: CapacityResult, rec: Maybe[int], observed_attainm
         return int(cal_p), (f"the window's waits contradict the model's; with the "
                             f"recalibrated waits {int(cal_p)} prefill meet the objective "
                             f"(the model alone said {int(r)})")
-    return rec, ""
+    return None, ""
 
 
 def with_headroom(cap: CapacityResult, *, min_instances: int = 1,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.base import CapacityResult, RatioWindow, WorkloadSummary
+from pdprobe.analysis.base import CapacityResult, WorkloadSummary
 from pdprobe.analysis.capacity.alternatives import band, mean_based
 from pdprobe.analysis.capacity.calibrate import (
     failed_share,
@@ -26,6 +26,7 @@ from pdprobe.analysis.capacity.mix import (
 )
 from pdprobe.analysis.capacity.model_build import BuiltModel, build_model, choose_profile
 from pdprobe.analysis.capacity.rates import KV_MEMORY_TARGET
+from pdprobe.analysis.capacity.recalibrate import check_model
 from pdprobe.analysis.capacity.recommend import (
     LengthWork,
     Slo,
@@ -34,13 +35,20 @@ from pdprobe.analysis.capacity.recommend import (
     utilizations,
 )
 from pdprobe.analysis.capacity.transfer import measured_kv_bytes
-from pdprobe.analysis.capacity.windows import ratio_windows
+from pdprobe.analysis.capacity.windows import (
+    WindowFrames,
+    current_window,
+    size_windows,
+    window_frames,
+)
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pdprobe.analysis.base import SloAttainment
+    from pdprobe.analysis.capacity.calibrate import CalibratedWaits
+    from pdprobe.analysis.capacity.recalibrate import ModelCheck
     from pdprobe.dataset import Dataset
 
     # Confirms a recommendation (``--verify``): the services pass the simulator's replay, so
@@ -53,12 +61,58 @@ if TYPE_CHECKING:
 SERVED_SHORTFALL: Final = 0.95
 
 
+@dataclass(frozen=True)
+class CapacityPlan:
+    """The capacity model's answer by the model as built (its own waits: ``result``), and
+    the same plan re-sized with the window-calibrated waits (``recalibrated``; None when the
+    window did not contradict the model's waits with longer ones).
+
+    ``recalibrated(at_least)`` is the whole plan (overall count, windows, band, TTFT
+    estimates, utilisations, notes) by the calibrated waits, its prefill count at least
+    ``at_least``; None when no count meets the objective with them. Which of the two the
+    diagnosis recommends is ``check.check_against_window``'s decision: it needs the
+    findings, and the rules read ``result``.
+    """
+
+    result: CapacityResult
+    recalibrated: Callable[[int], CapacityResult | None] | None = None
+
+
 def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                   deployed_prefill: int | None = None, deployed_decode: int | None = None,
                   dataset: Dataset | None = None, window_s: float | None = None,
                   hit_rate_known: bool = True, extra_notes: tuple[str, ...] = ()
                   ) -> CapacityResult:
-    """Recommendation, mean-based comparison, band and windows for one mix, as a result."""
+    """Recommendation, mean-based comparison, band and windows for one mix, as a result
+    (by the model as built: ``capacity_plan`` has the recalibrated plan too)."""
+    return capacity_plan(mix, built, slo, deployed_prefill=deployed_prefill,
+                         deployed_decode=deployed_decode, dataset=dataset, window_s=window_s,
+                         hit_rate_known=hit_rate_known, extra_notes=extra_notes).result
+
+
+@dataclass(frozen=True, eq=False)
+class _Inputs:
+    """What a plan is made of, whatever wait model sizes it."""
+
+    mix: WorkloadMix
+    built: BuiltModel
+    slo: Slo
+    work: LengthWork
+    checked: ModelCheck
+    frames: WindowFrames
+    notes: tuple[str, ...]
+    deployed_prefill: int | None
+    deployed_decode: int | None
+    hit_rate_known: bool
+
+
+def capacity_plan(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
+                  deployed_prefill: int | None = None, deployed_decode: int | None = None,
+                  dataset: Dataset | None = None, window_s: float | None = None,
+                  hit_rate_known: bool = True, extra_notes: tuple[str, ...] = ()
+                  ) -> CapacityPlan:
+    """The plan by the model as built and, when the window's waits contradict it with
+    longer ones, how to re-plan with them (``CapacityPlan``)."""
     model = built.inputs
     notes = list(extra_notes)
     if mix.population is not None:
@@ -73,12 +127,41 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     work = LengthWork.of(mix, model, slo)  # shared with the band's load cases
     measured = measured_parts(dataset.requests, mix) \
         if dataset is not None and len(dataset.requests) else None
-    rec = recommend(mix, model, slo, work, deployed_prefill=deployed_prefill,
-                    measured=measured, failed=failed_share(dataset.requests, mix)
-                    if measured is not None and dataset is not None else 0.0)
+    checked = check_model(mix, model, slo, work, deployed_prefill, measured,
+                          failed=failed_share(dataset.requests, mix)
+                          if measured is not None and dataset is not None else 0.0)
+    frames = window_frames(dataset, mix, model, slo, window_s) if window_s \
+        else WindowFrames((), ())
+    inputs = _Inputs(mix, built, slo, work, checked, frames, tuple(notes), deployed_prefill,
+                     deployed_decode, hit_rate_known)
+    result = _plan(inputs)
+    waits = checked.waits
+    if waits is None:
+        return CapacityPlan(result)
+
+    def recalibrated(at_least: int) -> CapacityResult | None:
+        try:
+            return _plan(inputs, waits, at_least)
+        except ValueError:  # no count meets the objective with the calibrated waits
+            return None
+
+    return CapacityPlan(result, recalibrated)
+
+
+def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None,
+          at_least: int = 0) -> CapacityResult:
+    """The plan sized by one wait model: the model's own, or the calibrated ``waits``; the
+    prefill count at least ``at_least``."""
+    mix, built, slo, work, checked = (inputs.mix, inputs.built, inputs.slo, inputs.work,
+                                      inputs.checked)
+    model = built.inputs
+    deployed_prefill, deployed_decode = inputs.deployed_prefill, inputs.deployed_decode
+    notes = list(inputs.notes)
+    rec = recommend(mix, model, slo, work, waits, at_least, before=checked.notes)
     mb = mean_based(mix, model, slo, rec.rates)
-    bands = band(mix, model, slo, hit_rate_known=hit_rate_known, work=work)
-    windows = ratio_windows(dataset, mix, model, slo, window_s) if window_s else ()
+    bands = band(mix, model, slo, hit_rate_known=inputs.hit_rate_known, work=work,
+                 waits=waits)
+    windows = size_windows(inputs.frames, model, slo, waits)
     notes += list(built.notes) + list(rec.notes)
     notes.append(f"arrival burstiness ca² = {mix.arrival_cv2:.2f} ({mix.arrival_cv2_source}); "
                  f"prefill service cs² = {rec.rates.prefill_service_cv2:.2f}")
@@ -97,8 +180,9 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     md1_gap = rec.md1_ttft_s / rec.ttft_mean_s if rec.ttft_mean_s > 0 else 1.0
     if math.isfinite(md1_gap) and (md1_gap > 2 or md1_gap < 0.5):
         notes.append(f"DistServe's M/D/1 gives a mean TTFT of {rec.md1_ttft_s:.2f} s against "
-                     f"{rec.ttft_mean_s:.2f} s from G/G/c: burstiness and length variance "
-                     "matter here")
+                     f"{rec.ttft_mean_s:.2f} s from "
+                     + ("the recalibrated waits" if rec.calibrated else "G/G/c")
+                     + ": burstiness and length variance matter here")
     deployed: dict[str, float | Missing] = {
         "p": Missing("deployed counts unknown"), "d": Missing("deployed counts unknown"),
         "x": Missing("deployed counts unknown")}
@@ -108,8 +192,8 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                                      model.link_bytes_per_s)
         deployed = {"p": up, "d": ud, "x": ux}
         binding, basis = binding_stage(up, ud, ux), "deployed counts"
-    cal = rec.calibration
-    if rec.recalibrated and cal is not None:
+    cal = checked.calibration
+    if checked.recalibrated and cal is not None:
         notes.append(recalibration_note(cal))
     tpot = tpot_at(mix, model.decode, mix.rate_rps, deployed_decode, slo.tpot_s,
                    work.occupancy) if deployed_decode else None
@@ -186,9 +270,9 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
         mean_based_decode_capacity_rps=mb.rates.decode_capacity_rps,
         jensen_gap_prefill=mb.jensen_gap_prefill,
         jensen_gap_decode=mb.jensen_gap_decode,
-        deployed_ttft_attainment_estimate=_maybe(rec.deployed_ttft_attainment,
+        deployed_ttft_attainment_estimate=_maybe(checked.deployed_ttft_attainment,
                                                  "deployed prefill count unknown"),
-        deployed_ttft_p90_estimate_s=_maybe(rec.deployed_ttft_p90_s,
+        deployed_ttft_p90_estimate_s=_maybe(checked.deployed_ttft_p90_s,
                                             "deployed prefill count unknown"),
         kv_bytes_source=model.kv.source,
         transfer_capacity_source=built.link_source,
@@ -201,8 +285,8 @@ def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                      if cal is None else "the calibrated TTFT tail has no end"),
         wait_scale=cal.wait_scale if cal is not None
         else Missing("no measured waits to recalibrate with (queue_s, ttft_s)"),
-        recalibrated=rec.recalibrated,
-        calibrated_prefill=rec.calibrated_prefill if rec.calibrated_prefill is not None
+        recalibrated=checked.recalibrated,
+        calibrated_prefill=checked.calibrated_prefill if checked.calibrated_prefill is not None
         else Missing("no recalibration raised the prefill count"),
         deployed_tpot_p90_estimate_s=tpot.p90_s if tpot is not None
         else Missing("deployed decode count unknown" if not deployed_decode
@@ -223,23 +307,6 @@ def _signed_percent(x: float) -> str:
     return f"{0.0 if abs(x) <= 0.005 else x:+.0%}"
 
 
-# The last window stands for the current workload only if it is not a stub at the capture's end.
-CURRENT_WINDOW_MIN_SHARE = 0.5  # of the median requests per window
-
-
-def current_window(windows: tuple[RatioWindow, ...]) -> RatioWindow | None:
-    """The latest window with a recommendation and a representative number of requests."""
-    sized = [w for w in windows if not isinstance(w.recommended_prefill, Missing)
-             and not isinstance(w.recommended_decode, Missing)]
-    if len(sized) < 2:
-        return None
-    typical = float(np.median([w.requests for w in sized]))
-    for w in reversed(sized):
-        if w.requests >= CURRENT_WINDOW_MIN_SHARE * typical:
-            return w
-    return None
-
-
 @dataclass(frozen=True)
 class CapacityOptions:
     """What the capacity model takes from the user (a diagnosis's request, in analysis terms)."""
@@ -254,7 +321,15 @@ class CapacityOptions:
 
 def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
                       request: CapacityOptions) -> CapacityResult | Missing:
-    """The capacity model over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
+    """The capacity model over a diagnosed dataset, by the model as built (``estimate_plan``
+    has the recalibrated plan too)."""
+    plan = estimate_plan(dataset, workload, request)
+    return plan if isinstance(plan, Missing) else plan.result
+
+
+def estimate_plan(dataset: Dataset, workload: WorkloadSummary | Missing,
+                  request: CapacityOptions) -> CapacityPlan | Missing:
+    """The capacity plan over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
     slo = Slo.of(request.slo_ttft_s, request.slo_tpot_s)
     slo = replace(slo, attainment=request.slo_target)
     measured = measured_kv_bytes(dataset)  # once: it picks the profile and sizes transfers
@@ -295,12 +370,26 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
     cached = mix.population.cached_tokens if mix.population is not None else mix.cached_tokens
     hit_known = dataset.has_request_column("cached_tokens") or float(np.sum(cached)) > 0
     try:
-        result = plan_capacity(mix, built, slo, deployed_prefill=dep_p, deployed_decode=dep_d,
-                               dataset=dataset, window_s=request.window_s,
-                               hit_rate_known=hit_known, extra_notes=tuple(notes))
+        plan = capacity_plan(mix, built, slo, deployed_prefill=dep_p, deployed_decode=dep_d,
+                             dataset=dataset, window_s=request.window_s,
+                             hit_rate_known=hit_known, extra_notes=tuple(notes))
     except ValueError as exc:  # a workload no finite cluster serves (e.g. absurd rate)
         return Missing(f"capacity model has no answer: {exc}")
-    if request.verifier is not None:
+    verifier = request.verifier
+    if verifier is None:
+        return plan
+
+    def verified(result: CapacityResult) -> CapacityResult:
         # the replay is of every request, not of the sample the plan sized on
-        result = replace(result, verified=request.verifier(mix.unsampled(), built, slo, result))
-    return result
+        return replace(result, verified=verifier(mix.unsampled(), built, slo, result))
+
+    replan = plan.recalibrated
+    if replan is None:
+        return CapacityPlan(verified(plan.result))
+
+    def recalibrated(at_least: int) -> CapacityResult | None:
+        # replayed on its own counts (check.py asks for it only when it takes it)
+        result = replan(at_least)
+        return None if result is None else verified(result)
+
+    return CapacityPlan(verified(plan.result), recalibrated)

@@ -16,19 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.capacity.calibrate import (
-    PER_INSTANCE_SCALE_FACTOR,
-    Calibration,
-    calibrate,
-    observed_ttft_attainment,
-    observed_ttft_quantile,
-    routing_of,
-)
-from pdprobe.analysis.capacity.check import MODEL_TOLERANCE, p90_disagrees
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
 from pdprobe.analysis.capacity.queueing import md1_ttft_s
@@ -42,6 +33,9 @@ from pdprobe.analysis.capacity.rates import (
     stage_rates,
     transfer_tokens,
 )
+
+if TYPE_CHECKING:
+    from pdprobe.analysis.capacity.calibrate import CalibratedWaits
 
 # Objectives when none are given. TTFT 2 s is MLPerf's Llama-2-70B server-scenario bound and
 # keeps a chat reply feeling immediate; TPOT 0.1 s (10 tokens/s, faster than reading) is
@@ -175,32 +169,49 @@ class Sizing:
 
 @dataclass(frozen=True, kw_only=True)
 class Recommendation(Sizing):
-    """A ``Sizing`` plus the TTFT estimates at its prefill count."""
+    """A ``Sizing`` plus the TTFT estimates at its prefill count, by the wait model it was
+    sized with (the model's own, or the window-calibrated one: ``calibrated``)."""
 
     ttft_p90_s: float  # estimated at the recommended prefill count
-    ttft_mean_s: float  # G/G/c mean wait + mean bare TTFT
+    ttft_mean_s: float  # mean wait + mean TTFT without waiting
     md1_ttft_s: float  # DistServe's M/D/1 cross-check at the same per-instance load
     ttft_attainment: float  # predicted share of requests within the TTFT objective
-    # The same predictions at the deployed prefill count (None when not asked for).
-    deployed_ttft_attainment: float | None = None
-    deployed_ttft_p90_s: float | None = None
-    # The deployed prediction recalibrated with the window's measured waits (None without
-    # them); ``recalibrated`` when the raw prediction was beyond MODEL_TOLERANCE of what the
-    # window observed, so the calibrated one stands (and may have raised ``prefill``).
-    calibration: Calibration | None = None
-    recalibrated: bool = False
-    calibrated_prefill: int | None = None  # prefill count with the recalibrated waits
+    calibrated: bool = False  # sized and estimated with the window-calibrated waits
 
 
 def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
-         work: LengthWork | None = None) -> Sizing:
-    """The instance counts for ``mix`` at ``mix.rate_rps`` (what the band and windows need)."""
-    return _size(mix, model, slo, work or LengthWork.of(mix, model, slo))[0]
+         work: LengthWork | None = None, waits: CalibratedWaits | None = None) -> Sizing:
+    """The instance counts for ``mix`` at ``mix.rate_rps`` (what the band and windows need);
+    with ``waits`` the prefill count is also sized with the window-calibrated waits (never
+    below the model's own count)."""
+    return _size(mix, model, slo, work or LengthWork.of(mix, model, slo), waits)[0]
 
 
-def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
-          ) -> tuple[Sizing, PrefillPool, np.ndarray]:
-    """The sizing, and the pool and slack sample it was sized with."""
+def prefill_pool(mix: WorkloadMix, work: LengthWork) -> tuple[PrefillPool, np.ndarray]:
+    """The model's prefill pool for ``mix`` and the bare-TTFT sample it is sized on (per
+    request in arrival order when the pool has load windows, else quantiles)."""
+    if mix.load is not None and mix.arrival_ts is not None:
+        pool = PrefillPool(mix.rate_rps, mix.arrival_cv2, work.moments, mix.load,
+                           mix.arrival_ts, observed_rps=mix.population.observed_rate_rps
+                           if mix.population is not None else None)
+        return pool, work.bare  # per request: the backlog depends on the window
+    return (PrefillPool(mix.rate_rps, mix.arrival_cv2, work.moments),
+            _quantile_sample(work.bare, TTFT_QUANTILES))
+
+
+@dataclass(frozen=True)
+class _Sized:
+    """The pool and TTFT-without-waiting sample a prefill count was sized with (the
+    calibrated ones when sized with calibrated waits)."""
+
+    pool: PrefillPool
+    sample: np.ndarray
+    mean_due_s: float  # mean TTFT without waiting over every request
+
+
+def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
+          waits: CalibratedWaits | None = None) -> tuple[Sizing, _Sized]:
+    """The sizing, and what its prefill count was sized with."""
     rates = work.rates
     lam = mix.rate_rps
     notes: list[str] = []
@@ -217,14 +228,7 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
             f"TTFT {bare_q:.2f} s); no prefill count fixes that, so the pool is sized to keep "
             f"p{100 * slo.attainment:.0f} queueing within that level instead")
     moments = work.moments
-    if mix.load is not None and mix.arrival_ts is not None:
-        pool = PrefillPool(lam, mix.arrival_cv2, moments, mix.load, mix.arrival_ts,
-                           observed_rps=mix.population.observed_rate_rps
-                           if mix.population is not None else None)
-        sample = bare  # per request, in arrival order: the backlog depends on the window
-    else:
-        pool = PrefillPool(lam, mix.arrival_cv2, moments)
-        sample = _quantile_sample(bare, TTFT_QUANTILES)
+    pool, sample = prefill_pool(mix, work)
     x_count = ceil_count(lam / rates.transfer_capacity_rps) if lam > 0 else 1
     util_count = ceil_count(lam * moments.batched_mean / PREFILL_MAX_UTILIZATION) \
         if lam > 0 else 1
@@ -236,6 +240,19 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
     prefill = max(slo_count, util_count, x_count)
     prefill_limit = ("transfer" if x_count == prefill and x_count > max(slo_count, util_count)
                      else "utilization" if util_count > slo_count else "ttft-slo")
+    mean_due = float(bare.mean())
+    if waits is not None:
+        # The same objective with the window's waits and each request's measured rest of
+        # TTFT; the window's failures come out of the budget (``CalibratedWaits``). Never
+        # below the model's own count: a wait scale below 1 lowers nothing.
+        due = waits.due_s(bare)
+        sample = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
+        pool = waits.pool(pool)
+        count = pool.smallest(target - sample, miss_budget - waits.failed_cut,
+                              at_least=prefill)
+        if count > prefill:
+            prefill, prefill_limit = count, "ttft-slo"
+        mean_due = float(due.mean())
     d_count = ceil_count(lam / rates.decode_capacity_rps) if lam > 0 else 1
     m_count = decode_count_for_memory(mix, model.decode, lam, work.occupancy) if lam > 0 else 1
     decode = max(d_count, m_count, x_count)
@@ -254,75 +271,31 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
         binding=binding_stage(up, ud, ux), ttft_target_s=target,
         infeasible_ttft_fraction=infeasible, transfer_required_bytes_per_s=per_node,
         notes=tuple(notes))
-    return sizing, pool, sample
+    return sizing, _Sized(pool=pool, sample=sample, mean_due_s=mean_due)
 
 
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
-              work: LengthWork | None = None,
-              deployed_prefill: int | None = None,
-              measured: tuple[np.ndarray, np.ndarray] | None = None,
-              failed: float = 0.0) -> Recommendation:
-    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives.
-
-    With ``deployed_prefill`` it also predicts TTFT attainment and p90 at that count, for the
-    check of the model against what the window observed; with ``measured`` (the window's
-    wait and rest of TTFT per request, ``calibrate.measured_parts``) it recalibrates that
-    prediction and, when the raw one is beyond ``MODEL_TOLERANCE`` of the window, uses it;
-    ``failed`` (the window's share of failed requests, misses whatever their wait) comes out
-    of the miss budget of the count sized with the window's waits.
+              work: LengthWork | None = None, waits: CalibratedWaits | None = None,
+              at_least: int = 0, before: tuple[str, ...] = ()) -> Recommendation:
+    """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives, and the
+    TTFT estimates at the prefill count, all by one wait model: the model's own, or with
+    ``waits`` the window-calibrated one (``recalibrate.check_model``). ``at_least``: a floor
+    on the prefill count set by a policy (the deployed count kept); the estimates, notes
+    and utilisations are at the count returned. ``before``: notes placed after the sizing's
+    own and before the estimates' (the model check's).
     """
     work = work or LengthWork.of(mix, model, slo)
-    s, pool, sample = _size(mix, model, slo, work)
+    s, sized = _size(mix, model, slo, work, waits)
     lam = mix.rate_rps
     moments = work.moments
-    notes = list(s.notes)
-    prefill = s.prefill
-    at_deployed = _at_deployed(pool, sample, slo, deployed_prefill)
-    cal, recalibrated, calibrated_prefill = None, False, None
-    if measured is not None and deployed_prefill:
-        cal = calibrate(pool, deployed_prefill, measured, work.bare, slo.ttft_s,
-                        slo.attainment)
-        raw = at_deployed.get("deployed_ttft_attainment")
-        observed = observed_ttft_attainment(measured, slo.ttft_s)
-        # beyond the tolerance in attainment, or in the TTFT quantile's level (a wait tail
-        # mostly inside the objective moves the quantile before the attainment)
-        recalibrated = cal is not None and (
-            (raw is not None and observed is not None
-             and abs(raw - observed) > MODEL_TOLERANCE)
-            or p90_disagrees(at_deployed.get("deployed_ttft_p90_s"),
-                             observed_ttft_quantile(measured, slo.attainment)))
-        shaped = pool
-        routing = routing_of(pool, deployed_prefill, measured[0]) if recalibrated else None
-        if routing is not None and routing.per_instance:
-            # requests wait while other instances idle: the waits' shape is a queue per
-            # instance's, their level the window's
-            separate = pool.per_instance()
-            per = calibrate(separate, deployed_prefill, measured, work.bare, slo.ttft_s,
-                            slo.attainment)
-            if per is not None and 1.0 / PER_INSTANCE_SCALE_FACTOR <= per.wait_scale <= \
-                    PER_INSTANCE_SCALE_FACTOR:
-                cal, shaped = replace(per, routing=routing), separate
-        if cal is not None and recalibrated and (cal.wait_scale > 1.0 or shaped is not pool):
-            # The prefill count with the window's waits (never below the model's). Not
-            # applied where the findings name decode short (``check.check_against_window``):
-            # the waits may be its back-pressure, which more prefill instances do not remove.
-            # each request's measured rest of TTFT where known, as the calibrated
-            # attainment takes it (the model's bare TTFT elsewhere)
-            due = np.where(np.isfinite(measured[0]), measured[1], work.bare)
-            due = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
-            # failures come out of the budget while they leave QUEUE_MISS_SHARE of it for
-            # queueing; beyond that they are not the prefill pool's to fix and are left in
-            cut = failed if failed <= QUEUE_MISS_SHARE * (1.0 - slo.attainment) else 0.0
-            budget = 1.0 - slo.attainment - cut
-            try:
-                calibrated_prefill = shaped.scaled(cal.wait_scale).smallest(
-                    s.ttft_target_s - due, budget, at_least=prefill) if budget > 0 else None
-            except ValueError:  # no count meets it with these waits
-                calibrated_prefill = None
-            if cut > 0 and calibrated_prefill is not None:  # a count was sized so
-                notes.append(f"the count sized with the window's waits leaves the window's "
-                             f"{cut:.1%} failed requests (misses whatever their wait) out "
-                             f"of the {1.0 - slo.attainment:.0%} miss budget")
+    notes = list(s.notes) + list(before)
+    prefill = max(s.prefill, at_least)
+    pool, sample = sized.pool, sized.sample
+    if prefill != s.prefill:
+        up, ud, ux, per_node = utilizations(s.rates, lam, prefill, s.decode,
+                                            model.link_bytes_per_s)
+        s = replace(s, prefill=prefill, prefill_utilization=up, transfer_utilization=ux,
+                    binding=binding_stage(up, ud, ux), transfer_required_bytes_per_s=per_node)
     overloaded = pool.overloaded_share(prefill)
     if overloaded > 0:
         notes.append(f"{overloaded:.1%} of requests arrive in {pool_window(mix)} windows whose "
@@ -340,27 +313,12 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         transfer_utilization=s.transfer_utilization,
         binding=s.binding,
         ttft_target_s=s.ttft_target_s, ttft_p90_s=p90,
-        ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + float(work.bare.mean()),
+        ttft_mean_s=pool.mean_wait_s(prefill, len(sample)) + sized.mean_due_s,
         md1_ttft_s=md1_ttft_s(mean_service, lam / prefill),
         ttft_attainment=attainment, infeasible_ttft_fraction=s.infeasible_ttft_fraction,
-        **at_deployed, calibration=cal, recalibrated=recalibrated,
-        calibrated_prefill=calibrated_prefill,
+        calibrated=waits is not None,
         transfer_required_bytes_per_s=s.transfer_required_bytes_per_s, notes=tuple(notes),
     )
-
-
-def _at_deployed(pool: PrefillPool, sample: np.ndarray, slo: Slo,
-                 prefill: int | None) -> dict[str, float | None]:
-    """Predicted TTFT attainment and p90 at ``prefill`` instances (None when not asked)."""
-    if not prefill:
-        return {}
-    try:
-        att = float(1.0 - pool.miss_share(prefill, slo.ttft_s - sample))
-        p90 = float(pool.ttft_quantile(prefill, sample, slo.attainment))
-    except (ValueError, ZeroDivisionError, OverflowError):  # an unstable pool: no prediction
-        return {}
-    return {"deployed_ttft_attainment": att if math.isfinite(att) else None,
-            "deployed_ttft_p90_s": p90 if math.isfinite(p90) else None}
 
 
 def pool_window(mix: WorkloadMix) -> str:

@@ -9,7 +9,7 @@ started-requests counter), served load is completions (or the finished-requests 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -32,35 +32,80 @@ from pdprobe.analysis.capacity.window_counts import (
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-
+    from pdprobe.analysis.capacity.calibrate import CalibratedWaits
     from pdprobe.dataset import Dataset
 
 # A window needs this many requests for its length mix and burstiness to mean something.
 MIN_WINDOW_REQUESTS: Final = 20
+
+
 def _rate_or_none(rates: np.ndarray | None, w: int) -> float | None:
     if rates is None or not math.isfinite(rates[w]):
         return None
     return float(rates[w])
 
 
+@dataclass(frozen=True)
+class WindowMix:
+    """A window's own mix and the run of the plan's mix it holds (requests ``lo..hi-1``, in
+    the order the calibrated waits are measured in)."""
+
+    mix: WorkloadMix
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class WindowFrames:
+    """The windows as observed, before sizing: each window's record and, where it has
+    enough requests to size, its own mix. Observing costs passes over every record; sizing
+    is per wait model (the model's own, the window-calibrated one), so a plan re-sized with
+    other waits reuses the frames. Windows from metrics alone come sized (no waits to
+    calibrate with) and have no mix."""
+
+    windows: tuple[RatioWindow, ...]
+    mixes: tuple[WindowMix | None, ...]
+
+
 def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs, slo: Slo,
-                  window_s: float) -> tuple[RatioWindow, ...]:
-    """One ``RatioWindow`` per window of the capture (empty when arrival times are unknown).
+                  window_s: float, waits: CalibratedWaits | None = None
+                  ) -> tuple[RatioWindow, ...]:
+    """One ``RatioWindow`` per window of the capture (empty when arrival times are unknown),
+    each sized on its own mix by the wait model the plan uses (``waits``: the calibrated one,
+    aligned with ``mix``; None: the model's own).
 
     Counts and mean lengths are every request's; a sampled mix (``mix.population``) sizes
     each window on its share of the sample, with the burstiness of all its arrivals.
     """
+    return size_windows(window_frames(dataset, mix, model, slo, window_s), model, slo, waits)
+
+
+def size_windows(frames: WindowFrames, model: ModelInputs, slo: Slo,
+                 waits: CalibratedWaits | None = None) -> tuple[RatioWindow, ...]:
+    """The frames' windows sized on their own mixes, with ``waits`` (taking each window's
+    run of them) when given."""
+    return tuple(win if m is None else _sized(win, m.mix, model, slo,
+                                              waits.rows(m.lo, m.hi) if waits else None)
+                 for win, m in zip(frames.windows, frames.mixes, strict=True))
+
+
+def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs, slo: Slo,
+                  window_s: float) -> WindowFrames:
+    """Every window's observations and own mix (``WindowFrames``)."""
     pop = mix.population
     ts = pop.arrival_ts if pop is not None else mix.arrival_ts
     if ts is None or len(ts) < 2:
         if dataset is not None and dataset.requests.empty and not dataset.metrics.empty:
-            return with_planner(dataset, metric_windows(dataset, mix, model, slo, window_s))
-        return ()
+            sized = with_planner(dataset, metric_windows(dataset, mix, model, slo, window_s))
+            return WindowFrames(sized, (None,) * len(sized))
+        return WindowFrames((), ())
     edges = window_edges(float(ts[0]), float(ts[-1]), window_s)
     n_win = len(edges) - 1
     # arrivals are sorted, so each window's requests are one run: its bounds, not a mask
     bounds = window_bounds(ts, edges)
     count = np.diff(bounds)
+    # each window's run of the mix's requests (of its sample, when the mix is one)
+    runs = np.searchsorted(pop.rows, bounds, side="left") if pop is not None else bounds
     prompt = pop.prompt_tokens if pop is not None else mix.prompt_tokens
     output = pop.output_tokens if pop is not None else mix.output_tokens
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -70,7 +115,7 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
     counted = counter_served_rates(dataset, edges) if dataset and done is None else None
-    out = []
+    out, mixes = [], []
     for w in range(n_win):  # loop over windows, vectorised over their requests
         lo, hi = float(edges[w]), float(edges[w + 1])
         n = int(count[w])
@@ -82,20 +127,41 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         base = _unsized(lo, hi, n, mean_p, mean_o, dep_p, dep_d, offered=n / dur,
                         served=served if served is not None else Missing(
                             "no completion times or finished counter"))
-        if n < MIN_WINDOW_REQUESTS:
-            out.append(base)
-            continue
-        sub = mix.window(int(bounds[w]), int(bounds[w + 1]), n / dur, f"window {w}",
-                         slo.ttft_s)
-        if sub is None or sub.size < MIN_WINDOW_REQUESTS:  # a sampled mix: too few in it
-            reason = (f"only {sub.size if sub is not None else 0} of the window's {n} requests "
-                      f"are in the capacity sample ({MIN_WINDOW_REQUESTS} needed)")
-            out.append(replace(base, theoretical_ratio=Missing(reason),
+        sub = None
+        if n >= MIN_WINDOW_REQUESTS:
+            sub = mix.window(int(bounds[w]), int(bounds[w + 1]), n / dur, f"window {w}",
+                             slo.ttft_s)
+            if sub is None or sub.size < MIN_WINDOW_REQUESTS:  # a sampled mix: too few in it
+                reason = (f"only {sub.size if sub is not None else 0} of the window's {n} "
+                          f"requests are in the capacity sample ({MIN_WINDOW_REQUESTS} "
+                          "needed)")
+                base = replace(base, theoretical_ratio=Missing(reason),
                                recommended_prefill=Missing(reason),
-                               recommended_decode=Missing(reason)))
-            continue
-        out.append(_sized(base, sub, model, slo))
-    return with_planner(dataset, tuple(out)) if dataset is not None else tuple(out)
+                               recommended_decode=Missing(reason))
+                sub = None
+        out.append(base)
+        mixes.append(WindowMix(sub, int(runs[w]), int(runs[w + 1])) if sub is not None
+                     else None)
+    # the planner's figures are observations too: sizing keeps them (``replace``)
+    windows = with_planner(dataset, tuple(out)) if dataset is not None else tuple(out)
+    return WindowFrames(windows, tuple(mixes))
+
+
+# The last window stands for the current workload only if it is not a stub at the capture's end.
+CURRENT_WINDOW_MIN_SHARE = 0.5  # of the median requests per window
+
+
+def current_window(windows: tuple[RatioWindow, ...]) -> RatioWindow | None:
+    """The latest window with a recommendation and a representative number of requests."""
+    sized = [w for w in windows if not isinstance(w.recommended_prefill, Missing)
+             and not isinstance(w.recommended_decode, Missing)]
+    if len(sized) < 2:
+        return None
+    typical = float(np.median([w.requests for w in sized]))
+    for w in reversed(sized):
+        if w.requests >= CURRENT_WINDOW_MIN_SHARE * typical:
+            return w
+    return None
 
 
 # The planner's signals per RatioWindow field, and how deployments combine: counts add up
@@ -173,10 +239,18 @@ def _unsized(lo: float, hi: float, requests: int, mean_p: float, mean_o: float,
     )
 
 
-def _sized(base: RatioWindow, sub: WorkloadMix, model: ModelInputs, slo: Slo) -> RatioWindow:
-    """``base`` with the sizing of its own mix ``sub``; the binding stage is judged at the
-    counts deployed in the window when both are known."""
-    rec = size(sub, model, slo)
+def _sized(base: RatioWindow, sub: WorkloadMix, model: ModelInputs, slo: Slo,
+           waits: CalibratedWaits | None = None) -> RatioWindow:
+    """``base`` with the sizing of its own mix ``sub`` (with the window's run of the
+    calibrated ``waits`` when the plan uses them); the binding stage is judged at the counts
+    deployed in the window when both are known."""
+    try:
+        rec = size(sub, model, slo, waits=waits)
+    except ValueError:
+        if waits is None:
+            raise
+        reason = "no prefill count meets the objective with the recalibrated waits"
+        return replace(base, recommended_prefill=Missing(reason))
     binding = rec.binding
     dep_p, dep_d = base.deployed_prefill, base.deployed_decode
     if dep_p and dep_d and not isinstance(dep_p, Missing) and not isinstance(dep_d, Missing):

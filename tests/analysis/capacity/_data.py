@@ -69,14 +69,19 @@ def round_robin_waits(ts: np.ndarray, service: np.ndarray, servers: int) -> np.n
     return wait
 
 
-def busy_prompts_mix(seed: int = 3, n: int = 4000) -> tuple[np.ndarray, WorkloadMix]:
-    """Arrivals at 60 req/s with lognormal prompts (median 1,500 tokens) and their mix: about
-    0.2 s of prefill each under ``simple_model(pb=8e-5)``, a pool of ~16 kept busy."""
-    from pdprobe.analysis.capacity.mix import mix_from_requests
-
+def busy_prompts_requests(seed: int = 3, n: int = 4000) -> pd.DataFrame:
+    """Request records arriving at 60 req/s with lognormal prompts (median 1,500 tokens),
+    in arrival order: about 0.2 s of prefill each under ``simple_model(pb=8e-5)``."""
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.uniform(0, n / 60.0, n))
     prompt = np.clip(np.rint(rng.lognormal(np.log(1500), 1.0, n)), 1, 30000)
-    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
-    return ts, mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t",
-                                 rescale=False)
+    return pd.DataFrame({"arrival_ts": ts, "prompt_tokens": prompt, "output_tokens": 100})
+
+
+def busy_prompts_mix(seed: int = 3, n: int = 4000) -> tuple[np.ndarray, WorkloadMix]:
+    """The arrivals of ``busy_prompts_requests`` and their mix: a pool of ~16 kept busy."""
+    from pdprobe.analysis.capacity.mix import mix_from_requests
+
+    req = busy_prompts_requests(seed, n)
+    return req["arrival_ts"].to_numpy(), mix_from_requests(
+        req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)

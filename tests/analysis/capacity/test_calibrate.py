@@ -20,7 +20,8 @@ from pdprobe.analysis.capacity.calibrate import (
 )
 from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.pool import PrefillPool, ServiceMoments
-from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
+from pdprobe.analysis.capacity.recalibrate import check_model
+from pdprobe.analysis.capacity.recommend import LengthWork, Slo
 
 from ._data import busy_prompts_mix, mix, round_robin_waits, simple_model
 
@@ -85,39 +86,6 @@ def test_observed_attainment_of_the_measured_parts() -> None:
     rest = np.r_[np.full(100, 0.5), np.full(5, np.nan)]
     assert observed_ttft_attainment((queue, rest), 2.0) == pytest.approx(0.9)
     assert observed_ttft_attainment((queue[:10], rest[:10]), 2.0) is None
-
-
-def test_recommend_recalibrates_only_beyond_the_tolerance_and_raises_prefill() -> None:
-    """Poisson arrivals at the model's own count: when the window's waits are far longer than
-    the model's and its attainment far below the prediction, the calibrated prediction stands
-    and the prefill count is re-sized with the scaled waits; waits as the model says change
-    nothing."""
-    rng = np.random.default_rng(3)
-    n = 3000
-    ts = np.sort(rng.uniform(0, 600, n))
-    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": rng.integers(500, 3000, n),
-                        "output_tokens": 100})
-    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
-    model = simple_model(pb=6e-5)
-    slo = Slo(2.0, 0.1)
-    work = LengthWork.of(m, model, slo)
-    dep = recommend(m, model, slo, work).prefill
-    from pdprobe.analysis.capacity.recommend import _size
-
-    _, pool, _ = _size(m, model, slo, work)
-    pool_p90 = pool.ttft_quantile(dep, np.zeros(n), 0.9)
-    rest = work.bare
-    same = (np.full(n, pool_p90), rest)  # p90 of a constant: the model's own level
-    rec = recommend(m, model, slo, work, deployed_prefill=dep, measured=same)
-    assert rec.calibration is not None and not rec.recalibrated and rec.prefill == dep
-    waits = rng.exponential(1.0, n)
-    waits *= 2.5 / np.quantile(waits, 0.9)  # a tenth of the requests wait over 2.5 s
-    rec = recommend(m, model, slo, work, deployed_prefill=dep, measured=(waits, rest))
-    assert rec.recalibrated and rec.calibration is not None
-    assert rec.calibration.wait_scale > 1
-    # the count with the window's waits; applied by the check only when prefill is named short
-    assert rec.prefill == dep and rec.calibrated_prefill is not None
-    assert rec.calibrated_prefill > dep
 
 
 def test_tpot_at_the_deployed_decode_count() -> None:
@@ -210,18 +178,17 @@ def test_per_instance_shape_only_where_it_explains_the_wait_level() -> None:
     model, slo = simple_model(pb=8e-5), Slo(2.0, 0.1)
     work = LengthWork.of(m, model, slo)
     rr = (round_robin_waits(ts, work.bare, 16), work.bare)
-    rec = recommend(m, model, slo, work, deployed_prefill=16, measured=rr)
+    rec = check_model(m, model, slo, work, 16, rr)
     cal = rec.calibration
     assert rec.recalibrated and cal is not None and cal.routing is not None
     assert cal.routing.per_instance and 1 / PER_INSTANCE_SCALE_FACTOR <= cal.wait_scale <= 1
     assert rec.calibrated_prefill == 15
     # a few failures need more instances; failures beyond half the budget are left in
-    more = recommend(m, model, slo, work, deployed_prefill=16, measured=rr, failed=0.045)
+    more = check_model(m, model, slo, work, 16, rr, failed=0.045)
     assert more.calibrated_prefill is not None and more.calibrated_prefill > 15
     assert any("4.5% failed requests" in n for n in more.notes)
-    many = recommend(m, model, slo, work, deployed_prefill=16, measured=rr, failed=0.2)
+    many = check_model(m, model, slo, work, 16, rr, failed=0.2)
     assert many.calibrated_prefill == 15
-    stalled = recommend(m, model, slo, work, deployed_prefill=16,
-                        measured=(np.full(len(ts), 30.0), work.bare))
+    stalled = check_model(m, model, slo, work, 16, (np.full(len(ts), 30.0), work.bare))
     assert stalled.recalibrated and stalled.calibration is not None
     assert stalled.calibration.routing is None  # the pooled shape, scaled

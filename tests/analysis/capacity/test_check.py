@@ -16,6 +16,7 @@ from pdprobe.analysis.capacity.check import (
     _num,
     check_against_window,
 )
+from pdprobe.analysis.capacity.recalibrate import check_model
 from pdprobe.analysis.capacity.recommend import LengthWork, Slo, recommend
 from pdprobe.values import Missing
 from tests.rules.builders import capacity
@@ -163,18 +164,18 @@ def _window(deployed: int, waits: Callable[[np.ndarray, np.ndarray, int], np.nda
     work = LengthWork.of(m, simple_model(pb=8e-5), slo)
     service = work.bare  # the mix keeps arrival order: the requests' own prefill times
     queue = waits(ts, service, deployed)
-    rec = recommend(m, simple_model(pb=8e-5), slo, work, deployed_prefill=deployed,
-                    measured=(queue, service))
-    cal = rec.calibration
+    rec = recommend(m, simple_model(pb=8e-5), slo, work)
+    checked = check_model(m, simple_model(pb=8e-5), slo, work, deployed, (queue, service))
+    cal = checked.calibration
     assert cal is not None
     cap = replace(_cap(rec_p=rec.prefill, dep_p=deployed, dep_d=3,
-                       pred=rec.deployed_ttft_attainment or 0.0),
-                  deployed_ttft_p90_estimate_s=rec.deployed_ttft_p90_s,
-                  recalibrated=rec.recalibrated, wait_scale=cal.wait_scale,
+                       pred=checked.deployed_ttft_attainment or 0.0),
+                  deployed_ttft_p90_estimate_s=checked.deployed_ttft_p90_s,
+                  recalibrated=checked.recalibrated, wait_scale=cal.wait_scale,
                   calibrated_ttft_attainment_estimate=cal.attainment,
                   calibrated_ttft_p90_estimate_s=cal.p90_s,
-                  calibrated_prefill=rec.calibrated_prefill
-                  if rec.calibrated_prefill is not None else Missing("none"))
+                  calibrated_prefill=checked.calibrated_prefill
+                  if checked.calibrated_prefill is not None else Missing("none"))
     ttft = queue + service
     return cap, float(np.mean(ttft <= 2.0)), float(np.quantile(ttft, 0.9)), ts, service
 
@@ -258,3 +259,47 @@ def test_p90_factor_never_prints_the_tolerance_it_exceeds() -> None:
     assert _factor(MODEL_P90_FACTOR + 0.02) == f"{MODEL_P90_FACTOR + 0.02:.2f}"
     assert _factor(2.24) == "2.2"
     assert _factor(1.9) == "1.9"
+
+
+def test_a_count_the_recalibration_sets_comes_with_the_plan_sized_with_it() -> None:
+    """When the recalibration sets the prefill count, the result is the plan re-sized with
+    the recalibrated waits (its windows, estimates and notes), asked for at the count's
+    floor; when nothing moves the count, or a finding vetoes it, the model's plan stands and
+    no re-plan is made."""
+    asked: list[int] = []
+
+    def replan(at_least: int) -> CapacityResult:
+        asked.append(at_least)
+        return replace(cap, recommended_prefill=max(at_least, 102), ttft_estimate_p90_s=1.9,
+                       prefill_utilization=0.73, notes=("sized with the recalibrated waits",))
+
+    cap = replace(_cap(rec_p=87, dep_p=120, dep_d=40, pred=0.999),
+                  deployed_ttft_p90_estimate_s=0.57, recalibrated=True, wait_scale=0.52,
+                  calibrated_ttft_attainment_estimate=0.976,
+                  calibrated_ttft_p90_estimate_s=1.28, calibrated_prefill=102,
+                  prefill_utilization=0.85, ttft_estimate_p90_s=1.2, notes=("model's",))
+    kw = dict(observed_attainment=0.959, observed_p90_s=1.28, slo_missed=False)
+    out = check_against_window(cap, short_pools={}, recalibrated=replan, **kw)  # type: ignore[arg-type]
+    assert asked == [102] and out.recommended_prefill == 102
+    assert (out.ttft_estimate_p90_s, out.prefill_utilization) == (1.9, 0.73)
+    assert out.notes[0] == "sized with the recalibrated waits"
+    assert any("with the recalibrated waits 102 prefill" in n for n in out.notes)
+    assert "now in line with the window" in out.model_check
+    # a short decode pool vetoes it: the model's plan, figures and all, and no re-plan
+    asked.clear()
+    out = check_against_window(cap, short_pools={"decode": ()}, recalibrated=replan, **kw)  # type: ignore[arg-type]
+    assert asked == [] and out.recommended_prefill == 87
+    assert (out.ttft_estimate_p90_s, out.notes[0]) == (1.2, "model's")
+    # recalibrated, but its count is the model's: nothing moves
+    same = replace(cap, calibrated_prefill=87)
+    out = check_against_window(same, short_pools={}, recalibrated=replan, **kw)  # type: ignore[arg-type]
+    assert asked == [] and out.recommended_prefill == 87 and out.ttft_estimate_p90_s == 1.2
+    # even recalibrated too optimistic: the deployed count kept, the plan asked at it
+    short = replace(cap, wait_scale=64.0, calibrated_ttft_p90_estimate_s=0.69,
+                    calibrated_prefill=93)
+    out = check_against_window(short, short_pools={}, recalibrated=replan, **kw)  # type: ignore[arg-type]
+    assert asked == [120] and out.recommended_prefill == 120 and out.ttft_estimate_p90_s == 1.9
+    # no count meets the objective with the recalibrated waits: only the count moves
+    out = check_against_window(cap, short_pools={}, recalibrated=lambda _: None, **kw)  # type: ignore[arg-type]
+    assert out.recommended_prefill == 102 and out.ttft_estimate_p90_s == 1.2
+    assert out.prefill_utilization == pytest.approx(0.85 * 87 / 102)
