@@ -246,7 +246,8 @@ class CapacityResult:
     kv_bytes_source: str = ""
     transfer_capacity_source: str = ""
     # The model checked against the window: its predictions at the deployed counts for the
-    # observed mix and arrivals, and the attainment the window observed (set by the service).
+    # observed mix and arrivals (the model as built, its own pooled waits, before any
+    # recalibration), and the attainment the window observed (set by the service).
     deployed_ttft_attainment_estimate: Maybe[float] = Missing("not estimated")
     deployed_ttft_p90_estimate_s: Maybe[float] = Missing("not estimated")
     observed_ttft_attainment: Maybe[float] = Missing("not compared")
@@ -254,7 +255,9 @@ class CapacityResult:
     model_check: str = ""  # agreement of predicted and observed, and what was done about it
     conditional_on: tuple[str, ...] = ()  # finding codes the recommendation assumes fixed
     # The prediction at the deployed counts recalibrated with the window's measured waits
-    # (analysis/capacity/calibrate.py); ``recalibrated`` when it replaced the raw one.
+    # (analysis/capacity/calibrate.py); ``recalibrated`` when it replaced the raw one. When
+    # the recalibration sets the recommended count, every figure at the recommended counts
+    # (estimates, utilisations, band, windows) is the recalibrated model's (recalibrate.py).
     calibrated_ttft_attainment_estimate: Maybe[float] = Missing("not recalibrated")
     calibrated_ttft_p90_estimate_s: Maybe[float] = Missing("not recalibrated")
     wait_scale: Maybe[float] = Missing("not recalibrated")  # measured / model mean wait

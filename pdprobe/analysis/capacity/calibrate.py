@@ -16,10 +16,11 @@ The calibrated attainment is then ``1 − mean_i P(k·W_i > SLO − R_i)``. It i
 attainment restated: only the wait's p90 is taken from the window, so a model whose waits have
 the wrong shape (misses in the wrong windows, a wrong tail) still disagrees. When the raw
 prediction misses the observed attainment by more than ``check.MODEL_TOLERANCE``, the
-calibrated one is used: it is reported, and when the scale is above 1 the prefill count is
-re-sized with the scaled waits (``calibrated_prefill``), applied by ``check.py`` only when the
-findings name the prefill pool short (waits behind a short decode pool are its back-pressure);
-never lowered: a pessimistic model keeps its counts.
+calibrated one is used: it is reported, and when its waits are longer than the model's (a
+scale above 1, or a queue per instance) they become a sizing input (``CalibratedWaits``,
+``recalibrate.py``): the prefill count re-sized with them (``calibrated_prefill``, never
+below the model's) and, when ``check.py`` takes it (not where a finding names decode short:
+the waits may be its back-pressure), the windows, band and estimates sized with them too.
 
 TPOT at the deployed decode count (``tpot_at``): per instance, the batch is the Poisson count
 of sequences in flight (M/G/∞, mean ``r·E[O]·τ``), each step ``a + (b·κ + c)·B``; its p90 is
