@@ -101,8 +101,7 @@ class _Inputs:
     checked: ModelCheck
     frames: WindowFrames
     notes: tuple[str, ...]
-    deployed_prefill: int | None
-    deployed_decode: int | None
+    deployed: tuple[int | None, int | None]  # prefill, decode
     hit_rate_known: bool
 
 
@@ -132,8 +131,8 @@ def capacity_plan(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                           if measured is not None and dataset is not None else 0.0)
     frames = window_frames(dataset, mix, model, slo, window_s) if window_s \
         else WindowFrames((), ())
-    inputs = _Inputs(mix, built, slo, work, checked, frames, tuple(notes), deployed_prefill,
-                     deployed_decode, hit_rate_known)
+    inputs = _Inputs(mix, built, slo, work, checked, frames, tuple(notes),
+                     (deployed_prefill, deployed_decode), hit_rate_known)
     result = _plan(inputs)
     waits = checked.waits
     if waits is None:
@@ -154,8 +153,7 @@ def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None,
     prefill count at least ``at_least``."""
     mix, built, slo, work, checked = (inputs.mix, inputs.built, inputs.slo, inputs.work,
                                       inputs.checked)
-    model = built.inputs
-    deployed_prefill, deployed_decode = inputs.deployed_prefill, inputs.deployed_decode
+    model, (deployed_prefill, deployed_decode) = built.inputs, inputs.deployed
     notes = list(inputs.notes)
     rec = recommend(mix, model, slo, work, waits, at_least, before=checked.notes)
     mb = mean_based(mix, model, slo, rec.rates)
@@ -195,6 +193,12 @@ def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None,
     cal = checked.calibration
     if checked.recalibrated and cal is not None:
         notes.append(recalibration_note(cal))
+    if waits is not None:  # which model the figures beside the count are
+        shape = "a queue per prefill instance, " if waits.per_instance else ""
+        notes.append(f"the TTFT estimates at the recommended count, the band and the windows "
+                     f"are sized with the recalibrated waits ({shape}scaled by "
+                     f"{waits.wait_scale:.2g}, each request's measured rest of TTFT), as the "
+                     "recommended prefill count is")
     tpot = tpot_at(mix, model.decode, mix.rate_rps, deployed_decode, slo.tpot_s,
                    work.occupancy) if deployed_decode else None
     rec_prefill, rec_decode = rec.prefill, rec.decode

@@ -3,6 +3,8 @@ recalibrated waits: every figure of it describes the one model its count comes f
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,6 +119,10 @@ def test_the_recalibrated_plan_sizes_windows_band_and_estimates_with_the_same_wa
     # ... and in a replay of the same arrivals on the recommended count
     ts, service = req["arrival_ts"].to_numpy(), (req["ttft_s"] - req["queue_s"]).to_numpy()
     assert float(np.mean(round_robin_waits(ts, service, rec) + service <= SLO.ttft_s)) >= 0.9
+    # the report says which model the figures are
+    said = "the band and the windows are sized with the recalibrated waits (a queue per"
+    assert any(said in n for n in planned.notes)
+    assert not any("sized with the recalibrated waits" in n for n in model_plan.notes)
     # what does not depend on the waits is the same in both plans
     for name in ("theoretical_ratio", "recommended_decode", "deployed_ttft_attainment_estimate",
                  "deployed_ttft_p90_estimate_s", "calibrated_ttft_attainment_estimate",
@@ -178,3 +184,25 @@ def test_the_windows_take_their_own_run_of_the_calibrated_waits() -> None:
                for a, b in zip(longer, windows, strict=True))
     assert any(int(a.recommended_prefill) > int(b.recommended_prefill)  # type: ignore[arg-type]
                for a, b in zip(longer, windows, strict=True))
+
+
+@pytest.mark.parametrize("sample", [None, 1500])
+def test_each_window_mix_is_its_run_of_the_plans_mix(sample: int | None) -> None:
+    """The calibrated waits are per request of the plan's mix; a window takes rows lo..hi of
+    them, which must be that window's own requests: of the whole mix, or of its sample when
+    the plan sizes on one (``Population``)."""
+    from pdprobe.analysis.capacity.windows import window_frames
+
+    req = busy_prompts_requests()
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False,
+                          max_requests=sample)
+    assert (m.population is not None) == (sample is not None)
+    frames = window_frames(dataset(req), m, MODEL, SLO, WINDOW_S)
+    runs = [w for w in frames.mixes if w is not None]
+    assert len(runs) >= 5
+    assert runs[0].lo == 0 and runs[-1].hi == m.size
+    for w, nxt in itertools.pairwise(runs):
+        assert w.hi == nxt.lo
+    for w in runs:
+        assert w.hi - w.lo == w.mix.size
+        assert np.array_equal(w.mix.prompt_tokens, m.prompt_tokens[w.lo:w.hi])
