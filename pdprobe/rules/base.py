@@ -141,6 +141,18 @@ class RuleContext:
     capacity: CapacityResult | Missing
     evidence: ClusterEvidence  # computed once per diagnosis by the service
     options: RuleOptions = field(default_factory=RuleOptions)
+    # The capacity section the report shows (the service's check against the window and the
+    # headroom applied to ``capacity``), when it differs: rules judge ``capacity`` (the model
+    # as built, ``evidence.capacity``) and quote this one's counts (``quoted``).
+    quoted_capacity: CapacityResult | None = None
+
+    @property
+    def quoted(self) -> CapacityResult | None:
+        """The capacity whose counts a finding quotes (recommended, needed, windows): the
+        report's section, the model as built until the service has checked it."""
+        if self.quoted_capacity is not None:
+            return self.quoted_capacity
+        return None if isinstance(self.capacity, Missing) else self.capacity
 
 
 RuleResult = list[Finding | Inconclusive]

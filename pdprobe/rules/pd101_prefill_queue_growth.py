@@ -11,6 +11,7 @@ from typing import Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
@@ -116,7 +117,7 @@ class PrefillQueueGrowth(BaseRule):
         m = self._measure(f)
         if not m.observed and m.cap_short_by is None:
             return []
-        return [self._explain(f, m)]
+        return [self._explain(f, m, ctx.quoted)]
 
     @staticmethod
     def _judgeable(f: ClusterEvidence) -> bool:
@@ -153,13 +154,19 @@ class PrefillQueueGrowth(BaseRule):
                              median_or_zero(prefill, "g_bootstrap_mean")),
             mix_stable=prompt_mix_stable(f))
 
-    def _explain(self, f: ClusterEvidence, m: PrefillMeasure) -> Finding:
-        """The finding: the backlog and model evidence, decode's side, severity and wording."""
-        evidence = self._backlog_evidence(f, m)
+    def _explain(self, f: ClusterEvidence, m: PrefillMeasure,
+                 quoted: CapacityResult | None) -> Finding:
+        """The finding: the backlog and model evidence, decode's side, severity and wording.
+        Judged on the model as built (``m``); its counts quoted from ``quoted``, the report's
+        capacity section (RuleContext.quoted)."""
+        evidence = self._backlog_evidence(f, m, quoted)
         evidence += self._decode_evidence(f, m)
         short_by = m.cap_short_by
         if short_by is None:
             short_by = self._growth_short_by(f, m, evidence)
+        quoted_short_by = capacity_short_by(quoted)
+        if quoted_short_by is not None:  # the section's count, where it adds prefill
+            short_by = quoted_short_by
         if f.queue_s_p90 is not None:
             evidence.append(ev("p90 wait before prefill", f.queue_s_p90, "s", window=whole(f),
                                source="queue_s in request records"))
@@ -173,11 +180,12 @@ class PrefillQueueGrowth(BaseRule):
         rising_for = m.queue.rising_for_s if m.queue_rising and m.queue is not None else (
             m.wait.rising_for_s if m.wait_rising and m.wait is not None else None)
         summary = self._summary(f, short_by, rising_for, m.queue if m.queue_rising else None,
-                                affected, m.observed)
+                                affected, m.observed, quoted)
         return self.finding(severity, confidence, summary, instances=affected,
-                            evidence=evidence, next_steps=self._next_steps(f, short_by))
+                            evidence=evidence, next_steps=self._next_steps(quoted, short_by))
 
-    def _backlog_evidence(self, f: ClusterEvidence, m: PrefillMeasure) -> list[Evidence]:
+    def _backlog_evidence(self, f: ClusterEvidence, m: PrefillMeasure,
+                          quoted: CapacityResult | None) -> list[Evidence]:
         """The queue and wait trends, the standing queue, the SLO and the model's count."""
         out: list[Evidence] = []
         tq, tw = m.queue, m.wait
@@ -199,7 +207,7 @@ class PrefillQueueGrowth(BaseRule):
             out.append(ev("requests within the TTFT SLO", 100 * m.att, "%", window=whole(f),
                           baseline=None if slo_s is None else f"SLO {secs(slo_s)}",
                           source="SLO attainment"))
-        cap = f.capacity
+        cap = quoted
         if m.cap_short_by is not None and cap is not None:
             out.append(ev("prefill instances recommended by the capacity model",
                           cap.recommended_prefill, "instances", window=whole(f),  # type: ignore[arg-type]
@@ -274,7 +282,7 @@ class PrefillQueueGrowth(BaseRule):
 
     @staticmethod
     def _summary(f: ClusterEvidence, short_by: int | None, rising_for: float | None, tq: object,
-                 instances: list[str], observed: bool) -> str:
+                 instances: list[str], observed: bool, cap: CapacityResult | None) -> str:
         head = (f"Prefill is short by {short_by} instance{'s' if short_by != 1 else ''}"
                 if short_by else "Prefill is short of capacity")
         if not observed:
@@ -293,7 +301,6 @@ class PrefillQueueGrowth(BaseRule):
             parts.append(f"decode KV usage stayed under {pct(float(np.ceil(kv.max() * 20) / 20))}")
         if prompt_mix_stable(f):
             parts.append("the length mix did not change")
-        cap = f.capacity
         tail = ""
         if cap is not None and isinstance(cap.recommended_prefill, int) and \
                 isinstance(cap.recommended_decode, int):
@@ -302,9 +309,8 @@ class PrefillQueueGrowth(BaseRule):
             " while " + " and ".join(parts[1:]) if len(parts) > 1 else "") + tail
 
     @staticmethod
-    def _next_steps(f: ClusterEvidence, short_by: int | None) -> list[str]:
+    def _next_steps(cap: CapacityResult | None, short_by: int | None) -> list[str]:
         steps = []
-        cap = f.capacity
         if cap is not None and isinstance(cap.recommended_prefill, int) and \
                 isinstance(cap.recommended_decode, int):
             steps.append(f"Scale prefill to {cap.recommended_prefill} instances "

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pdprobe import signals as S
+from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.registry import KV_NEAR_FULL
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
@@ -106,7 +107,7 @@ class DecodeSaturation(BaseRule):
             return [self.inconclusive()]
         if not (m.observed or m.full or m.short_by is not None):
             return []
-        return [self._explain(f, m)]
+        return [self._explain(f, m, ctx.quoted)]
 
     @staticmethod
     def _measure(f: ClusterEvidence) -> _Saturation:
@@ -142,10 +143,16 @@ class DecodeSaturation(BaseRule):
                 _admission_separated(decode) or decode_kv_pressure(f)) else None,
             short_by=_short_by(f))
 
-    def _explain(self, f: ClusterEvidence, m: _Saturation) -> Finding:
-        """The finding: evidence per channel, severity, confidence and wording."""
+    def _explain(self, f: ClusterEvidence, m: _Saturation,
+                 quoted: CapacityResult | None) -> Finding:
+        """The finding: evidence per channel, severity, confidence and wording. Judged on the
+        model as built (``m``); its counts quoted from ``quoted``, the report's capacity
+        section (RuleContext.quoted)."""
         evidence = self._memory_evidence(f, m) + self._speed_evidence(f, m)
-        cap = f.capacity
+        cap = quoted
+        short_by = _short_by_of(quoted)
+        if short_by is None:
+            short_by = m.short_by
         if m.short_by is not None and cap is not None:
             evidence.append(ev("decode instances recommended by the capacity model",
                                cap.recommended_decode, "instances",  # type: ignore[arg-type]
@@ -161,11 +168,11 @@ class DecodeSaturation(BaseRule):
             m.decode.index.astype(str))
         rising_for = m.tpot_trend.rising_for_s if m.tpot_trend is not None else (
             m.admission_trend.rising_for_s if m.admission_trend is not None else None)
-        summary = self._summary(m.short_by, m.full, m.preempting or m.retracting,
+        summary = self._summary(short_by, m.full, m.preempting or m.retracting,
                                 m.preemptions, m.tpot_slow, m.admission_trend is not None,
                                 rising_for, m.observed, f)
         return self.finding(severity, confidence, summary, instances=instances,
-                            evidence=evidence, next_steps=self._next_steps(f, m.short_by))
+                            evidence=evidence, next_steps=self._next_steps(quoted, short_by))
 
     @staticmethod
     def _memory_evidence(f: ClusterEvidence, m: _Saturation) -> list[Evidence]:
@@ -234,9 +241,8 @@ class DecodeSaturation(BaseRule):
         return f"{head}: " + ", ".join(parts)
 
     @staticmethod
-    def _next_steps(f: ClusterEvidence, short_by: int | None) -> list[str]:
+    def _next_steps(cap: CapacityResult | None, short_by: int | None) -> list[str]:
         steps = []
-        cap = f.capacity
         if cap is not None and isinstance(cap.recommended_prefill, int) and \
                 isinstance(cap.recommended_decode, int):
             steps.append(f"Scale decode to {fmt_count(cap.recommended_decode, 'instances')} "
@@ -310,12 +316,20 @@ def _cap_known(f: ClusterEvidence) -> bool:
 
 
 def _short_by(f: ClusterEvidence) -> int | None:
-    """Decode instances the capacity model adds (None when it adds none)."""
-    cap = f.capacity
-    if cap is None or not _cap_known(f):
+    """Decode instances the model as built adds (None when it adds none)."""
+    return _short_by_of(f.capacity)
+
+
+def _short_by_of(cap: CapacityResult | None) -> int | None:
+    """Decode instances ``cap`` adds to meet the objectives (None when it adds none): the
+    needed count where the service set it (the recommended one adds the headroom, which is
+    no shortage), else the recommended one."""
+    if cap is None or not (isinstance(cap.recommended_decode, int)
+                           and isinstance(cap.deployed_decode, int)):
         return None
-    rec, dep = int(cap.recommended_decode), int(cap.deployed_decode)  # type: ignore[arg-type]
-    return rec - dep if rec > dep else None
+    need = cap.needed_decode if isinstance(cap.needed_decode, int) else cap.recommended_decode
+    dep = cap.deployed_decode
+    return need - dep if need > dep else None
 
 
 def _admission_separated(decode: pd.DataFrame) -> bool:

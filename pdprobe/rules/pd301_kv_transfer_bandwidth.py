@@ -50,7 +50,8 @@ CAPACITY_TRANSFER_SHARE: Final = 0.8
 DECODE_OVERLOADED: Final = 1.0
 
 
-def decode_explains_transfer(cap: CapacityResult | None) -> str | None:
+def decode_explains_transfer(cap: CapacityResult | None,
+                             quoted: CapacityResult | None = None) -> str | None:
     """Why slow or busy KV transfer is the decode pool being short, or None when it is not.
 
     Only when the capacity model puts decode at or beyond its capacity at the deployed counts,
@@ -58,6 +59,8 @@ def decode_explains_transfer(cap: CapacityResult | None) -> str | None:
     waits for decode to admit it, so the measured transfer time holds that wait); or they are
     above it because every transfer converges on fewer decode than prefill instances and, at
     the recommended counts (more decode), the per-node demand falls below that share.
+    Judged on ``cap`` (the model as built); the recommended count and its transfer demand
+    said as ``quoted`` has them (the report's capacity section, RuleContext.quoted).
     """
     if cap is None or cap.binding_basis != "deployed counts":
         return None
@@ -76,6 +79,9 @@ def decode_explains_transfer(cap: CapacityResult | None) -> str | None:
                 "decode to admit it")
     if dep_d < dep_p and rec_d > dep_d and isinstance(rec_x, float) \
             and ux >= CAPACITY_TRANSFER_SHARE > rec_x:
+        if quoted is not None and isinstance(quoted.recommended_decode, int) and \
+                isinstance(quoted.transfer_utilization, float):
+            rec_d, rec_x = quoted.recommended_decode, quoted.transfer_utilization
         return (f"every transfer converges on the {dep_d} decode instances' links; at the "
                 f"recommended {rec_d} decode the per-node transfer demand falls to {pct(rec_x)} "
                 "of the usable bandwidth")
@@ -236,7 +242,7 @@ class KvTransferBandwidth(BaseRule):
         confidence = evidence_confidence(max(agree, 1), max(available, 1))
         if not strong:
             confidence = min(confidence, 0.4)
-        decode_short = decode_explains_transfer(cap)
+        decode_short = decode_explains_transfer(cap, ctx.quoted)
         if decode_short:
             # The links are busy (or the hand-off slow) because decode is short: that is
             # decode-bound's finding; say what was seen, as information.

@@ -218,7 +218,7 @@ class RatioLag(BaseRule):
         instances = list(f.names(direction)) or list(f.names("prefill") + f.names("decode"))
         steps = ["Size each pool from the length mix (prefill demand from prompt tokens, "
                  "decode demand from output tokens x context), not from request counts."]
-        cap = f.capacity
+        cap = ctx.quoted  # the windows the report shows (re-planned when the check took it)
         if cap is not None and cap.windows:
             last = cap.windows[-1]
             if isinstance(last.recommended_prefill, int) and isinstance(

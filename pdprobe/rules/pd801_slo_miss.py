@@ -21,6 +21,7 @@ from pdprobe.rules.thresholds import SLO_CRITICAL
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
+    from pdprobe.analysis.base import CapacityResult
     from pdprobe.analysis.evidence.model import ClusterEvidence, SloMissShape
     from pdprobe.rules.base import Cause, Component
 
@@ -95,7 +96,7 @@ class SloMiss(BaseRule):
         f = ctx.evidence
         slo = f.slo
         observed = slo.observed
-        verify = _verify_miss(f)
+        verify = _verify_miss(f, ctx.quoted)
         if observed is None:
             return [verify] if verify is not None else [self.inconclusive()]
         if observed >= slo.target:
@@ -104,7 +105,7 @@ class SloMiss(BaseRule):
         ttft_att, tpot_att = slo.ttft_attainment, slo.tpot_attainment
         ttft_leads = ttft_att is not None and ttft_att < slo.target and (
             tpot_att is None or ttft_att <= tpot_att)
-        cause, confidence, why = self._cause(f, shape, ttft_leads)
+        cause, confidence, why = self._cause(f, shape, ttft_leads, ctx.quoted)
         severity = Severity.CRITICAL if observed < SLO_CRITICAL else Severity.WARNING
         objectives = _objectives(f)
         summary = (f"SLO missed: {pct(observed)} of requests met {objectives} against a target "
@@ -121,7 +122,7 @@ class SloMiss(BaseRule):
 
     @staticmethod
     def _cause(f: ClusterEvidence, shape: SloMissShape, ttft_leads: bool,
-               ) -> tuple[Cause, float, str]:
+               quoted: CapacityResult | None = None) -> tuple[Cause, float, str]:
         if not ttft_leads:
             extra = ""
             if shape.preemptions:
@@ -141,7 +142,7 @@ class SloMiss(BaseRule):
             what = "of the missed requests' excess TTFT" if per_request else "of the mean TTFT"
             why = (f"{STAGE_WORDS[top.stage]} holds {pct(top.share)} {what} "
                    f"({secs(top.missed_mean_s)} on average)")
-            decode_short = decode_explains_transfer(f.capacity) \
+            decode_short = decode_explains_transfer(f.capacity, quoted) \
                 if top.stage == "kv-transfer" else None
             if decode_short:
                 # KV handed over to a saturated decode pool waits there: the transfer time
@@ -191,7 +192,7 @@ class SloMiss(BaseRule):
 VERIFY_CONFIDENCE: Final = 0.6
 
 
-def _verify_miss(f: ClusterEvidence) -> Finding | None:
+def _verify_miss(f: ClusterEvidence, quoted: CapacityResult | None = None) -> Finding | None:
     """A warning when ``--verify`` simulated the recommendation below the target, else None."""
     cap = f.capacity
     ver = getattr(cap, "verified", None)
@@ -205,9 +206,14 @@ def _verify_miss(f: ClusterEvidence) -> Finding | None:
     cause: Cause = "decode-bound" if ttft is not None and tpot is not None and tpot < ttft \
         else "prefill-bound"
     rec = f"{cap.recommended_prefill}P:{cap.recommended_decode}D"
+    shown = rec if quoted is None else f"{quoted.recommended_prefill}P:{quoted.recommended_decode}D"
+    # the simulation replayed the model's own counts: where the report recommends others
+    # (the check against the window, the headroom), it says whose counts those were
+    subject = f"The recommended {rec}" if shown == rec else \
+        f"The capacity model's {rec} (the capacity section recommends {shown})"
     return Finding(code=SloMiss.code, cause=cause, severity=Severity.WARNING,
                    confidence=VERIFY_CONFIDENCE,
-                   summary=(f"The recommended {rec} meets the objectives for only {pct(att)} of "
+                   summary=(f"{subject} meets the objectives for only {pct(att)} of "
                             f"requests in simulation (--verify, {ver.method}) against a target "
                             f"of {pct(ver.target)}: the recommendation is not enough as "
                             "modelled"),

@@ -101,11 +101,14 @@ def capacity_known(cap: CapacityResult | None) -> bool:
 
 
 def capacity_short_by(cap: CapacityResult | None) -> int | None:
-    """How many prefill instances the capacity model adds, None when it adds none."""
+    """How many prefill instances the capacity model adds to meet the objective, None when
+    it adds none: from the needed count where the service set it (the recommended one adds
+    --headroom / --min-instances, which is no shortage), else the recommended one."""
     if cap is None or not capacity_known(cap):
         return None
-    rec, dep = int(cap.recommended_prefill), int(cap.deployed_prefill)  # type: ignore[arg-type]
-    return rec - dep if rec > dep else None
+    need = cap.needed_prefill if isinstance(cap.needed_prefill, int) else cap.recommended_prefill
+    dep = int(cap.deployed_prefill)  # type: ignore[arg-type]
+    return int(need) - dep if int(need) > dep else None  # type: ignore[arg-type]
 
 
 def deployed_prefill_count(cap: CapacityResult | None) -> int:

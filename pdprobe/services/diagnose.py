@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -21,7 +22,9 @@ from pdprobe.report.model import SCHEMA_VERSION, IdentityEntry, Report, RoleCoun
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-    from pdprobe.rules.base import Finding, Rule
+    from pdprobe.analysis.base import CapacityResult
+    from pdprobe.analysis.capacity.estimate import CapacityPlan
+    from pdprobe.rules.base import Finding, Inconclusive, Rule, RuleContext
 
 DEFAULT_WINDOW_S = 300.0
 # What the evidence is computed with while the capacity model runs beside it (``analyse``).
@@ -113,7 +116,6 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     from pdprobe.analysis.slo import slo_attainment
     from pdprobe.analysis.workload import summarize_workload
     from pdprobe.rules.base import RuleContext, RuleOptions
-    from pdprobe.rules.engine import run_rules
     from pdprobe.services.verify import capacity_options
 
     # Two threads share the work (numpy releases the GIL on whole-column work, so on 2 cores the
@@ -136,8 +138,6 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         identity = identity_table(dataset)
         instances = summarized.result()
         plan = planned.result()
-    # the rules read the plan by the model as built; the check below may take the
-    # recalibrated one (it needs the findings)
     capacity = plan if isinstance(plan, Missing) else plan.result
     evidence = replace(evidence, capacity=None if isinstance(capacity, Missing) else capacity)
     instances = project_instances(instances, evidence)  # the table shows what findings quote
@@ -151,17 +151,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s,
                             slo_target=request.slo_target),
     )
-    findings, inconclusive = run_rules(ctx)
-    if not isinstance(plan, Missing):
-        from pdprobe.analysis.capacity.check import check_against_window, with_headroom
-
-        capacity = check_against_window(
-            plan.result, observed_attainment=evidence.slo.ttft_attainment,
-            observed_p90_s=evidence.slo.ttft_p90_s, slo_missed=evidence.slo.missed,
-            short_pools=short_pools(findings), observed_tpot_p90_s=evidence.slo.tpot_p90_s,
-            recalibrated=plan.recalibrated)
-        capacity = with_headroom(capacity, min_instances=request.min_instances,
-                                 headroom=request.headroom)
+    findings, inconclusive, capacity = judge(ctx, plan, request)
     start, end = _window(dataset, workload)
     counts = RoleCounts(
         prefill=len(dataset.instances_of("prefill")) or None,
@@ -193,6 +183,66 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         series=series,
         identity=identity,
     )
+
+
+# What the check and the headroom set that no rule reads: a capacity differing from the one
+# the rules saw only in these needs no second pass (``same_for_rules``).
+CHECK_ONLY_FIELDS: Final = (
+    "observed_ttft_attainment", "observed_ttft_p90_s", "observed_tpot_p90_s", "model_check",
+    "conditional_on", "notes", "needed_prefill", "needed_decode", "min_instances",
+    "headroom_instances")
+
+
+def judge(ctx: RuleContext, plan: CapacityPlan | Missing, request: DiagnoseRequest
+          ) -> tuple[tuple[Finding, ...], tuple[Inconclusive, ...], CapacityResult | Missing]:
+    """The findings, the rules not judged and the report's capacity section, every count a
+    finding quotes being the section's.
+
+    The check against the window needs the findings (a pool a finding names short vetoes or
+    shapes the recalibration), and the check and the headroom then change the counts,
+    windows and estimates the findings quote. So the rules judge the model as built (their
+    codes, causes, severities, confidence and evidence rest on it, as the check's decision
+    does), and when the checked capacity differs from it in anything they read, they run
+    once more on the same model with the checked capacity to quote (RuleContext.quoted):
+    only the quoted counts can change, so the findings the check was decided on are the
+    report's. Judging the checked capacity instead would be circular: the SLO-miss guard
+    raises a pool by one because a finding names it short, and the prefill rule would then
+    read that raise as the model's own evidence of a shortage.
+    """
+    from pdprobe.analysis.capacity.check import check_against_window, with_headroom
+    from pdprobe.rules.engine import run_rules
+
+    findings, inconclusive = run_rules(ctx)
+    if isinstance(plan, Missing):
+        return findings, inconclusive, plan
+    slo = ctx.evidence.slo
+    checked = check_against_window(
+        plan.result, observed_attainment=slo.ttft_attainment, observed_p90_s=slo.ttft_p90_s,
+        slo_missed=slo.missed, short_pools=short_pools(findings),
+        observed_tpot_p90_s=slo.tpot_p90_s, recalibrated=plan.recalibrated)
+    final = with_headroom(checked, min_instances=request.min_instances,
+                          headroom=request.headroom)
+    if not same_for_rules(final, plan.result):
+        findings, inconclusive = run_rules(replace(ctx, quoted_capacity=final))
+    return findings, inconclusive, final
+
+
+def same_for_rules(final: CapacityResult, seen: CapacityResult) -> bool:
+    """Whether the rules read the same in ``final`` as in ``seen``, ``CHECK_ONLY_FIELDS``
+    aside (``needed_*`` among them: the headroom derives them from the recommended counts,
+    which it raises when they differ). Figures equal to rounding count as the same: the
+    headroom re-scales each utilisation by needed / recommended even when that is 1."""
+    for name in (f.name for f in fields(final)):
+        if name in CHECK_ONLY_FIELDS:
+            continue
+        a, b = getattr(final, name), getattr(seen, name)
+        if isinstance(a, float) and isinstance(b, float):
+            if not (a == b or math.isclose(a, b, rel_tol=1e-12)
+                    or (math.isnan(a) and math.isnan(b))):
+                return False
+        elif a != b:
+            return False
+    return True
 
 
 POOL_OF_CAUSE: Final = {"prefill-bound": "prefill", "decode-bound": "decode"}

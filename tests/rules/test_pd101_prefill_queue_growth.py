@@ -78,3 +78,33 @@ def test_inconclusive_without_queue_wait_or_capacity() -> None:
     [res] = RULE.evaluate(ctx)
     assert isinstance(res, Inconclusive) and res.code == "PD101"
     assert "prefill queue depth" in res.needs
+
+
+def test_judged_on_the_model_quoted_from_the_checked_section() -> None:
+    """The service's checked capacity (RuleContext.quoted_capacity): the finding is the
+    model's (severity, confidence, evidence) and its counts are the section's; headroom
+    (needed 5, recommended 6) is no shortage: short by needed - deployed."""
+    from dataclasses import replace
+
+    cap = capacity(rec_p=4, rec_d=4, dep_p=2, dep_d=4)
+    checked = replace(cap, recommended_prefill=6, recommended_decode=5, needed_prefill=5,
+                      needed_decode=4)
+    ctx = scenario_context("prefill", capacity=cap)
+    [model] = only(RULE.evaluate(ctx), "PD101")
+    [f] = only(RULE.evaluate(replace(ctx, quoted_capacity=checked)), "PD101")
+    assert (f.severity, f.confidence, f.instances) == \
+        (model.severity, model.confidence, model.instances)
+    assert f.summary.startswith("Prefill is short by 3 instances")
+    assert f.summary.endswith("recommended 6P:5D")
+    assert f.next_steps[0].startswith("Scale prefill to 6 instances (6P:5D recommended")
+    rec = next(e for e in f.evidence if e.what.startswith("prefill instances recommended"))
+    assert (rec.value, rec.baseline) == (6, 2)
+
+
+def test_headroom_alone_does_not_make_prefill_short() -> None:
+    """A capacity meeting the objective at the deployed count, recommended one more for
+    headroom: no capacity-only finding."""
+    from dataclasses import replace
+
+    cap = replace(capacity(rec_p=3, rec_d=4, dep_p=2, dep_d=4), needed_prefill=2)
+    assert only(RULE.evaluate(scenario_context("healthy", capacity=cap)), "PD101") == []

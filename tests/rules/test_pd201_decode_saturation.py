@@ -64,3 +64,21 @@ def test_inconclusive_with_network_counters_only() -> None:
     c = SCENARIOS["decode"]
     [res] = RULE.evaluate(make_context(make_dataset(network=c.network_frames())))
     assert isinstance(res, Inconclusive) and "decode KV usage" in res.needs
+
+
+def test_judged_on_the_model_quoted_from_the_checked_section() -> None:
+    """The decode finding's counts are those of the service's checked capacity
+    (RuleContext.quoted_capacity), its judgement the model's."""
+    from dataclasses import replace
+
+    cap = capacity(rec_p=2, rec_d=6, dep_p=2, dep_d=4, binding="decode")
+    checked = replace(cap, recommended_prefill=3, recommended_decode=7, needed_prefill=2,
+                      needed_decode=6)
+    ctx = scenario_context("decode", capacity=cap)
+    [model] = only(RULE.evaluate(ctx), "PD201")
+    [f] = only(RULE.evaluate(replace(ctx, quoted_capacity=checked)), "PD201")
+    assert (f.severity, f.confidence) == (model.severity, model.confidence)
+    assert f.summary.startswith("Decode is short by 2 instances")
+    assert any("Scale decode to 7 instances (3P:7D recommended" in s for s in f.next_steps)
+    rec = next(e for e in f.evidence if e.what.startswith("decode instances recommended"))
+    assert rec.value == 7

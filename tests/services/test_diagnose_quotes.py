@@ -1,0 +1,111 @@
+"""``pdprobe diagnose`` end to end: every capacity count a finding quotes is the one the
+report's capacity section shows, after the check against the window and the headroom."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pdprobe.analysis.base import CapacityResult
+from pdprobe.report.model import Report
+from pdprobe.services.diagnose import DiagnoseRequest, diagnose
+
+
+def quote_disagreements(report: Report) -> list[str]:
+    """Each count a finding quotes (its words, its steps, its evidence) that the capacity
+    section does not show."""
+    cap = report.capacity
+    assert isinstance(cap, CapacityResult)
+    rec = (cap.recommended_prefill, cap.recommended_decode)
+    last = cap.windows[-1] if cap.windows else None
+    out: list[str] = []
+    for f in report.findings:
+        for text in (f.summary, *f.next_steps):
+            for m in re.finditer(r"Scale prefill to (\d+) inst", text):
+                if int(m[1]) != rec[0]:
+                    out.append(f"{f.code}: {m[0]!r}, capacity {rec[0]}")
+            for m in re.finditer(r"Scale decode to (\d+) inst", text):
+                if int(m[1]) != rec[1]:
+                    out.append(f"{f.code}: {m[0]!r}, capacity {rec[1]}")
+            for m in re.finditer(r"(?:recommended (\d+)P:(\d+)D)|(?:(\d+)P:(\d+)D recommended)",
+                                 text):
+                p, d = (m[1], m[2]) if m[1] else (m[3], m[4])
+                if (int(p), int(d)) != rec:
+                    out.append(f"{f.code}: {m[0]!r}, capacity {rec}")
+            for m in re.finditer(r"Set (\d+)P:(\d+)D for the current mix", text):
+                assert last is not None
+                if (int(m[1]), int(m[2])) != (last.recommended_prefill, last.recommended_decode):
+                    out.append(f"{f.code}: {m[0]!r}, last window "
+                               f"{last.recommended_prefill}P:{last.recommended_decode}D")
+        for e in f.evidence:
+            pool = {"prefill instances recommended by the capacity model": 0,
+                    "decode instances recommended by the capacity model": 1}.get(e.what)
+            if pool is not None and e.value != rec[pool]:
+                out.append(f"{f.code}: {e.what} {e.value}, capacity {rec[pool]}")
+    return out
+
+
+def test_the_bundled_sample_with_headroom_quotes_the_recommended_counts() -> None:
+    """The sample's prefill finding quoted the model's 3P:1D while the capacity section,
+    with one instance of headroom, recommends 4P:2D; the finding still says prefill is short
+    by what meets the objective (3 needed, 2 deployed), not by the headroom."""
+    report = diagnose(DiagnoseRequest(headroom=1))
+    cap = report.capacity
+    assert isinstance(cap, CapacityResult)
+    assert (cap.needed_prefill, cap.recommended_prefill) == (3, 4)
+    assert quote_disagreements(report) == []
+    pd101 = next(f for f in report.findings if f.code == "PD101")
+    assert "Scale prefill to 4 instances (4P:2D recommended" in pd101.next_steps[0]
+    assert pd101.summary.startswith("Prefill is short by 1 instance")
+    plain = diagnose(DiagnoseRequest())
+    assert [(f.code, f.cause, f.severity) for f in plain.findings] == \
+        [(f.code, f.cause, f.severity) for f in report.findings]
+
+
+def test_min_instances_quotes_the_raised_counts() -> None:
+    """``--min-instances 5``: the finding's step says 5, as the capacity section does."""
+    report = diagnose(DiagnoseRequest(min_instances=5))
+    cap = report.capacity
+    assert isinstance(cap, CapacityResult) and cap.recommended_prefill == 5
+    assert quote_disagreements(report) == []
+
+
+def test_no_headroom_leaves_the_findings_as_the_model_wrote_them() -> None:
+    """Nothing raised, nothing re-planned: the rules run once (their words as before)."""
+    from pdprobe.rules import engine
+
+    calls = []
+    original = engine.run_rules
+
+    def counted(ctx: object) -> object:
+        calls.append(ctx)
+        return original(ctx)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "run_rules", counted)
+        report = diagnose(DiagnoseRequest())
+    assert len(calls) == 1
+    assert quote_disagreements(report) == []
+
+
+scenarios = pytest.importorskip("pdprobe.sim.scenarios")
+
+
+@pytest.mark.slow
+def test_a_count_the_check_raises_is_the_one_the_finding_quotes(tmp_path: Path) -> None:
+    """Prefill routed round-robin at 90 % busy (each instance its own FIFO queue): the
+    window misses the TTFT objective and a prefill finding names prefill short; the check
+    recommends more prefill than the pooled model did, and the finding says that count."""
+    base = scenarios.build_scenario("healthy-high", seed=0)
+    prefill = 8
+    config = replace(base, prefill=prefill, decode=6, router="round-robin", duration_s=600.0,
+                     rate_rps=round(base.rate_rps / base.prefill / 0.65 * 0.9 * prefill, 3))
+    scenarios.run_to_dir(config, tmp_path / "rr")
+    report = diagnose(DiagnoseRequest(paths=(tmp_path / "rr",), slo_ttft_s=0.6))
+    cap = report.capacity
+    assert isinstance(cap, CapacityResult)
+    assert any(f.cause == "prefill-bound" for f in report.findings)
+    assert quote_disagreements(report) == []
