@@ -80,8 +80,10 @@ class PrefillQueueGrowth(BaseRule):
     85 %, SGLang pre-allocation or bootstrap queues >= 1 per instance) makes it less certain,
     because then decode is the likelier root (see PD202). Critical when the TTFT SLO is met
     by fewer than half the requests or the p90 wait before prefill reaches 10 s.
-    "Short by N" comes from the capacity model when it ran, otherwise from the queue's
-    growth rate: N_p x arrival rate / (arrival rate - growth rate) instances stop the growth.
+    "Short by N" comes from the capacity model when it ran (what meets the objective, before
+    --headroom), otherwise from the queue's growth rate: N_p x arrival rate / (arrival rate -
+    growth rate) instances stop the growth. Judged on the model as built; the counts it
+    quotes are the report's capacity section's (after the check against the window).
 
     What to do: add prefill instances (the finding says how many and the recommended
     xP:yD); check the prefix-cache hit rate and chunked-prefill budget on the prefill

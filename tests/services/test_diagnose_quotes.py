@@ -95,17 +95,36 @@ scenarios = pytest.importorskip("pdprobe.sim.scenarios")
 
 
 @pytest.mark.slow
-def test_a_count_the_check_raises_is_the_one_the_finding_quotes(tmp_path: Path) -> None:
-    """Prefill routed round-robin at 90 % busy (each instance its own FIFO queue): the
-    window misses the TTFT objective and a prefill finding names prefill short; the check
-    recommends more prefill than the pooled model did, and the finding says that count."""
-    base = scenarios.build_scenario("healthy-high", seed=0)
-    prefill = 8
-    config = replace(base, prefill=prefill, decode=6, router="round-robin", duration_s=600.0,
-                     rate_rps=round(base.rate_rps / base.prefill / 0.65 * 0.9 * prefill, 3))
-    scenarios.run_to_dir(config, tmp_path / "rr")
-    report = diagnose(DiagnoseRequest(paths=(tmp_path / "rr",), slo_ttft_s=0.6))
-    cap = report.capacity
-    assert isinstance(cap, CapacityResult)
-    assert any(f.cause == "prefill-bound" for f in report.findings)
+def test_a_count_the_recalibration_sets_is_the_one_the_finding_quotes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefill-bound cluster missing its TTFT objective, whose window-calibrated waits
+    (stubbed: two more prefill than the model, the last window re-planned with them) set
+    the recommendation: the prefill finding quoted the model's count (3P) beside a section
+    recommending 5P; it now says 5, and is otherwise the model's finding."""
+    from pdprobe.analysis import capacity as capacity_package
+    from pdprobe.analysis.capacity.estimate import CapacityPlan
+
+    real = capacity_package.estimate_plan
+
+    def recalibrated_plan(*args: object) -> object:
+        plan = real(*args)  # type: ignore[arg-type]
+        assert isinstance(plan, CapacityPlan)
+        cap = plan.result
+        more = int(cap.recommended_prefill) + 2  # type: ignore[arg-type]
+        model = replace(cap, recalibrated=True, wait_scale=2.0, calibrated_prefill=more)
+        last = replace(cap.windows[-1], recommended_prefill=more)
+        replanned = replace(model, recommended_prefill=more, windows=(*cap.windows[:-1], last))
+        return CapacityPlan(model, lambda at_least: replanned if at_least <= more else None)
+
+    scenarios.run_scenario("prefill-bound", tmp_path / "pb")
+    plain = diagnose(DiagnoseRequest(paths=(tmp_path / "pb",)))
+    monkeypatch.setattr(capacity_package, "estimate_plan", recalibrated_plan)
+    report = diagnose(DiagnoseRequest(paths=(tmp_path / "pb",)))
+    cap, before = report.capacity, plain.capacity
+    assert isinstance(cap, CapacityResult) and isinstance(before, CapacityResult)
+    assert cap.recommended_prefill == int(before.recommended_prefill) + 2  # type: ignore[arg-type]
+    [pd101] = [f for f in report.findings if f.code == "PD101"]
+    assert f"Scale prefill to {cap.recommended_prefill} instances" in pd101.next_steps[0]
     assert quote_disagreements(report) == []
+    assert [(f.code, f.cause, f.severity, f.confidence) for f in report.findings] == \
+        [(f.code, f.cause, f.severity, f.confidence) for f in plain.findings]
