@@ -246,12 +246,13 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
     n = len(codes)
     if n <= size:
         return None
+    # the k-th kept position j (in stratum order) is the first where floor((j + 1)·f + 1/2)
+    # reaches k + 1, f = size / n: in integers, j = ceil((2k + 1)·n / (2·size)) - 1
+    k = np.arange(size, dtype=np.int64)
+    pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
+    del k
     width = int(codes.max()) + 1  # per-stratum tables: the codes present, not FEW_STRATA
     if not (codes.min() >= 0 and width <= FEW_STRATA):
-        k = np.arange(size, dtype=np.int64)
-        # the k-th kept position j (in stratum order) is the first where floor((j + 1)·f +
-        # 1/2) reaches k + 1, f = size / n: in integers, j = ceil((2k + 1)·n / (2·size)) - 1
-        pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
         order = np.argsort(codes, kind="stable")
         return np.sort(order[pos])
     counts = np.zeros(width, dtype=np.int64)
@@ -260,29 +261,23 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
     taken = counts.cumsum() - counts  # items of earlier strata (in stratum order), then seen
     kept = []
     for lo in range(0, n, PASS_CHUNK):
-        part = codes[lo:lo + PASS_CHUNK].astype(np.int16)
+        part = codes[lo:lo + PASS_CHUNK].astype(np.int16, copy=False)
         order = np.argsort(part, kind="stable")  # a radix sort of small integers
-        ranked = part[order]
         here = np.bincount(part, minlength=width)
-        rank = np.empty(len(part), dtype=np.int64)
-        # each item's place in stratum order: its stratum's items before this chunk, then its
-        # rank among the chunk's items of the stratum (its place in the sorted chunk less the
-        # chunk's items of smaller strata: a table lookup, not a search per item)
-        rank[order] = np.arange(len(part)) - (here.cumsum() - here)[ranked]
-        rank += taken[part]
+        present = np.flatnonzero(here)
+        # a stratum's items in this chunk are a run of the sorted chunk (from ``first``) and
+        # a run of stratum order (from ``taken``): the kept positions falling in that run
+        # (a search per stratum, not a test per item) name their places in the sorted chunk
+        first = (here.cumsum() - here)[present]
+        from_k = np.searchsorted(pos, taken[present])
+        many = np.searchsorted(pos, taken[present] + here[present]) - from_k
+        total = int(many.sum())
+        if total:
+            at = np.arange(total) + np.repeat(from_k - (many.cumsum() - many), many)
+            at = pos[at] - np.repeat(taken[present] - first, many)
+            kept.append(np.sort(order[at]) + lo)
         taken += here
-        kept.append(np.flatnonzero(_is_kept(rank, n, size)) + lo)
-    return np.concatenate(kept)
-
-
-def _is_kept(j: np.ndarray, n: int, size: int) -> np.ndarray:
-    """Whether position ``j`` (in stratum order) is one of ``stratified_sample``'s
-    ``ceil((2k + 1)·n / (2·size)) - 1``: whether ``(2·size·j, 2·size·(j + 1)]`` holds an odd
-    multiple ``(2k + 1)·n`` with ``k < size`` (integers: no search in the kept positions)."""
-    two_s = 2 * size
-    m = (two_s * (j + 1)) // n  # the largest multiple of n in the interval is m·n
-    q = m - 1 + (m & 1)  # the largest odd number <= m (m >= 0: its last bit is m % 2)
-    return (q >= 1) & (q * n > two_s * j) & (q < two_s)
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
 
 
 def _candidates(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
