@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity import chunked
 from pdprobe.analysis.capacity.chunked import run_sums, tree_cv, tree_sum, tree_sums
 
 
@@ -50,3 +51,22 @@ def test_run_sums_are_bincounts_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> N
     window = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
     want = np.bincount(window, weights=x, minlength=len(bounds) - 1)
     assert run_sums(x, bounds).tolist() == want.tolist()
+
+
+def test_integer_run_sums_are_the_sequential_float_sums() -> None:
+    """Integers (token counts) whose every partial sum is exact in float64 are summed as
+    integers, negative ones included: the bits of adding them one by one in float64; beyond
+    2^53 the sequential float addition is kept (it rounds)."""
+    rng = np.random.default_rng(4)
+    bounds = np.array([0, 0, 3, 1500, 1500, 4000])
+    for ints in (rng.integers(1, 200_000, 4000), rng.integers(-9000, 9000, 4000),
+                 rng.integers(0, 9000, 4000).astype(np.uint32)):
+        assert chunked._exact_in_float(ints)
+        window = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+        want = np.bincount(window, weights=ints, minlength=len(bounds) - 1)
+        assert run_sums(ints, bounds).tolist() == want.tolist()
+    big = np.array([2**52 + 1, 3, 2**52 + 1, 1], dtype=np.int64)
+    assert not chunked._exact_in_float(big)
+    assert not chunked._exact_in_float(np.array([0.5, 1.0]))  # floats: added in order
+    got = run_sums(big, np.array([0, 4]))
+    assert got.tolist() == np.bincount(np.zeros(4, dtype=np.intp), weights=big).tolist()
