@@ -48,6 +48,10 @@ SAMPLE_BLOCK_S: Final = 60.0
 # cache and is reused, instead of being fresh memory the size of the capture (at 10 million
 # requests that costs several times the arithmetic).
 PASS_CHUNK: Final = 1 << 16
+# The candidates pass reads again only the rows whose blocks a sampled block's requests may
+# reach past (``_candidates``); it tells them by runs of this many rows: short against a
+# block's rows (a minute of requests), so runs in other blocks are not read.
+REVISIT_ROWS: Final = 1 << 12
 # How a sample's description starts (fit policy looks for it to say the fit was sampled).
 SAMPLED_MARK: Final = "a sample of"
 
@@ -146,24 +150,45 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
         if len(s):
             t0, s_max = min(t0, float(s.min())), max(s_max, float(s.max()))
     # floor division is monotone: the latest start is in the last block
-    reach = np.full(int(np.floor_divide(np.float64(s_max) - t0, block_s)) + 1, -np.inf)
-    sampled = np.arange(len(reach)) % every == phase  # per block (a table, not per row)
+    n_blocks = int(np.floor_divide(np.float64(s_max) - t0, block_s)) + 1
+    reach = np.full(n_blocks, -np.inf)
+    sampled = np.arange(n_blocks) % every == phase  # per block (a table, not per row)
+    prev, nxt = _sampled_around(n_blocks, every)
     observed = np.empty(n_rows, dtype=bool)
-    for lo, hi, s, e in _chunks(intervals, n_rows, None):
-        b = _blocks(s, t0, block_s, len(reach))
-        obs = observed[lo:hi]
-        np.take(sampled, b, out=obs)
-        if valid is not None:
-            obs &= valid[lo:hi]
-        np.maximum.at(reach, b[obs], e[obs])  # over the observed only
+    # the candidates ending in or after the next sampled block are found in this pass (they
+    # need no reach); those starting before an earlier block's reach only where a block's
+    # reach can get past its start (``_candidates``, the chunks holding such a block)
+    maybe = np.empty(n_rows, dtype=bool)
+    spans = []  # per run of REVISIT_ROWS rows: its first row and its blocks' range
+    with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
+        for lo, hi, s, e in _chunks(intervals, n_rows, None):
+            b = _blocks(s, t0, block_s, n_blocks)
+            if len(b):
+                at = np.arange(0, len(b), REVISIT_ROWS)
+                spans.append((at + lo, np.minimum.reduceat(b, at), np.maximum.reduceat(b, at)))
+            obs = observed[lo:hi]
+            np.take(sampled, b, out=obs)
+            if valid is not None:
+                obs &= valid[lo:hi]
+            np.maximum.at(reach, b[obs], e[obs])  # over the observed only
+            part = maybe[lo:hi]
+            # an end reaching an observed start in block q (floor((start - t0) / block_s) =
+            # q, floor division) is at least q by the rounded quotient too: rounding is
+            # monotone
+            e = np.subtract(e, t0)  # (a new array: ``intervals`` may give views)
+            np.divide(e, block_s, out=e)
+            np.greater_equal(np.floor(e, out=e), nxt[b], out=part)
+            part |= obs
+            if valid is not None:
+                part &= valid[lo:hi]
     if not observed.any():  # a capture shorter than the stride of blocks: keep it all
         return None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
     needed = observed.copy()
     # (the candidates' positions are held by the overlap test alone: freed once split)
     kept = mark_overlapping(intervals,
-                            _candidates(intervals, n_rows, valid, observed, reach, every, t0,
-                                        block_s),
+                            _candidates(intervals, valid, maybe, reach, prev, sampled, t0,
+                                        block_s, spans),
                             observed, needed, group, closed, by_group and group is not None)
     return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
 
@@ -280,38 +305,67 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
     return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
 
 
-def _candidates(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
-                observed: np.ndarray, reach: np.ndarray, every: int, t0: float,
-                block_s: float) -> np.ndarray:
-    """Positions of the requests that may overlap an observed one (a superset, found with
-    block arithmetic in one chunked pass): observed ones, those starting before the furthest
-    end (``reach``, per block) of any sampled block at or before theirs, and those ending in
-    or after the next sampled block."""
+def _sampled_around(n_blocks: int, every: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: the sampled block at or before it (-1: none) and the next sampled block
+    after that one (as a float: compared with a float floor), for ``every`` and its phase."""
     phase = every // 2
-    # per block (tables read at each row's block, not integer arithmetic per row):
-    block = np.arange(len(reach))
-    prev = block - (block - phase) % every  # the sampled block at or before
+    block = np.arange(n_blocks)
+    prev = block - (block - phase) % every
     has_prev = prev >= 0
-    np.clip(prev, 0, len(reach) - 1, out=prev)
-    # how far that block's observed requests reach (-inf: none before, no start is late)
-    late_reach = np.where(has_prev, reach[prev], -np.inf)
-    # the next sampled block (as a float: compared with a float floor below)
     nxt = (prev + every * has_prev + phase * ~has_prev).astype(np.float64)
-    maybe = np.empty(n_rows, dtype=bool)
+    return prev, nxt
+
+
+def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarray,
+                reach: np.ndarray, prev: np.ndarray, sampled: np.ndarray, t0: float,
+                block_s: float, spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                ) -> np.ndarray:
+    """Positions of the requests that may overlap an observed one (a superset, found with
+    block arithmetic): ``maybe`` (the observed ones and those ending in or after the next
+    sampled block, from ``sample_intervals``' pass) and those starting before the furthest
+    end (``reach``, per block) of any sampled block at or before theirs.
+
+    A start ``s`` in block ``q`` is at most a reach ``r`` only if ``q`` is at most ``r``'s
+    block (both by the same rounded floor division, which is monotone), so only the runs of
+    ``REVISIT_ROWS`` rows (``spans``: per chunk, its runs' first rows and lowest and highest
+    blocks) holding a block that its sampled block's reach gets to are read again: the block
+    after each sampled one, mostly, not the capture.
+    Requests of a sampled block are observed already (or invalid).
+    """
+    # how far the sampled block at or before each block reaches (-inf: none before)
+    late_reach = np.where(prev >= 0, reach[np.clip(prev, 0, len(reach) - 1)], -np.inf)
+    with np.errstate(invalid="ignore"):
+        late_block = floor_quotient(late_reach - t0, block_s)  # (-inf: before every block)
+    reached = ~sampled & (np.arange(len(reach)) <= late_block)
+    # runs of rows whose blocks include a reached one: from a running count of them
+    first = np.concatenate([part[0] for part in spans]) if spans else np.zeros(0, np.intp)
+    lowest = np.concatenate([part[1] for part in spans]) if spans else first
+    highest = np.concatenate([part[2] for part in spans]) if spans else first
+    upto = np.concatenate([[0], np.cumsum(reached)])
+    again = np.flatnonzero(upto[highest + 1] > upto[lowest])
+    ends = np.append(first[1:], len(maybe))
     with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
-        for lo, hi, s, e in _chunks(intervals, n_rows, None):
+        # consecutive runs read together, at most PASS_CHUNK rows at a time
+        for lo, hi in _merged(first[again], ends[again], PASS_CHUNK):
+            s, _ = intervals(slice(lo, hi))
             b = _blocks(s, t0, block_s, len(reach))
-            part = maybe[lo:hi]
-            np.less_equal(s, late_reach[b], out=part)
-            part |= observed[lo:hi]
-            # an end reaching an observed start in block q (floor((start - t0) / block_s) = q,
-            # floor division) is at least q by the rounded quotient too: rounding is monotone
-            e = np.subtract(e, t0)
-            np.divide(e, block_s, out=e)
-            part |= np.floor(e, out=e) >= nxt[b]
+            starts_early = np.less_equal(s, late_reach[b])
             if valid is not None:
-                part &= valid[lo:hi]
+                starts_early &= valid[lo:hi]
+            maybe[lo:hi] |= starts_early
     return positions(maybe)
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray, most: int) -> Iterator[tuple[int, int]]:
+    """The row ranges ``[starts[i], ends[i])`` (ascending, disjoint) with touching ones
+    joined, cut into pieces of at most ``most`` rows."""
+    if not len(starts):
+        return
+    cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    firsts, lasts = starts[np.append(0, cut)], ends[np.append(cut - 1, len(ends) - 1)]
+    for lo, hi in zip(firsts.tolist(), lasts.tolist(), strict=True):
+        for piece in range(lo, hi, most):
+            yield piece, min(piece + most, hi)
 
 
 def positions(mask: np.ndarray) -> np.ndarray:

@@ -184,6 +184,42 @@ def test_needed_is_every_request_overlapping_a_sampled_one(closed: bool) -> None
     assert np.array_equal(sample.needed, expected)
 
 
+@pytest.mark.parametrize("ordered", [False, True])
+def test_candidates_reread_only_rows_a_sampled_blocks_reach_gets_to(
+        monkeypatch: pytest.MonkeyPatch, ordered: bool) -> None:
+    """The candidates' second look (requests starting before a sampled block's reach) reads
+    only the runs of rows holding a block reached that way: in arrival order, with requests
+    far shorter than a block, about the block after each sampled one; unordered, every run.
+    Long requests reach several blocks on. Either way ``needed`` is the brute-force one."""
+    monkeypatch.setattr(sampling, "REVISIT_ROWS", 64)
+    rng = np.random.default_rng(21)
+    n = 20_000
+    start = np.round(rng.uniform(0, 6000, n), 2)
+    if ordered:
+        start = np.sort(start)
+    end = start + np.round(rng.exponential(3.0, n), 2)
+    end[rng.integers(0, n, 40)] += 150.0  # a few reach two or three blocks further
+    group = rng.integers(0, 3, n).astype(np.int8)
+    read: list[int] = []
+
+    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(rows, slice):
+            read.append(rows.stop - rows.start)
+        return start[rows], end[rows]
+
+    sample = sampling.sample_intervals(spans, n, None, group, max_requests=2_000,
+                                       start_range=(float(start.min()), float(start.max())))
+    assert sample is not None and sample.every == 10
+    again = sum(read) - n  # beyond the sampling pass over every row
+    assert again < 0.35 * n if ordered else again == n
+    obs = np.flatnonzero(sample.observed)
+    expected = sample.observed.copy()
+    for j in range(n):  # brute force over the observed ones of the same group
+        same = obs[group[obs] == group[j]]
+        expected[j] |= bool(np.any((start[same] < end[j]) & (start[j] < end[same])))
+    assert np.array_equal(sample.needed, expected)
+
+
 @pytest.mark.parametrize("chunk", [7, 1000, 1 << 16])
 @pytest.mark.parametrize("closed", [False, True])
 def test_sample_intervals_by_chunks_is_time_sample_of_the_valid_rows(
