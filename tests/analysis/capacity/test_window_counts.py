@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from pdprobe.analysis import sampling
+from pdprobe.analysis.capacity import window_counts
 from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.window_counts import (
     active_instances,
@@ -77,12 +78,16 @@ def test_active_instances_and_served_counts_match_per_window_filters() -> None:
     assert counts is not None and counts.tolist() == expected_done
 
 
-@pytest.mark.parametrize("chunk", [7, 1 << 16])
+@pytest.mark.parametrize(("chunk", "run"), [(7, 1024), (1 << 16, 1024), (1 << 16, 8),
+                                            (1000, 3)])
 def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPatch,
-                                                   chunk: int) -> None:
+                                                   chunk: int, run: int) -> None:
     """Run bounds, length sums (bit for bit ``np.bincount``'s), presence and completions,
-    computed a chunk at a time (odd boundaries), equal the whole-array computations."""
+    computed a chunk at a time (odd boundaries), equal the whole-array computations; the
+    completions placed a run at a time where a run falls between two edges (runs holding a
+    NaN, an infinity or an edge placed one by one)."""
     monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(window_counts, "PLACE_RUN", run)
     rng = np.random.default_rng(8)
     n = 5000
     ts = np.sort(1.7e9 + rng.uniform(0, 1500, n))
