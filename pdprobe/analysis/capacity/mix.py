@@ -101,8 +101,8 @@ class WorkloadMix:
         """Prompts capped at the engine's context limit, and how many were longer (of every
         request, when the mix is a sample)."""
         pop = self.population
-        over = int(np.sum((pop.prompt_tokens if pop is not None else self.prompt_tokens)
-                          > max_prompt_tokens))
+        over = int(np.count_nonzero((pop.prompt_tokens if pop is not None
+                                     else self.prompt_tokens) > max_prompt_tokens))
         if not over:
             return self, 0
         p = np.minimum(self.prompt_tokens, float(max_prompt_tokens))

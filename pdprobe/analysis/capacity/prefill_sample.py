@@ -87,14 +87,16 @@ def sample_prefill_rows(requests: pd.DataFrame, rows: np.ndarray | None,
     total = 0
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the candidates
         hi = min(lo + PASS_CHUNK, n)
-        at: slice | np.ndarray = slice(lo, hi) if rows is None else rows[lo:hi]
+        # (positions as intp: numpy gathers int32 ones at about half the speed, and each
+        # chunk's are read five times)
+        at: slice | np.ndarray = slice(lo, hi) if rows is None else rows[lo:hi].astype(np.intp)
         t = cols.read("prefill_s", at)
         prompt = cols("prompt_tokens", at)
         ok = usable[lo:hi]
         np.isfinite(t, out=ok)
         ok &= (t > 0) & np.isfinite(prompt)
         if "status" in requests:
-            ok &= status_ok(requests, np.arange(lo, hi) if rows is None else rows[lo:hi])
+            ok &= status_ok(requests, np.arange(lo, hi) if rows is None else at)
         # as _observations computes it: max(prompt - cached, 1), missing cached as 0
         u = prompt[ok] - np.nan_to_num(cols("cached_tokens", at)[ok], nan=0.0)
         octave = np.frexp(np.maximum(u, 1.0))[1]  # u = m·2^e with m in [0.5, 1): e is the octave

@@ -112,8 +112,14 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     def ratios(lo: int, hi: int) -> tuple[np.ndarray, ...]:
         """kv/prompt, kv/uncached, kv, uncached (prompt less cached, at least 1) and prompt."""
         kv, prompt = cols.read("kv_bytes", at(lo, hi)), cols("prompt_tokens", at(lo, hi))
-        cached = cols("cached_tokens", at(lo, hi)) if cached_known else np.zeros(hi - lo)
-        uncached = np.maximum(prompt - np.nan_to_num(cached, nan=0.0), 1.0)
+        if cached_known:
+            cached = cols.read("cached_tokens", at(lo, hi))  # read only: a view where it can
+            if not np.isfinite(cached).all():  # (the usual chunk: no copy to replace none)
+                cached = np.nan_to_num(cached, nan=0.0)
+            uncached = np.subtract(prompt, cached)
+        else:
+            uncached = prompt.copy()  # (prompt - 0.0: the same values)
+        np.maximum(uncached, 1.0, out=uncached)
         return kv / prompt, kv / uncached, kv, uncached, prompt
 
     # The basis whose per-request ratio varies less is the one the connector moves: the

@@ -136,3 +136,29 @@ def test_measured_kv_bytes_by_chunks_is_the_whole_array_figure(
                                      "cached_tokens": cached, "kv_bytes": kv}))
     assert isinstance(got, KvBytes) and got.basis == "prompt" and got.n == n
     assert got.bytes_per_token == float(kv.sum() / prompt.astype(float).sum())
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 16])
+def test_infinite_cached_tokens_count_as_numpys_nan_to_num_makes_them(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Chunks with no missing or infinite cached tokens are read without a copy; the others
+    count NaN as 0 and infinities as the largest finite numbers, as before (a prompt less
+    -inf cached tokens is a huge uncached count, not an infinite one)."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(transfer, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(6)
+    n = 400
+    prompt = rng.integers(1, 8000, n)
+    cached = np.floor(prompt * rng.uniform(0, 0.9, n))
+    kv = (prompt - cached) * 65536.0 * rng.uniform(0.97, 1.03, n)
+    cached[[3, 50]], cached[[7, 51]], cached[9] = np.nan, np.inf, -np.inf
+    got = measured_kv_bytes(dataset({"arrival_ts": np.arange(n, dtype=float),
+                                     "prompt_tokens": prompt, "output_tokens": 10,
+                                     "cached_tokens": cached, "kv_bytes": kv}))
+    p = prompt.astype(float)
+    u = np.maximum(p - np.nan_to_num(cached, nan=0.0), 1.0)
+    assert np.isfinite(u).all() and u.max() > 1e300
+    cv_u, cv_p = (float(np.std(kv / x) / np.mean(kv / x)) for x in (u, p))
+    basis = "uncached" if cv_u < cv_p else "prompt"
+    assert isinstance(got, KvBytes) and got.basis == basis
+    assert got.bytes_per_token == float(kv.sum() / (u if basis == "uncached" else p).sum())
