@@ -23,7 +23,9 @@ from typing import Final
 
 import numpy as np
 
+from pdprobe.analysis import sample_runs
 from pdprobe.analysis.overlaps import Intervals, mark_overlapping
+from pdprobe.analysis.sample_runs import RunRanges, merged_ranges
 
 # Above this many requests the reconstructions run on a sample. 400,000 observations pin a
 # three-coefficient fit far below the noise of any capture (the NNLS fit itself already
@@ -48,10 +50,6 @@ SAMPLE_BLOCK_S: Final = 60.0
 # cache and is reused, instead of being fresh memory the size of the capture (at 10 million
 # requests that costs several times the arithmetic).
 PASS_CHUNK: Final = 1 << 16
-# The candidates pass reads again only the rows whose blocks a sampled block's requests may
-# reach past (``_candidates``); it tells them by runs of this many rows: short against a
-# block's rows (a minute of requests), so runs in other blocks are not read.
-REVISIT_ROWS: Final = 1 << 12
 # How a sample's description starts (fit policy looks for it to say the fit was sampled).
 SAMPLED_MARK: Final = "a sample of"
 
@@ -125,7 +123,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
                      group: np.ndarray | None, *, max_requests: int | None = None,
                      block_s: float = SAMPLE_BLOCK_S, closed: bool = False,
                      start_range: tuple[float, float] | None = None,
-                     by_group: bool = False) -> TimeSample | None:
+                     by_group: bool = False, runs: RunRanges | None = None
+                     ) -> TimeSample | None:
     """``time_sample`` of the ``n_rows`` intervals ``intervals`` computes, of the rows
     ``valid`` marks (None: all; the others may be anything and are neither observed nor
     needed), without whole-size arrays of them.
@@ -137,7 +136,11 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     ``time_sample`` of the valid rows alone. ``start_range``: the valid rows' earliest and
     latest start when the caller found them in its own pass (the first pass is skipped).
     ``by_group`` (with ``group``): also ``TimeSample.by_group``, the needed rows' positions
-    in (group, start) order, from the overlap test's own sort (no second one).
+    in (group, start) order, from the overlap test's own sort (no second one). ``runs``: the
+    valid intervals' ranges per run of rows from the caller's own pass (``sample_runs``; it
+    gives the start range too): the sampling pass then reads only the runs that hold a
+    sampled block or end in or after the next one, the others being neither observed nor
+    candidates but by starting before an earlier block's reach (``_candidates``).
     """
     max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
     n = n_rows if valid is None else int(np.count_nonzero(valid))
@@ -145,6 +148,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
         return None
     every = math.ceil(n / max_requests)
     phase = every // 2
+    if runs is not None:
+        start_range = runs.start_range
     t0, s_max = start_range if start_range is not None else (math.inf, -math.inf)
     for _lo, _hi, s, _ in _chunks(intervals, n_rows, valid) if start_range is None else ():
         if len(s):
@@ -154,18 +159,24 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     reach = np.full(n_blocks, -np.inf)
     sampled = np.arange(n_blocks) % every == phase  # per block (a table, not per row)
     prev, nxt = _sampled_around(n_blocks, every)
-    observed = np.empty(n_rows, dtype=bool)
     # the candidates ending in or after the next sampled block are found in this pass (they
     # need no reach); those starting before an earlier block's reach only where a block's
-    # reach can get past its start (``_candidates``, the chunks holding such a block)
-    maybe = np.empty(n_rows, dtype=bool)
-    spans = []  # per run of REVISIT_ROWS rows: its first row and its blocks' range
+    # reach can get past its start (``_candidates``, the runs holding such a block)
+    spans: list[tuple[np.ndarray, ...]] = []  # per run: first row, end, blocks' range
+    if runs is None:
+        observed, maybe = np.empty(n_rows, dtype=bool), np.empty(n_rows, dtype=bool)
+        ranges: Iterator[tuple[int, int]] = (
+            (lo, min(lo + PASS_CHUNK, n_rows)) for lo in range(0, n_rows, PASS_CHUNK))
+    else:  # (the runs not read are neither observed nor candidates: zeros)
+        observed, maybe = np.zeros(n_rows, dtype=bool), np.zeros(n_rows, dtype=bool)
+        ranges = _runs_to_read(runs, sampled, t0, block_s, every, spans)
     with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
-        for lo, hi, s, e in _chunks(intervals, n_rows, None):
+        for lo, hi in ranges:
+            s, e = intervals(slice(lo, hi))
             b = _blocks(s, t0, block_s, n_blocks)
-            if len(b):
-                at = np.arange(0, len(b), REVISIT_ROWS)
-                spans.append((at + lo, np.minimum.reduceat(b, at), np.maximum.reduceat(b, at)))
+            at = np.arange(0, len(b), sample_runs.RUN_ROWS)
+            spans.append((at + lo, np.append(at[1:], len(b)) + lo, np.minimum.reduceat(b, at),
+                          np.maximum.reduceat(b, at)))
             obs = observed[lo:hi]
             np.take(sampled, b, out=obs)
             if valid is not None:
@@ -191,6 +202,26 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
                                         block_s, spans),
                             observed, needed, group, closed, by_group and group is not None)
     return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
+
+
+def _runs_to_read(runs: RunRanges, sampled: np.ndarray, t0: float, block_s: float,
+                  every: int, spans: list[tuple[np.ndarray, ...]]) -> Iterator[tuple[int, int]]:
+    """Row ranges of the runs the sampling pass reads: those whose valid starts' blocks hold a
+    sampled one, or whose latest end reaches the next sampled block (as the candidates' test
+    rounds it; both monotone, so no row of another run is observed or ends that far). The
+    runs not read are added to ``spans`` with their starts' blocks, for ``_candidates``."""
+    n_blocks = len(sampled)
+    has = runs.start_min <= runs.start_max  # (a run without valid rows: inf > -inf)
+    with np.errstate(invalid="ignore"):
+        lowest = _blocks(runs.start_min, t0, block_s, n_blocks)
+        highest = _blocks(runs.start_max, t0, block_s, n_blocks)
+        end_block = np.floor(np.divide(np.subtract(runs.end_max, t0), block_s))
+    upto = np.concatenate([[0], np.cumsum(sampled)])
+    after = highest + 1 + (every // 2 - highest - 1) % every  # the next sampled block
+    read = has & ((upto[highest + 1] > upto[lowest]) | (end_block >= after))
+    rest = has & ~read
+    spans.append((runs.first[rest], runs.end[rest], lowest[rest], highest[rest]))
+    return merged_ranges(runs.first[read], runs.end[read], PASS_CHUNK)
 
 
 def _blocks(s: np.ndarray, t0: float, block_s: float, n_blocks: int) -> np.ndarray:
@@ -318,8 +349,7 @@ def _sampled_around(n_blocks: int, every: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarray,
                 reach: np.ndarray, prev: np.ndarray, sampled: np.ndarray, t0: float,
-                block_s: float, spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
-                ) -> np.ndarray:
+                block_s: float, spans: list[tuple[np.ndarray, ...]]) -> np.ndarray:
     """Positions of the requests that may overlap an observed one (a superset, found with
     block arithmetic): ``maybe`` (the observed ones and those ending in or after the next
     sampled block, from ``sample_intervals``' pass) and those starting before the furthest
@@ -327,7 +357,7 @@ def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarra
 
     A start ``s`` in block ``q`` is at most a reach ``r`` only if ``q`` is at most ``r``'s
     block (both by the same rounded floor division, which is monotone), so only the runs of
-    ``REVISIT_ROWS`` rows (``spans``: per chunk, its runs' first rows and lowest and highest
+    ``sample_runs.RUN_ROWS`` rows (``spans``: their first rows, ends and lowest and highest
     blocks) holding a block that its sampled block's reach gets to are read again: the block
     after each sampled one, mostly, not the capture.
     Requests of a sampled block are observed already (or invalid).
@@ -338,15 +368,14 @@ def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarra
         late_block = floor_quotient(late_reach - t0, block_s)  # (-inf: before every block)
     reached = ~sampled & (np.arange(len(reach)) <= late_block)
     # runs of rows whose blocks include a reached one: from a running count of them
-    first = np.concatenate([part[0] for part in spans]) if spans else np.zeros(0, np.intp)
-    lowest = np.concatenate([part[1] for part in spans]) if spans else first
-    highest = np.concatenate([part[2] for part in spans]) if spans else first
+    first, ends, lowest, highest = (np.concatenate([part[i] for part in spans]).astype(np.intp)
+                                    for i in range(4))
     upto = np.concatenate([[0], np.cumsum(reached)])
     again = np.flatnonzero(upto[highest + 1] > upto[lowest])
-    ends = np.append(first[1:], len(maybe))
+    again = again[np.argsort(first[again], kind="stable")]  # (row order: read, then not)
     with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
         # consecutive runs read together, at most PASS_CHUNK rows at a time
-        for lo, hi in _merged(first[again], ends[again], PASS_CHUNK):
+        for lo, hi in merged_ranges(first[again], ends[again], PASS_CHUNK):
             s, _ = intervals(slice(lo, hi))
             b = _blocks(s, t0, block_s, len(reach))
             starts_early = np.less_equal(s, late_reach[b])
@@ -354,18 +383,6 @@ def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarra
                 starts_early &= valid[lo:hi]
             maybe[lo:hi] |= starts_early
     return positions(maybe)
-
-
-def _merged(starts: np.ndarray, ends: np.ndarray, most: int) -> Iterator[tuple[int, int]]:
-    """The row ranges ``[starts[i], ends[i])`` (ascending, disjoint) with touching ones
-    joined, cut into pieces of at most ``most`` rows."""
-    if not len(starts):
-        return
-    cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
-    firsts, lasts = starts[np.append(0, cut)], ends[np.append(cut - 1, len(ends) - 1)]
-    for lo, hi in zip(firsts.tolist(), lasts.tolist(), strict=True):
-        for piece in range(lo, hi, most):
-            yield piece, min(piece + most, hi)
 
 
 def positions(mask: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pdprobe.analysis import sampling
+from pdprobe.analysis import sample_runs, sampling
 from pdprobe.analysis.capacity.perf_observations import decode_concurrency
 from pdprobe.analysis.sampling import SAMPLE_BLOCK_S, time_sample
 
@@ -191,7 +191,7 @@ def test_candidates_reread_only_rows_a_sampled_blocks_reach_gets_to(
     only the runs of rows holding a block reached that way: in arrival order, with requests
     far shorter than a block, about the block after each sampled one; unordered, every run.
     Long requests reach several blocks on. Either way ``needed`` is the brute-force one."""
-    monkeypatch.setattr(sampling, "REVISIT_ROWS", 64)
+    monkeypatch.setattr(sample_runs, "RUN_ROWS", 64)
     rng = np.random.default_rng(21)
     n = 20_000
     start = np.round(rng.uniform(0, 6000, n), 2)
@@ -218,6 +218,55 @@ def test_candidates_reread_only_rows_a_sampled_blocks_reach_gets_to(
         same = obs[group[obs] == group[j]]
         expected[j] |= bool(np.any((start[same] < end[j]) & (start[j] < end[same])))
     assert np.array_equal(sample.needed, expected)
+
+
+@pytest.mark.parametrize(("chunk", "run", "every"), [(1000, 64, 10), (1 << 16, 4096, 10),
+                                                   (333, 50, 3), (7, 3, 25)])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_runs_skipped_by_their_ranges_give_the_same_sample(
+        monkeypatch: pytest.MonkeyPatch, chunk: int, run: int, every: int,
+        ordered: bool) -> None:
+    """With the caller's per-run ranges the sampling pass reads only runs holding a sampled
+    block or ending in or after the next one: the same masks and (group, start) order as
+    reading every row, invalid rows (NaN, and valid-looking ones masked off) included; in
+    arrival order most rows are not read, unordered nearly all are."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(sample_runs, "RUN_ROWS", run)
+    rng = np.random.default_rng(every + run)
+    n = 30_000
+    start = np.round(rng.uniform(0, 9000, n), 2)
+    if ordered:
+        start = np.sort(start)
+    end = start + np.round(rng.exponential(4.0, n), 2)
+    end[rng.integers(0, n, 30)] += 200.0  # a few reach several blocks further
+    valid = rng.random(n) > 0.05
+    start[~valid & (rng.random(n) < 0.5)] = np.nan
+    group = rng.integers(0, 4, n).astype(np.int8)
+    read: list[int] = []
+
+    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(rows, slice):
+            read.append(rows.stop - rows.start)
+        return start[rows], end[rows]
+
+    built = sample_runs.RunRangesBuilder()
+    for lo in range(0, n, chunk):
+        ok = valid[lo:lo + chunk]
+        built.add(lo, start[lo:lo + chunk], end[lo:lo + chunk], ok)
+    runs = built.done()
+    limit = int(valid.sum()) // every
+    plain = sampling.sample_intervals(spans, n, valid, group, max_requests=limit,
+                                      start_range=runs.start_range, by_group=True)
+    read_all, read[:] = sum(read), []
+    got = sampling.sample_intervals(spans, n, valid, group, max_requests=limit, runs=runs,
+                                    by_group=True)
+    assert plain is not None and got is not None and got.every == plain.every >= every
+    assert np.array_equal(got.observed, plain.observed)
+    assert np.array_equal(got.needed, plain.needed)
+    assert plain.by_group is not None and got.by_group is not None
+    assert np.array_equal(got.by_group, plain.by_group)
+    assert read_all > n and (sum(read) < 0.6 * n if ordered and every > 3 and run <= 64 else True)
+    assert runs.start_range == (float(np.nanmin(start[valid])), float(np.nanmax(start[valid])))
 
 
 @pytest.mark.parametrize("chunk", [7, 1000, 1 << 16])

@@ -8,7 +8,6 @@ Vectorised: no Python loop over requests.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -21,6 +20,7 @@ from pdprobe.analysis.capacity.perf_columns import (
     sort_by_group,
 )
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
+from pdprobe.analysis.sample_runs import RunRangesBuilder
 from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, positions, sample_intervals
 
 if TYPE_CHECKING:
@@ -88,7 +88,9 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         return s, np.add(s, e, out=e)  # (IEEE addition commutes: s + prefill to the bit)
 
     valid = np.empty(n, dtype=bool)
-    t_first, t_last = math.inf, -math.inf  # the valid prefills' earliest and latest start
+    # the valid prefills' start and reach ranges per run of rows: the sample's start range,
+    # and the runs its sampling pass can skip
+    runs = RunRangesBuilder()
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
         chunk = slice(lo, lo + PASS_CHUNK)
         s, e = spans(chunk)
@@ -96,9 +98,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         np.isfinite(s, out=ok)
         ok &= np.isfinite(e)
         ok &= codes[chunk] >= 0
-        if ok.any():  # (minimum and maximum where ok: no copy of those starts)
-            t_first = min(t_first, float(np.min(s, where=ok, initial=np.inf)))
-            t_last = max(t_last, float(np.max(s, where=ok, initial=-np.inf)))
+        e += BUSY_GAP_TOLERANCE_S  # (as ``reaching`` gives them: the sample's intervals)
+        runs.add(lo, s, e, ok)
     if not valid.any():
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,
@@ -116,7 +117,7 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     del valid
     taken = sample_intervals(reaching, n, some, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
-                             start_range=(t_first, t_last), by_group=True) if sample else None
+                             runs=runs.done(), by_group=True) if sample else None
     observed = None
     if taken is not None and taken.by_group is not None:
         # the sample's overlap test sorted its rows by (instance, start) already; their

@@ -10,7 +10,6 @@ loop over requests.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -33,6 +32,7 @@ from pdprobe.analysis.capacity.perf_columns import (
     sort_by_group,
     status_ok,
 )
+from pdprobe.analysis.sample_runs import RunRangesBuilder
 from pdprobe.analysis.sampling import PASS_CHUNK, sample_intervals
 
 if TYPE_CHECKING:
@@ -184,7 +184,9 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
                               "ttft_s", "e2e_s"))
     n = len(req)
     usable = np.empty(n, dtype=bool)
-    t_first, t_last = math.inf, -math.inf  # the usable requests' earliest and latest start
+    # the usable requests' start and end ranges per run of rows: the sample's start range,
+    # and the runs its sampling pass can skip
+    runs = RunRangesBuilder()
     for lo in range(0, n, PASS_CHUNK):  # chunks: no temporaries the size of the table
         chunk = slice(lo, lo + PASS_CHUNK)
         s, e, _ = decode_spans(cols, chunk)
@@ -194,9 +196,7 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         ok &= e > s
         if not cols.integer("prompt_tokens"):  # (an integer column has no NaN to find)
             ok &= np.isfinite(cols("prompt_tokens", chunk))
-        if ok.any():  # (minimum and maximum where ok: no copy of those starts)
-            t_first = min(t_first, float(np.min(s, where=ok, initial=np.inf)))
-            t_last = max(t_last, float(np.max(s, where=ok, initial=-np.inf)))
+        runs.add(lo, s, e, ok)
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
@@ -212,8 +212,7 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
     sample = sample_intervals(lambda at: decode_spans(cols, at)[:2], n,
-                              None if usable.all() else usable, group,
-                              start_range=(t_first, t_last))
+                              None if usable.all() else usable, group, runs=runs.done())
     if sample is not None:  # exact figures for the sampled requests, from their overlaps
         observed = sample.observed
         rows = np.flatnonzero(sample.needed)
