@@ -225,3 +225,31 @@ def test_sampled_plan_and_fits_agree_with_the_full_ones_on_simulated_scenarios(
         assert sampled.fit_quality[f"{role}_median_rel_error"] == pytest.approx(
             full.fit_quality[f"{role}_median_rel_error"], abs=0.02)
     assert math.isfinite(sampled.decode_step_s)
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 16])
+def test_cached_in_range_keeps_the_column_only_when_clipping_changes_no_bit(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Cached tokens from +0.0 up to prompt - 1 are the column itself (no copy); a -0.0, a
+    NaN, a negative count or one reaching the prompt gives the clipped copy, bit for bit
+    what clipping every value gives."""
+    from pdprobe.analysis.capacity import population
+
+    monkeypatch.setattr(population, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(1, 5000, 50)
+    cached = np.floor(rng.uniform(0, 1, 50) * (prompt - 1)).astype(np.float64)
+    cached[prompt == 1] = 0.0
+    assert population.cached_in_range(cached, prompt) is cached
+
+    def clipped(c: np.ndarray) -> np.ndarray:
+        return np.clip(np.nan_to_num(c, nan=0.0), 0.0,
+                       np.maximum(prompt.astype(np.float64) - 1.0, 0.0))
+
+    for at, value in ((7, -0.0), (8, np.nan), (20, -3.0), (31, float(prompt[31])),
+                      (40, np.inf)):
+        bad = cached.copy()
+        bad[at] = value
+        got = population.cached_in_range(bad, prompt)
+        assert got is not bad
+        assert np.array_equal(got.view(np.int64), clipped(bad).view(np.int64))
