@@ -49,19 +49,20 @@ class RunRangesBuilder:
     def add(self, lo: int, start: np.ndarray, end: np.ndarray,
             valid: np.ndarray | None) -> None:
         """The runs of the chunk of rows ``lo..lo + len(start) - 1``: ``valid`` marks its valid
-        intervals (None: all of them)."""
+        intervals (None: all of them). ``start`` and ``end`` are the caller's scratch arrays:
+        overwritten where not valid (in place: no masked copies of the chunk)."""
         if not len(start):
             return
         at = np.arange(0, len(start), RUN_ROWS)
-        if valid is not None and not valid.all():  # the others must not widen a range
-            start_lo = np.where(valid, start, np.inf)
-            start_hi = np.where(valid, start, -np.inf)
-            end = np.where(valid, end, -np.inf)
-        else:
-            start_lo = start_hi = start
-        self._parts.append((at + lo, np.append(at[1:], len(start)) + lo,
-                            np.minimum.reduceat(start_lo, at),
-                            np.maximum.reduceat(start_hi, at), np.maximum.reduceat(end, at)))
+        invalid = None if valid is None or valid.all() else ~valid
+        if invalid is not None:  # the others must not widen a range (nor be NaN)
+            np.copyto(start, np.inf, where=invalid)
+        lowest = np.minimum.reduceat(start, at)
+        if invalid is not None:
+            np.copyto(start, -np.inf, where=invalid)
+            np.copyto(end, -np.inf, where=invalid)
+        self._parts.append((at + lo, np.append(at[1:], len(start)) + lo, lowest,
+                            np.maximum.reduceat(start, at), np.maximum.reduceat(end, at)))
 
     def done(self) -> RunRanges:
         """The runs added, in row order."""

@@ -252,7 +252,7 @@ def test_runs_skipped_by_their_ranges_give_the_same_sample(
     built = sample_runs.RunRangesBuilder()
     for lo in range(0, n, chunk):
         ok = valid[lo:lo + chunk]
-        built.add(lo, start[lo:lo + chunk], end[lo:lo + chunk], ok)
+        built.add(lo, start[lo:lo + chunk].copy(), end[lo:lo + chunk].copy(), ok)  # scratch
     runs = built.done()
     limit = int(valid.sum()) // every
     plain = sampling.sample_intervals(spans, n, valid, group, max_requests=limit,
