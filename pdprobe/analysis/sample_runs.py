@@ -1,6 +1,7 @@
 """Runs of rows for the time-block sample (``sampling.sample_intervals``): where the valid
 intervals of each run of ``RUN_ROWS`` rows start and end, so that the sample's passes skip the
-runs no sampled block can touch, and ranges of runs joined for reading.
+runs no sampled block can touch, and ranges of runs joined for reading; and the block
+arithmetic the sample shares (``floor_quotient``, ``blocks_of``, ``sampled_around``).
 
 Request records are nearly in time order, so a run of a few thousand rows covers seconds of a
 capture and a sampled block (a minute in every ``k``) lies far from most runs: at 10 million
@@ -82,3 +83,59 @@ def merged_ranges(starts: np.ndarray, ends: np.ndarray, most: int
     for lo, hi in zip(firsts.tolist(), lasts.tolist(), strict=True):
         for piece in range(lo, hi, most):
             yield piece, min(piece + most, hi)
+
+
+def floor_quotient(x: np.ndarray, width: float) -> np.ndarray:
+    """``x // width`` (float64): numpy's floor division, the floor of the exact quotient,
+    computed as ``floor(x / width)`` (a twentieth of its cost) and by floor division only
+    where the rounded quotient is a whole number. Only there can the two differ: a rounded
+    quotient that is not whole has the exact one's integer part (a whole number between them
+    would be nearer the exact quotient than the rounded one)."""
+    q = np.divide(x, width)
+    whole = np.floor(q)
+    at = np.flatnonzero(whole == q)  # (NaN never equals; infinities are "whole": redone)
+    if len(at):
+        whole[at] = np.floor_divide(x[at], width)
+    return whole
+
+
+def blocks_of(s: np.ndarray, t0: float, block_s: float, n_blocks: int) -> np.ndarray:
+    """The time block of each start (``floor((s - t0) / block_s)``, numpy's floor division)
+    as an index into per-block tables: the valid starts' blocks lie in ``[0, n_blocks)``;
+    invalid rows' (NaN) are clipped into it (garbage, masked off by the callers)."""
+    with np.errstate(invalid="ignore"):
+        b = floor_quotient(s - t0, block_s).astype(np.intp)
+    return np.clip(b, 0, n_blocks - 1, out=b)
+
+
+def sampled_around(n_blocks: int, every: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: the sampled block at or before it (-1: none) and the next sampled block
+    after that one (as a float: compared with a float floor), for ``every`` and its phase."""
+    phase = every // 2
+    block = np.arange(n_blocks)
+    prev = block - (block - phase) % every
+    has_prev = prev >= 0
+    nxt = (prev + every * has_prev + phase * ~has_prev).astype(np.float64)
+    return prev, nxt
+
+
+def runs_to_read(runs: RunRanges, sampled: np.ndarray, t0: float, block_s: float,
+                 every: int, spans: list[tuple[np.ndarray, ...]], most: int
+                 ) -> Iterator[tuple[int, int]]:
+    """Row ranges of the runs ``sampling.sample_intervals``' pass reads: those whose valid starts' blocks hold a
+    sampled one, or whose latest end reaches the next sampled block (as the candidates' test
+    rounds it; both monotone, so no row of another run is observed or ends that far). The
+    runs not read are added to ``spans`` with their starts' blocks, for the candidates' second
+    look (``sampling._candidates``); the others are read at most ``most`` rows at a time."""
+    n_blocks = len(sampled)
+    has = runs.start_min <= runs.start_max  # (a run without valid rows: inf > -inf)
+    with np.errstate(invalid="ignore"):
+        lowest = blocks_of(runs.start_min, t0, block_s, n_blocks)
+        highest = blocks_of(runs.start_max, t0, block_s, n_blocks)
+        end_block = np.floor(np.divide(np.subtract(runs.end_max, t0), block_s))
+    upto = np.concatenate([[0], np.cumsum(sampled)])
+    after = highest + 1 + (every // 2 - highest - 1) % every  # the next sampled block
+    read = has & ((upto[highest + 1] > upto[lowest]) | (end_block >= after))
+    rest = has & ~read
+    spans.append((runs.first[rest], runs.end[rest], lowest[rest], highest[rest]))
+    return merged_ranges(runs.first[read], runs.end[read], most)

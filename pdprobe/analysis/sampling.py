@@ -25,7 +25,14 @@ import numpy as np
 
 from pdprobe.analysis import sample_runs
 from pdprobe.analysis.overlaps import Intervals, mark_overlapping
-from pdprobe.analysis.sample_runs import RunRanges, merged_ranges
+from pdprobe.analysis.sample_runs import (
+    RunRanges,
+    blocks_of,
+    floor_quotient,
+    merged_ranges,
+    runs_to_read,
+    sampled_around,
+)
 
 # Above this many requests the reconstructions run on a sample. 400,000 observations pin a
 # three-coefficient fit far below the noise of any capture (the NNLS fit itself already
@@ -105,20 +112,6 @@ def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = N
                             max_requests=max_requests, block_s=block_s, closed=closed)
 
 
-def floor_quotient(x: np.ndarray, width: float) -> np.ndarray:
-    """``x // width`` (float64): numpy's floor division, the floor of the exact quotient,
-    computed as ``floor(x / width)`` (a twentieth of its cost) and by floor division only
-    where the rounded quotient is a whole number. Only there can the two differ: a rounded
-    quotient that is not whole has the exact one's integer part (a whole number between them
-    would be nearer the exact quotient than the rounded one)."""
-    q = np.divide(x, width)
-    whole = np.floor(q)
-    at = np.flatnonzero(whole == q)  # (NaN never equals; infinities are "whole": redone)
-    if len(at):
-        whole[at] = np.floor_divide(x[at], width)
-    return whole
-
-
 def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None,
                      group: np.ndarray | None, *, max_requests: int | None = None,
                      block_s: float = SAMPLE_BLOCK_S, closed: bool = False,
@@ -158,7 +151,7 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     n_blocks = int(np.floor_divide(np.float64(s_max) - t0, block_s)) + 1
     reach = np.full(n_blocks, -np.inf)
     sampled = np.arange(n_blocks) % every == phase  # per block (a table, not per row)
-    prev, nxt = _sampled_around(n_blocks, every)
+    prev, nxt = sampled_around(n_blocks, every)
     # the candidates ending in or after the next sampled block are found in this pass (they
     # need no reach); those starting before an earlier block's reach only where a block's
     # reach can get past its start (``_candidates``, the runs holding such a block)
@@ -169,11 +162,11 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
             (lo, min(lo + PASS_CHUNK, n_rows)) for lo in range(0, n_rows, PASS_CHUNK))
     else:  # (the runs not read are neither observed nor candidates: zeros)
         observed, maybe = np.zeros(n_rows, dtype=bool), np.zeros(n_rows, dtype=bool)
-        ranges = _runs_to_read(runs, sampled, t0, block_s, every, spans)
+        ranges = runs_to_read(runs, sampled, t0, block_s, every, spans, PASS_CHUNK)
     with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
         for lo, hi in ranges:
             s, e = intervals(slice(lo, hi))
-            b = _blocks(s, t0, block_s, n_blocks)
+            b = blocks_of(s, t0, block_s, n_blocks)
             at = np.arange(0, len(b), sample_runs.RUN_ROWS)
             spans.append((at + lo, np.append(at[1:], len(b)) + lo, np.minimum.reduceat(b, at),
                           np.maximum.reduceat(b, at)))
@@ -202,35 +195,6 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
                                         block_s, spans),
                             observed, needed, group, closed, by_group and group is not None)
     return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
-
-
-def _runs_to_read(runs: RunRanges, sampled: np.ndarray, t0: float, block_s: float,
-                  every: int, spans: list[tuple[np.ndarray, ...]]) -> Iterator[tuple[int, int]]:
-    """Row ranges of the runs the sampling pass reads: those whose valid starts' blocks hold a
-    sampled one, or whose latest end reaches the next sampled block (as the candidates' test
-    rounds it; both monotone, so no row of another run is observed or ends that far). The
-    runs not read are added to ``spans`` with their starts' blocks, for ``_candidates``."""
-    n_blocks = len(sampled)
-    has = runs.start_min <= runs.start_max  # (a run without valid rows: inf > -inf)
-    with np.errstate(invalid="ignore"):
-        lowest = _blocks(runs.start_min, t0, block_s, n_blocks)
-        highest = _blocks(runs.start_max, t0, block_s, n_blocks)
-        end_block = np.floor(np.divide(np.subtract(runs.end_max, t0), block_s))
-    upto = np.concatenate([[0], np.cumsum(sampled)])
-    after = highest + 1 + (every // 2 - highest - 1) % every  # the next sampled block
-    read = has & ((upto[highest + 1] > upto[lowest]) | (end_block >= after))
-    rest = has & ~read
-    spans.append((runs.first[rest], runs.end[rest], lowest[rest], highest[rest]))
-    return merged_ranges(runs.first[read], runs.end[read], PASS_CHUNK)
-
-
-def _blocks(s: np.ndarray, t0: float, block_s: float, n_blocks: int) -> np.ndarray:
-    """The time block of each start (``floor((s - t0) / block_s)``, numpy's floor division)
-    as an index into per-block tables: the valid starts' blocks lie in ``[0, n_blocks)``;
-    invalid rows' (NaN) are clipped into it (garbage, masked off by the callers)."""
-    with np.errstate(invalid="ignore"):
-        b = floor_quotient(s - t0, block_s).astype(np.intp)
-    return np.clip(b, 0, n_blocks - 1, out=b)
 
 
 def _chunks(intervals: Intervals, n_rows: int, valid: np.ndarray | None
@@ -336,17 +300,6 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
     return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
 
 
-def _sampled_around(n_blocks: int, every: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per block: the sampled block at or before it (-1: none) and the next sampled block
-    after that one (as a float: compared with a float floor), for ``every`` and its phase."""
-    phase = every // 2
-    block = np.arange(n_blocks)
-    prev = block - (block - phase) % every
-    has_prev = prev >= 0
-    nxt = (prev + every * has_prev + phase * ~has_prev).astype(np.float64)
-    return prev, nxt
-
-
 def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarray,
                 reach: np.ndarray, prev: np.ndarray, sampled: np.ndarray, t0: float,
                 block_s: float, spans: list[tuple[np.ndarray, ...]]) -> np.ndarray:
@@ -377,7 +330,7 @@ def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarra
         # consecutive runs read together, at most PASS_CHUNK rows at a time
         for lo, hi in merged_ranges(first[again], ends[again], PASS_CHUNK):
             s, _ = intervals(slice(lo, hi))
-            b = _blocks(s, t0, block_s, len(reach))
+            b = blocks_of(s, t0, block_s, len(reach))
             starts_early = np.less_equal(s, late_reach[b])
             if valid is not None:
                 starts_early &= valid[lo:hi]
