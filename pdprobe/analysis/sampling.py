@@ -284,20 +284,44 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
         part = codes[lo:lo + PASS_CHUNK].astype(np.int16, copy=False)
         order = np.argsort(part, kind="stable")  # a radix sort of small integers
         here = np.bincount(part, minlength=width)
-        present = np.flatnonzero(here)
-        # a stratum's items in this chunk are a run of the sorted chunk (from ``first``) and
-        # a run of stratum order (from ``taken``): the kept positions falling in that run
-        # (a search per stratum, not a test per item) name their places in the sorted chunk
-        first = (here.cumsum() - here)[present]
-        from_k = np.searchsorted(pos, taken[present])
-        many = np.searchsorted(pos, taken[present] + here[present]) - from_k
-        total = int(many.sum())
-        if total:
-            at = np.arange(total) + np.repeat(from_k - (many.cumsum() - many), many)
-            at = pos[at] - np.repeat(taken[present] - first, many)
-            kept.append(np.sort(order[at]) + lo)
+        if 4 * size <= n:  # a sparse sample (the mix's): found per stratum
+            kept.append(_kept_of_runs(pos, order, here, taken) + lo)
+        else:  # a dense one (the prefill fit's, often): each item ranked and tested
+            rank = np.empty(len(part), dtype=np.int64)
+            # each item's place in stratum order: its stratum's items before this chunk,
+            # then its rank among the chunk's items of the stratum (its place in the sorted
+            # chunk less the chunk's items of smaller strata: a table lookup, not a search)
+            rank[order] = np.arange(len(part)) - (here.cumsum() - here)[part[order]]
+            rank += taken[part]
+            kept.append(np.flatnonzero(_is_kept(rank, n, size)) + lo)
         taken += here
     return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+
+
+def _kept_of_runs(pos: np.ndarray, order: np.ndarray, here: np.ndarray,
+                  taken: np.ndarray) -> np.ndarray:
+    """Of one chunk (``order`` its stable sort by stratum, ``here`` its items per stratum,
+    ``taken`` each stratum's earlier items in stratum order): the positions (ascending, in
+    the chunk) of the items at the kept positions ``pos``. A stratum's items in the chunk are
+    a run of the sorted chunk and a run of stratum order: the kept positions falling in that
+    run (a search per stratum present, not a test per item) name their places."""
+    present = np.flatnonzero(here)
+    first = (here.cumsum() - here)[present]
+    from_k = np.searchsorted(pos, taken[present])
+    many = np.searchsorted(pos, taken[present] + here[present]) - from_k
+    at = np.arange(int(many.sum())) + np.repeat(from_k - (many.cumsum() - many), many)
+    at = pos[at] - np.repeat(taken[present] - first, many)
+    return np.sort(order[at])
+
+
+def _is_kept(j: np.ndarray, n: int, size: int) -> np.ndarray:
+    """Whether position ``j`` (in stratum order) is one of ``stratified_sample``'s
+    ``ceil((2k + 1)·n / (2·size)) - 1``: whether ``(2·size·j, 2·size·(j + 1)]`` holds an odd
+    multiple ``(2k + 1)·n`` with ``k < size`` (integers: no search in the kept positions)."""
+    two_s = 2 * size
+    m = (two_s * (j + 1)) // n  # the largest multiple of n in the interval is m·n
+    q = m - 1 + (m & 1)  # the largest odd number <= m (m >= 0: its last bit is m % 2)
+    return (q >= 1) & (q * n > two_s * j) & (q < two_s)
 
 
 def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarray,
