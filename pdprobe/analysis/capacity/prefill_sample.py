@@ -89,14 +89,15 @@ def sample_prefill_rows(requests: pd.DataFrame, rows: np.ndarray | None,
         hi = min(lo + PASS_CHUNK, n)
         # (positions as intp: numpy gathers int32 ones at about half the speed, and each
         # chunk's are read five times)
-        at: slice | np.ndarray = slice(lo, hi) if rows is None else rows[lo:hi].astype(np.intp)
+        pos = None if rows is None else rows[lo:hi].astype(np.intp)
+        at: slice | np.ndarray = slice(lo, hi) if pos is None else pos
         t = cols.read("prefill_s", at)
         prompt = cols("prompt_tokens", at)
         ok = usable[lo:hi]
         np.isfinite(t, out=ok)
         ok &= (t > 0) & np.isfinite(prompt)
         if "status" in requests:
-            ok &= status_ok(requests, np.arange(lo, hi) if rows is None else at)
+            ok &= status_ok(requests, np.arange(lo, hi) if pos is None else pos)
         # as _observations computes it: max(prompt - cached, 1), missing cached as 0
         u = prompt[ok] - np.nan_to_num(cols("cached_tokens", at)[ok], nan=0.0)
         octave = np.frexp(np.maximum(u, 1.0))[1]  # u = m·2^e with m in [0.5, 1): e is the octave

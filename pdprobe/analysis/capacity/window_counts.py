@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis import sampling
-from pdprobe.analysis.capacity.perf_columns import float_column, status_ok
+from pdprobe.analysis.capacity.perf_columns import category_codes, float_column, status_ok
 from pdprobe.analysis.row_slices import ascending
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
     if len(req) and dataset.has_request_column(col):
         column = req[col]
         if isinstance(column.dtype, pd.CategoricalDtype):  # the canonical dtype: its codes
-            codes, labels = column.cat.codes.to_numpy(), pd.Index(column.cat.categories)
+            codes, labels = category_codes(column), pd.Index(column.cat.categories)
         else:
             codes, labels = pd.factorize(column.astype("string"))
         arrival = req["arrival_ts"]
@@ -199,10 +199,10 @@ def _served_by_place(req: pd.DataFrame, edges: np.ndarray, status: pd.Series | N
     a NaN (its minimum and maximum are NaN) or straddling an edge is placed one by one.
     """
     arrival, e2e = req["arrival_ts"].to_numpy(), req["e2e_s"].to_numpy()  # views, no copies
-    codes = None if status is None else status.cat.codes.to_numpy()
+    codes = None if status is None else category_codes(status)
     ok_code = -1  # no status counts as ok (code -1); so does "ok"
     if status is not None and "ok" in status.cat.categories:
-        ok_code = int(status.cat.categories.get_loc("ok"))
+        ok_code = int(np.flatnonzero(status.cat.categories == "ok")[0])  # (unique names)
     places = np.zeros(len(edges) + 1, dtype=np.int64)
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         hi = lo + sampling.PASS_CHUNK

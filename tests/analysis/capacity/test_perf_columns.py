@@ -111,3 +111,15 @@ def test_float_columns_integer_is_only_a_plain_integer_column() -> None:
             if cols.integer(name)] == ["ints"]
     assert np.isfinite(cols("ints", slice(0, 10))).all()
     assert not np.isfinite(cols("nullable", slice(0, 10))).all()
+
+
+def test_category_codes_are_the_columns_own_without_a_copy() -> None:
+    """A categorical column's codes as ``.cat.codes`` gives them (-1 where missing), but its
+    own array (read-only), not pandas' copy of every code."""
+    from pdprobe.analysis.capacity.perf_columns import category_codes
+
+    column = pd.Series(pd.Categorical(["ok", None, "error", "ok"], categories=["error", "ok"]))
+    codes = category_codes(column)
+    np.testing.assert_array_equal(codes, column.cat.codes.to_numpy())
+    assert np.shares_memory(codes, column.array.codes)
+    assert not codes.flags.writeable
