@@ -100,6 +100,7 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         ok &= codes[chunk] >= 0
         e += BUSY_GAP_TOLERANCE_S  # (as ``reaching`` gives them: the sample's intervals)
         runs.add(lo, s, e, ok)
+    del ok, s, e  # memory: ``ok``, a view of the mask, would keep it alive once it is freed
     if not valid.any():
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,
