@@ -33,21 +33,27 @@ def group_parts(cand: np.ndarray, group: np.ndarray | None) -> list[np.ndarray]:
     return np.split(cand[order], cuts)
 
 
+# The needed rows sorted by (group, start) and, when asked for, their intervals in that order.
+Kept = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
 def mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarray,
                      needed: np.ndarray, group: np.ndarray | None, closed: bool,
-                     by_group: bool = False) -> np.ndarray | None:
+                     by_group: bool = False, pad_s: float | None = None) -> Kept | None:
     """Marks in ``needed`` the candidates (ascending positions ``cand``) that overlap an
     observed request of their group. One group at a time: only its intervals are computed.
     ``by_group``: returns the needed rows' positions sorted by (group, start), stably (each
-    group's candidates are sorted by start for the test anyway); only positions, so the
-    caller computes their intervals once the sample's masks are freed (memory)."""
-    # needed rows are candidates: the sorted ones are written into an array of that size
+    group's candidates are sorted by start for the test anyway), and with ``pad_s`` their
+    intervals in that order: ``intervals`` then gives the intervals the caller keeps, and the
+    test's ends are theirs plus ``pad_s`` (e.g. a tolerance), so they are computed once."""
+    # needed rows are candidates: the sorted ones are written into arrays of that size
     # (no list of per-group pieces and no concatenated copy of them), allocated once the
     # split's sort order is freed; ``cand`` itself is not read past the split
     size, dtype = (len(cand) if by_group else 0), cand.dtype
     parts = group_parts(cand, group)
     del cand
     kept = np.empty(size, dtype=dtype)
+    spans = (np.empty(size), np.empty(size)) if pad_s is not None and by_group else None
     at_kept = 0
     for part in parts:  # per group, not per request
         # numpy gathers with intp positions at about twice the speed of int32 ones: the
@@ -57,6 +63,8 @@ def mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarra
         if not seen.any():
             continue
         s_g, e_g = intervals(rows)
+        if spans is not None:  # the kept ends as given, the test's padded
+            kept_e, e_g = e_g, e_g + pad_s
         if by_group:  # every candidate by start; the observed ones in that order
             by_start = np.argsort(s_g, kind="stable")
             obs = by_start[seen[by_start]]
@@ -88,8 +96,12 @@ def mark_overlapping(intervals: Intervals, cand: np.ndarray, observed: np.ndarra
             seen[other] = True  # now: the group's needed candidates
             at = by_start[seen[by_start]]
             np.take(part, at, out=kept[at_kept:at_kept + len(at)])
+            if spans is not None:
+                np.take(s_g, at, out=spans[0][at_kept:at_kept + len(at)])
+                np.take(kept_e, at, out=spans[1][at_kept:at_kept + len(at)])
             at_kept += len(at)
     if not by_group:
         return None
-    # a view when it fills most of the array, else a copy (the rest freed)
-    return kept[:at_kept] if 2 * at_kept >= size else kept[:at_kept].copy()
+    # views when they fill most of the arrays, else copies (the rest freed)
+    cut = (lambda a: a[:at_kept]) if 2 * at_kept >= size else (lambda a: a[:at_kept].copy())
+    return cut(kept), *((cut(spans[0]), cut(spans[1])) if spans is not None else (None, None))

@@ -74,6 +74,8 @@ class TimeSample:
     # ``sample_intervals(by_group=True)``: the needed rows' positions sorted by (group,
     # start), stably, as the overlap test sorted them anyway
     by_group: np.ndarray | None = None
+    # with ``pad_s``: those rows' intervals, in that order (start, end without the pad)
+    by_group_spans: tuple[np.ndarray, np.ndarray] | None = None
 
     def describe(self, what: str) -> str:
         """A note naming the sample: its size, what it was drawn from, how."""
@@ -116,7 +118,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
                      group: np.ndarray | None, *, max_requests: int | None = None,
                      block_s: float = SAMPLE_BLOCK_S, closed: bool = False,
                      start_range: tuple[float, float] | None = None,
-                     by_group: bool = False, runs: RunRanges | None = None
+                     by_group: bool = False, runs: RunRanges | None = None,
+                     raw: Intervals | None = None, pad_s: float = 0.0
                      ) -> TimeSample | None:
     """``time_sample`` of the ``n_rows`` intervals ``intervals`` computes, of the rows
     ``valid`` marks (None: all; the others may be anything and are neither observed nor
@@ -133,7 +136,10 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     valid intervals' ranges per run of rows from the caller's own pass (``sample_runs``; it
     gives the start range too): the sampling pass then reads only the runs that hold a
     sampled block or end in or after the next one, the others being neither observed nor
-    candidates but by starting before an earlier block's reach (``_candidates``).
+    candidates but by starting before an earlier block's reach (``_candidates``). ``raw``
+    (with ``by_group``): the intervals whose ends plus ``pad_s`` are ``intervals``' (to the
+    bit: ``e + pad_s``), which the overlap test computes instead and keeps for the needed
+    rows (``TimeSample.by_group_spans``): no second gather of them.
     """
     max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
     n = n_rows if valid is None else int(np.count_nonzero(valid))
@@ -190,11 +196,17 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     reach = np.maximum.accumulate(reach)  # an earlier block's long request reaches further
     needed = observed.copy()
     # (the candidates' positions are held by the overlap test alone: freed once split)
-    kept = mark_overlapping(intervals,
-                            _candidates(intervals, valid, maybe, reach, prev, sampled, t0,
-                                        block_s, spans),
-                            observed, needed, group, closed, by_group and group is not None)
-    return TimeSample(observed=observed, needed=needed, every=every, total=n, by_group=kept)
+    # memory: the candidates' positions are handed to the overlap test alone (freed once
+    # split), and the candidate mask is freed before it runs
+    handed = [_candidates(intervals, valid, maybe, reach, prev, sampled, t0, block_s, spans)]
+    del maybe, spans
+    kept = mark_overlapping(intervals if raw is None else raw, handed.pop(), observed, needed,
+                            group, closed, by_group and group is not None,
+                            None if raw is None else pad_s)
+    return TimeSample(observed=observed, needed=needed, every=every, total=n,
+                      by_group=kept[0] if kept is not None else None,
+                      by_group_spans=(kept[1], kept[2]) if kept is not None and
+                      kept[1] is not None and kept[2] is not None else None)
 
 
 def _chunks(intervals: Intervals, n_rows: int, valid: np.ndarray | None

@@ -88,3 +88,35 @@ def test_dense_sample_marks_what_a_brute_force_overlap_test_marks(closed: bool) 
         want[j] |= bool(hit.any())
     np.testing.assert_array_equal(got.needed, want)
     assert got.needed.sum() > got.observed.sum()  # some requests are needed for an overlap
+
+
+def test_padded_overlap_test_keeps_the_raw_intervals_of_the_needed_rows() -> None:
+    """With ``raw`` and ``pad_s`` the overlap test reads the raw intervals once and tests
+    their ends plus the pad: the same masks and order as testing the padded intervals, and
+    ``by_group_spans`` are the raw intervals of the needed rows in that order."""
+    rng = np.random.default_rng(13)
+    n = 15_000
+    start = np.round(1.7e9 + rng.uniform(0, 3600, n), 3)
+    end = start + np.round(rng.exponential(2.0, n), 3)
+    group = rng.integers(0, 6, n).astype(np.int8)
+    pad = 1e-3
+
+    def raw(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return start[rows].copy(), end[rows].copy()
+
+    def padded(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s, e = raw(rows)
+        e += pad
+        return s, e
+
+    plain = sampling.sample_intervals(padded, n, None, group, max_requests=n // 3 + 1,
+                                      closed=True, by_group=True)
+    got = sampling.sample_intervals(padded, n, None, group, max_requests=n // 3 + 1,
+                                    closed=True, by_group=True, raw=raw, pad_s=pad)
+    assert plain is not None and got is not None
+    assert plain.by_group is not None and got.by_group is not None
+    assert plain.by_group_spans is None and got.by_group_spans is not None
+    assert np.array_equal(got.needed, plain.needed)
+    assert np.array_equal(got.by_group, plain.by_group)
+    np.testing.assert_array_equal(got.by_group_spans[0], start[got.by_group])
+    np.testing.assert_array_equal(got.by_group_spans[1], end[got.by_group])

@@ -118,15 +118,16 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     del valid
     taken = sample_intervals(reaching, n, some, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
-                             runs=runs.done(), by_group=True) if sample else None
+                             runs=runs.done(), by_group=True, raw=spans,
+                             pad_s=BUSY_GAP_TOLERANCE_S) if sample else None
     observed = None
-    if taken is not None and taken.by_group is not None:
-        # the sample's overlap test sorted its rows by (instance, start) already; their
-        # intervals are computed once its masks are freed (memory)
+    if taken is not None and taken.by_group is not None and taken.by_group_spans is not None:
+        # the sample's overlap test sorted its rows by (instance, start) already and kept
+        # their intervals (it computed them: ``reaching``'s ends are these plus the tolerance)
         rows = taken.by_group
+        s, e = taken.by_group_spans
         observed, taken = taken.observed[rows], taken.released()  # kept without the masks
         del some
-        s, e = spans(rows)
     else:
         rows = positions(some) if some is not None else \
             np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # (positions of all)
