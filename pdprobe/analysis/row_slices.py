@@ -18,6 +18,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.analysis.grouped import Groups
+
 # numpy's stable sort of 8- and 16-bit integers is a radix sort (linear in rows); codes with
 # more groups than an int16 holds are sorted as two 15-bit digits, least significant first.
 _RADIX_MAX: Final = 1 << 15
@@ -73,6 +75,41 @@ def take(values: Column, rows: Rows) -> np.ndarray:
     return np.asarray(values)[rows].astype(np.float64, copy=False)  # only these rows converted
 
 
+def blocked_medians(groups: Groups, values: Column) -> np.ndarray:
+    """``groups.medians(values)`` a block of about ``CHUNK_ROWS`` grouped rows at a time
+    (``group_blocks``): a group's median reads only its own values, so the figures are the
+    same, but the values of every group gathered at once were a full-length temporary (80 MB
+    at 10M rows unsampled, beside the capacity model's in the other thread)."""
+    from dataclasses import replace
+
+    out = np.empty(groups.n_groups)
+    bounds = groups.bounds
+    for first, end in group_blocks(bounds):
+        lo, hi = int(bounds[first]), int(bounds[end])
+        block = replace(groups, order=groups.order[lo:hi], bounds=bounds[first:end + 1] - lo,
+                        labels=groups.labels[first:end], ids=groups.ids[first:end],
+                        totals=groups.totals[first:end])
+        out[first:end] = block.medians(values)
+    return out
+
+
+def group_blocks(bounds: np.ndarray, rows: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive groups ``(first, end)`` of grouped rows whose ``bounds`` (group ``g`` is
+    ``bounds[g]:bounds[g + 1]``) are given, each block at most ``rows`` rows (or one group
+    when a group alone is larger; ``CHUNK_ROWS`` by default): a per-group figure computed a
+    block at a time gathers a block's values, not every group's at once."""
+    rows = CHUNK_ROWS if rows is None else rows
+    n_groups = len(bounds) - 1
+    out: list[tuple[int, int]] = []
+    first = 0
+    while first < n_groups:
+        end = int(np.searchsorted(bounds, bounds[first] + rows, side="right")) - 1
+        end = min(max(end, first + 1), n_groups)
+        out.append((first, end))
+        first = end
+    return out
+
+
 def integer_array(values: Column) -> bool:
     """Whether ``values`` is an integer (or boolean) array: no row of it is NaN."""
     return isinstance(values, np.ndarray) and values.dtype.kind in "iub"
@@ -126,8 +163,50 @@ def index_dtype(n_rows: int) -> type[np.signedinteger[Any]]:
 
 
 def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
-    """Positions of ``codes`` (0 <= code < n_groups) sorted by code, equal codes in row order."""
+    """Positions of ``codes`` (0 <= code < n_groups) sorted by code, equal codes in row order,
+    as ``index_dtype`` integers (int32 below 2**31 rows).
+
+    Above ``CHUNK_ROWS`` rows each slice is sorted on its own and its rows of each group copied
+    to where they belong (after every smaller group's rows and this group's rows of earlier
+    slices): the same positions as one stable sort, but numpy's argsort answers in int64, so a
+    whole-column sort held 80 MB at 10M rows (plus the int32 copy callers keep) where this holds
+    the 40 MB answer and one slice's temporaries."""
     c = np.asarray(codes)
+    n = c.size
+    parts = chunks(n)
+    if len(parts) < 2 or n_groups * len(parts) > CHUNK_ROWS:  # one slice, or a huge count table
+        return _sorted_positions(c, n_groups).astype(index_dtype(n), copy=False)
+    counts = np.zeros((len(parts), n_groups), dtype=np.int64)
+    for k, part in enumerate(parts):
+        counts[k] = np.bincount(c[part], minlength=n_groups)
+    # where slice k's rows of group g start in the answer
+    first = np.cumsum(counts, axis=0) - counts
+    totals = counts.sum(axis=0)
+    first += (np.cumsum(totals) - totals)[None, :]
+    out = np.empty(n, dtype=index_dtype(n))
+    by_group = n_groups * len(parts) <= _SLICE_COPIES_MAX
+    for k, part in enumerate(parts):
+        local = _sorted_positions(c[part], n_groups)
+        local += part.start
+        if by_group:  # a few groups: one block copy per group (no per-row destinations)
+            at = 0
+            for dst, m in zip(first[k].tolist(), counts[k].tolist(), strict=True):
+                out[dst:dst + m] = local[at:at + m]
+                at += m
+        else:
+            dest = np.repeat(first[k] - (np.cumsum(counts[k]) - counts[k]), counts[k])
+            dest += np.arange(local.size)
+            out[dest] = local
+    return out
+
+
+# Above this many (slice, group) pairs ``stable_order`` scatters each slice's rows to their
+# places in one call instead of copying group by group (a Python step per pair).
+_SLICE_COPIES_MAX: Final = 1 << 14
+
+
+def _sorted_positions(c: np.ndarray, n_groups: int) -> np.ndarray:
+    """``stable_order`` of one array in one sort (int64 positions, numpy's answer)."""
     if n_groups <= _RADIX_MAX:
         return np.argsort(c.astype(np.int16, copy=False), kind="stable")
     if n_groups <= _RADIX_MAX * _RADIX_MAX:
@@ -144,13 +223,18 @@ def sample_rows(codes: np.ndarray | int, rate: np.ndarray, seed: int) -> np.ndar
     rng = np.random.default_rng(seed)
     keep_rate = np.append(rate.astype(np.float32), np.float32(0.0))  # code -1: the last slot
     n = codes if isinstance(codes, int) else codes.size
-    picked = []
+    # written in place of a list of pieces and their concatenation (both held at once: 80 MB
+    # at 10M rows kept); the pages past the rows kept are never written, so never committed
+    picked = np.empty(n, dtype=index_dtype(n))
+    kept = 0
     for part in chunks(n):
         uniform = rng.random(part.stop - part.start, dtype=np.float32)
         threshold = keep_rate[0] if isinstance(codes, int) else keep_rate[codes[part]]
         hit = np.flatnonzero(uniform < threshold)
-        picked.append(hit.astype(index_dtype(n)) + part.start)
-    return np.concatenate(picked) if picked else np.zeros(0, dtype=np.int32)
+        into = picked[kept:kept + hit.size]
+        np.add(hit, part.start, out=into, casting="unsafe")  # positions below n fit
+        kept += hit.size
+    return picked[:kept]
 
 
 def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:

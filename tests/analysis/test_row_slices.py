@@ -167,3 +167,56 @@ def test_take_calls_a_getter_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) 
     got = rs.take(getter, rows)
     np.testing.assert_array_equal(got, base[rows] / 3.0)
     assert max(sizes) <= 7 and sum(sizes) == 50
+
+
+@pytest.mark.parametrize("n_groups", [1, 3, 200, 40_000])
+def test_stable_order_by_slices_is_one_stable_sort_in_int32(monkeypatch: pytest.MonkeyPatch,
+                                                            n_groups: int) -> None:
+    # slices of 1,000 rows: 3 groups copy block by block, 200 scatter, 40,000 (a count table
+    # beyond CHUNK_ROWS) sort at once; every one the positions of numpy's stable argsort
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, n_groups, 10_500).astype(np.int32)
+    codes[:2_000] = 0  # a run of one code across a slice edge
+    got = row_slices.stable_order(codes, n_groups)
+    assert got.dtype == np.int32  # not numpy's int64: half the memory of the answer
+    assert np.array_equal(got, np.argsort(codes, kind="stable"))
+
+
+def test_sample_rows_holds_only_the_rows_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same rows as the pieces concatenated, written into one array (no second copy)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    codes = np.repeat(np.arange(3, dtype=np.int8), 2_500)
+    rate = np.array([1.0, 0.5, 0.0], dtype=np.float32)
+    rows = sample_rows(codes, rate, seed=5)
+    rng = np.random.default_rng(5)
+    want = np.concatenate([np.flatnonzero(rng.random(p.stop - p.start, dtype=np.float32)
+                                          < np.append(rate, 0)[codes[p]]) + p.start
+                           for p in chunks(codes.size)])
+    assert rows.dtype == np.int32 and np.array_equal(rows, want)
+
+
+def test_blocked_medians_are_the_medians_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    import tracemalloc
+
+    from pdprobe.analysis.grouped import Groups
+
+    rng = np.random.default_rng(4)
+    n = 400_000
+    codes = rng.integers(0, 300, n).astype(np.int16)
+    values = rng.normal(size=n)
+    values[rng.random(n) < 0.1] = np.nan
+    groups = Groups.of(codes, range(300))
+    whole = groups.medians(values)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1 << 14)
+    assert [b for b in row_slices.group_blocks(np.array([0, 5, 5, 9, 30]), rows=6)] == \
+        [(0, 2), (2, 3), (3, 4)]
+    tracemalloc.start()
+    try:
+        blocked = row_slices.blocked_medians(groups, values)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(blocked, whole, equal_nan=True)
+    assert peak < n * 8 / 4  # the gathered values of one block, not of every row (3.2 MB)

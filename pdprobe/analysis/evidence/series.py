@@ -19,7 +19,7 @@ from pdprobe.analysis.evidence.columns import (
     request_column,
     transfer_seconds,
 )
-from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.row_slices import blocked_medians, has_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -224,7 +224,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         if request_column(ds, col) is None:
             continue
         if col != "ttft_s":  # a median alone: each bin partitioned at its middle, not sorted
-            out[name] = per_bin(groups.medians(column(col)))
+            out[name] = per_bin(blocked_medians(groups, column(col)))
             continue
         # partitioned at the median's and the p90's ranks only (the figures a sort gives)
         ranked = groups.selected(column(col), (0.9,))
@@ -234,7 +234,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     xfer = transfer_seconds(ds)
     x = None if xfer is None else xfer.to_numpy(dtype="float64")
     if x is not None:
-        out["xfer_s_p50"] = per_bin(groups.medians(x))
+        out["xfer_s_p50"] = per_bin(blocked_medians(groups, x))
     if ttft_p90 is not None:  # set here: the frame's column order is unchanged
         out["ttft_p90"] = ttft_p90
     if "kv_bytes" in cols and has_values(req, "kv_bytes"):
@@ -259,7 +259,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
                     return np.divide(out, k, out=out)
 
             # only at the rows the medians read (all of them up to the sampling threshold)
-            out["xfer_s_per_gb_p50"] = per_bin(groups.medians(per_gb))
+            out["xfer_s_per_gb_p50"] = per_bin(blocked_medians(groups, per_gb))
 
 
 def _histogram_mix(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
