@@ -216,20 +216,27 @@ def _sorted_positions(c: np.ndarray, n_groups: int) -> np.ndarray:
     return np.argsort(c, kind="stable")
 
 
-def sample_rows(codes: np.ndarray | int, rate: np.ndarray, seed: int) -> np.ndarray:
+def sample_rows(codes: np.ndarray | int | Callable[[slice], np.ndarray], rate: np.ndarray,
+                seed: int, n_rows: int | None = None) -> np.ndarray:
     """Rows kept by a Bernoulli draw at ``rate[code]`` (code -1: never), the fixed-seed draws
     taken slice by slice (the same stream as one draw of every row). ``codes`` an int ``n``:
-    ``n`` rows of code 0 (the draws compared with one rate; no array of codes)."""
+    ``n`` rows of code 0 (the draws compared with one rate; no array of codes); a function:
+    the codes of a slice of ``n_rows`` rows (no full-length array of them)."""
     rng = np.random.default_rng(seed)
     keep_rate = np.append(rate.astype(np.float32), np.float32(0.0))  # code -1: the last slot
-    n = codes if isinstance(codes, int) else codes.size
+    if callable(codes):
+        assert n_rows is not None
+        n = n_rows
+    else:
+        n = codes if isinstance(codes, int) else codes.size
     # written in place of a list of pieces and their concatenation (both held at once: 80 MB
     # at 10M rows kept); the pages past the rows kept are never written, so never committed
     picked = np.empty(n, dtype=index_dtype(n))
     kept = 0
     for part in chunks(n):
         uniform = rng.random(part.stop - part.start, dtype=np.float32)
-        threshold = keep_rate[0] if isinstance(codes, int) else keep_rate[codes[part]]
+        threshold = keep_rate[0] if isinstance(codes, int) else \
+            keep_rate[codes(part) if callable(codes) else codes[part]]
         hit = np.flatnonzero(uniform < threshold)
         into = picked[kept:kept + hit.size]
         np.add(hit, part.start, out=into, casting="unsafe")  # positions below n fit

@@ -36,8 +36,9 @@ from pdprobe.analysis.row_slices import blocked_medians, has_values
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.analysis.evidence.cells import CellGroups
     from pdprobe.analysis.evidence.model import Window
-    from pdprobe.analysis.grouped import Column, Groups, Rows
+    from pdprobe.analysis.grouped import Column, Rows
     from pdprobe.dataset import Dataset
 
 # Request-record columns summarised per instance (one is derived per request below), in the
@@ -72,12 +73,12 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     """
     import pandas as pd
 
+    from pdprobe.analysis.evidence.cells import cell_groups
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
         Derived,
         Groups,
         column_values,
-        compact_dtype,
         figures,
         group_sums,
         key_groups,
@@ -157,15 +158,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
         # Per-bin, per-instance series for persistence checks: one grouping of the cells.
         n = groups.n_groups
-        # each row's (bin, instance) cell, in the smallest type holding the cells
-        cell_code = bin_of_row.astype(compact_dtype(window.n_bins * n))
-        cell_code *= n
-        cell_code += groups.codes
-        if not groups.complete:
-            cell_code[groups.codes < 0] = -1
-        cells = Groups.of(cell_code, range(window.n_bins * n),
-                          sample_max=sample_max(len(req), CELL_SAMPLE_MAX))
-        del cell_code  # the grouping holds its own (or this very) array
+        cells = cell_groups(bin_of_row, groups, window.n_bins,
+                            sample_max(len(req), CELL_SAMPLE_MAX))
         bin_seen = np.zeros(window.n_bins, dtype=bool)
         bin_seen[cells.ids // n] = True
         sizes = _cell_frame(cells, cells.totals.astype(np.float64), n, window)
@@ -179,7 +173,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if data is None or not figures(req, col, c, derived.get(c),
                                            moments=c in _MEAN_INPUTS).count.sum():
                 continue
-            medians = blocked_medians(cells, data)
+            medians = blocked_medians(cells, data) if isinstance(cells, Groups) else \
+                cells.medians(data)
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
@@ -197,7 +192,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def _cell_frame(cells: Groups, per_cell: np.ndarray, n_keys: int, window: Window) -> np.ndarray:
+def _cell_frame(cells: CellGroups, per_cell: np.ndarray, n_keys: int, window: Window) -> np.ndarray:
     """A (bin x key) matrix of one figure per (bin, key) cell, NaN where a cell has no rows."""
     out = np.full((window.n_bins, n_keys), np.nan)
     out[cells.ids // n_keys, cells.ids % n_keys] = per_cell
