@@ -249,8 +249,10 @@ def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     categories; other columns as strings, labels sorted (as ``astype(str).astype("category")``)."""
     import pandas as pd
 
-    if isinstance(column.dtype, pd.CategoricalDtype):  # its own (int8/int16) codes: no copy
-        return column.cat.codes.to_numpy(), [str(c) for c in column.cat.categories]
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        # its own (int8/int16) codes, read-only: no copy (``.cat.codes`` builds a Series of a
+        # copy, 10 MB per 10M rows held by every cached grouping)
+        return np.asarray(column.array.codes), [str(c) for c in column.cat.categories]
     present = column.notna().to_numpy()
     sub_codes, uniques = pd.factorize(column[present].astype(str), sort=True)
     codes = np.full(len(column), -1, dtype=compact_dtype(len(uniques)))
