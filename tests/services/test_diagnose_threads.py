@@ -1,0 +1,51 @@
+"""The analysis threads of ``services.diagnose.analyse``: the transfer-path series goes to
+whichever thread is free first, with the same result either way."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import pdprobe.analysis.capacity as capacity
+import pdprobe.analysis.evidence.build as build
+import pdprobe.analysis.series as series_module
+from pdprobe.services.diagnose import DiagnoseRequest, diagnose
+
+
+def _series_thread(monkeypatch: pytest.MonkeyPatch, slow: str) -> tuple[Any, str]:
+    """The report of the bundled sample with ``slow`` (the capacity model or the evidence)
+    delayed, and the name of the thread that computed the series."""
+    seen: list[str] = []
+    real_series = series_module.transfer_path_series
+
+    def series(dataset: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return real_series(dataset)
+
+    monkeypatch.setattr(series_module, "transfer_path_series", series)
+    module, name = (capacity, "estimate_plan") if slow == "capacity" else \
+        (build, "compute_evidence")
+    real = getattr(module, name)
+
+    def delayed(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, delayed)
+    report = diagnose(DiagnoseRequest())
+    return report, seen[0]
+
+
+def test_series_runs_on_the_thread_free_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the capacity model slow, this thread takes the series back; with the evidence
+    slow, the pool computes it; the reports are the same."""
+    by_main, main_thread = _series_thread(monkeypatch, "capacity")
+    monkeypatch.undo()
+    by_pool, pool_thread = _series_thread(monkeypatch, "evidence")
+    assert main_thread == "MainThread"
+    assert pool_thread.startswith("analysis")
+    assert repr(by_main.series) == repr(by_pool.series)  # NaN gaps: compared as text
+    assert [f.code for f in by_main.findings] == [f.code for f in by_pool.findings]
