@@ -4,6 +4,7 @@ recalibrated waits: every figure of it describes the one model its count comes f
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -73,6 +74,18 @@ def _round_robin() -> tuple[CapacityPlan, pd.DataFrame]:
     return plan, req
 
 
+def _checked_round_robin() -> tuple[pd.DataFrame, Any, LengthWork, Any]:
+    """The busy prompts on per-instance queues, their mix and work, and the model checked
+    against their measured waits (recalibrated: ``waits`` set)."""
+    req = busy_prompts_requests()
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    work = LengthWork.of(m, MODEL, SLO)
+    queue = round_robin_waits(req["arrival_ts"].to_numpy(), work.bare, DEPLOYED)
+    checked = check_model(m, MODEL, SLO, work, DEPLOYED, (queue, work.bare))
+    assert checked.waits is not None
+    return req, m, work, checked
+
+
 def _sized_range(windows: tuple[object, ...], pool: str) -> tuple[int, int]:
     counts = [int(getattr(w, f"recommended_{pool}")) for w in windows
               if isinstance(getattr(w, f"recommended_{pool}"), int)]
@@ -135,12 +148,7 @@ def test_the_recalibrated_plan_sizes_windows_band_and_estimates_with_the_same_wa
 def test_the_band_at_the_observed_load_is_the_recommendation_by_either_model() -> None:
     """A load factor of 1 is the recommendation's own sizing, with the model's waits and
     with the recalibrated ones alike."""
-    req = busy_prompts_requests()
-    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
-    work = LengthWork.of(m, MODEL, SLO)
-    queue = round_robin_waits(req["arrival_ts"].to_numpy(), work.bare, DEPLOYED)
-    checked = check_model(m, MODEL, SLO, work, DEPLOYED, (queue, work.bare))
-    assert checked.waits is not None
+    _, m, work, checked = _checked_round_robin()
     for waits, count in ((None, recommend(m, MODEL, SLO, work).prefill),
                          (checked.waits, checked.calibrated_prefill)):
         row = band(m, MODEL, SLO, work=work, waits=waits, load_factors=(1.0,))[0]
@@ -165,12 +173,7 @@ def test_a_floor_sizes_nothing_and_estimates_at_the_count_kept() -> None:
 def test_the_windows_take_their_own_run_of_the_calibrated_waits() -> None:
     """Each window is sized with its own requests' measured rests: shuffling the measured
     rests between windows changes the windows' counts, not the whole window's parts."""
-    req = busy_prompts_requests()
-    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
-    work = LengthWork.of(m, MODEL, SLO)
-    queue = round_robin_waits(req["arrival_ts"].to_numpy(), work.bare, DEPLOYED)
-    checked = check_model(m, MODEL, SLO, work, DEPLOYED, (queue, work.bare))
-    assert checked.waits is not None
+    req, m, _, checked = _checked_round_robin()
     windows = ratio_windows(dataset(req), m, MODEL, SLO, WINDOW_S, checked.waits)
     plain = ratio_windows(dataset(req), m, MODEL, SLO, WINDOW_S)
     for w, p in zip(windows, plain, strict=True):  # never below the model's own count
