@@ -110,7 +110,7 @@ def canonical_category(column: pd.Series, always: Iterable[str] = ()) -> pd.Seri
     if isinstance(column.dtype, pd.CategoricalDtype) and pd.api.types.is_string_dtype(
             column.cat.categories.dtype):
         cats = column.cat.categories
-        codes = column.cat.codes.to_numpy()
+        codes = np.asarray(column.array.codes)  # read-only view: no copy
         keep = used_codes(codes, len(cats)) | cats.isin(list(fixed))
         missing = sorted(fixed - set(cats))
         if keep.all() and not missing and cats.is_monotonic_increasing and \
@@ -160,7 +160,7 @@ def renamed_values(column: pd.Series, mapping: Mapping[str, str]) -> pd.Series:
     new = [mapping.get(c, c) for c in cats]
     names = pd.Index(sorted(set(new)))
     remap = np.append(names.get_indexer(pd.Index(new)), -1)
-    codes = column.cat.codes.to_numpy()
+    codes = np.asarray(column.array.codes)  # read-only view: no copy
     return pd.Series(pd.Categorical.from_codes(remap[codes], categories=names),
                      index=column.index, name=column.name)
 

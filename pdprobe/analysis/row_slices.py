@@ -274,8 +274,8 @@ def distinct_codes(column: pd.Series) -> tuple[np.ndarray, list[Any]]:
     categorical's own codes and categories, else the factorized values."""
     import pandas as pd
 
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy(), list(column.cat.categories)
+    if isinstance(column.dtype, pd.CategoricalDtype):  # its own codes, read-only: no copy
+        return np.asarray(column.array.codes), list(column.cat.categories)
     codes, uniques = pd.factorize(column)
     return codes, list(uniques)
 

@@ -233,3 +233,24 @@ def test_key_codes_of_a_categorical_are_its_own_codes() -> None:
     assert codes.tolist() == [1, 0, -1, 1] and labels == ["a", "b"]
     # no copy: a cached grouping holds the column's own codes (10 MB per 10M rows otherwise)
     assert np.shares_memory(codes, column.array.codes)
+
+
+def test_distinct_codes_and_renamed_values_read_a_categorical_without_a_copy() -> None:
+    """``distinct_codes`` hands out the column's own codes (``.cat.codes`` copies all of them:
+    10 MB and ~2 ms per call at 10M rows), and the dataset's renaming reads them the same way:
+    the same codes, masks and names as before."""
+    import pandas as pd
+
+    from pdprobe.analysis.row_slices import category_mask, distinct_codes
+    from pdprobe.dataset import renamed_values
+
+    column = pd.Series(pd.Categorical.from_codes(np.array([1, 0, -1, 2, 1], dtype=np.int8),
+                                                 categories=["a", "b", "c"]))
+    codes, values = distinct_codes(column)
+    assert codes.tolist() == [1, 0, -1, 2, 1] and values == ["a", "b", "c"]
+    assert np.shares_memory(codes, column.array.codes)
+    assert category_mask(column, lambda v: v != "b").tolist() == [False, True, False, True,
+                                                                  False]
+    renamed = renamed_values(column, {"a": "x", "c": "x"})
+    assert renamed.tolist()[:2] == ["b", "x"] and pd.isna(renamed.iloc[2])
+    assert list(renamed.cat.categories) == ["b", "x"]
