@@ -32,7 +32,7 @@ _SEED: Final = np.uint64(0x9E3779B97F4A7C15)
 # Above this many ids the duplicate check's hashing (of ids held whole) and its sort run on two
 # cores (``sort_in_place``, ``_hash_into``): at 10M ids the sort alone is ~0.7 CPU-s, at the
 # end of the read when the other core is idle.
-PARALLEL_SORT_MIN: Final = 1_000_000
+TWO_CORES_MIN_IDS: Final = 1_000_000
 # The largest ASCII byte.
 _ASCII_MAX: Final = 0x7F
 # Bytes that may need trimming or are not ASCII: controls, the space, DEL and above.
@@ -163,7 +163,7 @@ def count_duplicates(ids: pa.ChunkedArray) -> int:
 
 def _hash_into(chunks: list[pa.Array], hashes: np.ndarray) -> bool:
     """Each null-free chunk's ``_hashes`` written at its rows' place in ``hashes``; False as soon
-    as a chunk holds ids the hash does not take. Above ``PARALLEL_SORT_MIN`` ids the chunks
+    as a chunk holds ids the hash does not take. Above ``TWO_CORES_MIN_IDS`` ids the chunks
     are split between two threads at about half the rows (the hashing is pyarrow and numpy
     work that releases the GIL): each chunk's place is fixed, so the array is the same."""
     ends = np.cumsum([len(c) for c in chunks], dtype=np.int64)
@@ -176,7 +176,7 @@ def _hash_into(chunks: list[pa.Array], hashes: np.ndarray) -> bool:
             hashes[int(ends[i]) - h.size:int(ends[i])] = h
         return True
 
-    if not chunks or hashes.size < PARALLEL_SORT_MIN:
+    if not chunks or hashes.size < TWO_CORES_MIN_IDS:
         return hash_chunks(0, len(chunks))
     from concurrent.futures import ThreadPoolExecutor
 
@@ -206,11 +206,11 @@ def row_hashes(chunk: pa.Array) -> np.ndarray | None:
 
 
 def sort_in_place(values: np.ndarray) -> None:
-    """``values.sort()``, on two cores above ``PARALLEL_SORT_MIN`` values: partitioned at the
+    """``values.sort()``, on two cores above ``TWO_CORES_MIN_IDS`` values: partitioned at the
     middle rank (every value left of it no larger, every value right of it no smaller, in
     place), then the two halves sorted at once in two threads (numpy's sort releases the
     GIL). Sorting both sides of a partition sorts the whole: the same array."""
-    if values.size < PARALLEL_SORT_MIN:
+    if values.size < TWO_CORES_MIN_IDS:
         values.sort()
         return
     from concurrent.futures import ThreadPoolExecutor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,20 @@ def test_needed_is_every_request_overlapping_a_sampled_one(closed: bool) -> None
     assert np.array_equal(sample.needed, expected)
 
 
+def _recording_spans(start: np.ndarray, end: np.ndarray,
+                     read: list[int]) -> Callable[[slice | np.ndarray], tuple[np.ndarray,
+                                                                          np.ndarray]]:
+    """The ``spans`` reader the sampling passes call, appending to ``read`` how many rows each
+    pass over a slice reads (positions given as an array are a second look at candidates)."""
+
+    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(rows, slice):
+            read.append(rows.stop - rows.start)
+        return start[rows], end[rows]
+
+    return spans
+
+
 @pytest.mark.parametrize("ordered", [False, True])
 def test_candidates_reread_only_rows_a_sampled_blocks_reach_gets_to(
         monkeypatch: pytest.MonkeyPatch, ordered: bool) -> None:
@@ -201,11 +216,7 @@ def test_candidates_reread_only_rows_a_sampled_blocks_reach_gets_to(
     end[rng.integers(0, n, 40)] += 150.0  # a few reach two or three blocks further
     group = rng.integers(0, 3, n).astype(np.int8)
     read: list[int] = []
-
-    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(rows, slice):
-            read.append(rows.stop - rows.start)
-        return start[rows], end[rows]
+    spans = _recording_spans(start, end, read)
 
     sample = sampling.sample_intervals(spans, n, None, group, max_requests=2_000,
                                        start_range=(float(start.min()), float(start.max())))
@@ -243,11 +254,7 @@ def test_runs_skipped_by_their_ranges_give_the_same_sample(
     start[~valid & (rng.random(n) < 0.5)] = np.nan
     group = rng.integers(0, 4, n).astype(np.int8)
     read: list[int] = []
-
-    def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(rows, slice):
-            read.append(rows.stop - rows.start)
-        return start[rows], end[rows]
+    spans = _recording_spans(start, end, read)
 
     built = sample_runs.RunRangesBuilder()
     for lo in range(0, n, chunk):

@@ -140,7 +140,7 @@ def test_hashed_ids_are_counted_exactly_among_the_chosen_rows(
 def test_sort_in_place_on_two_cores_is_the_sort(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """Partitioned at the middle and the halves sorted apart, the hashes come out as one sort
     puts them: duplicates on both sides of the middle, nulls (0) and the largest hash."""
-    monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 1)
+    monkeypatch.setattr(request_ids, "TWO_CORES_MIN_IDS", 1)
     rng = np.random.default_rng(n)
     values = rng.integers(0, 50, n).astype(np.uint64) * np.uint64(2 ** 58)  # many repeats
     if n > 2:
@@ -157,7 +157,7 @@ def test_hashed_ids_counted_with_the_two_core_sort(monkeypatch: pytest.MonkeyPat
     chunks = [pa.array(values[s:s + 4096]) for s in range(0, len(values), 4096)]
     hashes = np.concatenate([request_ids.row_hashes(c) for c in chunks])  # type: ignore[misc]
     one = request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks))
-    monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 2)
+    monkeypatch.setattr(request_ids, "TWO_CORES_MIN_IDS", 2)
     assert request_ids.count_hashed(hashes.copy(), None, lambda: iter(chunks)) == one
     assert one == (_exact(pa.chunked_array(chunks)), len(values))
 
@@ -178,7 +178,7 @@ def test_ids_held_whole_are_hashed_on_two_cores_alike(monkeypatch: pytest.Monkey
     one_thread = count_duplicates(ids)
     single = np.empty(4000, np.uint64)
     assert request_ids._hash_into(ids.chunks, single) is (odd_chunk is None)
-    monkeypatch.setattr(request_ids, "PARALLEL_SORT_MIN", 2)
+    monkeypatch.setattr(request_ids, "TWO_CORES_MIN_IDS", 2)
     both = np.empty(4000, np.uint64)
     assert request_ids._hash_into(ids.chunks, both) is (odd_chunk is None)
     if odd_chunk is None:
