@@ -100,7 +100,8 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         ok &= codes[chunk] >= 0
         e += BUSY_GAP_TOLERANCE_S  # (as ``reaching`` gives them: the sample's intervals)
         runs.add(lo, s, e, ok)
-    del ok, s, e  # memory: ``ok``, a view of the mask, would keep it alive once it is freed
+    if n:  # (the loop ran: an empty table binds none of them)
+        del ok, s, e  # memory: ``ok``, a view of the mask, would keep it alive once freed
     if not valid.any():
         empty = np.zeros(0)
         return BusyPeriods(np.zeros(0, dtype=np.int64), empty, empty,

@@ -197,7 +197,8 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         if not cols.integer("prompt_tokens"):  # (an integer column has no NaN to find)
             ok &= np.isfinite(cols("prompt_tokens", chunk))
         runs.add(lo, s, e, ok)
-    del ok, s, e  # memory: ``ok``, a view of the mask, would keep it alive once it is freed
+    if n:  # (the loop ran: an empty table binds none of them)
+        del ok, s, e  # memory: ``ok``, a view of the mask, would keep it alive once freed
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"

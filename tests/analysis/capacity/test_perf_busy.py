@@ -114,3 +114,9 @@ def test_int8_instance_codes_give_the_segments_int64_codes_give(
     assert got is not None and want is not None and len(got[2]) > 100
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_empty_request_table_has_no_busy_periods() -> None:
+    """No rows: no period and no traceback (the chunked first pass never runs)."""
+    busy = busy_periods(_fifo(np.zeros(0), np.zeros(0)), sample=False)
+    assert len(busy.period) == 0

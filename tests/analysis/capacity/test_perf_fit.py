@@ -289,3 +289,11 @@ def test_alone_and_batched_in_one_go_are_exact() -> None:
     alone, batched = m.alone_and_batched_s(u, c)
     assert np.array_equal(alone, m.alone_s(u, c))
     assert np.array_equal(batched, m.batched_s(u, c))
+
+
+def test_decode_observations_of_no_rows_say_so() -> None:
+    """An empty table with every column: a reason, not a traceback."""
+    ds = dataset({"arrival_ts": np.zeros(0), "prompt_tokens": np.zeros(0, np.int64),
+                  "output_tokens": np.zeros(0, np.int64), "ttft_s": np.zeros(0),
+                  "tpot_s": np.zeros(0), "decode_instance": np.array([], dtype=object)})
+    assert isinstance(decode_observations(ds), str)
