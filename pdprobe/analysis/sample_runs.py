@@ -115,7 +115,8 @@ def sampled_around(n_blocks: int, every: int) -> tuple[np.ndarray, np.ndarray]:
     block = np.arange(n_blocks)
     prev = block - (block - phase) % every
     has_prev = prev >= 0
-    nxt = (prev + every * has_prev + phase * ~has_prev).astype(np.float64)
+    # before the first sampled block, the next one is the first (``phase``)
+    nxt = np.where(has_prev, prev + every, phase).astype(np.float64)
     return prev, nxt
 
 

@@ -350,3 +350,11 @@ def test_floor_quotient_is_numpys_floor_division(width: float) -> None:
     if width in (0.1, 0.3, 1e-3):  # inputs where a plain floor of the division is wrong
         with np.errstate(invalid="ignore"):
             assert np.any(np.floor(x / width) != expected)
+
+
+def test_blocks_before_the_first_sampled_one_look_ahead_to_it() -> None:
+    """Before any sampled block, the next sampled block is the first one (``every // 2``),
+    not a negative block every row would reach (each would become a candidate)."""
+    prev, nxt = sample_runs.sampled_around(12, 5)
+    assert prev.tolist()[:2] == [-3, -3] and nxt.tolist()[:2] == [2.0, 2.0]
+    assert nxt.tolist()[2:7] == [7.0] * 5 and nxt.tolist()[7:] == [12.0] * 5
