@@ -88,7 +88,14 @@ def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
         if w is None and m.prompt_tokens is mix.prompt_tokens \
                 and m.output_tokens is mix.output_tokens:  # a hit-rate case: same lengths
             w = LengthWork.of(m, model, slo, occupancy=same_lengths.occupancy)
-        r = size(m, model, slo, w, waits)  # counts only: the band shows no TTFT estimates
+        try:
+            r = size(m, model, slo, w, waits)  # counts only: the band shows no TTFT estimates
+        except ValueError:
+            if waits is None:
+                raise
+            # no count meets the objective with the calibrated waits in this what-if: the
+            # row is left out (as a window that cannot be sized is), not the whole re-plan
+            continue
         out.append(RatioBandEntry(label=label, prefill=r.prefill, decode=r.decode,
                                   theoretical_ratio=r.theoretical_ratio, binding=r.binding))
     return tuple(out)

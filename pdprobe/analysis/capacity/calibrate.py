@@ -1,7 +1,7 @@
 """The capacity model recalibrated against the window it diagnoses (issue 16).
 
 At the deployed counts the model predicts TTFT attainment and p90 from its own waits and bare
-TTFTs (``recommend._at_deployed``). When request records carry the measured stages, the same
+TTFTs (``recalibrate.check_model``). When request records carry the measured stages, the same
 prediction is repeated with what the window measured:
 
 - **wait scale** (burst scale): the measured p90 wait before prefill (``queue_s``) over the
@@ -173,7 +173,9 @@ class CalibratedWaits:
         (``bare − bare_s``: zero at the observed lengths, so exactly the measured rest), the
         model's bare TTFT where nothing was measured."""
         if len(bare) != len(self.rest_s):
-            raise ValueError("calibrated waits and the mix sized do not line up")
+            # a programming error, not "no count meets the objective" (the ValueError that
+            # sizing's callers catch): it must not pass for a window that cannot be sized
+            raise RuntimeError("calibrated waits and the mix sized do not line up")
         known = np.isfinite(self.rest_s)
         return np.where(known, self.rest_s + (bare - self.bare_s), bare)
 

@@ -209,3 +209,27 @@ def test_each_window_mix_is_its_run_of_the_plans_mix(sample: int | None) -> None
     for w in runs:
         assert w.hi - w.lo == w.mix.size
         assert np.array_equal(w.mix.prompt_tokens, m.prompt_tokens[w.lo:w.hi])
+
+
+def test_a_what_if_no_calibrated_count_meets_leaves_its_row_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A band row that no count can size with the calibrated waits is left out, the other
+    rows kept (the re-plan stands, as windows that cannot be sized do); with the model's own
+    waits the failure is raised as before."""
+    import pdprobe.analysis.capacity.alternatives as alternatives
+
+    _, m, work, checked = _checked_round_robin()
+    whole = band(m, MODEL, SLO, work=work, waits=checked.waits)
+    calls = itertools.count()
+
+    def second_fails(*args: Any, **kwargs: Any) -> Any:
+        if next(calls) == 1:
+            raise ValueError("no count meets the objective")
+        return size(*args, **kwargs)
+
+    monkeypatch.setattr(alternatives, "size", second_fails)
+    kept = band(m, MODEL, SLO, work=work, waits=checked.waits)
+    assert [r.label for r in kept] == [r.label for i, r in enumerate(whole) if i != 1]
+    calls = itertools.count()
+    with pytest.raises(ValueError, match="no count"):
+        band(m, MODEL, SLO, work=work, waits=None)
