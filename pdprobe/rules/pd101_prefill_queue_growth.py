@@ -167,7 +167,10 @@ class PrefillQueueGrowth(BaseRule):
         if short_by is None:
             short_by = self._growth_short_by(f, m, evidence)
         quoted_short_by = capacity_short_by(quoted)
-        if quoted_short_by is not None:  # the section's count, where it adds prefill
+        # the section's count, where the model itself found prefill short: without that, the
+        # section's extra prefill is the SLO-miss guard's answer to this very finding, and the
+        # growth's own estimate (quoted in the evidence) stands
+        if m.cap_short_by is not None and quoted_short_by is not None:
             short_by = quoted_short_by
         if f.queue_s_p90 is not None:
             evidence.append(ev("p90 wait before prefill", f.queue_s_p90, "s", window=whole(f),

@@ -77,8 +77,7 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     # mostly pyarrow and numpy work that releases the GIL, and one core is often idle then
     # (at 10M rows the id check's sort runs alone), so the imports' ~0.5 CPU-s overlap it
     # instead of following it. Joined before returning: no thread outlives the read.
-    importing = threading.Thread(target=load_analysis_modules, name="pdprobe-imports",
-                                 daemon=True)
+    importing = threading.Thread(target=load_analysis_modules, name="pdprobe-imports")
     importing.start()
     try:
         dataset = read_paths(paths, request.read, request.roles, request.aliases,

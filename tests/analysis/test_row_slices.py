@@ -169,12 +169,14 @@ def test_take_calls_a_getter_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) 
     assert max(sizes) <= 7 and sum(sizes) == 50
 
 
-@pytest.mark.parametrize("n_groups", [1, 3, 200, 40_000])
+@pytest.mark.parametrize("n_groups", [1, 3, 20, 200, 40_000])
 def test_stable_order_by_slices_is_one_stable_sort_in_int32(monkeypatch: pytest.MonkeyPatch,
                                                             n_groups: int) -> None:
-    # slices of 1,000 rows: 3 groups copy block by block, 200 scatter, 40,000 (a count table
-    # beyond CHUNK_ROWS) sort at once; every one the positions of numpy's stable argsort
+    # slices of 1,000 rows (11 slices) and at most 64 (slice, group) copies: 3 groups copy
+    # block by block, 20 scatter, 200 and 40,000 (a count table beyond CHUNK_ROWS) sort at
+    # once; every one the positions of numpy's stable argsort
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    monkeypatch.setattr(row_slices, "_SLICE_COPIES_MAX", 64)
     rng = np.random.default_rng(3)
     codes = rng.integers(0, n_groups, 10_500).astype(np.int32)
     codes[:2_000] = 0  # a run of one code across a slice edge

@@ -123,19 +123,6 @@ class BinCells:
         """The group of each row in ``rows`` (-1 without a cell)."""
         return self._group[self._cells(rows)]  # cell -1 reads the trailing -1
 
-    def _blocks(self) -> list[tuple[int, int]]:
-        """Consecutive bins ``(first, end)`` whose sampled rows (every row when not sampled)
-        are about ``CHUNK_ROWS``."""
-        out = []
-        first, n_bins = 0, self._bin_picked.size - 1
-        while first < n_bins:
-            reach = self._bin_picked[first] + row_slices.CHUNK_ROWS
-            end = int(np.searchsorted(self._bin_picked, reach, side="right")) - 1
-            end = min(max(end, first + 1), n_bins)
-            out.append((first, end))
-            first = end
-        return out
-
     def medians(self, values: Column) -> np.ndarray:
         """``Groups.medians``: each cell's median of its sampled non-NaN ``values`` (NaN
         without values), a block of bins at a time (a cell's median reads only its own
@@ -143,7 +130,7 @@ class BinCells:
         from pdprobe.analysis.grouped import Groups
 
         out = np.full(self.n_groups, np.nan)
-        for first, end in self._blocks():
+        for first, end in row_slices.group_blocks(self._bin_picked):
             lo, hi = int(self._bin_picked[first]), int(self._bin_picked[end])
             g0, g1 = int(self._first_group[first]), int(self._first_group[end])
             if hi == lo or g1 == g0:
