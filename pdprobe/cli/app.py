@@ -200,6 +200,24 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(run(argv))
 
 
+# numpy asks the kernel for transparent huge pages (madvise) on every array of 4 MB or more.
+# pdprobe's large arrays are short-lived full-length temporaries, written once or twice and
+# freed, so the 2 MB pages' fault cost (zeroing, and compaction under the usual
+# defrag=madvise) is paid per array while the TLB reach they buy is barely used: on the
+# 2-core VM of docs/performance.md a 10M-row diagnose spent 2.7-3.7 s of system time with
+# them and 1.4-1.9 s without (wall 9.3-10.2 s against 8.1-8.6 s). The CLI owns its process,
+# so it sets numpy's documented switch before numpy is imported; a value the user exported
+# (NUMPY_MADVISE_HUGEPAGE=1) wins. Library callers keep numpy's own default.
+PROCESS_DEFAULTS: Final = (("NUMPY_MADVISE_HUGEPAGE", "0"),)
+
+
+def set_process_defaults() -> None:
+    """Apply ``PROCESS_DEFAULTS`` to the environment where the user has not set them; only
+    effective before numpy is first imported, which no module of the CLI's start does."""
+    for name, value in PROCESS_DEFAULTS:
+        os.environ.setdefault(name, value)
+
+
 def entry() -> None:
     """Console-script entry: run, flush, and leave without interpreter teardown.
 
@@ -207,6 +225,7 @@ def entry() -> None:
     the process ("terminate called without an active exception") and would turn exit code 3
     into a signal. Everything pdprobe writes is flushed or renamed into place before this.
     """
+    set_process_defaults()
     code = run()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BrokenPipeError, ValueError, OSError, AttributeError):

@@ -180,3 +180,43 @@ def test_per_command_format_variables(tmp_path: Path) -> None:
                                       "PDPROBE_RATIO_FORMAT": "json"}).stdout)
     res = run(*args, env={"PDPROBE_RATIO_FORMAT": "html"})  # its own variable is checked
     assert_one_line_error(res)
+
+
+def _in_fresh_process(code: str, **env: str) -> str:
+    environ = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**environ, **env}, check=True, timeout=60)
+    return proc.stdout.strip()
+
+
+def test_cli_start_imports_no_numpy() -> None:
+    """The process defaults act only if numpy is imported after them: the CLI's own start
+    (everything ``entry`` imports before it runs a command) must not import it."""
+    out = _in_fresh_process("import sys, pdprobe.cli.app\nprint('numpy' in sys.modules)")
+    assert out == "False"
+
+
+@pytest.mark.parametrize(("exported", "expected"), [(None, "False"), ("1", "True")])
+def test_process_defaults_turn_numpy_hugepages_off_unless_exported(
+        exported: str | None, expected: str) -> None:
+    """``entry`` turns numpy's transparent-huge-page madvise off (short-lived temporaries pay
+    the 2 MB faults without the TLB gain; docs/performance.md); a user's export wins."""
+    code = ("from pdprobe.cli.app import set_process_defaults\nset_process_defaults()\n"
+            "import numpy\nprint(numpy._core.multiarray._get_madvise_hugepage())")
+    env = {} if exported is None else {"NUMPY_MADVISE_HUGEPAGE": exported}
+    assert _in_fresh_process(code, **env) == expected
+
+
+def test_entry_applies_the_process_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdprobe.cli import app as app_module
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "")  # recorded, so undone after the test
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE")
+    monkeypatch.setattr(app_module, "run", lambda: 0)
+    monkeypatch.setattr(app_module.os, "_exit", leave)
+    with pytest.raises(SystemExit):
+        app_module.entry()
+    assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0"
