@@ -14,6 +14,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.capacity_quote import beyond_needed, pool_short_by
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -35,7 +36,6 @@ from pdprobe.rules.prefill_queue_measure import (
     SUSTAINED_QUEUE_MIN,
     PrefillMeasure,
     capacity_known,
-    capacity_short_by,
     deployed_prefill_count,
     median_or_zero,
     prompt_mix_stable,
@@ -149,7 +149,7 @@ class PrefillQueueGrowth(BaseRule):
             # Near saturation a stable queue is the symptom: Kingman's wait grows as rho/(1-rho).
             util=util if isinstance(util, float) else None,
             att=f.slo.ttft_attainment, cap_known=capacity_known(cap),
-            cap_short_by=capacity_short_by(cap),
+            cap_short_by=pool_short_by(cap, "prefill"),
             decode=list(decode.index),
             decode_kv=float(kv.median()) if kv.notna().any() else None,
             backpressure=max(median_or_zero(decode, "g_prealloc_mean"),
@@ -166,7 +166,7 @@ class PrefillQueueGrowth(BaseRule):
         short_by = m.cap_short_by
         if short_by is None:
             short_by = self._growth_short_by(f, m, evidence)
-        quoted_short_by = capacity_short_by(quoted)
+        quoted_short_by = pool_short_by(quoted, "prefill")
         # the section's count, where the model itself found prefill short: without that, the
         # section's extra prefill is the SLO-miss guard's answer to this very finding, and the
         # growth's own estimate (quoted in the evidence) stands
@@ -318,9 +318,11 @@ class PrefillQueueGrowth(BaseRule):
         steps = []
         if cap is not None and isinstance(cap.recommended_prefill, int) and \
                 isinstance(cap.recommended_decode, int):
+            why = beyond_needed(cap, "prefill")
             steps.append(f"Scale prefill to {cap.recommended_prefill} instances "
                          f"({cap.recommended_prefill}P:{cap.recommended_decode}D recommended "
-                         f"by the capacity model; see 'pdprobe ratio').")
+                         f"by the capacity model{': ' + why if why else ''}; see "
+                         f"'pdprobe ratio').")
         elif short_by:
             steps.append(f"Add at least {short_by} prefill instance(s); run 'pdprobe ratio' "
                          f"for a recommendation with headroom.")

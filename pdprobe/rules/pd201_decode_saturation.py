@@ -10,6 +10,7 @@ from pdprobe.analysis.base import CapacityResult
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.registry import KV_NEAR_FULL
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
+from pdprobe.rules.capacity_quote import beyond_needed, pool_short_by
 from pdprobe.rules.common import (
     BaseRule,
     column,
@@ -150,7 +151,7 @@ class DecodeSaturation(BaseRule):
         section (RuleContext.quoted)."""
         evidence = self._memory_evidence(f, m) + self._speed_evidence(f, m)
         cap = quoted
-        short_by = _short_by_of(quoted)
+        short_by = pool_short_by(quoted, "decode")
         if short_by is None:
             short_by = m.short_by
         if m.short_by is not None and cap is not None:
@@ -245,9 +246,10 @@ class DecodeSaturation(BaseRule):
         steps = []
         if cap is not None and isinstance(cap.recommended_prefill, int) and \
                 isinstance(cap.recommended_decode, int):
+            why = beyond_needed(cap, "decode")
             steps.append(f"Scale decode to {fmt_count(cap.recommended_decode, 'instances')} "
                          f"({cap.recommended_prefill}P:{cap.recommended_decode}D recommended "
-                         f"by the capacity model).")
+                         f"by the capacity model{': ' + why if why else ''}).")
         elif short_by:
             steps.append(f"Add at least {short_by} decode instance(s).")
         else:
@@ -317,19 +319,7 @@ def _cap_known(f: ClusterEvidence) -> bool:
 
 def _short_by(f: ClusterEvidence) -> int | None:
     """Decode instances the model as built adds (None when it adds none)."""
-    return _short_by_of(f.capacity)
-
-
-def _short_by_of(cap: CapacityResult | None) -> int | None:
-    """Decode instances ``cap`` adds to meet the objectives (None when it adds none): the
-    needed count where the service set it (the recommended one adds the headroom, which is
-    no shortage), else the recommended one."""
-    if cap is None or not (isinstance(cap.recommended_decode, int)
-                           and isinstance(cap.deployed_decode, int)):
-        return None
-    need = cap.needed_decode if isinstance(cap.needed_decode, int) else cap.recommended_decode
-    dep = cap.deployed_decode
-    return need - dep if need > dep else None
+    return pool_short_by(f.capacity, "decode")
 
 
 def _admission_separated(decode: pd.DataFrame) -> bool:

@@ -100,17 +100,6 @@ def capacity_known(cap: CapacityResult | None) -> bool:
         isinstance(cap.deployed_prefill, int)
 
 
-def capacity_short_by(cap: CapacityResult | None) -> int | None:
-    """How many prefill instances the capacity model adds to meet the objective, None when
-    it adds none: from the needed count where the service set it (the recommended one adds
-    --headroom / --min-instances, which is no shortage), else the recommended one."""
-    if cap is None or not capacity_known(cap):
-        return None
-    need = cap.needed_prefill if isinstance(cap.needed_prefill, int) else cap.recommended_prefill
-    dep = int(cap.deployed_prefill)  # type: ignore[arg-type]
-    return int(need) - dep if int(need) > dep else None  # type: ignore[arg-type]
-
-
 def deployed_prefill_count(cap: CapacityResult | None) -> int:
     """The model's deployed prefill count, 0 when unknown."""
     return cap.deployed_prefill if cap is not None and isinstance(cap.deployed_prefill, int) else 0

@@ -60,6 +60,8 @@ def test_the_bundled_sample_with_headroom_quotes_the_recommended_counts() -> Non
     pd101 = next(f for f in report.findings if f.code == "PD101")
     assert "Scale prefill to 4 instances (4P:2D recommended" in pd101.next_steps[0]
     assert pd101.summary.startswith("Prefill is short by 1 instance")
+    # short by 1 from 2 deployed is 3, not the 4 of the step: the step says why
+    assert "3 meet the objective, plus 1 of --headroom" in pd101.next_steps[0]
     plain = diagnose(DiagnoseRequest())
     assert [(f.code, f.cause, f.severity) for f in plain.findings] == \
         [(f.code, f.cause, f.severity) for f in report.findings]
@@ -71,6 +73,8 @@ def test_min_instances_quotes_the_raised_counts() -> None:
     cap = report.capacity
     assert isinstance(cap, CapacityResult) and cap.recommended_prefill == 5
     assert quote_disagreements(report) == []
+    pd101 = next(f for f in report.findings if f.code == "PD101")
+    assert "3 meet the objective, raised to --min-instances 5" in pd101.next_steps[0]
 
 
 def test_no_headroom_leaves_the_findings_as_the_model_wrote_them() -> None:
