@@ -156,7 +156,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
                             slo_target=request.slo_target),
     )
     findings, inconclusive, capacity = judge(ctx, plan, request)
-    start, end = _window(dataset, workload)
+    start, end = _window(dataset)
     counts = RoleCounts(
         prefill=len(dataset.instances_of("prefill")) or None,
         decode=len(dataset.instances_of("decode")) or None,
@@ -320,13 +320,9 @@ def identity_table(dataset: Dataset) -> tuple[IdentityEntry, ...]:
                  for info in dataset.instances)
 
 
-def _window(dataset: Dataset, workload: object) -> tuple[float | None, float | None]:
-    los, his = [], []
-    if len(dataset.requests):
-        los.append(float(dataset.requests["arrival_ts"].min()))
-        his.append(float(dataset.requests["arrival_ts"].max()))
-    for frame in (dataset.metrics, dataset.network):
-        if len(frame):
-            los.append(float(frame["ts"].min()))
-            his.append(float(frame["ts"].max()))
-    return (min(los), max(his)) if los else (None, None)
+def _window(dataset: Dataset) -> tuple[float | None, float | None]:
+    """The report's window: the first and last timestamp of any input (None, None if none)."""
+    from pdprobe.analysis.instances import window_of
+
+    window = window_of(dataset)
+    return window if window is not None else (None, None)
