@@ -13,7 +13,7 @@ recursion is what ``np.sum`` gives for the same slice on its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import numpy as np
@@ -50,17 +50,48 @@ ValueSets = Callable[[int, int], tuple[np.ndarray, ...]]
 def tree_sums(values: ValueSets, n: int) -> list[float]:
     """``[tree_sum(v, n) for each v]`` of the arrays ``values(lo, hi)`` gives together, each
     leaf visited once: each sum's additions are ``tree_sum``'s, in the same order."""
-    return _subtrees(values, 0, n, max(sampling.PASS_CHUNK, PAIRWISE_BLOCK))
+    return sums_of_leaves([leaf_sums(values(lo, hi)) for lo, hi in leaf_ranges(n)], n)
 
 
-def _subtrees(values: ValueSets, lo: int, n: int, leaf: int) -> list[float]:
+def leaf_ranges(n: int) -> list[tuple[int, int]]:
+    """The row ranges whose values ``tree_sums(values, n)`` asks for, in its order (each at
+    most ``sampling.PASS_CHUNK`` rows; one empty range when ``n`` is 0): a caller passing over
+    the rows anyway can sum its values leaf by leaf (``leaf_sums``) and add them up with
+    ``sums_of_leaves``, instead of a second pass for ``tree_sums``."""
+    out: list[tuple[int, int]] = []
+    _leaves(out, 0, n, max(sampling.PASS_CHUNK, PAIRWISE_BLOCK))
+    return out
+
+
+def _leaves(out: list[tuple[int, int]], lo: int, n: int, leaf: int) -> None:
     if n <= leaf:
-        return [float(np.add.reduce(v, initial=0.0)) if n else 0.0
-                for v in values(lo, lo + n)]
+        out.append((lo, lo + n))
+        return
     half = n // 2
     half -= half % 8  # numpy's split: the first half a multiple of 8
-    return [a + b for a, b in zip(_subtrees(values, lo, half, leaf),
-                                  _subtrees(values, lo + half, n - half, leaf), strict=True)]
+    _leaves(out, lo, half, leaf)
+    _leaves(out, lo + half, n - half, leaf)
+
+
+def leaf_sums(arrays: tuple[np.ndarray, ...]) -> list[float]:
+    """The sums of one leaf's arrays: a subtree of numpy's pairwise recursion, so ``np.sum``
+    of the slice alone is its value."""
+    return [float(np.add.reduce(v, initial=0.0)) for v in arrays]
+
+
+def sums_of_leaves(sums: list[list[float]], n: int) -> list[float]:
+    """``tree_sums`` of ``n`` values from the sums of each of ``leaf_ranges(n)`` (in order):
+    the leaves added up along numpy's pairwise recursion."""
+    return _subtrees(iter(sums), n, max(sampling.PASS_CHUNK, PAIRWISE_BLOCK))
+
+
+def _subtrees(sums: Iterator[list[float]], n: int, leaf: int) -> list[float]:
+    if n <= leaf:
+        return next(sums)
+    half = n // 2
+    half -= half % 8  # numpy's split: the first half a multiple of 8
+    first = _subtrees(sums, half, leaf)  # (the left subtree's leaves come first)
+    return [a + b for a, b in zip(first, _subtrees(sums, n - half, leaf), strict=True)]
 
 
 def tree_cv(values: Values, n: int) -> float:

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.capacity.chunked import tree_sums
+from pdprobe.analysis.capacity.chunked import leaf_ranges, leaf_sums, sums_of_leaves, tree_sums
 from pdprobe.analysis.capacity.perf_columns import FloatColumns
-from pdprobe.analysis.sampling import PASS_CHUNK
 from pdprobe.profiles import BUILTIN_PROFILES, Profile
 
 if TYPE_CHECKING:
@@ -93,27 +92,14 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     req = dataset.requests
     cols = FloatColumns(req, ("kv_bytes", "prompt_tokens", "cached_tokens"))
     n = len(req)
-    ok = np.empty(n, dtype=bool)
-    for lo in range(0, n, PASS_CHUNK):  # chunks: no whole-size temporaries
-        chunk = slice(lo, lo + PASS_CHUNK)
-        b, p = cols("kv_bytes", chunk), cols("prompt_tokens", chunk)
-        ok[chunk] = np.isfinite(b) & (b > 0) & np.isfinite(p) & (p >= 1)
-    n_ok = int(np.count_nonzero(ok))
-    if n_ok < MIN_KV_OBSERVATIONS:
-        return None
-    # all of them, usually: then no positions at all
-    rows = None if n_ok == n else np.flatnonzero(ok).astype(np.int32 if n < 2**31 else np.int64)
-    del ok
     cached_known = dataset.has_request_column("cached_tokens")
 
-    def at(lo: int, hi: int) -> slice | np.ndarray:
-        return slice(lo, hi) if rows is None else rows[lo:hi]
-
-    def ratios(lo: int, hi: int) -> tuple[np.ndarray, ...]:
-        """kv/prompt, kv/uncached, kv, uncached (prompt less cached, at least 1) and prompt."""
-        kv, prompt = cols.read("kv_bytes", at(lo, hi)), cols("prompt_tokens", at(lo, hi))
+    def ratios_of(kv: np.ndarray, prompt: np.ndarray, rows: slice | np.ndarray
+                  ) -> tuple[np.ndarray, ...]:
+        """kv/prompt, kv/uncached, kv, uncached (prompt less cached, at least 1) and prompt
+        (``prompt`` is written into no more: ``uncached`` is a new array)."""
         if cached_known:
-            cached = cols.read("cached_tokens", at(lo, hi))  # read only: a view where it can
+            cached = cols.read("cached_tokens", rows)  # read only: a view where it can
             if not np.isfinite(cached).all():  # (the usual chunk: no copy to replace none)
                 cached = np.nan_to_num(cached, nan=0.0)
             uncached = np.subtract(prompt, cached)
@@ -122,11 +108,43 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
         np.maximum(uncached, 1.0, out=uncached)
         return kv / prompt, kv / uncached, kv, uncached, prompt
 
+    # One pass finds the usable rows and, while every row so far is usable (the usual case),
+    # sums the ratios leaf by leaf of ``tree_sums``' recursion over all of them: no second
+    # read of the columns for the sums when every row is.
+    ok = np.empty(n, dtype=bool)
+    leaves: list[list[float]] | None = []
+    for lo, hi in leaf_ranges(n):  # leaves: at most PASS_CHUNK rows, no whole-size temporaries
+        chunk = slice(lo, hi)
+        b, p = cols("kv_bytes", chunk), cols("prompt_tokens", chunk)
+        good = ok[chunk]
+        np.isfinite(b, out=good)
+        good &= b > 0
+        good &= np.isfinite(p)
+        good &= p >= 1
+        if leaves is not None and bool(good.all()):
+            leaves.append(leaf_sums(ratios_of(b, p, chunk)))
+        else:
+            leaves = None
+    n_ok = int(np.count_nonzero(ok))
+    if n_ok < MIN_KV_OBSERVATIONS:
+        return None
+    # all of them, usually: then no positions at all
+    rows = None if n_ok == n else np.flatnonzero(ok).astype(np.int32 if n < 2**31 else np.int64)
+    del ok
+
+    def at(lo: int, hi: int) -> slice | np.ndarray:
+        return slice(lo, hi) if rows is None else rows[lo:hi]
+
+    def ratios(lo: int, hi: int) -> tuple[np.ndarray, ...]:
+        return ratios_of(cols.read("kv_bytes", at(lo, hi)), cols("prompt_tokens", at(lo, hi)),
+                         at(lo, hi))
+
     # The basis whose per-request ratio varies less is the one the connector moves: the
     # whole prompt, or only what the decode side does not already hold. Every sum the
     # figures need in two passes (one for the sums, one for the squared deviations), each
     # ``chunked.tree_sum``'s additions, instead of a pass per sum.
-    sum_p, sum_u, sum_kv, sum_uncached, sum_prompt = tree_sums(ratios, n_ok)
+    sum_p, sum_u, sum_kv, sum_uncached, sum_prompt = sums_of_leaves(leaves, n) \
+        if leaves is not None and rows is None else tree_sums(ratios, n_ok)
     mean_p, mean_u = sum_p / n_ok, sum_u / n_ok
 
     def squares(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

@@ -70,3 +70,18 @@ def test_integer_run_sums_are_the_sequential_float_sums() -> None:
     assert not chunked._exact_in_float(np.array([0.5, 1.0]))  # floats: added in order
     got = run_sums(big, np.array([0, 4]))
     assert got.tolist() == np.bincount(np.zeros(4, dtype=np.intp), weights=big).tolist()
+
+
+@pytest.mark.parametrize("chunk", [1, 1000, 1 << 16])
+def test_leaf_sums_added_up_are_tree_sums(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """A caller summing ``leaf_ranges``' leaves in its own pass gets ``tree_sums``' figures
+    (numpy's sums) from ``sums_of_leaves``; the leaves cover the rows in order."""
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 8, 129, 12_345, 300_001):
+        x = rng.lognormal(0.0, 3.0, n)
+        leaves = chunked.leaf_ranges(n)
+        assert [lo for lo, _ in leaves] == [0, *[hi for _, hi in leaves[:-1]]]
+        assert leaves[-1][1] == n and max(hi - lo for lo, hi in leaves) <= max(chunk, 128)
+        sums = [chunked.leaf_sums((x[lo:hi], -x[lo:hi])) for lo, hi in leaves]
+        assert chunked.sums_of_leaves(sums, n) == [float(np.sum(x)), float(np.sum(-x))]

@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 
 from pdprobe.analysis import sampling
-from pdprobe.analysis.capacity import transfer
 from pdprobe.analysis.capacity.transfer import (
     LINK_USABLE_FRACTION,
     KvBytes,
@@ -112,7 +111,6 @@ def test_measured_kv_bytes_by_chunks_is_the_whole_array_figure(
     """Ratios and sums a chunk at a time (unusable rows skipped) give the whole arrays'
     basis and bytes per token to the bit."""
     monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
-    monkeypatch.setattr(transfer, "PASS_CHUNK", chunk)
     rng = np.random.default_rng(4)
     n = 3000
     prompt = rng.integers(1, 8000, n)
@@ -145,7 +143,6 @@ def test_infinite_cached_tokens_count_as_numpys_nan_to_num_makes_them(
     count NaN as 0 and infinities as the largest finite numbers, as before (a prompt less
     -inf cached tokens is a huge uncached count, not an infinite one)."""
     monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
-    monkeypatch.setattr(transfer, "PASS_CHUNK", chunk)
     rng = np.random.default_rng(6)
     n = 400
     prompt = rng.integers(1, 8000, n)
