@@ -54,9 +54,15 @@ class LoadWindows:
         return float(self.rate_factor.max())
 
 
-def _sorted_finite(values: np.ndarray) -> np.ndarray:
-    """The finite values in ascending order (no sort when they already are: the usual case)."""
+def _sorted_finite(values: np.ndarray, ordered: bool = False) -> np.ndarray:
+    """The finite values in ascending order (no sort when they already are: the usual case).
+
+    ``ordered``: the caller knows the values ascend with no NaN among them (a population's
+    arrivals, a window of them); then, when the first and last are finite, every one between
+    them is, and the values are returned as they are without a pass over them."""
     v = np.asarray(values, dtype=np.float64)
+    if ordered and (not len(v) or (math.isfinite(v[0]) and math.isfinite(v[-1]))):
+        return v
     if not np.isfinite(v).all():
         v = v[np.isfinite(v)]
     if len(v) > 1 and not bool(np.all(v[1:] >= v[:-1])):
@@ -177,8 +183,8 @@ def estimate_arrival_cv2(arrival_ts: np.ndarray, timescale_s: float) -> tuple[fl
     return float(counts.var() / mean), f"index of dispersion over {width:.3g} s bins{note}"
 
 
-def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bool = True
-                    ) -> tuple[float, str, LoadWindows | None]:
+def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bool = True,
+                    ordered: bool = False) -> tuple[float, str, LoadWindows | None]:
     """The load over time (rate per window) and the burstiness within a window.
 
     Windows are ``WINDOW_PER_TIMESCALE`` × ``timescale_s`` (the TTFT objective) long, and at
@@ -189,8 +195,10 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bo
     a window, for the G/G/c part. Too short a trace gives one stationary window and the
     whole-trace dispersion (``estimate_arrival_cv2``). Without ``keep_windows`` the windows
     carry no ``window_of`` (memory: an int64 per arrival; ``window_of`` gives a sample's).
+    ``ordered``: the arrivals ascend with no NaN among them (``_sorted_finite`` then need not
+    check them all).
     """
-    ts = _sorted_finite(arrival_ts)
+    ts = _sorted_finite(arrival_ts, ordered)
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None

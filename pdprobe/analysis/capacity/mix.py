@@ -159,7 +159,8 @@ class WorkloadMix:
         if b <= a:
             return None
         # every arrival's burstiness; load windows of the sampled ones only (memory)
-        cv2, how, load = arrival_profile(part.arrival_ts, timescale_s, keep_windows=False)
+        cv2, how, load = arrival_profile(part.arrival_ts, timescale_s, keep_windows=False,
+                                         ordered=True)  # (a population's arrivals ascend)
         if load is not None:
             load = replace(load, window_of=window_of(load, part.arrival_ts[part.rows],
                                                      float(part.arrival_ts[0])))
@@ -217,13 +218,17 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         prompt, cached, output, ts = prompt[order], cached[order], output[order], ts[order]
     span = float(ts[-1] - ts[0])
     observed = (len(ts) - 1) / span if span > 0 else float("nan")
+    ordered = True  # ascending, as checked or sorted above, and without NaN
     if rate_rps is None:
         rate_rps = observed
     elif rescale and math.isfinite(observed) and observed > 0:
         # replay the same arrival pattern faster or slower: burstiness keeps its shape
-        ts = ts[0] + (ts - ts[0]) * (observed / rate_rps)
+        stretch = observed / rate_rps
+        ts = ts[0] + (ts - ts[0]) * stretch
+        ordered = stretch > 0  # (a positive stretch is monotone, rounding and all)
     sampled = len(ts) > limit
-    cv2, how, load = arrival_profile(ts, timescale_s, keep_windows=not sampled)
+    cv2, how, load = arrival_profile(ts, timescale_s, keep_windows=not sampled,
+                                     ordered=ordered)
     keep = sampling.stratified_sample(sampling.length_strata(prompt, output), limit) \
         if sampled else None
     if keep is None:

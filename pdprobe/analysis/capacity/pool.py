@@ -89,8 +89,13 @@ def erlang_b(servers: int, offered: np.ndarray) -> np.ndarray:
     c = max(int(servers), 1)
     if c <= ERLANG_RECURSION_MAX_SERVERS:
         b = np.ones_like(a)
+        ab = np.empty_like(a)
         for k in range(1, c + 1):  # loop over servers, vectorised over windows
-            b = a * b / (k + a * b)
+            # b = a·b / (k + a·b): the product once, in place (the same bits, three passes
+            # instead of four temporaries)
+            np.multiply(a, b, out=ab)
+            np.add(ab, k, out=b)
+            np.divide(ab, b, out=b)
         return b
     from scipy.special import gammaincc, gammaln
 

@@ -47,3 +47,30 @@ def test_arrival_profile_without_windows_kept_searches_and_matches_the_pass(
     assert searched[2] is not None and passed[2] is not None
     assert np.array_equal(searched[2].share, passed[2].share)
     assert np.array_equal(searched[2].rate_factor, passed[2].rate_factor)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "bucketed", "poisson"])
+def test_ordered_arrivals_are_not_checked_again_and_give_the_same_profile(
+        monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Arrivals the caller knows ascend (no NaN) are used as they are when their ends are
+    finite (no pass over them) and give the profile of the checked path; an infinite end
+    still drops the infinite ones."""
+    ts = _arrivals(kind, 20_000, np.random.default_rng(len(kind)))
+    passes: list[int] = []
+    real_isfinite = np.isfinite
+
+    def counted(x: np.ndarray, *a: object, **k: object) -> np.ndarray:
+        passes.append(np.size(x))
+        return real_isfinite(x, *a, **k)
+
+    monkeypatch.setattr(arrivals.np, "isfinite", counted)
+    fast = arrivals.arrival_profile(ts, 2.0, ordered=True)
+    assert max(passes, default=0) < len(ts)  # no check of every arrival
+    plain = arrivals.arrival_profile(ts, 2.0)
+    assert max(passes) == len(ts)
+    assert fast[:2] == plain[:2] and fast[2] is not None and plain[2] is not None
+    assert np.array_equal(fast[2].share, plain[2].share)
+    assert np.array_equal(fast[2].rate_factor, plain[2].rate_factor)
+    tail = np.append(ts, [np.inf, np.inf])
+    assert arrivals._sorted_finite(tail, ordered=True).tolist() == ts.tolist()
+    assert arrivals._sorted_finite(np.zeros(0), ordered=True).size == 0
