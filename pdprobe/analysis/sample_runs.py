@@ -120,11 +120,12 @@ def sampled_around(n_blocks: int, every: int) -> tuple[np.ndarray, np.ndarray]:
     return prev, nxt
 
 
-def runs_to_read(runs: RunRanges, sampled: np.ndarray, t0: float, block_s: float,
-                 every: int, spans: list[tuple[np.ndarray, ...]], most: int
+def runs_to_read(runs: RunRanges, sampled: np.ndarray, nxt: np.ndarray, t0: float,
+                 block_s: float, spans: list[tuple[np.ndarray, ...]], most: int
                  ) -> Iterator[tuple[int, int]]:
-    """Row ranges of the runs ``sampling.sample_intervals``' pass reads: those whose valid starts' blocks hold a
-    sampled one, or whose latest end reaches the next sampled block (as the candidates' test
+    """Row ranges of the runs ``sampling.sample_intervals``' pass reads: those whose valid
+    starts' blocks hold a sampled one, or whose latest end reaches the next sampled block
+    after their latest start's (``nxt``, ``sampled_around``'s; as the candidates' test
     rounds it; both monotone, so no row of another run is observed or ends that far). The
     runs not read are added to ``spans`` with their starts' blocks, for the candidates' second
     look (``sampling._candidates``); the others are read at most ``most`` rows at a time."""
@@ -135,8 +136,7 @@ def runs_to_read(runs: RunRanges, sampled: np.ndarray, t0: float, block_s: float
         highest = blocks_of(runs.start_max, t0, block_s, n_blocks)
         end_block = np.floor(np.divide(np.subtract(runs.end_max, t0), block_s))
     upto = np.concatenate([[0], np.cumsum(sampled)])
-    after = highest + 1 + (every // 2 - highest - 1) % every  # the next sampled block
-    read = has & ((upto[highest + 1] > upto[lowest]) | (end_block >= after))
+    read = has & ((upto[highest + 1] > upto[lowest]) | (end_block >= nxt[highest]))
     rest = has & ~read
     spans.append((runs.first[rest], runs.end[rest], lowest[rest], highest[rest]))
     return merged_ranges(runs.first[read], runs.end[read], most)

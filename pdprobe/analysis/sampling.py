@@ -168,7 +168,7 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
             (lo, min(lo + PASS_CHUNK, n_rows)) for lo in range(0, n_rows, PASS_CHUNK))
     else:  # (the runs not read are neither observed nor candidates: zeros)
         observed, maybe = np.zeros(n_rows, dtype=bool), np.zeros(n_rows, dtype=bool)
-        ranges = runs_to_read(runs, sampled, t0, block_s, every, spans, PASS_CHUNK)
+        ranges = runs_to_read(runs, sampled, nxt, t0, block_s, spans, PASS_CHUNK)
     with np.errstate(invalid="ignore"):  # invalid rows' blocks are garbage, masked off
         for lo, hi in ranges:
             s, e = intervals(slice(lo, hi))

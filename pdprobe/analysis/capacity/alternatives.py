@@ -55,8 +55,7 @@ def mean_based(mix: WorkloadMix, model: ModelInputs, slo: Slo,
 
 def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
          hit_rate_known: bool = True, work: LengthWork | None = None,
-         waits: CalibratedWaits | None = None,
-         load_factors: tuple[float, ...] = BAND_LOAD_FACTORS) -> tuple[RatioBandEntry, ...]:
+         waits: CalibratedWaits | None = None) -> tuple[RatioBandEntry, ...]:
     """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points.
 
     ``work`` is ``LengthWork.of(mix, model, slo)`` when the caller has it (the load cases
@@ -67,7 +66,7 @@ def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
     """
     same_lengths = work or LengthWork.of(mix, model, slo)
     cases: list[tuple[str, WorkloadMix, LengthWork | None]] = []
-    for f in load_factors:
+    for f in BAND_LOAD_FACTORS:
         cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)",
                       mix.with_rate(mix.rate_rps * f), same_lengths))
     p90_prompt = float(np.quantile(mix.prompt_tokens, 0.9))

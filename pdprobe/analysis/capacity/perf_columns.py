@@ -78,9 +78,10 @@ def category_codes(column: pd.Series) -> np.ndarray:
     return cast("pd.Categorical", column.array).codes
 
 
-def status_ok(frame: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
-    """Whether each request (of ``rows``, positions, when given) finished ``ok`` (no status
-    counts as ok). A categorical column is read through its codes: no copy of the frame."""
+def status_ok(frame: pd.DataFrame, rows: np.ndarray | slice | None = None) -> np.ndarray:
+    """Whether each request (of ``rows``, positions or a slice, when given) finished ``ok``
+    (no status counts as ok). A categorical column is read through its codes: no copy of
+    the frame."""
     import pandas as pd
 
     status = frame["status"]

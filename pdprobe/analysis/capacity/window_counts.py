@@ -199,20 +199,11 @@ def _served_by_place(req: pd.DataFrame, edges: np.ndarray, status: pd.Series | N
     a NaN (its minimum and maximum are NaN) or straddling an edge is placed one by one.
     """
     arrival, e2e = req["arrival_ts"].to_numpy(), req["e2e_s"].to_numpy()  # views, no copies
-    codes = None if status is None else category_codes(status)
-    ok_code = -1  # no status counts as ok (code -1); so does "ok"
-    if status is not None and "ok" in status.cat.categories:
-        ok_code = int(np.flatnonzero(status.cat.categories == "ok")[0])  # (unique names)
     places = np.zeros(len(edges) + 1, dtype=np.int64)
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         hi = lo + sampling.PASS_CHUNK
         t = np.add(arrival[lo:hi], e2e[lo:hi])
-        ok = None
-        if codes is not None:
-            part = codes[lo:hi]
-            ok = part == -1
-            if ok_code >= 0:
-                ok |= part == ok_code
+        ok = None if status is None else status_ok(req, slice(lo, hi))  # (its codes' chunk)
         at = np.arange(0, len(t), PLACE_RUN)
         lowest = np.minimum.reduceat(t, at)  # (NaN when the run holds one: never whole)
         first = np.searchsorted(edges, lowest, side="right")

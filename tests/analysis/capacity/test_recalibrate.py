@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from pdprobe.analysis.base import CapacityResult
+from pdprobe.analysis.capacity import alternatives
 from pdprobe.analysis.capacity.alternatives import band
 from pdprobe.analysis.capacity.estimate import CapacityPlan, capacity_plan
 from pdprobe.analysis.capacity.mix import mix_from_requests
@@ -145,13 +146,15 @@ def test_the_recalibrated_plan_sizes_windows_band_and_estimates_with_the_same_wa
         [w.recommended_decode for w in model_plan.windows]
 
 
-def test_the_band_at_the_observed_load_is_the_recommendation_by_either_model() -> None:
+def test_the_band_at_the_observed_load_is_the_recommendation_by_either_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A load factor of 1 is the recommendation's own sizing, with the model's waits and
     with the recalibrated ones alike."""
     _, m, work, checked = _checked_round_robin()
+    monkeypatch.setattr(alternatives, "BAND_LOAD_FACTORS", (1.0,))
     for waits, count in ((None, recommend(m, MODEL, SLO, work).prefill),
                          (checked.waits, checked.calibrated_prefill)):
-        row = band(m, MODEL, SLO, work=work, waits=waits, load_factors=(1.0,))[0]
+        row = band(m, MODEL, SLO, work=work, waits=waits)[0]
         assert row.label.startswith("load +0%") and row.prefill == count
         assert row.prefill == recommend(m, MODEL, SLO, work, waits).prefill
 
