@@ -23,13 +23,20 @@ def group_parts(cand: np.ndarray, group: np.ndarray | None) -> list[np.ndarray]:
     if group is None or not len(cand):
         return [cand]
     codes = group[cand]
-    if codes.dtype.itemsize > 2:
-        lo, hi = int(codes.min()), int(codes.max())
-        if hi - lo < 2**15:  # numpy's stable sort of 16-bit integers is a radix sort
-            codes = np.subtract(codes, lo).astype(np.int16)
+    lo, hi = int(codes.min()), int(codes.max())
+    if codes.dtype.itemsize > 2 and hi - lo < 2**15:
+        # numpy's stable sort of 16-bit integers is a radix sort
+        codes = np.subtract(codes, lo).astype(np.int16)
+        lo = 0
     order = np.argsort(codes, kind="stable")
-    codes = codes[order]
-    cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    # the parts' sizes are the codes' counts (no gather of the sorted codes to find where
+    # they change): a table of the code range, unless it is much wider than the candidates
+    if hi - lo <= len(cand):
+        counts = np.bincount(codes if lo == 0 else np.subtract(codes, lo, dtype=np.intp))
+        cuts = np.cumsum(counts[counts > 0])[:-1]
+    else:
+        codes = codes[order]
+        cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
     return np.split(cand[order], cuts)
 
 

@@ -10,15 +10,20 @@ from pdprobe.analysis import sampling
 from pdprobe.analysis.overlaps import group_parts
 
 
-@pytest.mark.parametrize(("dtype", "scale"), [(np.int8, 1), (np.int16, 1), (np.int32, 1),
-                                              (np.int32, 10**6), (np.int64, 10**9)])
-def test_group_parts_are_each_codes_candidates_in_code_order(dtype: type, scale: int) -> None:
+@pytest.mark.parametrize(("dtype", "scale", "n"), [
+    (np.int8, 1, 50_000), (np.int16, 1, 50_000), (np.int32, 1, 50_000),
+    (np.int32, 10**6, 50_000), (np.int64, 10**9, 50_000),
+    (np.int64, 5_000, 200_000),  # a code range wider than int16, narrower than the candidates
+    (np.int8, 0, 50_000)])  # one code
+def test_group_parts_are_each_codes_candidates_in_code_order(dtype: type, scale: int,
+                                                             n: int) -> None:
     """One part per code present (missing-name -1 first), ascending positions in each: what a
-    comparison per code gives, for small and wide codes."""
+    comparison per code gives, for small and wide codes (the parts' sizes counted in a table
+    of the code range, or found where the sorted codes change)."""
     rng = np.random.default_rng(5)
-    group = (rng.integers(-1, 7, 50_000) * scale).astype(dtype)
+    group = (rng.integers(-1, 7, n) * scale).astype(dtype)
     group[group == 3 * scale] = 4 * scale  # a code with no candidate
-    cand = np.flatnonzero(rng.random(50_000) < 0.4).astype(np.int32)
+    cand = np.flatnonzero(rng.random(n) < 0.4).astype(np.int32)
     parts = group_parts(cand, group)
     codes = sorted(set(group[cand].tolist()))
     assert len(parts) == len(codes)

@@ -124,7 +124,9 @@ class PoolWaits:
     def exceed(self, slack: np.ndarray) -> np.ndarray:
         """``P(wait > slack_i)`` per request."""
         win = self.window
-        s = np.asarray(slack, dtype=np.float64) - self.fluid_window_s[win]
+        s = np.asarray(slack, dtype=np.float64)
+        if self.fluid_window_s.any():  # (no backlog anywhere, the usual pool: s - 0 is s)
+            s = s - self.fluid_window_s[win]
         return exceed_probability(s, self.p_wait[win], self.tail_s[win])
 
     def exceed_share(self, slack: np.ndarray) -> float:

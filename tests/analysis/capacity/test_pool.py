@@ -300,3 +300,37 @@ def test_erlang_b_closed_form_matches_the_recursion_for_large_pools() -> None:
     for _ in range(100):
         erlang_b(100_000, np.full(1000, 95_000.0))
     assert time.perf_counter() - start < 5.0
+
+
+def test_erlang_b_recursion_in_place_is_the_plain_formula_to_the_bit() -> None:
+    """The product computed once, in place: the bits of ``b = a·b / (k + a·b)``."""
+    from pdprobe.analysis.capacity.pool import erlang_b
+
+    rng = np.random.default_rng(11)
+    for c in (1, 2, 7, 64, 256):
+        a = np.concatenate([rng.uniform(0, 1.5 * c, 500), [0.0, 1e-300, 1e300, np.inf]])
+        b = np.ones_like(a)
+        with np.errstate(invalid="ignore"):
+            for k in range(1, c + 1):
+                b = a * b / (k + a * b)
+            got = erlang_b(c, a)
+        np.testing.assert_array_equal(got, b)
+
+
+@pytest.mark.parametrize("backlog", [False, True])
+def test_exceed_without_backlog_reads_no_fluid_and_gives_the_same_bits(backlog: bool) -> None:
+    """``exceed`` skips the backlog's gather when no window has one (``s - 0`` is ``s``,
+    up to the sign of a zero, which ``P(W > s)`` does not see): the plain formula's bits."""
+    from pdprobe.analysis.capacity.pool import PoolWaits
+    from pdprobe.analysis.capacity.wait_tail import exceed_probability
+
+    rng = np.random.default_rng(12)
+    window = np.sort(rng.integers(0, 4, 2000))
+    fluid = np.array([0.0, 0.5, 0.0, 2.0]) if backlog else np.array([0.0, -0.0, 0.0, 0.0])
+    waits = PoolWaits(3, np.full(4, 0.5), np.array([0.2, 0.0, 0.9, 1.0]),
+                      np.array([0.1, 0.0, 2.0, np.inf]), fluid, window)
+    slack = np.concatenate([rng.normal(0.5, 1.0, 1996), [0.0, -0.0, np.nan, np.inf]])
+    with np.errstate(all="ignore"):
+        want = exceed_probability(slack - fluid[window], waits.p_wait[window],
+                                  waits.tail_s[window])
+    np.testing.assert_array_equal(waits.exceed(slack), want)
