@@ -256,6 +256,10 @@ def length_strata(*lengths: np.ndarray) -> np.ndarray:
 
 # Strata codes below this are counted in a table (``stratified_sample`` a chunk at a time).
 FEW_STRATA: Final = 1 << 15
+# ``stratified_sample`` keeps each chunk's counts for its second pass (instead of counting
+# the chunk again) while all of them hold at most this many cells (8 MB): length strata
+# (4,096 codes) at 10 million items are 625,000.
+STRATA_TABLE_CELLS: Final = 1 << 20
 
 
 def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
@@ -288,14 +292,22 @@ def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
         order = np.argsort(codes, kind="stable")
         return np.sort(order[pos])
     counts = np.zeros(width, dtype=np.int64)
-    for lo in range(0, n, PASS_CHUNK):  # per-stratum counts, a chunk at a time
-        counts += np.bincount(codes[lo:lo + PASS_CHUNK], minlength=width)
+    # per-stratum counts, a chunk at a time; each chunk's are kept for the second pass when
+    # their tables are small (``STRATA_TABLE_CELLS``), else counted again there
+    starts = range(0, n, PASS_CHUNK)
+    keep = width * len(starts) <= STRATA_TABLE_CELLS
+    per_chunk: list[np.ndarray] = []
+    for lo in starts:
+        here = np.bincount(codes[lo:lo + PASS_CHUNK], minlength=width)
+        counts += here
+        if keep:
+            per_chunk.append(here)
     taken = counts.cumsum() - counts  # items of earlier strata (in stratum order), then seen
     kept = []
-    for lo in range(0, n, PASS_CHUNK):
+    for i, lo in enumerate(starts):
         part = codes[lo:lo + PASS_CHUNK].astype(np.int16, copy=False)
         order = np.argsort(part, kind="stable")  # a radix sort of small integers
-        here = np.bincount(part, minlength=width)
+        here = per_chunk[i] if keep else np.bincount(part, minlength=width)
         if 4 * size <= n:  # a sparse sample (the mix's): found per stratum
             kept.append(_kept_of_runs(pos, order, here, taken) + lo)
         else:  # a dense one (the prefill fit's, often): each item ranked and tested

@@ -311,11 +311,15 @@ def test_sample_intervals_by_chunks_is_time_sample_of_the_valid_rows(
 
 @pytest.mark.parametrize(("n", "size", "chunk"), [(200_000, 20_000, 4099), (10_007, 9_999, 7),
                                                   (5_000, 1, 1 << 16), (33_333, 3_000, 100)])
+@pytest.mark.parametrize("table_cells", [0, 1 << 20])
 def test_stratified_sample_by_chunks_is_the_stable_sort_selection(
-        monkeypatch: pytest.MonkeyPatch, n: int, size: int, chunk: int) -> None:
+        monkeypatch: pytest.MonkeyPatch, n: int, size: int, chunk: int,
+        table_cells: int) -> None:
     """Ranked within strata a chunk at a time (small codes), the sample is the one the stable
-    sort of every code selects (codes too large for the counting table take that path)."""
+    sort of every code selects (codes too large for the counting table take that path), the
+    chunks' counts kept from the first pass or counted again."""
     monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(sampling, "STRATA_TABLE_CELLS", table_cells)
     _, prompt, output = _requests(n, seed=n)
     strata = sampling.length_strata(prompt, output)
     assert strata.dtype == np.int16
