@@ -21,6 +21,7 @@ from pdprobe.analysis.capacity.population import (
     at_least_one,
     cached_in_range,
     record_numbers,
+    usable_records,
 )
 from pdprobe.analysis.row_slices import ascending
 from pdprobe.errors import UsageError
@@ -192,28 +193,18 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     cached = record_numbers(requests, "cached_tokens") if "cached_tokens" in requests \
         else np.zeros(n_rows)
     ts = requests["arrival_ts"].to_numpy(dtype=np.float64, na_value=np.nan)
-    ok = np.empty(n_rows, dtype=bool)
-    # integer lengths (the canonical dtype) hold no NaN: compared as they are, not as floats
-    int_prompt, int_output = prompt.dtype.kind in "iu", output.dtype.kind in "iu"
-    for lo in range(0, n_rows, sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
-        at = slice(lo, lo + sampling.PASS_CHUNK)
-        part = ok[at]
-        np.isfinite(ts[at], out=part)
-        part &= prompt[at] >= 1  # (NaN compares False)
-        if not int_prompt:
-            part &= np.isfinite(prompt[at])
-        if not int_output:
-            part &= np.isfinite(output[at])
+    ok, scan = usable_records(ts, prompt, output, cached)
     every_row = bool(ok.all())  # the usual case: no copies of the selection
     if not every_row:
         prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
-    output = at_least_one(output)
-    cached = cached_in_range(cached, prompt)
+    # (every row usable: the scan's checks are of these arrays, no pass to repeat them)
+    output = output if every_row and scan.outputs_positive else at_least_one(output)
+    cached = cached if every_row and scan.cached_as_is else cached_in_range(cached, prompt)
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
     limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
     order = None
-    if not ascending(ts):  # records are usually in order (checked a slice at a time)
+    if not (scan.ascending if every_row else ascending(ts)):  # records are usually in order
         order = np.argsort(ts, kind="stable")
         prompt, cached, output, ts = prompt[order], cached[order], output[order], ts[order]
     span = float(ts[-1] - ts[0])

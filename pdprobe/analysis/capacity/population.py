@@ -79,6 +79,54 @@ def record_numbers(requests: pd.DataFrame, name: str) -> np.ndarray:
     return column.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
+@dataclass(frozen=True)
+class RecordScan:
+    """What ``usable_records`` found of every row, besides which are usable: whether every
+    output length is at least 1 (``at_least_one`` keeps them), every cached count already in
+    range by ``cached_in_range``'s first test (it keeps them) and the arrivals never decrease
+    (``row_slices.ascending``)."""
+
+    outputs_positive: bool
+    cached_as_is: bool
+    ascending: bool
+
+
+def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+                   cached: np.ndarray) -> tuple[np.ndarray, RecordScan]:
+    """Which requests the mix can use (a finite arrival, a prompt of at least one token,
+    finite lengths) and, of every row, what ``at_least_one``, ``cached_in_range`` and
+    ``ascending`` would check (``RecordScan``): one pass a chunk at a time, each chunk's
+    columns read once while they are in the CPU cache, instead of a pass per check (when
+    every row is usable the checks are of the very arrays the mix keeps)."""
+    n = len(ts)
+    ok = np.empty(n, dtype=bool)
+    # integer lengths (the canonical dtype) hold no NaN: compared as they are, not as floats
+    int_prompt, int_output = prompt.dtype.kind in "iu", output.dtype.kind in "iu"
+    positive, as_is, rising = True, cached.dtype == np.float64, True
+    for lo in range(0, n, PASS_CHUNK):  # chunks: no whole-size temporaries
+        at = slice(lo, lo + PASS_CHUNK)
+        part = ok[at]
+        np.isfinite(ts[at], out=part)
+        part &= prompt[at] >= 1  # (NaN compares False)
+        if not int_prompt:
+            part &= np.isfinite(prompt[at])
+        if not int_output:
+            part &= np.isfinite(output[at])
+        positive = positive and not bool(np.any(output[at] < 1))
+        as_is = as_is and _in_range(cached[at], prompt[at])
+        last = min(lo + PASS_CHUNK, n - 1)  # (each step to the next chunk's first included)
+        rising = rising and bool(np.all(ts[lo + 1:last + 1] >= ts[lo:last]))
+    return ok, RecordScan(positive, as_is, rising)
+
+
+def _in_range(cached: np.ndarray, prompt: np.ndarray) -> bool:
+    """``cached_in_range``'s first test of a chunk of float64 cached counts: every value from
+    +0.0 (sign bit clear, as an integer view shows; not NaN, which fails the second test) up
+    to prompt - 1, which its clip keeps bit for bit."""
+    return bool(np.all(cached.view(np.int64) >= 0)) and bool(
+        np.all(cached <= np.subtract(prompt, 1.0, dtype=np.float64)))
+
+
 def at_least_one(output: np.ndarray) -> np.ndarray:
     """``np.maximum(output, 1.0)`` (lengths of at least one token): ``output`` itself when no
     value is below 1 (checked a chunk at a time), so no copy is made."""
@@ -101,11 +149,8 @@ def cached_in_range(cached: np.ndarray, prompt: np.ndarray) -> np.ndarray:
     same = cached.dtype == np.float64
     for lo in range(0, len(cached), PASS_CHUNK) if same else ():
         part = cached[lo:lo + PASS_CHUNK]
-        # the usual chunk: every value from +0.0 (sign bit clear, as an integer view shows;
-        # not NaN, which fails the second test) up to prompt - 1, which ``clipped`` keeps
-        # bit for bit; any other chunk is compared as clipped
-        if bool(np.all(part.view(np.int64) >= 0)) and bool(np.all(
-                part <= np.subtract(prompt[lo:lo + PASS_CHUNK], 1.0, dtype=np.float64))):
+        # the usual chunk (``_in_range``) is kept as it is; any other is compared as clipped
+        if _in_range(part, prompt[lo:lo + PASS_CHUNK]):
             continue
         if not np.array_equal(clipped(lo).view(np.int64), part.view(np.int64)):
             same = False

@@ -253,3 +253,47 @@ def test_cached_in_range_keeps_the_column_only_when_clipping_changes_no_bit(
         got = population.cached_in_range(bad, prompt)
         assert got is not bad
         assert np.array_equal(got.view(np.int64), clipped(bad).view(np.int64))
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])
+def test_usable_records_scan_is_what_the_helpers_find(monkeypatch: pytest.MonkeyPatch,
+                                                       chunk: int) -> None:
+    """The one-pass scan's usable rows and checks are those of the plain tests and of
+    ``at_least_one``, ``cached_in_range`` and ``ascending`` (which keep their input exactly
+    when the scan says so), on clean records and on each kind of flaw, a chunk boundary
+    included."""
+    from pdprobe.analysis.capacity import population
+    from pdprobe.analysis.capacity.population import (
+        at_least_one,
+        cached_in_range,
+        usable_records,
+    )
+    from pdprobe.analysis.row_slices import ascending
+
+    monkeypatch.setattr(population, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    n = 200
+    base_ts = np.sort(rng.uniform(0, 100, n))
+    base_prompt = rng.integers(1, 500, n)
+    base_output = rng.integers(1, 300, n)
+    base_cached = np.floor(base_prompt * rng.uniform(0, 0.9, n))
+    k = min(chunk, n - 1)  # a chunk's first row (one chunk: the last row)
+    flaws = {"clean": lambda ts, p, o, c: None,
+             "late_drop": lambda ts, p, o, c: ts.__setitem__(k, ts[k - 1] - 1.0),
+             "nan_ts": lambda ts, p, o, c: ts.__setitem__(5, np.nan),
+             "zero_output": lambda ts, p, o, c: o.__setitem__(150, 0),
+             "neg_zero": lambda ts, p, o, c: c.__setitem__(3, -0.0),
+             "cached_high": lambda ts, p, o, c: c.__setitem__(99, p[99] + 4.0),
+             "cached_nan": lambda ts, p, o, c: c.__setitem__(12, np.nan),
+             "no_prompt": lambda ts, p, o, c: p.__setitem__(40, 0)}
+    for name, flaw in flaws.items():
+        ts, prompt, output, cached = (base_ts.copy(), base_prompt.copy(), base_output.copy(),
+                                      base_cached.copy())
+        flaw(ts, prompt, output, cached)
+        ok, scan = usable_records(ts, prompt, output, cached)
+        np.testing.assert_array_equal(ok, np.isfinite(ts) & (prompt >= 1), err_msg=name)
+        assert scan.ascending == ascending(ts), name
+        assert scan.outputs_positive == (at_least_one(output) is output), name
+        assert scan.cached_as_is <= (cached_in_range(cached, prompt) is cached), name
+        assert scan.cached_as_is == (name not in ("neg_zero", "cached_high", "cached_nan",
+                                                 "no_prompt")), name  # (0 <= prompt - 1)
