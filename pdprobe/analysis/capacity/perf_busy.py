@@ -79,11 +79,15 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     n = len(requests)
 
     def starts(rows: slice | np.ndarray) -> np.ndarray:
-        s = cols("arrival_ts", rows)
+        if isinstance(rows, slice):  # the columns' own values, added into a new array
+            return np.add(cols.read("arrival_ts", rows), cols.read("queue_s", rows))
+        s = cols("arrival_ts", rows)  # (gathered: an array of its own)
         return np.add(s, cols.read("queue_s", rows), out=s)  # in place: one temporary
 
     def spans(rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = starts(rows)
+        if isinstance(rows, slice):  # no copy of the column to add into
+            return s, np.add(s, cols.read("prefill_s", rows))
         e = cols("prefill_s", rows)
         return s, np.add(s, e, out=e)  # (IEEE addition commutes: s + prefill to the bit)
 
