@@ -15,7 +15,7 @@ were cut.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from pdprobe.collectors.prefault import Prefault
 from pdprobe.collectors.request_blocks import remap_codes
+from pdprobe.collectors.request_bounds import Bounds
 from pdprobe.collectors.request_columns import (
     LOW_CARDINALITY,
     NUMERIC_COLUMNS,
@@ -34,10 +35,10 @@ from pdprobe.collectors.request_values import (
     _arrival_seconds,
     _category_codes,
     _dictionary_codes,
-    _numeric_arrival,
     _to_float,
     _to_text,
     _unknown_counts,
+    numeric_arrival_bounded,
 )
 from pdprobe.dataset import REQUEST_STATUSES
 
@@ -70,6 +71,9 @@ class Assembled:
     # chunks read again, in row order
     id_hashes: np.ndarray | None = None
     ids_again: Callable[[], Iterator[pa.Array]] | None = None
+    # canonical numeric column (``arrival_ts`` too) -> the range of its values as converted
+    # here (unscaled), known from a Parquet footer (``request_bounds``)
+    bounds: dict[str, Bounds] = field(default_factory=dict)
 
 
 def _plain_number(t: pa.DataType) -> bool:
@@ -332,7 +336,8 @@ def _cleaned_ids(arr: pa.Array) -> list[pa.Array]:
 def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
              rows: int | None = None, want_hash_ids: bool = False,
              ids_again: Callable[[], Iterable[pa.Array]] | None = None,
-             prefault: bool = False) -> Assembled:
+             prefault: bool = False, bounds: Mapping[str, Bounds] | None = None
+             ) -> Assembled:
     """Convert the record ``batches`` (of ``schema``'s columns, the ones ``cmap`` maps) as
     described in the module docstring. ``rows`` (known from a Parquet footer, or an estimate)
     lets each output array be allocated once: a batch's values are copied into it and the
@@ -345,6 +350,9 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
 
     ``prefault`` when ``rows`` is exact (every reserved row will be written): the reserved
     arrays' pages are committed by another thread ahead of the copies (``prefault.Prefault``).
+
+    ``bounds`` (source column -> range, from a Parquet footer describing exactly these rows)
+    is handed on for the numeric columns converted as plain numbers.
     """
     import pyarrow as pa
 
@@ -420,6 +428,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             id_sink.close()  # no hashing thread outlives the read, on error too
 
     notes: list[str] = []
+    arrival_bounds: Bounds | None = None
     if isinstance(arrival_sink, _Floats):
         values = arrival_sink.finish()
         if arrival_ts:
@@ -427,11 +436,19 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
                 notes.append(f"{arrival_name} has no time zone: assumed UTC")
             arrival = values
         else:
-            arrival, notes, _ = _numeric_arrival(values, cmap, arrival_name, notes)
+            arrival, notes, arrival_bounds = numeric_arrival_bounded(
+                values, cmap, arrival_name, notes,
+                bounds.get(arrival_name) if bounds else None)
     else:
         arrival, notes, _ = _arrival_seconds(arrival_sink.column(arrival_type), cmap,
                                              arrival_name)
     out = Assembled(rows=n, types=types, arrival=arrival, arrival_notes=notes)
+    if bounds:
+        if arrival_bounds is not None:
+            out.bounds["arrival_ts"] = arrival_bounds  # scaled as the times were
+        out.bounds.update((canonical, bounds[cmap.sources[canonical]])
+                          for canonical, sink in numeric.items()
+                          if isinstance(sink, _Floats) and cmap.sources[canonical] in bounds)
     for canonical, sink in numeric.items():
         name = cmap.sources[canonical]
         if isinstance(sink, _Floats):

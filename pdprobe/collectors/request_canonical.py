@@ -114,7 +114,8 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
     if no_arrival.any():
         warnings.append(f"{label}: dropped {int(no_arrival.sum())} row(s) with a missing or "
                         f"unreadable {arrival_name} ({_rows_hint(no_arrival)})")
-    for drop in check_times(arrival):
+    known = src.bounds.get("arrival_ts")
+    for drop in check_times(arrival, span=None if known is None else (known.low, known.high)):
         warnings.append(f"{label}: dropped {drop.count} row(s) whose {arrival_name} is "
                         f"{drop.why} ({_rows_hint(drop.mask)})")
         valid &= ~drop.mask
@@ -132,24 +133,24 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         if canonical in ("prompt_tokens", "output_tokens") and not any_at_least(values, 0.0):
             useless.append(f"{name!r} ({src.types[name]}"
                            + (f", {non_numeric} non-numeric" if non_numeric else "") + ")")
-        if canonical in cmap.scales and cmap.scales[canonical] != 1.0:
-            values *= cmap.scales[canonical]  # in place: the column is held once
-        out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
+        scale = cmap.scales.get(canonical, 1.0)
+        if scale != 1.0:
+            values *= scale  # in place: the column is held once
+        # the footer's range, when it has one and it is in range, answers the range check
+        known = src.bounds.get(canonical)
+        if known is not None and known.within(0.0, _upper_bound(canonical), scale):
+            out_of_range, why = np.zeros(0, dtype=bool), ""  # nothing out of range (unread)
+        else:
+            out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):
-            unusable = np.isnan(values)  # missing, not a number, or impossible
-            if why:  # (an empty reason: nothing out of range, the mask need not be read)
-                unusable |= out_of_range
-            newly = unusable & valid
-            if newly.any():
-                bad = implausible(np.where(valid, values, np.nan), 0.0,
-                                  _upper_bound(canonical))[1]
-                parts = [p for p in (bad, f"{non_numeric} not numeric" if non_numeric else "")
-                         if p]
-                warnings.append(
-                    f"{label}: dropped {int(newly.sum())} row(s) whose {name} is missing, not a "
-                    f"number, negative or too large ({', '.join([*parts, _rows_hint(newly)])})")
-            valid &= ~unusable
-            np.rint(values, out=values)
+            # integers with no null and nothing out of range: no row is unusable, and every
+            # value is whole already (rint would change nothing)
+            whole = scale == 1.0 and pa.types.is_integer(src.types[name])
+            if not (whole and known is not None and not known.may_be_nan and not why):
+                _drop_unusable(values, out_of_range, why, valid, non_numeric, canonical,
+                               f"{label}: dropped", name, warnings)
+            if not whole:
+                np.rint(values, out=values)
         else:
             if why:  # something out of range
                 warnings.append(f"{label}: {int(out_of_range.sum())} negative or too large {name} value(s) "
@@ -310,6 +311,25 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
     return _Loaded(frame=frame, request_columns=frozenset(present), format=fmt,
                    rows=n_kept, skipped=skipped + int(dropped), warnings=warnings,
                    notes=notes, hash_ids=hash_ids)
+
+
+def _drop_unusable(values: np.ndarray, out_of_range: np.ndarray, why: str, valid: np.ndarray,
+                   non_numeric: int, canonical: str, dropped: str, name: str,
+                   warnings: list[str]) -> None:
+    """Rows of a required length column that are missing, not a number or out of range
+    (``out_of_range``, read only when ``why`` says something is) taken out of ``valid``, with
+    a warning (``dropped``: its start) for those still valid."""
+    unusable = np.isnan(values)  # missing, not a number, or impossible
+    if why:  # (an empty reason: nothing out of range, the mask need not be read)
+        unusable |= out_of_range
+    newly = unusable & valid
+    if newly.any():
+        bad = implausible(np.where(valid, values, np.nan), 0.0, _upper_bound(canonical))[1]
+        parts = [p for p in (bad, f"{non_numeric} not numeric" if non_numeric else "") if p]
+        warnings.append(
+            f"{dropped} {int(newly.sum())} row(s) whose {name} is missing, not a "
+            f"number, negative or too large ({', '.join([*parts, _rows_hint(newly)])})")
+    valid &= ~unusable
 
 
 # Rows converted per step when whole-number floats become int64 in their own memory: a

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pdprobe.collectors.io import read_all_bytes
 from pdprobe.collectors.prefetch import prefetch
+from pdprobe.collectors.request_bounds import Bounds, parquet_bounds
 from pdprobe.collectors.request_columns import (
     LOW_CARDINALITY,
     NUMERIC_COLUMNS,
@@ -67,6 +68,8 @@ class Batches:
     capacity: int | None = None  # rows to reserve when ``rows`` is not known (an estimate)
     # the raw request_id column read again from the start (a file that can be), or None
     ids_again: Callable[[], Iterator[Any]] | None = None
+    # source column -> the range of its values, from a Parquet footer (``request_bounds``)
+    bounds: dict[str, Bounds] | None = None
 
     @property
     def reserve(self) -> int | None:
@@ -107,6 +110,7 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
                             buffer_size=PARQUET_BUFFER_BYTES, pre_buffer=False)
         read_schema = pa.schema([pf.schema_arrow.field(n) for n in wanted])
         rows = pf.metadata.num_rows
+        bounds = parquet_bounds(pf.metadata, read_schema, wanted)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
                          hint="check that the file was written completely") from exc
@@ -120,7 +124,8 @@ def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
                 raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})",
                                  hint="check that the file was written completely") from exc
             return (batch.column(0) for batch in _read_ahead(path, pf, [id_name]))
-    return Batches(read_schema, _read_ahead(path, pf, wanted), rows, ids_again=again), cmap
+    return Batches(read_schema, _read_ahead(path, pf, wanted), rows, ids_again=again,
+                   bounds=bounds), cmap
 
 
 def _read_ahead(path: Path, pf: Any, wanted: list[str]) -> Iterator[Any]:

@@ -25,6 +25,8 @@ from pdprobe.dataset import REQUEST_STATUSES
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from pdprobe.collectors.request_bounds import Bounds
+
 
 # Epoch timestamps are told apart by magnitude: 1e11 s is the year 5138, while 1e11 ms is 1973,
 # so a median above these bounds means ms, µs or ns (checked from the largest down).
@@ -125,6 +127,17 @@ def _arrival_seconds(arr: pa.ChunkedArray, cmap: ColumnMap, name: str
 
 def _numeric_arrival(values: np.ndarray, cmap: ColumnMap, name: str, notes: list[str]
                      ) -> tuple[np.ndarray, list[str], int]:
+    out, notes, _ = numeric_arrival_bounded(values, cmap, name, notes, None)
+    return out, notes, 0
+
+
+def numeric_arrival_bounded(values: np.ndarray, cmap: ColumnMap, name: str, notes: list[str],
+                            bounds: Bounds | None) -> tuple[np.ndarray, list[str],
+                                                            Bounds | None]:
+    """Numeric arrival times in seconds (the unit from the column map or the magnitude),
+    scaled in place when ``values`` is writable, and the notes saying how they were read.
+    ``bounds``, the range of ``values`` when known (a Parquet footer), spares the pass for the
+    largest time; it is returned scaled as the times were."""
     # A strided sample is plenty to tell seconds from milliseconds (and 20x cheaper at 10M rows).
     sample = values[:: max(1, values.size // MAGNITUDE_SAMPLE)]
     finite = sample[np.isfinite(sample)]
@@ -148,10 +161,14 @@ def _numeric_arrival(values: np.ndarray, cmap: ColumnMap, name: str, notes: list
         out *= scale  # in place (no caller keeps its unscaled times): no second column
     elif scale != 1.0:
         out = values * scale
-    if finite.size and float(np.nanmax(out)) < RELATIVE_BELOW_TS:
+    if bounds is not None and scale != 1.0:
+        bounds = bounds.scaled(scale)  # scales > 0: the largest time stays the largest
+    # (the largest of the times is the footer's largest, scaled: rounding keeps the order)
+    if finite.size and (bounds.high if bounds is not None
+                        else float(np.nanmax(out))) < RELATIVE_BELOW_TS:
         notes.append(f"relative timestamps: {name} counts seconds from the trace start, "
                      "not wall-clock time")
-    return out, notes, 0
+    return out, notes, bounds
 
 
 def _parse_iso(arr: pa.ChunkedArray) -> tuple[np.ndarray, int, str]:

@@ -88,7 +88,7 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         many = batches.rows is not None and batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
         assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids,
                              ids_again=_repaired_ids(batches.ids_again) if many else None,
-                             prefault=True)  # the footer's row count: every row is written
+                             prefault=True, bounds=batches.bounds)  # the footer's row count: every row is written
     else:
         data = _content(path, sniffed.compression)
         if _is_blank(data):

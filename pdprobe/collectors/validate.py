@@ -91,15 +91,17 @@ def _within(values: np.ndarray, low: float, high: float) -> bool:
     return bool(values.min() >= low) and bool(values.max() <= high)
 
 
-def time_outliers(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S) -> np.ndarray:
+def time_outliers(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S,
+                  span: tuple[float, float] | None = None) -> np.ndarray:
     """Mask of finite times outside the largest cluster of times (clusters split by gaps
     longer than ``gap_s``).
 
     O(n) when the times lie within ``gap_s`` of each other (the usual case); otherwise one
-    sort. On a tie between clusters the earliest wins.
+    sort. On a tie between clusters the earliest wins. ``span``, when known, is the smallest
+    and largest finite time (then not searched for).
     """
     out = np.zeros(ts.shape, dtype=bool)
-    lo, hi = _finite_range(ts)
+    lo, hi = _finite_range(ts) if span is None else span
     if lo is None or hi is None or hi - lo <= gap_s:
         return out
     finite = np.isfinite(ts)
@@ -133,14 +135,23 @@ def _finite_range(ts: np.ndarray) -> tuple[float | None, float | None]:
     return float(vals.min()), float(vals.max())
 
 
-def check_times(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S) -> list[Dropped]:
-    """Times that cannot belong to the capture: out of Unix range, then far from the bulk."""
+def check_times(ts: np.ndarray, gap_s: float = OUTLIER_GAP_S,
+                span: tuple[float, float] | None = None) -> list[Dropped]:
+    """Times that cannot belong to the capture: out of Unix range, then far from the bulk.
+
+    ``span``, when known (a Parquet footer's statistics), is the smallest and largest time
+    that is not NaN: when it lies in Unix range it answers both range questions without a
+    pass over the times; otherwise the times are scanned as without it."""
     drops: list[Dropped] = []
-    bad, why = implausible(ts, 0.0, MAX_EPOCH_S)
-    if why:  # something out of range
-        drops.append(Dropped(bad, f"not a Unix time in seconds between 1970 and 2286 ({why})"))
-    rest = np.where(bad, np.nan, ts) if drops else ts  # no copy when every time is in range
-    far = time_outliers(rest, gap_s)
+    if span is not None and span[0] >= 0.0 and span[1] <= MAX_EPOCH_S:
+        far = time_outliers(ts, gap_s, span)  # every time in range: finite, none dropped
+    else:
+        bad, why = implausible(ts, 0.0, MAX_EPOCH_S)
+        if why:  # something out of range
+            drops.append(Dropped(bad, f"not a Unix time in seconds between 1970 and 2286 "
+                                      f"({why})"))
+        rest = np.where(bad, np.nan, ts) if drops else ts  # no copy when every time is in range
+        far = time_outliers(rest, gap_s)
     if far.any():
         drops.append(Dropped(far, f"more than {gap_s / 86400:g} days away from the other "
                                   "times (a wrong clock or unit, e.g. milliseconds)"))
