@@ -239,6 +239,8 @@ class _Codes:
         seen = list(self.index)
         names = sorted(seen)
         order = {v: i for i, v in enumerate(names)}
+        if seen == names:  # first seen in sorted order already: the codes are final
+            return codes, names, self.unknown
         remap = np.array([order[v] for v in seen] + [-1], dtype=codes.dtype)
         return remap_codes(codes, remap), names, self.unknown
 

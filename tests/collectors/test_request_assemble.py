@@ -228,3 +228,44 @@ def test_the_last_batch_hashes_are_kept_however_the_thread_is_timed() -> None:
                        ids_again=lambda: iter(table.column("request_id").chunks))
         assert got.id_hashes is not None
         np.testing.assert_array_equal(got.id_hashes, want)
+
+
+@pytest.mark.parametrize("first_seen", [["a", "b", "c"], ["b", "a", "c"], ["c"]])
+def test_codes_first_seen_in_sorted_order_are_kept_without_a_remap(
+        first_seen: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names first seen in sorted order (one batch per name, each its own dictionary): the
+    codes are already the sorted ones (no pass); otherwise remapped. Missing values stay -1
+    either way."""
+    from pdprobe.collectors import request_assemble
+
+    remaps: list[int] = []
+    real = request_assemble.remap_codes
+
+    def counted(codes: np.ndarray, remap: np.ndarray) -> np.ndarray:
+        remaps.append(codes.size)
+        return real(codes, remap)
+
+    monkeypatch.setattr(request_assemble, "remap_codes", counted)
+    pieces = [[v] for v in first_seen] + [["", *sorted(first_seen), None]]
+    rows = [v for piece in pieces for v in piece]
+    start = 0
+    tables = []
+    for piece in pieces:
+        tables.append(pa.table({
+            "arrival_ts": np.arange(start, start + len(piece), dtype=float) + 1.75e9,
+            "prompt_tokens": [5] * len(piece), "output_tokens": [3] * len(piece),
+            "decode_instance": pa.array(piece, pa.string()).dictionary_encode()}))
+        start += len(piece)
+    table = pa.concat_tables(tables)
+    got = read_requests_table(table)
+    names = sorted(first_seen)
+    want = [names.index(v) if v else -1 for v in rows]
+    assert got["decode_instance"].cat.codes.tolist() == want
+    assert remaps == ([] if first_seen == names else [len(rows)])
+
+
+def read_requests_table(table: pa.Table) -> pd.DataFrame:
+    from pdprobe.collectors.requests_file import partial_from_table
+
+    cmap = map_columns(table.column_names)
+    return partial_from_table(Path("t.parquet"), table, cmap, "parquet").requests
