@@ -327,6 +327,8 @@ def _sorted_by(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def _clock_warnings(partials: Sequence[Partial]) -> list[str]:
+    if len(partials) < 2:
+        return []  # no pair to compare: the spans (passes over every time) are not needed
     spans = []
     for p in partials:
         lo, hi = _time_span(p)

@@ -40,3 +40,24 @@ def test_fuse_warns_about_distant_clocks() -> None:
                       "kind": ["gauge"], "value": [1.0]})
     ds = fuse([_partial("a.jsonl", requests=a), _partial("b.prom", metrics=b)])
     assert any("apart in time" in w and "a.jsonl" in w for w in ds.warnings)
+
+
+def test_one_input_has_no_clock_to_compare_and_is_not_scanned(monkeypatch) -> None:
+    """One partial: no pair of spans, so no time is read for them; two still compare."""
+    from pdprobe.collectors import fuse as fuse_module
+
+    spans: list[str] = []
+    real = fuse_module._time_span
+
+    def counted(p: Partial) -> tuple[float | None, float | None]:
+        spans.append(p.source.path)
+        return real(p)
+
+    monkeypatch.setattr(fuse_module, "_time_span", counted)
+    a = pd.DataFrame({"arrival_ts": [1_700_000_000.0], "prompt_tokens": [1], "output_tokens": [1]})
+    ds = fuse([_partial("a.jsonl", requests=a)])
+    assert spans == [] and not any("apart in time" in w for w in ds.warnings)
+    b = pd.DataFrame({"arrival_ts": [1_600_000_000.0], "prompt_tokens": [1], "output_tokens": [1]})
+    ds = fuse([_partial("a.jsonl", requests=a), _partial("b.jsonl", requests=b)])
+    assert spans == ["a.jsonl", "b.jsonl"]
+    assert any("apart in time" in w for w in ds.warnings)
