@@ -61,6 +61,8 @@ def parquet_bounds(metadata: Any, schema: pa.Schema, names: list[str]) -> dict[s
     whose every non-empty row group has statistics (a row group of nothing but nulls needs
     none); columns without are left out, as are all when the file has more than
     ``MAX_ROW_GROUPS`` row groups or a column is nested."""
+    import pyarrow as pa
+
     if metadata.num_row_groups > MAX_ROW_GROUPS or not metadata.num_row_groups:
         return {}
     paths = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
@@ -74,8 +76,6 @@ def parquet_bounds(metadata: Any, schema: pa.Schema, names: list[str]) -> dict[s
         found = _column_bounds(metadata, paths[name])
         if found is not None:
             low, high, nulls = found
-            import pyarrow as pa
-
             out[name] = Bounds(low, high, nulls or not pa.types.is_integer(t))
     return out
 

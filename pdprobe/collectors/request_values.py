@@ -163,7 +163,6 @@ def numeric_arrival_bounded(values: np.ndarray, cmap: ColumnMap, name: str, note
         out = values * scale
     if bounds is not None and scale != 1.0:
         bounds = bounds.scaled(scale)  # scales > 0: the largest time stays the largest
-    # (the largest of the times is the footer's largest, scaled: rounding keeps the order)
     if finite.size and (bounds.high if bounds is not None
                         else float(np.nanmax(out))) < RELATIVE_BELOW_TS:
         notes.append(f"relative timestamps: {name} counts seconds from the trace start, "
