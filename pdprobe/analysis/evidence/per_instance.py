@@ -48,11 +48,18 @@ if TYPE_CHECKING:
 # every row, for its NaN count, and a sort of the sampled rows: ~0.07 CPU-s).
 _QUANTILE_INPUTS = ("ttft_s", "tpot_s", "queue_s", "kv_transfer_s", "prefill_s_per_token")
 # Request columns whose per-instance figures rules read for some roles' instances only: PD601
-# compares prefill time per token among prefill instances. Another role column (which fills
-# only its own role's and unknown-role rows) is not summarised for them (at 10M rows the
-# decode column's: a gather of three columns at 800,000 sampled rows and their sort).
+# compares prefill time per token among prefill instances; TPOT (tpot_p50/p90/mean) is read
+# only on decode rows (PD601, PD501, the cluster's TPOT p90, the instance table's estimated
+# TPOT); the per-instance wait before prefill (queue_s_p50/p90) only on prefill rows, where
+# the instance summaries compute it anyway (no rule reads it; the cluster's queue figures come
+# from the rows, not from this table). Another role column (which fills only its own role's
+# and unknown-role rows) is not summarised for them: at 10M rows the decode column's prefill
+# time per token was a gather of three columns at 800,000 sampled rows and their sort, the
+# prefill column's TPOT a gather and partition of 6M sampled rows plus its sum and maximum
+# over every row (~0.3 CPU-s), the decode column's wait a gather of 2M rows (~0.1).
 _READ_FOR_ROLES: Final[Mapping[str, frozenset[str]]] = {
-    "prefill_s_per_token": frozenset({"prefill"})}
+    "prefill_s_per_token": frozenset({"prefill"}), "tpot_s": frozenset({"decode"}),
+    "queue_s": frozenset({"prefill"})}
 # The columns whose per-instance mean is evidence (REQUEST_QUANTILES' "mean" statistics).
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose

@@ -189,3 +189,22 @@ def test_achieved_bandwidth_from_records_is_the_clusters_not_per_instance(
         req.loc[both, "kv_bytes"].sum() / req.loc[both, "kv_transfer_s"].sum(), rel=1e-12)
     assert "xfer_bytes_per_s" not in f.instances.columns or \
         f.instances["xfer_bytes_per_s"].isna().all()
+
+
+def test_tpot_and_queue_wait_only_for_the_role_whose_rows_rules_read(cluster: Cluster) -> None:
+    """TPOT is summarised per decode instance only (every reader of tpot_p50/p90/mean reads
+    decode rows) and the wait before prefill per prefill instance only: the prefill column's
+    TPOT and the decode column's wait are not computed (no rule reads them)."""
+    ctx = cluster.context()
+    f = ctx.evidence
+    decode, prefill = list(f.names("decode")), list(f.names("prefill"))
+    for col in ("req_tpot_p50", "req_tpot_p90", "req_tpot_mean"):
+        assert f.instances[col].reindex(prefill).isna().all(), col
+        assert f.instances[col].reindex(decode).notna().all(), col
+    for col in ("req_queue_p50", "req_queue_p90"):
+        assert f.instances[col].reindex(decode).isna().all(), col
+        assert f.instances[col].reindex(prefill).notna().all(), col
+    req = ctx.dataset.requests
+    want = req.groupby(req["decode_instance"].astype(str))["tpot_s"].median()
+    np.testing.assert_allclose(f.instances["req_tpot_p50"].reindex(decode).to_numpy(),
+                               want.reindex(decode).to_numpy(), rtol=1e-12)
