@@ -80,7 +80,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     """
     import pandas as pd
 
-    from pdprobe.analysis.evidence.cells import cell_groups
+    from pdprobe.analysis.evidence.cells import cell_groups, cell_sums
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
         Derived,
@@ -185,8 +185,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
-            hit = _ratio(cells.sums(column_values(req, "cached_tokens")),
-                         cells.sums(column_values(req, "prompt_tokens")))
+            hit = _ratio(*cell_sums(cells, (column_values(req, "cached_tokens"),
+                                            column_values(req, "prompt_tokens"))))
             merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
-from pdprobe.analysis.evidence.cells import BinCells, cell_groups
+from pdprobe.analysis.evidence.cells import BinCells, cell_groups, cell_sums
 from pdprobe.analysis.grouped import Groups
 
 
@@ -52,3 +52,66 @@ def test_bins_out_of_order_group_at_once(monkeypatch: pytest.MonkeyPatch) -> Non
     codes = np.where(keys.codes >= 0, bins.astype(np.int64) * 4 + keys.codes, -1)
     whole = Groups.of(codes, range(24), sample_max=40)
     assert np.array_equal(cells.order, whole.order)
+
+
+@pytest.mark.parametrize("sample_max", [None, 40])
+def test_bin_cells_with_every_key_and_every_cell(monkeypatch: pytest.MonkeyPatch,
+                                                 sample_max: int | None) -> None:
+    """Every row has a key and every cell has rows (the usual capture): the cells are their
+    own groups, and unsampled blocks are read as runs of rows; the same figures."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
+    n_bins, n_keys = 10, 6
+    rng = np.random.default_rng(5)
+    bins = np.sort(rng.integers(0, n_bins, 6_000)).astype(np.int16)
+    keys_codes = (np.arange(bins.size) % n_keys).astype(np.int8)  # round robin: every cell
+    keys = Groups.of(keys_codes, range(n_keys))
+    assert keys.complete
+    codes = bins.astype(np.int64) * n_keys + keys_codes
+    values = rng.exponential(1.0, bins.size)
+    values[::17] = np.nan
+    ints = rng.integers(0, 1000, bins.size)
+    cells = cell_groups(bins, keys, n_bins, sample_max)
+    assert isinstance(cells, BinCells)
+    whole = Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max)
+    assert whole.n_groups == n_bins * n_keys and np.array_equal(cells.ids, whole.ids)
+    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
+    assert np.array_equal(cells.medians(lambda rows: values[rows] * 3),
+                          whole.medians(lambda rows: values[rows] * 3), equal_nan=True)
+    got = cell_sums(cells, (values, ints))
+    assert np.array_equal(got[0], whole.sums(values)) and np.array_equal(got[1], whole.sums(ints))
+
+
+@pytest.mark.parametrize("sample_max", [None, 40])
+def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyPatch,
+                                                     sample_max: int | None) -> None:
+    """Each block's rows sorted by key bin by bin are the stable order of their cells (rows
+    without a key, bins and cells without rows included)."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
+    n_bins, n_keys = 12, 7
+    bins, keys, _codes = _rows(4, 6_000, n_bins, n_keys)
+    cells = cell_groups(bins, keys, n_bins, sample_max)
+    assert isinstance(cells, BinCells)
+    for first, end in row_slices.group_blocks(cells._bin_picked):
+        lo, hi = int(cells._bin_picked[first]), int(cells._bin_picked[end])
+        rows = cells._rows[lo:hi] if cells._rows is not None else \
+            np.flatnonzero(keys.codes[lo:hi] >= 0) + lo
+        got = cells._cell_order(rows, first, end, lo)
+        want = row_slices.stable_order(cells._codes(rows).astype(np.int64), cells.n_groups)
+        assert np.array_equal(got, want)
+    complete = cell_groups(bins, Groups.of(np.abs(keys.codes), range(n_keys)), n_bins, None)
+    assert isinstance(complete, BinCells)
+    end = int(complete._bin_start[2])  # a run of rows: the first two bins'
+    got = complete._cell_order(slice(0, end), 0, 2, 0)
+    assert np.array_equal(got, row_slices.stable_order(
+        complete._codes(slice(0, end)).astype(np.int64), complete.n_groups))
+
+
+def test_cell_sums_of_a_grouping_are_its_sums() -> None:
+    bins, keys, codes = _rows(6, 900, 5, 3)
+    cells = cell_groups(bins, keys, 5, None)  # one slice: ``Groups.of`` itself
+    assert isinstance(cells, Groups)
+    values = np.linspace(0.0, 1.0, bins.size)
+    values[::7] = np.nan
+    got = cell_sums(cells, (values,))
+    assert np.array_equal(got[0], Groups.of(codes, range(15)).sums(values))
+    assert cell_sums(cells, ()) == []
