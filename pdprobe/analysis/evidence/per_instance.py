@@ -86,7 +86,6 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         Derived,
         Groups,
         column_values,
-        figures,
         group_sums,
         key_groups,
         sample_max,
@@ -152,10 +151,9 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             data = values(c)
             if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
                 continue
-            figs = figures(req, col, c, derived.get(c), moments=c in _MEAN_INPUTS)
-            if not figs.count.sum():
+            by_stat = _quantiles(req, col, c, data)
+            if not by_stat["count"].sum():
                 continue
-            by_stat = {"p50": figs.median, "p90": figs.p90, "mean": figs.mean}
             for s in REQUEST_QUANTILES:
                 if s.source == c:
                     cols.put(s.name, pd.Series(by_stat[s.stat][keep], index=index))
@@ -177,8 +175,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if not any(roles.get(label, "unknown") in (reader, "unknown")
                        for label in groups.labels):
                 continue  # no instance a rule compares in this frame (e.g. TPOT per prefill)
-            if data is None or not figures(req, col, c, derived.get(c),
-                                           moments=c in _MEAN_INPUTS).count.sum():
+            if data is None or not _quantiles(req, col, c, data)["count"].sum():
                 continue
             medians = blocked_medians(cells, data) if isinstance(cells, Groups) else \
                 cells.medians(data)
@@ -191,6 +188,19 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows)
         del cells
+
+
+def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column) -> dict[str, np.ndarray]:
+    """Per value of ``key``: ``count``, ``p50`` (the median), ``p90`` and, for a column whose
+    mean is evidence, ``mean`` of ``column`` (``data``: its values or a derived getter)."""
+    from pdprobe.analysis.evidence.selection import quantile_figures
+    from pdprobe.analysis.grouped import figures
+
+    if column in _MEAN_INPUTS:  # the mean needs two passes over every row: ``figures``'
+        figs = figures(req, key, column, data)
+        return {"count": figs.count, "p50": figs.median, "p90": figs.p90, "mean": figs.mean}
+    found = quantile_figures(req, key, column, data)
+    return {"count": found["count"], "p50": found["median"], "p90": found["p90"]}
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

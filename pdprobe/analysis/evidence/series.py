@@ -192,6 +192,7 @@ def _request_cells(ds: Dataset, window: Window, pos: Mapping[str, int],
 def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     """Arrivals, length means and latency medians per bin from request records: one grouping
     of the rows by bin, one sort per column and bin (``analysis.grouped``)."""
+    from pdprobe.analysis.evidence.selection import selected
     from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, Groups, Rows, column_values, sample_max
 
     req = ds.requests
@@ -227,7 +228,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
             out[name] = per_bin(blocked_medians(groups, column(col)))
             continue
         # partitioned at the median's and the p90's ranks only (the figures a sort gives)
-        ranked = groups.selected(column(col), (0.9,))
+        ranked = selected(groups, column(col), (0.9,))
         out[name] = per_bin(ranked.median())
         ttft_p90 = per_bin(ranked.quantile(0.9))
         del ranked  # one gathered column held at a time

@@ -1,0 +1,96 @@
+"""Order statistics a rank at a time: the figures of ``Groups.selected`` and ``figures``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis import grouped
+from pdprobe.analysis.evidence.selection import (
+    present,
+    quantile_figures,
+    select_ranks,
+    selected,
+)
+from pdprobe.analysis.grouped import Groups
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_select_ranks_puts_a_sorts_values_at_every_rank(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    values = rng.integers(0, 20, n).astype(np.float64)  # many ties
+    kth = sorted(set(rng.integers(0, n, int(rng.integers(1, 8))).tolist()))
+    if seed == 0:
+        kth = [0, 1, n - 1] if n > 2 else [0]  # adjacent ranks and the last
+    got = values.copy()
+    select_ranks(got, kth)
+    want = np.sort(values)
+    assert np.array_equal(got[kth], want[kth])
+    assert np.array_equal(np.sort(got), want)  # a permutation of the values
+
+
+def _groups(seed: int, n: int, n_keys: int, sample_max: int | None) -> tuple[Groups, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(-1, n_keys, n).astype(np.int8)
+    codes[codes == 3] = 2  # a key without rows
+    codes[:1] = 4
+    codes[codes == 4] = 5
+    codes[0] = 4  # a group of one row
+    values = np.round(rng.exponential(1.0, n), 2)  # ties
+    values[::11] = np.nan
+    values[codes == 1] = np.nan  # a group without values
+    return Groups.of(codes, range(n_keys), sample_max=sample_max), values
+
+
+@pytest.mark.parametrize("sample_max", [None, 50])
+@pytest.mark.parametrize("quantiles", [(0.9,), (0.5, 0.9, 0.99)])
+def test_selected_gives_the_figures_of_groups_selected(sample_max: int | None,
+                                                      quantiles: tuple[float, ...]) -> None:
+    groups, values = _groups(1, 3_000, 7, sample_max)
+    ours, theirs = selected(groups, values, quantiles), groups.selected(values, quantiles)
+    assert np.array_equal(ours.bounds, theirs.bounds)
+    assert np.array_equal(ours.median(), theirs.median(), equal_nan=True)
+    for q in quantiles:
+        assert np.array_equal(ours.quantile(q), theirs.quantile(q), equal_nan=True)
+    getter = selected(groups, lambda rows: values[rows] * 2, quantiles)
+    assert np.array_equal(getter.median(), theirs.median() * 2, equal_nan=True)
+
+
+def test_present_drops_nans_group_by_group() -> None:
+    groups, values = _groups(2, 2_000, 7, None)
+    v, bounds = present(groups, values)
+    for g in range(groups.n_groups):
+        rows = groups.order[groups.bounds[g]:groups.bounds[g + 1]]
+        want = values[rows]
+        assert np.array_equal(v[bounds[g]:bounds[g + 1]], want[~np.isnan(want)])
+    full = Groups.of(np.zeros(10, dtype=np.int8), range(1))
+    v, bounds = present(full, np.arange(10.0))  # no NaN: the gathered values as they are
+    assert np.array_equal(v, np.arange(10.0)) and bounds is full.bounds
+
+
+@pytest.mark.parametrize("exact_rows", [1_000_000, 1_000])
+def test_quantile_figures_are_the_figures_of_grouped(monkeypatch: pytest.MonkeyPatch,
+                                                     exact_rows: int) -> None:
+    """On a sampled grouping (above ``QUANTILE_EXACT_ROWS``) and on every row: the counts,
+    medians and p90s ``grouped.figures`` gives, cached per table."""
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", exact_rows)
+    monkeypatch.setattr(grouped, "GROUP_SAMPLE_MAX", 100)
+    rng = np.random.default_rng(3)
+    n = 5_000
+    inst = pd.Categorical.from_codes(rng.integers(0, 4, n), ["a", "b", "c", "d"])
+    x = np.round(rng.exponential(1.0, n), 3)
+    x[::9] = np.nan
+    table = pd.DataFrame({"inst": inst, "x": x})
+    ours = quantile_figures(table, "inst", "x", x)
+    assert grouped.key_groups(table, "inst").sampled == (exact_rows < n)
+    theirs = grouped.figures(pd.DataFrame({"inst": inst, "x": x}), "inst", "x", moments=False)
+    assert np.array_equal(ours["count"], theirs.count)
+    assert np.array_equal(ours["median"], theirs.median, equal_nan=True)
+    assert np.array_equal(ours["p90"], theirs.p90, equal_nan=True)
+    assert quantile_figures(table, "inst", "x", x) is ours  # cached
+    # the figures ``grouped.figures`` already cached for the table are read, not recomputed
+    other = pd.DataFrame({"inst": inst, "x": x})
+    cached = grouped.figures(other, "inst", "x")
+    assert quantile_figures(other, "inst", "x", x)["median"] is cached.median
