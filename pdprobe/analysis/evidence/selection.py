@@ -28,12 +28,46 @@ if TYPE_CHECKING:
 
 # Values moved forward at once when a gathered column's NaNs are dropped (``present``).
 _COMPACT_CHUNK: Final = 1 << 20
+# Above this many (slice, group) pairs ``gather`` gathers group after group (one Python step
+# per pair: fine for instances, not for thousands of cells).
+_SLICE_GROUPS_MAX: Final = 1 << 14
+
+
+def gather(groups: Groups, values: Column) -> np.ndarray:
+    """``groups.gather(values)`` (``values`` at the rows of ``groups.order``, group after
+    group) read a slice of rows at a time: each slice's values are read as one run (a derived
+    column computed on it), then every group's positions inside the slice are picked from it.
+
+    A group's positions are ascending, so its positions inside a slice are one range of
+    ``order``. Gathering group after group jumps across the whole table at every value (at
+    10M rows, 120 instances and a 6M-row sample: a group's rows every 120th row); a derived
+    column read that way gathers each of its inputs at those positions: 224 ms for the
+    prefill time per token of 6M sampled rows, ~50 ms a slice at a time. The same values at
+    the same places."""
+    from pdprobe.analysis.row_slices import chunks, take
+
+    order, bounds = groups.order, groups.bounds
+    parts = chunks(groups.codes.size)
+    if len(parts) < 2 or groups.n_groups * len(parts) > _SLICE_GROUPS_MAX:
+        return groups.gather(values)
+    edges = np.array([p.start for p in parts] + [groups.codes.size], dtype=order.dtype)
+    # cut[g, k]: where group g's positions reach slice k's first row (in ``order``)
+    cut = np.empty((groups.n_groups, len(edges)), dtype=np.int64)
+    for g, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+        cut[g] = np.searchsorted(order[lo:hi], edges) + lo
+    out = np.empty(order.size, dtype=np.float64)
+    for k, part in enumerate(parts):
+        block = take(values, part)
+        for j0, j1 in zip(cut[:, k].tolist(), cut[:, k + 1].tolist(), strict=True):
+            if j1 > j0:
+                out[j0:j1] = block[order[j0:j1] - part.start]
+    return out
 
 
 def present(groups: Groups, values: Column) -> tuple[np.ndarray, np.ndarray]:
     """Each group's non-NaN ``values`` (gathered in group order, a new array) and their
     bounds: group ``g``'s values are ``v[bounds[g]:bounds[g + 1]]`` (``Groups._present``)."""
-    v = groups.gather(values)
+    v = gather(groups, values)
     missing = np.isnan(v)
     if not missing.any():
         return v, groups.bounds

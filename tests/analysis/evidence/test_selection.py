@@ -6,8 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdprobe.analysis import grouped
+from pdprobe.analysis import grouped, row_slices
+from pdprobe.analysis.evidence import selection
 from pdprobe.analysis.evidence.selection import (
+    gather,
     present,
     quantile_figures,
     select_ranks,
@@ -94,3 +96,25 @@ def test_quantile_figures_are_the_figures_of_grouped(monkeypatch: pytest.MonkeyP
     other = pd.DataFrame({"inst": inst, "x": x})
     cached = grouped.figures(other, "inst", "x")
     assert quantile_figures(other, "inst", "x", x)["median"] is cached.median
+
+
+@pytest.mark.parametrize("sample_max", [None, 60])
+def test_gather_by_slices_is_the_groups_gather(monkeypatch: pytest.MonkeyPatch,
+                                               sample_max: int | None) -> None:
+    """Read a slice of rows at a time (groups without rows in some slices, a derived column),
+    the very values ``Groups.gather`` gives; too many (slice, group) pairs: ``Groups.gather``
+    itself."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 300)
+    groups, values = _groups(4, 2_000, 7, sample_max)
+    groups = Groups.of(np.where(np.arange(2_000) < 900, groups.codes % 2, groups.codes),
+                       range(7), sample_max=sample_max)  # groups 2.. only after row 900
+    assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
+
+    def derived(rows: row_slices.Rows) -> np.ndarray:
+        return values[rows] * 2 + 1
+
+    assert np.array_equal(gather(groups, derived), groups.gather(derived), equal_nan=True)
+    monkeypatch.setattr(selection, "_SLICE_GROUPS_MAX", 4)
+    assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1 << 20)  # one slice
+    assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
