@@ -83,10 +83,20 @@ class BinCells:
         # the cells in the smallest type holding them (int16 for 10,800 cells, not int64:
         # a slice's cells are computed at every pass over the rows)
         self._cell_dtype = compact_dtype(n_cells)
+        n_rows = bins.size
+        # each bin's first row (a binary search: no copy of the bins)
+        self._bin_start = np.append(key_starts(lambda at: bins[at], n_bins, n_rows), n_rows)
         per_cell = np.zeros(n_cells, dtype=np.int64)
-        for part in chunks(bins.size):
-            c = self._cells(part)
-            per_cell += np.bincount(c if complete else c[c >= 0], minlength=n_cells)
+        if complete:  # a bin's cells are its rows' keys: counted bin by bin, no cell per row
+            bounds = self._bin_start.tolist()
+            for b in range(n_bins):
+                if bounds[b + 1] > bounds[b]:
+                    per_cell[b * n_keys:(b + 1) * n_keys] = np.bincount(
+                        keys[bounds[b]:bounds[b + 1]], minlength=n_keys)
+        else:
+            for part in chunks(n_rows):
+                c = self._cells(part)
+                per_cell += np.bincount(c[c >= 0], minlength=n_cells)
         used = per_cell > 0
         # every cell has rows (the usual case): a cell is its own group, no lookup per row
         self._every_cell = bool(used.all())
@@ -97,7 +107,6 @@ class BinCells:
         self._group = self._group.astype(compact_dtype(int(used.sum())))
         # the groups of the cells before each bin's first cell: block of bins -> its groups
         self._first_group = np.concatenate(([0], np.cumsum(used)))[::n_keys]
-        n_rows = bins.size
         if sample_max is not None and (self.totals > sample_max).any():
             from pdprobe.analysis.grouped import SAMPLE_SEED
 
@@ -106,8 +115,7 @@ class BinCells:
                                                          n_rows=n_rows)
         else:  # every row with a cell: a block's rows are found when it is read, not held
             self._rows = None
-        # each bin's first row (a binary search: no copy of the bins), and first sampled row
-        self._bin_start = np.append(key_starts(lambda at: bins[at], n_bins, n_rows), n_rows)
+        # each bin's first sampled row
         self._bin_picked = self._bin_start if self._rows is None else \
             np.searchsorted(self._rows, self._bin_start.astype(self._rows.dtype))
 

@@ -141,9 +141,20 @@ def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
 
 def merge_bins(bins: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
     """Add ``frame`` to the per-bin frame ``name`` (earlier values win)."""
+    import pandas as pd
+
     spec("bins", name)
     prev = bins.get(name)
-    bins[name] = frame if prev is None else prev.combine_first(frame)
+    if prev is None:
+        bins[name] = frame
+    elif prev.index.equals(frame.index) and not prev.columns.isin(frame.columns).any() \
+            and (prev.dtypes == "float64").all() and (frame.dtypes == "float64").all():
+        # two role columns' frames name different instances: what ``combine_first`` gives
+        # (the earlier frame's columns, then the other's) without its step per column (~45 ms
+        # for 160 instances)
+        bins[name] = pd.concat([prev, frame], axis=1)
+    else:
+        bins[name] = prev.combine_first(frame)
 
 
 def reindex_bins(frame: pd.DataFrame, window: Window) -> pd.DataFrame:

@@ -50,15 +50,15 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
     if xfer is not None:
         # quantiles on every request, or on a sample of a very large table (grouped module)
         x_all = xfer.to_numpy(dtype="float64")
-        x = for_quantiles(req, x_all)
-        x = x[np.isfinite(x)]
+        at_sample = for_quantiles(req, x_all)  # gathered once: the ratio below reads it too
+        x = at_sample[np.isfinite(at_sample)]
         out.update(latency_p50_s=float(np.median(x)), latency_p90_s=float(np.quantile(x, 0.9)),
                    latency_source="request records",
                    transfers=int(np.count_nonzero(np.isfinite(x_all))))
         if "ttft_s" in cols and has_values(req, "ttft_s"):
             ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
             with np.errstate(invalid="ignore", divide="ignore"):
-                ratio = for_quantiles(req, x_all) / np.where(ttft > 0, ttft, np.nan)
+                ratio = at_sample / np.where(ttft > 0, ttft, np.nan)
             ratio = ratio[np.isfinite(ratio)]
             if ratio.size:
                 out["share_of_ttft_p50"] = float(np.median(ratio))
@@ -174,10 +174,13 @@ def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
     cols = ds.request_columns
     if "queue_s" not in cols or not has_values(req, "queue_s"):
         return None, None
-    q90 = float(for_quantiles(req, req["queue_s"]).quantile(0.9))
+    import pandas as pd
+
+    # gathered once for the p90 and the ratio (a series' quantile reads only its values)
+    queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
+    q90 = float(pd.Series(queue).quantile(0.9))
     if "ttft_s" not in cols or not has_values(req, "ttft_s"):
         return None, q90
-    queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
     ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = queue / np.where(ttft > 0, ttft, np.nan)

@@ -74,6 +74,7 @@ def test_bin_cells_with_every_key_and_every_cell(monkeypatch: pytest.MonkeyPatch
     assert isinstance(cells, BinCells)
     whole = Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max)
     assert whole.n_groups == n_bins * n_keys and np.array_equal(cells.ids, whole.ids)
+    assert np.array_equal(cells.totals, whole.totals)
     assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
     assert np.array_equal(cells.medians(lambda rows: values[rows] * 3),
                           whole.medians(lambda rows: values[rows] * 3), equal_nan=True)
@@ -115,3 +116,24 @@ def test_cell_sums_of_a_grouping_are_its_sums() -> None:
     got = cell_sums(cells, (values,))
     assert np.array_equal(got[0], Groups.of(codes, range(15)).sums(values))
     assert cell_sums(cells, ()) == []
+
+
+@pytest.mark.parametrize("sample_max", [None, 40])
+def test_bin_cells_with_every_key_and_empty_cells(monkeypatch: pytest.MonkeyPatch,
+                                                  sample_max: int | None) -> None:
+    """Every row has a key, some bins and cells have no rows: counted bin by bin, the same
+    cells, counts, medians and sums as ``Groups.of``."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
+    n_bins, n_keys = 12, 7
+    bins, keys, _codes = _rows(7, 6_000, n_bins, n_keys)
+    every = Groups.of(np.abs(keys.codes), range(n_keys))  # the missing keys made key 1
+    assert every.complete
+    codes = bins.astype(np.int64) * n_keys + every.codes
+    cells = cell_groups(bins, every, n_bins, sample_max)
+    assert isinstance(cells, BinCells)
+    whole = Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max)
+    assert whole.n_groups < n_bins * n_keys  # bin 3 and a cell of bin 5 have no rows
+    assert np.array_equal(cells.ids, whole.ids) and np.array_equal(cells.totals, whole.totals)
+    values = np.random.default_rng(8).exponential(1.0, bins.size)
+    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
+    assert np.array_equal(cells.sums(values), whole.sums(values))

@@ -39,3 +39,23 @@ def test_instance_names_are_those_some_row_or_label_names(categorical: bool) -> 
                  instances=(InstanceInfo("k0", "decode", "test"),), sources=(),
                  request_columns=frozenset(requests.columns))
     assert instance_names(ds) == {"k0", "p0", "p1", "d0", "d1", "m0"}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_merge_bins_is_combine_first(overlap: bool) -> None:
+    """Frames of different instances are put side by side, overlapping ones combined: either
+    way the frame ``combine_first`` gives (earlier values win, NaN filled from the later)."""
+    from pdprobe.analysis.evidence.columns import merge_bins
+
+    rng = np.random.default_rng(0)
+    index = pd.Index(np.arange(6) * 60.0, name="ts")
+    first = pd.DataFrame(rng.random((6, 3)), index=index, columns=["p-1", "p-0", "z"])
+    first.iloc[1:3, 0] = np.nan
+    later = pd.DataFrame(rng.random((6, 2)), index=index,
+                         columns=["p-0", "d-0"] if overlap else ["d-1", "d-0"])
+    later.iloc[4, 1] = np.nan
+    bins: dict[str, pd.DataFrame] = {}
+    merge_bins(bins, "req_hit", first)
+    assert bins["req_hit"] is first
+    merge_bins(bins, "req_hit", later)
+    pd.testing.assert_frame_equal(bins["req_hit"], first.combine_first(later), check_exact=True)
