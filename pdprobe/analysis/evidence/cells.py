@@ -79,7 +79,7 @@ class BinCells:
         self._bins, self._keys, self._n_keys = bins, keys, n_keys
         # every key present (no -1): no row is left without a cell, so no mask per slice
         self._complete = complete
-        n_cells = n_bins * n_keys
+        n_cells = self._n_cells = n_bins * n_keys
         # the cells in the smallest type holding them (int16 for 10,800 cells, not int64:
         # a slice's cells are computed at every pass over the rows)
         self._cell_dtype = compact_dtype(n_cells)
@@ -202,6 +202,8 @@ class BinCells:
         """``sums`` of each of ``columns`` in one pass over the rows: each slice's cells are
         found once for every column (they cost more than the adding). Each column's values
         are added in row order by ``ufunc.at``, as ``Groups`` adds them: the same floats."""
+        if self._complete:
+            return self._sums_by_bin(columns)
         outs = [np.zeros(self.n_groups + 1) for _ in columns]  # the last slot: rows without a cell
         for part in chunks(self._bins.size):
             codes = self._codes(part).astype(np.intp)  # intp: ufunc.at's fast path
@@ -212,6 +214,27 @@ class BinCells:
                     v = np.where(nan, 0.0, v)
                 np.add.at(out, codes, v)
         return [out[:-1] for out in outs]
+
+    def _sums_by_bin(self, columns: tuple[Column, ...]) -> list[np.ndarray]:
+        """``sums_of`` when every row has a key: a bin's cells are its rows' keys, so each
+        bin's rows are added by key with ``np.bincount`` (row after row from 0.0, as
+        ``ufunc.at`` adds them: the same floats), no cell computed per row."""
+        n_keys = self._n_keys
+        per_cell = [np.zeros(self._n_cells) for _ in columns]
+        bounds = self._bin_start.tolist()
+        for b in range(len(bounds) - 1):
+            part = slice(bounds[b], bounds[b + 1])
+            if part.stop == part.start:
+                continue
+            keys = self._keys[part]
+            for values, out in zip(columns, per_cell, strict=True):
+                v = take(values, part)
+                nan = np.isnan(v)
+                if nan.any():
+                    v = np.where(nan, 0.0, v)
+                out[b * n_keys:(b + 1) * n_keys] = np.bincount(keys, weights=v,
+                                                               minlength=n_keys)
+        return [out[self.ids] for out in per_cell]
 
 
 def cell_sums(cells: CellGroups, columns: tuple[Column, ...]) -> list[np.ndarray]:
