@@ -155,7 +155,7 @@ class BinCells:
             rows: slice | np.ndarray
             if self._rows is not None:
                 rows = self._rows[lo:hi]
-            elif bool((self._keys[lo:hi] >= 0).all()):
+            elif self._complete or bool((self._keys[lo:hi] >= 0).all()):
                 rows = slice(lo, hi)  # every row of the block: read as one run, no positions
             else:
                 rows = (np.flatnonzero(self._keys[lo:hi] >= 0) + lo).astype(

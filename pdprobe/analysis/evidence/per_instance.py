@@ -192,12 +192,20 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
 
 def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column) -> dict[str, np.ndarray]:
     """Per value of ``key``: ``count``, ``p50`` (the median), ``p90`` and, for a column whose
-    mean is evidence, ``mean`` of ``column`` (``data``: its values or a derived getter)."""
+    mean is evidence, ``mean`` of ``column`` (``data``: its values or a derived getter).
+
+    A column the instance summaries also summarise per value of ``key`` is read from their
+    computation (``grouped.figures``, cached per table: whichever analysis asks first computes
+    it, the other reads it), as is a mean (two passes over every row); the others, which only
+    the evidence reads, from ``selection.quantile_figures`` (the same figures, cheaper)."""
     from pdprobe.analysis.evidence.selection import quantile_figures
     from pdprobe.analysis.grouped import figures
+    from pdprobe.analysis.instances import DECODE_LATENCIES, PREFILL_LATENCIES
 
-    if column in _MEAN_INPUTS:  # the mean needs two passes over every row: ``figures``'
-        figs = figures(req, key, column, data)
+    summarised = {ROLE_COLUMN["prefill"]: PREFILL_LATENCIES,
+                  ROLE_COLUMN["decode"]: DECODE_LATENCIES}.get(key, {})
+    if column in _MEAN_INPUTS or column in summarised.values():
+        figs = figures(req, key, column, data, moments=column in _MEAN_INPUTS)
         return {"count": figs.count, "p50": figs.median, "p90": figs.p90, "mean": figs.mean}
     found = quantile_figures(req, key, column, data)
     return {"count": found["count"], "p50": found["median"], "p90": found["p90"]}

@@ -113,9 +113,9 @@ def selected(groups: Groups, values: Column, quantiles: tuple[float, ...]) -> Or
 def quantile_figures(table: pd.DataFrame, key: str, column: str, values: Column
                      ) -> dict[str, np.ndarray]:
     """Per value of ``key`` (``grouped.key_groups`` order): ``count`` (non-NaN ``values`` over
-    every row), ``median`` and ``p90``, as ``grouped.figures`` gives them: its cached figures
-    when some analysis computed them, else (on a sampled grouping) the median and p90 read off
-    ``selected``. Only these small arrays are cached (per table, key and column)."""
+    every row), ``median`` and ``p90``, the figures ``grouped.figures`` gives: on a sampled
+    grouping read off ``selected``, else ``figures``' own. Only these small arrays are cached
+    (per table, key and column), never the gathered column."""
     from pdprobe.analysis.grouped import figures, key_groups
     from pdprobe.analysis.table_cache import table_cache
 
@@ -124,14 +124,13 @@ def quantile_figures(table: pd.DataFrame, key: str, column: str, values: Column
     found: dict[str, np.ndarray] | None = cache.get(cache_key)
     if found is None:
         groups = key_groups(table, key)
-        shared = cache.get(("figures", key, column))  # ``figures``' own cache entry
-        if shared is not None or not groups.sampled:
-            figs = figures(table, key, column, values, moments=False)
-            found = {"count": figs.count, "median": figs.median, "p90": figs.p90}
-        else:
+        if groups.sampled:
             ranked = selected(groups, values, (0.9,))
             found = {"count": groups.counts(values), "median": ranked.median(),
                      "p90": ranked.quantile(0.9)}
             del ranked  # the gathered column: not held by the cache
+        else:  # every row: each group sorted (exact figures, as ``figures`` reads them)
+            figs = figures(table, key, column, values, moments=False)
+            found = {"count": figs.count, "median": figs.median, "p90": figs.p90}
         cache[cache_key] = found
     return found
