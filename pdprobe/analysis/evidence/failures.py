@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.grouped import category_mask
+from pdprobe.analysis.evidence.columns import category_mask
 from pdprobe.analysis.row_slices import category_count
 
 if TYPE_CHECKING:

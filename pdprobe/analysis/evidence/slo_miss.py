@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.analysis.evidence.columns import category_mask
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
-from pdprobe.analysis.grouped import category_mask, quantile_rows
+from pdprobe.analysis.grouped import quantile_rows
 from pdprobe.analysis.row_slices import has_values
 
 if TYPE_CHECKING:
