@@ -19,6 +19,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import category_mask
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
+from pdprobe.analysis.evidence.selection import median
 from pdprobe.analysis.grouped import quantile_rows
 from pdprobe.analysis.row_slices import has_values
 
@@ -129,7 +130,7 @@ def _excess(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray
     # values with its met rows picked)
     base_medians = (None if n_met < MIN_MET else
                     _stage_figures(ttft, columns, met if sample is None else sample[met_sample],
-                                   np.median))
+                                   median))
     rows = []
     for stage, mean_missed in missed_means.items():
         base = base_medians[stage] if base_medians is not None else None

@@ -13,6 +13,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
+from pdprobe.analysis.evidence.selection import median, quantile
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.analysis.grouped import column_values, for_quantiles
 from pdprobe.analysis.row_slices import has_values
@@ -52,7 +53,7 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
         x_all = xfer.to_numpy(dtype="float64")
         at_sample = for_quantiles(req, x_all)  # gathered once: the ratio below reads it too
         x = at_sample[np.isfinite(at_sample)]
-        out.update(latency_p50_s=float(np.median(x)), latency_p90_s=float(np.quantile(x, 0.9)),
+        out.update(latency_p50_s=median(x), latency_p90_s=quantile(x, 0.9),
                    latency_source="request records",
                    transfers=int(np.count_nonzero(np.isfinite(x_all))))
         if "ttft_s" in cols and has_values(req, "ttft_s"):
@@ -61,7 +62,7 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
                 ratio = at_sample / np.where(ttft > 0, ttft, np.nan)
             ratio = ratio[np.isfinite(ratio)]
             if ratio.size:
-                out["share_of_ttft_p50"] = float(np.median(ratio))
+                out["share_of_ttft_p50"] = median(ratio)
         if "kv_bytes" in cols and has_values(req, "kv_bytes"):
             kv = req["kv_bytes"].to_numpy(dtype="float64")
             both = x_all > 0  # masks combined in place (NaN compares False)
@@ -138,11 +139,11 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
     req = ds.requests
     ttft_p90 = tpot_p90 = None
     if "ttft_s" in ds.request_columns and has_values(req, "ttft_s"):
-        ttft_p90 = float(for_quantiles(req, req["ttft_s"]).quantile(0.9))
+        ttft_p90 = quantile(for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64")), 0.9)
     elif table["ttft_p90"].notna().any():
         ttft_p90 = float(table["ttft_p90"].max())
     if "tpot_s" in ds.request_columns and has_values(req, "tpot_s"):
-        tpot_p90 = float(for_quantiles(req, req["tpot_s"]).quantile(0.9))
+        tpot_p90 = quantile(for_quantiles(req, req["tpot_s"].to_numpy(dtype="float64")), 0.9)
     elif table.loc[table["role"] == "decode", "tpot_p90"].notna().any():
         tpot_p90 = float(table.loc[table["role"] == "decode", "tpot_p90"].median())
     return Slo(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, ttft_attainment=ttft_att,
@@ -174,18 +175,16 @@ def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
     cols = ds.request_columns
     if "queue_s" not in cols or not has_values(req, "queue_s"):
         return None, None
-    import pandas as pd
-
-    # gathered once for the p90 and the ratio (a series' quantile reads only its values)
+    # gathered once for the p90 and the ratio
     queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
-    q90 = float(pd.Series(queue).quantile(0.9))
+    q90 = quantile(queue, 0.9)
     if "ttft_s" not in cols or not has_values(req, "ttft_s"):
         return None, q90
     ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = queue / np.where(ttft > 0, ttft, np.nan)
     ratio = ratio[np.isfinite(ratio)]
-    return (float(np.median(ratio)) if ratio.size else None), q90
+    return (median(ratio) if ratio.size else None), q90
 
 
 def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:

@@ -114,3 +114,58 @@ def test_gather_by_slices_is_the_groups_gather(monkeypatch: pytest.MonkeyPatch,
     assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1 << 20)  # one slice
     assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 9_999, 10_000, 10_001, 50_000])
+def test_median_is_numpys(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """Bit for bit ``np.median``: odd and even sizes, ties, negative values and zeros of
+    both signs; an array with a NaN, another dtype or one below the threshold goes to numpy."""
+    import warnings
+
+    from pdprobe.analysis.evidence.selection import median
+
+    rng = np.random.default_rng(n)
+    values = np.round(rng.normal(0.0, 1.0, n), 2)  # ties
+    values[::97] = -0.0
+    values[1::89] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the empty array's mean
+        want = float(np.median(values))
+        assert str(median(values)) == str(want)  # NaN alike, the sign of a zero too
+    if n:
+        monkeypatch.setattr(selection, "_MEDIAN_SELECT_MIN", 1)
+        assert str(median(values)) == str(float(np.median(values)))
+        tied = np.full(n, -0.0)
+        assert str(median(tied)) == str(float(np.median(tied)))
+        with_nan = values.copy()
+        with_nan[n // 2] = np.nan
+        assert np.isnan(median(with_nan))
+        ints = rng.integers(0, 100, n)
+        assert median(ints) == float(np.median(ints))
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "integers", "tiny", "nan", "inf"])
+def test_quantile_is_numpys_and_pandas(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Bit for bit ``np.quantile`` (linear) of the non-NaN values, as ``Series.quantile``
+    gives it: sizes from 1, quantiles at and between ranks, at 0 and 1, either side of a
+    fraction of 0.5; NaN dropped; an infinity goes to numpy."""
+    from pdprobe.analysis.evidence.selection import quantile
+
+    monkeypatch.setattr(selection, "_MEDIAN_SELECT_MIN", 1)
+    rng = np.random.default_rng(len(kind))
+    for n in (1, 2, 3, 10, 11, 100, 257):
+        x = {"normal": rng.normal(0.0, 1.0, n), "ties": np.round(rng.exponential(1.0, n), 1),
+             "integers": rng.integers(-5, 5, n).astype(np.float64),
+             "tiny": rng.random(n) * 1e-3, "nan": rng.normal(0.0, 1.0, n),
+             "inf": rng.normal(0.0, 1.0, n)}[kind]
+        if kind == "nan":
+            x[::3] = np.nan
+        if kind == "inf":
+            x[0] = np.inf
+        for q in (0.0, 0.1, 0.25, 1 / 3, 0.5, 0.9, 0.95, 0.99, 1.0):
+            with np.errstate(invalid="ignore"):  # numpy's inf - inf, for the infinity
+                want = float(pd.Series(x).quantile(q))
+                assert str(quantile(x, q)) == str(want), (n, q)
+                if kind != "nan":
+                    assert str(quantile(x, q)) == str(float(np.quantile(x, q))), (n, q)
+    assert np.isnan(quantile(np.array([np.nan, np.nan]), 0.9))
