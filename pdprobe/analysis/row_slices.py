@@ -72,7 +72,18 @@ def take(values: Column, rows: Rows) -> np.ndarray:
                 out[part] = values(rows[part])
             return out
         return np.asarray(values(rows), dtype=np.float64)
-    return np.asarray(values)[rows].astype(np.float64, copy=False)  # only these rows converted
+    array = np.asarray(values)
+    if isinstance(rows, np.ndarray) and rows.size > CHUNK_ROWS:
+        # a slice of positions at a time, as ``row_gather.take_rows``: numpy widens positions
+        # to intp before it gathers (48 MB fresh for 6M int32 positions)
+        out = np.empty(rows.size, dtype=np.float64)
+        for part in chunks(rows.size):
+            if array.dtype == np.float64:
+                np.take(array, rows[part], out=out[part], mode="wrap")
+            else:  # converted a slice at a time
+                out[part] = array[rows[part]]
+        return out
+    return array[rows].astype(np.float64, copy=False)  # only these rows converted
 
 
 def blocked_medians(groups: Groups, values: Column) -> np.ndarray:
@@ -171,11 +182,21 @@ def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     slices): the same positions as one stable sort, but numpy's argsort answers in int64, so a
     whole-column sort held 80 MB at 10M rows (plus the int32 copy callers keep) where this holds
     the 40 MB answer and one slice's temporaries."""
+    return stable_take(codes, n_groups, None)
+
+
+def stable_take(codes: np.ndarray, n_groups: int, values: np.ndarray | None) -> np.ndarray:
+    """``values[stable_order(codes, n_groups)]`` (``values`` aligned with ``codes``; None:
+    ``stable_order`` itself), each slice's values gathered within the slice: the rows a sampled
+    grouping keeps, ordered by their codes, without a gather over the whole array (every group's
+    rows spread over all of it: a cache miss per row)."""
     c = np.asarray(codes)
     n = c.size
+    dtype = index_dtype(n) if values is None else values.dtype
     parts = chunks(n)
     if len(parts) < 2 or n_groups * len(parts) > CHUNK_ROWS:  # one slice, or a huge count table
-        return _sorted_positions(c, n_groups).astype(index_dtype(n), copy=False)
+        order = _sorted_positions(c, n_groups)
+        return order.astype(dtype, copy=False) if values is None else values[order]
     counts = np.zeros((len(parts), n_groups), dtype=np.int64)
     for k, part in enumerate(parts):
         counts[k] = np.bincount(c[part], minlength=n_groups)
@@ -183,11 +204,14 @@ def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     first = np.cumsum(counts, axis=0) - counts
     totals = counts.sum(axis=0)
     first += (np.cumsum(totals) - totals)[None, :]
-    out = np.empty(n, dtype=index_dtype(n))
+    out = np.empty(n, dtype=dtype)
     by_group = n_groups * len(parts) <= _SLICE_COPIES_MAX
     for k, part in enumerate(parts):
         local = _sorted_positions(c[part], n_groups)
-        local += part.start
+        if values is None:
+            local += part.start
+        else:
+            local = np.take(values[part], local)
         if by_group:  # a few groups: one block copy per group (no per-row destinations)
             at = 0
             for dst, m in zip(first[k].tolist(), counts[k].tolist(), strict=True):
@@ -207,6 +231,8 @@ _SLICE_COPIES_MAX: Final = 1 << 14
 
 def _sorted_positions(c: np.ndarray, n_groups: int) -> np.ndarray:
     """``stable_order`` of one array in one sort (int64 positions, numpy's answer)."""
+    if n_groups <= np.iinfo(np.int8).max:  # one 8-bit radix pass: a third faster than two
+        return np.argsort(c.astype(np.int8, copy=False), kind="stable")
     if n_groups <= _RADIX_MAX:
         return np.argsort(c.astype(np.int16, copy=False), kind="stable")
     if n_groups <= _RADIX_MAX * _RADIX_MAX:
@@ -235,8 +261,9 @@ def sample_rows(codes: np.ndarray | int | Callable[[slice], np.ndarray], rate: n
     kept = 0
     for part in chunks(n):
         uniform = rng.random(part.stop - part.start, dtype=np.float32)
+        # np.take: the same rates (code -1 reads the last slot) at half the cost of indexing
         threshold = keep_rate[0] if isinstance(codes, int) else \
-            keep_rate[codes(part) if callable(codes) else codes[part]]
+            np.take(keep_rate, codes(part) if callable(codes) else codes[part])
         hit = np.flatnonzero(uniform < threshold)
         into = picked[kept:kept + hit.size]
         np.add(hit, part.start, out=into, casting="unsafe")  # positions below n fit

@@ -340,25 +340,26 @@ def test_selected_ranks_are_the_sorted_figures(seed: int, quantiles: tuple[float
     assert np.isnan(ranked.median()[2]) and ranked.median()[7] == 1.5
 
 
-def test_sampled_figures_are_read_off_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sampled grouping's figures come from ``selected`` (no sort), and equal the sorted
-    sample's figures."""
+def test_sampled_figures_are_the_sorted_samples_figures() -> None:
+    """A sampled grouping's quantiles come from ``selected`` and equal the sorted sample's
+    figures; its count, mean and max (one pass, ``moments``) those of ``counts``, ``sums`` and
+    ``maxima`` over every row."""
     rng = np.random.default_rng(5)
     n = 20_000
-    codes = rng.integers(0, 4, n).astype(np.int8)
+    codes = rng.integers(-1, 4, n).astype(np.int8)
     values = rng.lognormal(size=n)
+    values[rng.random(n) < 0.1] = np.nan
     groups = Groups.of(codes, range(4), sample_max=500)
     assert groups.sampled
     ordered = groups.sorted(values)
-
-    def no_sort(self: Groups, values: object) -> None:
-        raise AssertionError("a sampled grouping's figures need no sort")
-
-    monkeypatch.setattr(Groups, "sorted", no_sort)
     got = GroupFigures.measure(groups, values)
     np.testing.assert_array_equal(got.median, ordered.median())
     for q, field in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
         np.testing.assert_array_equal(getattr(got, field), ordered.quantile(q))
+    count = groups.counts(values)
+    np.testing.assert_array_equal(got.count, count)
+    np.testing.assert_array_equal(got.mean, groups.sums(values) / count)
+    np.testing.assert_array_equal(got.max, groups.maxima(values, count))
 
 
 @pytest.mark.parametrize("block", [1, 7, 1 << 20])
@@ -415,10 +416,43 @@ def test_ordered_codes_group_without_a_sort(monkeypatch: pytest.MonkeyPatch,
 def test_compacted_is_the_masked_copy(chunk: int) -> None:
     """Values kept by a mask, compacted over the array's own front in chunks of any size,
     are the masked copy."""
-    from pdprobe.analysis.grouped import _compacted
+    from pdprobe.analysis.row_gather import compacted
 
     rng = np.random.default_rng(5)
     v = rng.random(1_000)
     drop = rng.random(1_000) < 0.3
     want = v[~drop].copy()
-    np.testing.assert_array_equal(_compacted(v, drop, chunk), want)
+    np.testing.assert_array_equal(compacted(v, drop, chunk), want)
+
+
+@pytest.mark.parametrize("chunk", [50, 1 << 20])
+def test_moments_in_one_pass_are_counts_sums_and_maxima(monkeypatch: pytest.MonkeyPatch,
+                                                        chunk: int) -> None:
+    """``moments`` is, to the bit, ``counts``, ``sums`` and ``maxima``: NaN in some slices and
+    not others, rows without a group, a group without values, zeros of both signs, integer
+    columns (ordered codes: the run sums), a derived column with a ``nan_like`` column."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.row_slices import Derived
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(chunk)
+    n = 1_003
+    codes = rng.integers(-1, 6, n).astype(np.int8)
+    values = rng.normal(size=n)
+    zero = rng.random(n) < 0.3
+    values[zero] = rng.choice([0.0, -0.0], int(zero.sum()))
+    values[200:260] = np.nan  # NaN in some slices only
+    values[codes == 5] = np.nan  # group 5: no values
+    integers = rng.integers(0, 1_000, n)
+    for groups in (Groups.of(codes, range(6)), Groups.of(np.sort(codes[codes >= 0]), range(6))):
+        size = groups.codes.size
+        derived = Derived(lambda rows: values[rows] * 3.0, nan_like=values[:size])
+        for column in (values[:size], integers[:size], derived):
+            count, total, top = groups.moments(column)
+            want = groups.counts(column)
+            np.testing.assert_array_equal(count, want)
+            np.testing.assert_array_equal(total, groups.sums(column))
+            np.testing.assert_array_equal(top, groups.maxima(column, want))
+            np.testing.assert_array_equal(np.signbit(top), np.signbit(groups.maxima(column,
+                                                                                     want)))
+    assert groups.ordered  # the sorted codes: integer sums per run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdprobe.analysis import row_slices
+from pdprobe.analysis import row_gather, row_slices
 from pdprobe.analysis.row_slices import (
     chunks,
     compact_dtype,
@@ -256,3 +256,102 @@ def test_distinct_codes_and_renamed_values_read_a_categorical_without_a_copy() -
     renamed = renamed_values(column, {"a": "x", "c": "x"})
     assert renamed.tolist()[:2] == ["b", "x"] and pd.isna(renamed.iloc[2])
     assert list(renamed.cat.categories) == ["b", "x"]
+
+
+def _grouped_positions(rng: np.random.Generator, n_rows: int, n_groups: int,
+                       keep: float) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of a sample of ``n_rows`` rows grouped by a random code (ascending within each
+    group, as a grouping's ``order``) and the groups' bounds; some groups without rows."""
+    codes = rng.integers(0, n_groups, n_rows)
+    codes[codes == 1] = 0  # group 1: no rows
+    rows = np.flatnonzero(rng.random(n_rows) < keep)
+    order = rows[np.argsort(codes[rows], kind="stable")].astype(np.int32)
+    bounds = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(codes[rows], minlength=n_groups), out=bounds[1:])
+    return order, bounds
+
+
+@pytest.mark.parametrize("n_groups", [1, 2, 7, 300])
+@pytest.mark.parametrize("keep", [1.0, 0.3])
+def test_take_grouped_is_take(monkeypatch: pytest.MonkeyPatch, n_groups: int,
+                              keep: float) -> None:
+    """A gather block of rows by block of rows is ``take`` at every position: float, integer
+    and float32 columns, NaN, a row getter (called a block at a time), empty groups, one group,
+    more groups than the pieces allow (one block)."""
+    monkeypatch.setattr(row_gather, "GATHER_BLOCK_ROWS", 64)
+    monkeypatch.setattr(row_gather, "_GATHER_PIECES_MAX", 512)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 100)
+    rng = np.random.default_rng(n_groups)
+    n = 5_000
+    order, bounds = _grouped_positions(rng, n, n_groups, keep)
+    values = rng.normal(size=n)
+    values[::7] = np.nan
+    asked: list[int] = []
+
+    def getter(rows: row_slices.Rows) -> np.ndarray:
+        asked.append(len(values[rows]))
+        return values[rows] * 2.0
+
+    for column in (values, rng.integers(-50, 50, n), values.astype(np.float32)):
+        got = row_gather.take_grouped(column, order, bounds, n)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, take(column, order))
+    np.testing.assert_array_equal(row_gather.take_grouped(getter, order, bounds, n),
+                                  values[order] * 2.0)
+    assert max(asked) <= max(100, order.size)
+    # rows in the first and last blocks only: the blocks between have no pieces
+    ends = (order < 100) | (order >= n - 100)
+    kept = np.zeros(n_groups + 1, dtype=np.int64)
+    group_of = np.repeat(np.arange(n_groups), np.diff(bounds))
+    np.cumsum(np.bincount(group_of[ends], minlength=n_groups), out=kept[1:])
+    for column in (values, getter, rng.integers(0, 9, n)):
+        np.testing.assert_array_equal(row_gather.take_grouped(column, order[ends], kept, n),
+                                      take(column, order[ends]))
+    empty = row_gather.take_grouped(values, order[:0], np.zeros(n_groups + 1, np.int64), n)
+    assert empty.size == 0 and empty.dtype == np.float64
+
+
+def test_take_of_many_positions_is_indexing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above CHUNK_ROWS positions ``take`` and ``take_rows`` gather a slice of positions at a
+    time: the values of one indexing, negative positions read from the end."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 64)
+    rng = np.random.default_rng(8)
+    rows = rng.integers(-300, 300, 1_000).astype(np.int32)
+    for column in (rng.normal(size=300), rng.integers(0, 9, 300).astype(np.int8)):
+        np.testing.assert_array_equal(row_gather.take_rows(column, rows), column[rows])
+        assert row_gather.take_rows(column, rows).dtype == column.dtype
+        np.testing.assert_array_equal(take(column, rows), column[rows].astype(np.float64))
+    assert row_gather.take_rows(np.arange(5.0), rows[:0]).size == 0
+
+
+@pytest.mark.parametrize("n_groups", [1, 5, 127, 128, 40_000])
+def test_stable_take_is_the_values_in_stable_order(monkeypatch: pytest.MonkeyPatch,
+                                                   n_groups: int) -> None:
+    """``stable_take`` gathers each slice's values within the slice: ``values[stable_order]``,
+    and ``code_counts`` a slice at a time is one bincount (int8 codes: the 8-bit radix sort)."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    rng = np.random.default_rng(n_groups)
+    codes = rng.integers(0, n_groups, 10_500)
+    if n_groups <= 127:
+        codes = codes.astype(np.int8)
+    values = np.sort(rng.integers(0, 1 << 30, codes.size)).astype(np.int32)
+    got = row_slices.stable_take(codes, n_groups, values)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, values[np.argsort(codes, kind="stable")])
+    np.testing.assert_array_equal(row_gather.code_counts(codes, n_groups),
+                                  np.bincount(codes, minlength=n_groups))
+    one = row_slices.stable_take(codes[:900], n_groups, values[:900])  # one slice
+    np.testing.assert_array_equal(one, values[:900][np.argsort(codes[:900], kind="stable")])
+
+
+def test_sample_rows_reads_code_minus_one_as_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    rng = np.random.default_rng(2)
+    codes = rng.integers(-1, 3, 5_000).astype(np.int8)
+    rate = np.array([1.0, 0.5, 0.25], dtype=np.float32)
+    rows = sample_rows(codes, rate, seed=9)
+    draws = np.random.default_rng(9)
+    want = np.concatenate([np.flatnonzero(draws.random(p.stop - p.start, dtype=np.float32)
+                                          < np.append(rate, 0)[codes[p]]) + p.start
+                           for p in chunks(codes.size)])
+    assert np.array_equal(rows, want) and (codes[rows] >= 0).all()
