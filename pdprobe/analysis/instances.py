@@ -41,15 +41,39 @@ HISTOGRAM_FIELDS = {
 
 
 def window_of(dataset: Dataset) -> tuple[float, float] | None:
+    """The first and last time of the requests' arrivals and the metric and network samples
+    (None without any)."""
     los, his = [], []
-    if len(dataset.requests):
-        los.append(float(dataset.requests["arrival_ts"].min()))
-        his.append(float(dataset.requests["arrival_ts"].max()))
-    for frame in (dataset.metrics, dataset.network):
+    for frame, column in ((dataset.requests, "arrival_ts"), (dataset.metrics, "ts"),
+                          (dataset.network, "ts")):
         if len(frame):
-            los.append(float(frame["ts"].min()))
-            his.append(float(frame["ts"].max()))
+            lo, hi = _span(frame, column)
+            los.append(lo)
+            his.append(hi)
     return (min(los), max(his)) if los else None
+
+
+def _span(table: pd.DataFrame, column: str) -> tuple[float, float]:
+    """``float(table[column].min()), float(table[column].max())`` (NaN skipped), cached per
+    table: the instance summaries, the series and the evidence each ask for the window, and
+    pandas' min and max each build a NaN mask (25 ms for a 10M-row table)."""
+    from pdprobe.analysis.table_cache import table_cache
+
+    cache = table_cache(table)
+    key = ("span", column)
+    if key not in cache:
+        series = table[column]
+        if series.dtype.kind == "f":
+            values = series.to_numpy()
+            lo, hi = values.min(), values.max()
+            if np.isnan(lo):  # a NaN: skipped, as pandas skips it
+                kept = values[~np.isnan(values)]
+                lo, hi = (kept.min(), kept.max()) if kept.size else (np.nan, np.nan)
+        else:
+            lo, hi = series.min(), series.max()
+        cache[key] = (float(lo), float(hi))
+    found: tuple[float, float] = cache[key]
+    return found
 
 
 def summarize_instances(dataset: Dataset) -> tuple[InstanceSummary, ...]:
@@ -128,13 +152,29 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
                            unit: str) -> list[Mapping[str, TimeSeries]]:
     """Per key (codes, labels): the mean of ``values`` per (code, time bin) over the rows with
     a code, a time and a value, as one regular series per code with a value: ``_binned_by`` on
-    integer codes, slice by slice (``grouped.chunks``; sums added in row order, as one bincount
-    adds them), so no full-length bin, cell or mask array is built. The time bins (a float
-    floor division, the costly part) are computed once per slice for every key."""
+    integer codes, with no full-length bin, cell or mask array. Arrivals in time order (the
+    usual case) are read bin by bin (``_cell_sums_by_runs``), others slice by slice
+    (``_cell_sums_by_slices``): the same sums, each added in row order."""
+    from pdprobe.analysis.row_slices import ascending
+
+    n_bins = max(1, int(np.ceil((end - start) / step)))
+    by_runs = len(ts) > 0 and ascending(ts)  # (NaN times are not ascending)
+    cells = (_cell_sums_by_runs if by_runs else _cell_sums_by_slices)(
+        keys, ts, values, start, step, n_bins)
+    return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
+            for (_codes, labels), (key_sums, key_counts) in zip(keys, cells, strict=True)]
+
+
+def _cell_sums_by_slices(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
+                         values: np.ndarray, start: float, step: float,
+                         n_bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per key, the sum and count of ``values`` per (code, bin) cell (``code * n_bins + bin``)
+    over the rows with a code, a time and a value, slice by slice (``grouped.chunks``; sums
+    added in row order, as one bincount adds them). The time bins (a float floor division, the
+    costly part) are computed once per slice for every key."""
     from pdprobe.analysis.grouped import chunks
     from pdprobe.analysis.sampling import floor_quotient  # a // b, the very bins, faster
 
-    n_bins = max(1, int(np.ceil((end - start) / step)))
     sums = [np.zeros(len(labels) * n_bins) for _codes, labels in keys]
     counts = [np.zeros(len(labels) * n_bins, dtype=np.int64) for _codes, labels in keys]
     for part in chunks(len(ts)):
@@ -159,8 +199,43 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
             cell += c.astype(np.int64) * n_bins
             np.add.at(key_sums, cell, w)
             np.add.at(key_counts, cell, 1)
-    return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
-            for (_codes, labels), key_sums, key_counts in zip(keys, sums, counts, strict=True)]
+    return list(zip(sums, counts, strict=True))
+
+
+def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
+                       values: np.ndarray, start: float, step: float,
+                       n_bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``_cell_sums_by_slices`` of times in ascending order: each bin's rows are one run, found
+    by a binary search of the bins (``row_slices.key_starts``: the same floor division at a few
+    hundred rows instead of every row), and each run's sums per code are one ``np.bincount``
+    (row order within the run: the very sums). A quarter of the cost at 10M rows."""
+    from pdprobe.analysis.row_slices import key_starts
+    from pdprobe.analysis.sampling import floor_quotient
+
+    n = len(ts)
+    starts = key_starts(lambda at: np.clip(floor_quotient(ts[at] - start, step).astype(np.int64),
+                                           0, n_bins - 1), n_bins, n)
+    bounds = np.append(starts, n).tolist()
+    # one row per code and one (first) for the rows without a code
+    sums = [np.zeros((len(labels) + 1, n_bins)) for _codes, labels in keys]
+    counts = [np.zeros((len(labels) + 1, n_bins), dtype=np.int64) for _codes, labels in keys]
+    for b in range(n_bins):
+        lo, hi = bounds[b], bounds[b + 1]
+        if hi <= lo:
+            continue
+        v = values[lo:hi]
+        nan = np.isnan(v)
+        ok = ~nan if nan.any() else None
+        if ok is not None:
+            v = v[ok]
+        for (codes, labels), key_sums, key_counts in zip(keys, sums, counts, strict=True):
+            c = codes[lo:hi] if ok is None else codes[lo:hi][ok]
+            slot = c.astype(np.intp)
+            slot += 1
+            key_sums[:, b] = np.bincount(slot, weights=v, minlength=len(labels) + 1)
+            key_counts[:, b] = np.bincount(slot, minlength=len(labels) + 1)
+    return [(key_sums[1:].ravel(), key_counts[1:].ravel())
+            for key_sums, key_counts in zip(sums, counts, strict=True)]
 
 
 def _means(sums: np.ndarray, counts: np.ndarray, labels: list[str], n_bins: int, start: float,

@@ -155,3 +155,64 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
         for (code, b), mean in want.items():
             assert got[labels[int(code)]].values[int(b)] == pytest.approx(mean, rel=1e-12)
 
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int) -> None:
+    """Arrivals in time order are summed bin run by bin run: to the bit the sums and counts of
+    the slice-by-slice pass (rows without a code or a value left out, empty bins, times past
+    the window's end clipped into the last bin, a bin edge hit exactly)."""
+    from pdprobe.analysis.instances import (
+        _binned_means_by_codes,
+        _cell_sums_by_runs,
+        _cell_sums_by_slices,
+    )
+
+    rng = np.random.default_rng(seed)
+    n = 997
+    ts = rng.uniform(-5.0, 110.0, n)
+    ts[ts > 40.0] += 20.0  # a gap: bins without rows
+    ts[:3] = 30.0  # on a bin edge, three times
+    ts.sort()
+    first = rng.integers(-1, 3, n).astype(np.int8)
+    second = rng.integers(0, 200, n).astype(np.int16)
+    second[::7] = -1
+    values = rng.lognormal(size=n)
+    values[rng.random(n) < 0.2 * (seed % 2)] = np.nan
+    keys = [(first, ["a", "b", "c"]), (second, [f"i{k}" for k in range(200)])]
+    n_bins = int(np.ceil(120.0 / 15.0))
+    runs = _cell_sums_by_runs(keys, ts, values, 0.0, 15.0, n_bins)
+    slices = _cell_sums_by_slices(keys, ts, values, 0.0, 15.0, n_bins)
+    for (run_sums, run_counts), (sums, counts) in zip(runs, slices, strict=True):
+        assert run_sums.dtype == sums.dtype and run_counts.dtype == counts.dtype
+        assert np.array_equal(run_sums, sums) and np.array_equal(run_counts, counts)
+        assert counts.sum() > 0
+    # the dispatcher takes the runs for sorted times and the slices otherwise: the same series
+    shuffled = rng.permutation(n)
+    a = _binned_means_by_codes(keys, ts, values, 0.0, 120.0, 15.0, "s")
+    b = _binned_means_by_codes([(c[shuffled], labels) for c, labels in keys], ts[shuffled],
+                               values[shuffled], 0.0, 120.0, 15.0, "s")
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for name in x:
+            np.testing.assert_allclose(x[name].values, y[name].values, rtol=1e-12)
+    empty = _cell_sums_by_runs(keys, ts[:0], values[:0], 0.0, 15.0, n_bins)
+    assert all(not s.any() and not c.any() for s, c in empty)
+
+
+def test_window_span_is_pandas_min_and_max() -> None:
+    """The window's first and last times (numpy's min and max, cached per table) are pandas'
+    ``min()`` and ``max()``: NaN skipped, all-NaN columns NaN, integer columns."""
+    from pdprobe.analysis.instances import _span
+
+    rng = np.random.default_rng(3)
+    ts = rng.uniform(1e9, 2e9, 1_000)
+    with_nan = ts.copy()
+    with_nan[[0, 17, 999]] = np.nan
+    frame = pd.DataFrame({"a": ts, "b": with_nan, "c": np.full(1_000, np.nan),
+                          "d": rng.integers(0, 10**12, 1_000)})
+    for column in "abcd":
+        lo, hi = _span(frame, column)
+        want = float(frame[column].min()), float(frame[column].max())
+        np.testing.assert_array_equal([lo, hi], want)
+    assert _span(frame, "b") is _span(frame, "b")  # cached
