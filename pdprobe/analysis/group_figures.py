@@ -97,6 +97,23 @@ class SortedGroups(OrderStatistics):
         return self._at(np.maximum(self.count - 1, 0))
 
 
+def _blocked_order_statistics(groups: Groups, values: Column) -> list[np.ndarray]:
+    """Median, p50, p90 and p99 per group of ``groups.selected(values, FIGURE_QUANTILES)``, a
+    block of about ``CHUNK_ROWS`` sampled rows at a time (``row_slices.group_slices``): each
+    group's figures read only its own values, so they are the same, and each block's gathered
+    values (8 MB) reuse the allocator's memory where all of them at once (48 MB for 120 groups
+    of 50,000) were fresh pages every time (about a quarter of the selection's cost)."""
+    from pdprobe.analysis.row_slices import group_slices
+
+    out = [np.empty(groups.n_groups) for _ in range(1 + len(FIGURE_QUANTILES))]
+    for first, end, block in group_slices(groups):
+        ranked = block.selected(values, FIGURE_QUANTILES)
+        out[0][first:end] = ranked.median()
+        for figure, q in zip(out[1:], FIGURE_QUANTILES, strict=True):
+            figure[first:end] = ranked.quantile(q)
+    return out
+
+
 def quantile_ranks(n: np.ndarray, q: float) -> np.ndarray:
     """The lower rank ``int(q * (n - 1))`` pandas' linear ``quantile(q)`` reads in a group of
     ``n`` values (the upper one is the next)."""
@@ -143,7 +160,7 @@ class GroupFigures:
         mean and max (two passes over every row) and leaves them NaN."""
         if not groups.sampled:
             return cls.of(groups.sorted(values))
-        ranked = groups.selected(values, FIGURE_QUANTILES)
+        order_stats = _blocked_order_statistics(groups, values)
         if moments:  # count, sum and max in one pass over every row
             count, total, top = groups.moments(values)
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -152,9 +169,9 @@ class GroupFigures:
             count = groups.counts(values)
             mean = np.full(groups.n_groups, np.nan)
             top = mean
-        return cls(labels=groups.labels, count=count, mean=mean, max=top,
-                   median=ranked.median(), p50=ranked.quantile(0.5),
-                   p90=ranked.quantile(0.9), p99=ranked.quantile(0.99), moments=moments)
+        median, p50, p90, p99 = order_stats
+        return cls(labels=groups.labels, count=count, mean=mean, max=top, median=median,
+                   p50=p50, p90=p90, p99=p99, moments=moments)
 
     def series(self, stat: str) -> pd.Series:
         """One figure per group as a float series indexed by label."""

@@ -135,7 +135,7 @@ class Groups:
         n = len(names)
         per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
         for part in chunks(raw.size):
-            np.add.at(per_code, raw[part].astype(np.intp), 1)
+            np.add.at(per_code, raw[part], 1)  # (compact codes: ``moments``)
         totals = per_code[:n]
         used = totals > 0
         ids = np.flatnonzero(used)
@@ -193,7 +193,7 @@ class Groups:
                 nan = np.isnan(v)
                 if nan.any():
                     v = np.where(nan, 0.0, v)  # a slice of a column is a view: not in place
-            ufunc.at(out, self.codes[part].astype(np.intp), v)  # intp: ufunc.at's fast path
+            ufunc.at(out, self.codes[part], v)  # the compact codes (as in ``moments``)
         return out[:-1]
 
     def counts(self, values: Column) -> np.ndarray:

@@ -10,7 +10,7 @@ getters (``Column``) that are never built at full length.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -88,20 +88,28 @@ def take(values: Column, rows: Rows) -> np.ndarray:
 
 def blocked_medians(groups: Groups, values: Column) -> np.ndarray:
     """``groups.medians(values)`` a block of about ``CHUNK_ROWS`` grouped rows at a time
-    (``group_blocks``): a group's median reads only its own values, so the figures are the
+    (``group_slices``): a group's median reads only its own values, so the figures are the
     same, but the values of every group gathered at once were a full-length temporary (80 MB
     at 10M rows unsampled, beside the capacity model's in the other thread)."""
-    from dataclasses import replace
-
     out = np.empty(groups.n_groups)
-    bounds = groups.bounds
-    for first, end in group_blocks(bounds):
-        lo, hi = int(bounds[first]), int(bounds[end])
-        block = replace(groups, order=groups.order[lo:hi], bounds=bounds[first:end + 1] - lo,
-                        labels=groups.labels[first:end], ids=groups.ids[first:end],
-                        totals=groups.totals[first:end])
+    for first, end, block in group_slices(groups):
         out[first:end] = block.medians(values)
     return out
+
+
+def group_slices(groups: Groups, rows: int | None = None) -> Iterator[tuple[int, int, Groups]]:
+    """``(first, end, block)`` for consecutive groups of at most ``rows`` grouped rows
+    (``group_blocks``), ``block`` the grouping of those groups alone (the same codes, its part of
+    ``order``): a figure computed block by block gathers a block's values at a time."""
+    from dataclasses import replace
+
+    bounds = groups.bounds
+    for first, end in group_blocks(bounds, rows):
+        lo, hi = int(bounds[first]), int(bounds[end])
+        yield first, end, replace(groups, order=groups.order[lo:hi],
+                                  bounds=bounds[first:end + 1] - lo,
+                                  labels=groups.labels[first:end], ids=groups.ids[first:end],
+                                  totals=groups.totals[first:end])
 
 
 def group_blocks(bounds: np.ndarray, rows: int | None = None) -> list[tuple[int, int]]:

@@ -340,10 +340,15 @@ def test_selected_ranks_are_the_sorted_figures(seed: int, quantiles: tuple[float
     assert np.isnan(ranked.median()[2]) and ranked.median()[7] == 1.5
 
 
-def test_sampled_figures_are_the_sorted_samples_figures() -> None:
-    """A sampled grouping's quantiles come from ``selected`` and equal the sorted sample's
-    figures; its count, mean and max (one pass, ``moments``) those of ``counts``, ``sums`` and
-    ``maxima`` over every row."""
+@pytest.mark.parametrize("chunk", [300, 1 << 20])
+def test_sampled_figures_are_the_sorted_samples_figures(monkeypatch: pytest.MonkeyPatch,
+                                                        chunk: int) -> None:
+    """A sampled grouping's quantiles come from ``selected`` (a block of groups at a time with
+    small slices) and equal the sorted sample's figures; its count, mean and max (one pass,
+    ``moments``) those of ``counts``, ``sums`` and ``maxima`` over every row."""
+    from pdprobe.analysis import row_slices
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(5)
     n = 20_000
     codes = rng.integers(-1, 4, n).astype(np.int8)
