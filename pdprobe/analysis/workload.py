@@ -17,7 +17,8 @@ import numpy as np
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
 from pdprobe.analysis.grouped import category_mask, chunks, column_values, quantile_rows
 from pdprobe.analysis.length_shape import length_distribution
-from pdprobe.analysis.row_slices import category_count
+from pdprobe.analysis.row_gather import take_rows
+from pdprobe.analysis.row_slices import ascending, category_count, distinct_codes, key_starts
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -65,7 +66,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
         return values if every else values[ok_rows]
 
     arrival = kept(arrival)
-    if arrival.size > 1 and np.any(arrival[1:] < arrival[:-1]):
+    if arrival.size > 1 and not ascending(arrival):  # (finite: ascending is "never decrease")
         order = np.argsort(arrival, kind="stable")
         arrival = arrival[order]
     # the token columns' own (int64) arrays: every figure below reads them without a float copy
@@ -127,7 +128,10 @@ def _sampled(req: pd.DataFrame, column: str, rows: np.ndarray) -> np.ndarray | N
     sample = quantile_rows(req)
     if sample is None:
         return None
-    return column_values(req, column)[sample][rows[sample]].astype(np.float64)
+    values = take_rows(column_values(req, column), sample)
+    if not rows.all():  # (all of them kept, as usual: no masked copy)
+        values = values[rows[sample]]
+    return values.astype(np.float64)
 
 
 def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: float) -> Maybe[float]:
@@ -135,24 +139,32 @@ def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: floa
 
     Counted over the same window as the arrival rate, so offered vs. completed compares like with
     like; at steady state they differ only by the requests still in flight at the window's end.
+    Slice by slice: no full-length mask (a successful request: an e2e_s value, a status "ok" or
+    none, a finite arrival).
     """
     every = bool(rows.all())
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
     e2e = req["e2e_s"].to_numpy(dtype=np.float64)
-    done = np.isfinite(e2e)
-    if not every:
-        done &= rows
+    failed = None  # per status code (the last slot: no status), whether it is not "ok"
     if "status" in req.columns:
-        done &= ~category_mask(req["status"], lambda s: s != "ok")
-    if not done.any():
-        return Missing("no successful request has an e2e_s value")
+        codes, values = distinct_codes(req["status"])
+        failed = np.array([str(v) != "ok" for v in values] + [False], dtype=bool)
+    any_done = False
     inside = 0
     for part in chunks(arrival.size):  # finish times per slice, as over the done rows alone
+        done = np.isfinite(e2e[part])
+        if not every:
+            done &= rows[part]
+        if failed is not None:
+            done &= ~np.take(failed, codes[part])
+        any_done = any_done or bool(done.any())
         finish = arrival[part] + e2e[part]
         ok = finish >= start
         ok &= finish <= end
-        ok &= done[part]
+        ok &= done
         inside += int(np.count_nonzero(ok))
+    if not any_done:
+        return Missing("no successful request has an e2e_s value")
     return inside / (end - start)
 
 
@@ -162,10 +174,12 @@ def _arrival_series(arrival: np.ndarray, start: float, end: float, bin_s: float)
     span = end - start
     n_bins = max(1, round(span / bin_s))
     step = span / n_bins
-    counts = np.zeros(n_bins, dtype=np.int64)
-    for part in chunks(arrival.size):
-        idx = np.minimum(((arrival[part] - start) / step).astype(np.int64), n_bins - 1)
-        counts += np.bincount(idx, minlength=n_bins)
+    # the arrivals are in time order (``_from_requests`` sorts them), so the bins never
+    # decrease along them: each bin's first arrival from a binary search of the very bins
+    # (``key_starts``) instead of binning every arrival (90 ms at 10M rows)
+    starts = key_starts(lambda at: np.minimum(((arrival[at] - start) / step).astype(np.int64),
+                                              n_bins - 1), n_bins, arrival.size)
+    counts = np.diff(np.append(starts, arrival.size))
     ts = start + step * np.arange(n_bins)
     return TimeSeries(ts=tuple(ts.tolist()), values=tuple((counts / step).tolist()),
                       unit="requests/s", step_s=float(step))
@@ -198,9 +212,12 @@ def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
 def _spearman(x: np.ndarray, y: np.ndarray) -> Maybe[float]:
     if x.size < 3:
         return Missing("fewer than three requests")
-    if np.all(x == x[0]) or np.all(y == y[0]):
+    # min == max is "every value equals the first" (NaN: neither), without a mask per value;
+    # the rank lookups read the same extremes
+    x_range, y_range = (x.min(), x.max()), (y.min(), y.max())
+    if x_range[0] == x_range[1] or y_range[0] == y_range[1]:
         return Missing("prompt or output length is constant")
-    lookup_x, lookup_y = _rank_lookup(x), _rank_lookup(y)
+    lookup_x, lookup_y = _rank_lookup(x, x_range), _rank_lookup(y, y_range)
     if len(chunks(x.size)) > 1 and lookup_x is not None and lookup_y is not None:
         return _spearman_sliced(x, y, lookup_x, lookup_y)
     rx = average_ranks(x)
@@ -216,16 +233,22 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
     products added slice by slice: the same coefficient up to the last bits of the sums,
     without two full-length rank arrays."""
     n = x.size
+    # each slice's ranks gathered into two reused buffers (np.take with an output: a third of
+    # the cost of indexing, which allocates and checks every position)
+    size = min(n, chunks(n)[0].stop)
+    buf_x, buf_y = np.empty(size), np.empty(size)
     sum_x = sum_y = 0.0
     for part in chunks(n):
-        sum_x += float(lookup_x[x[part]].sum())
-        sum_y += float(lookup_y[y[part]].sum())
+        m = part.stop - part.start
+        sum_x += float(np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap").sum())
+        sum_y += float(np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap").sum())
     mean_x, mean_y = sum_x / n, sum_y / n
     xy = xx = yy = 0.0
     for part in chunks(n):
-        rx = lookup_x[x[part]]
+        m = part.stop - part.start
+        rx = np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap")
         rx -= mean_x
-        ry = lookup_y[y[part]]
+        ry = np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap")
         ry -= mean_y
         xy += float(np.einsum("i,i->", rx, ry))  # single-threaded, unlike BLAS
         xx += float(np.einsum("i,i->", rx, rx))
@@ -237,13 +260,18 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
 COUNTING_RANK_MAX: Final = 1 << 24
 
 
-def _rank_lookup(values: np.ndarray) -> np.ndarray | None:
+def _rank_lookup(values: np.ndarray,
+                 extremes: tuple[float, float] | None = None) -> np.ndarray | None:
     """The average rank of every value 0..max of non-negative integer lengths below
-    ``COUNTING_RANK_MAX`` held as integers (counted slice by slice), else None."""
+    ``COUNTING_RANK_MAX`` held as integers (counted slice by slice), else None. ``extremes``:
+    the values' (min, max) when the caller has them."""
     x = np.asarray(values)
-    if x.dtype.kind not in "iu" or not x.size or x.min() < 0 or x.max() >= COUNTING_RANK_MAX:
+    if x.dtype.kind not in "iu" or not x.size:
         return None
-    counts = np.zeros(int(x.max()) + 1, dtype=np.int64)
+    low, high = (x.min(), x.max()) if extremes is None else extremes
+    if low < 0 or high >= COUNTING_RANK_MAX:
+        return None
+    counts = np.zeros(int(high) + 1, dtype=np.int64)
     for part in chunks(x.size):
         counts += np.bincount(x[part], minlength=counts.size)
     below = np.cumsum(counts) - counts  # values strictly smaller

@@ -298,3 +298,102 @@ def test_sliced_spearman_and_gaps_equal_one_pass(monkeypatch: pytest.MonkeyPatch
     assert _arrival_cv2(arrival) == pytest.approx(want_cv2, rel=1e-12)
     gaps = np.diff(arrival)
     assert _arrival_cv2(arrival) == pytest.approx(gaps.var() / gaps.mean() ** 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sorted_percentile_is_numpys_percentile(seed: int) -> None:
+    """Percentiles of a sorted copy are ``np.percentile``'s to the bit: integer lengths with
+    many ties, floats, one value, ranks that fall between two values."""
+    from pdprobe.analysis.length_shape import sorted_percentile
+
+    rng = np.random.default_rng(seed)
+    for values in (rng.integers(1, 50, 10_001), rng.lognormal(size=9_999), np.array([3.5]),
+                   np.log(rng.integers(1, 4_000, 2_000).astype(np.float64))):
+        for q in ((50.0, 90.0, 99.0), (0.5, 99.5)):
+            got = sorted_percentile(values, q)
+            assert np.array_equal(got, np.percentile(values, q))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_arrival_series_of_sorted_arrivals_counts_every_arrival_in_its_bin(seed: int) -> None:
+    """Per-bin counts from each bin's first arrival (a binary search) are the counts of binning
+    every arrival: arrivals on bin edges, ties, empty bins, the last arrival in the last bin."""
+    from pdprobe.analysis.workload import _arrival_series
+
+    rng = np.random.default_rng(seed)
+    arrival = np.sort(np.concatenate([rng.uniform(0.0, 100.0, 5_000), [10.0, 10.0, 20.0],
+                                      rng.uniform(60.0, 61.0, 50)]))
+    arrival = arrival[(arrival < 40.0) | (arrival > 55.0)]  # a gap: bins without arrivals
+    start, end = float(arrival[0]), float(arrival[-1])
+    for bin_s in (10.0, 3.7, 1000.0):
+        series = _arrival_series(arrival, start, end, bin_s)
+        n_bins = len(series.values)
+        step = series.step_s
+        idx = np.minimum(((arrival - start) / step).astype(np.int64), n_bins - 1)
+        want = np.bincount(idx, minlength=n_bins) / step
+        assert np.array_equal(np.asarray(series.values), want)
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+def test_completed_rate_by_slices_is_the_masked_count(monkeypatch: pytest.MonkeyPatch,
+                                                      categorical: bool) -> None:
+    """Successful requests finished inside the window, counted slice by slice: the count of the
+    full-length masks (NaN e2e_s, failed and missing statuses, rows without an arrival)."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.row_slices import category_mask
+    from pdprobe.analysis.workload import _completed_rate
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 97)
+    rng = np.random.default_rng(4)
+    n = 1_000
+    status = rng.choice(np.array(["ok", "error", "timeout", None], dtype=object), n,
+                        p=[0.7, 0.1, 0.1, 0.1])
+    req = pd.DataFrame({"arrival_ts": rng.uniform(0.0, 100.0, n),
+                        "e2e_s": np.where(rng.random(n) < 0.1, np.nan, rng.exponential(5.0, n)),
+                        "status": pd.Categorical(status) if categorical else status})
+    rows = rng.random(n) < 0.9
+    start, end = 0.0, 90.0
+    done = np.isfinite(req["e2e_s"].to_numpy()) & rows
+    done &= ~category_mask(req["status"], lambda s: s != "ok")
+    finish = req["arrival_ts"].to_numpy() + req["e2e_s"].to_numpy()
+    want = int(np.count_nonzero(done & (finish >= start) & (finish <= end))) / (end - start)
+    assert _completed_rate(req, rows, start, end) == want
+    assert _completed_rate(req, np.ones(n, dtype=bool), start, end) > 0
+    failed = req.assign(status="error")
+    assert isinstance(_completed_rate(failed, rows, start, end), Missing)
+
+
+def test_spearman_of_a_constant_length_is_missing() -> None:
+    from pdprobe.analysis.workload import _spearman
+
+    x = np.arange(10)
+    assert isinstance(_spearman(np.full(10, 7), x), Missing)
+    assert isinstance(_spearman(x, np.full(10, 7.0)), Missing)
+    assert not isinstance(_spearman(np.where(x == 3, 6, 5), x), Missing)  # one value differs
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float64])
+def test_sliced_length_moments_reuse_buffers_to_the_bit(monkeypatch: pytest.MonkeyPatch,
+                                                        dtype: type) -> None:
+    """The sliced moments (converted by the copy and the subtraction into reused buffers) are,
+    to the bit, those of converting each slice and subtracting the mean from the copy."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.length_shape import _moments
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    rng = np.random.default_rng(6)
+    x = (rng.integers(0, 100_000, 4_321) + (0.25 if dtype is np.float64 else 0)).astype(dtype)
+    total, top = 0.0, -np.inf
+    for part in row_slices.chunks(x.size):
+        values = x[part].astype(np.float64)
+        total += float(values.sum())
+        top = max(top, float(values.max()))
+    mean = total / x.size
+    sq_sum = cube_sum = 0.0
+    for part in row_slices.chunks(x.size):
+        dev = x[part].astype(np.float64)
+        dev -= mean
+        sq = dev * dev
+        sq_sum += float(sq.sum())
+        cube_sum += float(np.einsum("i,i->", sq, dev))
+    assert _moments(x) == (mean, sq_sum / x.size, cube_sum, top)
