@@ -45,23 +45,22 @@ from pdprobe.analysis.group_figures import (
     SortedGroups,
     middles,
 )
-from pdprobe.analysis.row_gather import code_counts, compacted, take_grouped, take_rows
+from pdprobe.analysis.group_plan import GroupPlan
+from pdprobe.analysis.row_gather import compacted, take_grouped
 from pdprobe.analysis.row_slices import (
     Column,
     Derived,
     Rows,
-    ascending,
     category_mask,
     chunks,
     column_values,
     compact_dtype,
-    index_dtype,
     integer_array,
     key_codes,
     nan_probe,
     sample_rows,
+    sample_rows_each,
     stable_order,
-    stable_take,
     take,
 )
 from pdprobe.analysis.table_cache import table_cache
@@ -128,47 +127,9 @@ class Groups:
         ``sample_max / rows`` of them (a Bernoulli sample per row: a round-robin router's period
         cannot alias it), and only those rows are sorted.
         """
-        raw = np.asarray(codes)
-        if raw.dtype.kind not in "iu":
-            raw = raw.astype(np.int64)
-        names = [str(x) for x in labels]
-        n = len(names)
-        per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
-        for part in chunks(raw.size):
-            np.add.at(per_code, raw[part], 1)  # (compact codes: ``moments``)
-        totals = per_code[:n]
-        used = totals > 0
-        ids = np.flatnonzero(used)
-        if not used.all():  # renumber the used groups 0..k-1; unused and -1 rows go to -1
-            lookup = np.append(np.where(used, np.cumsum(used) - 1, -1), -1)
-            raw = lookup.astype(compact_dtype(int(used.sum())))[raw]
-            names = [name for name, u in zip(names, used, strict=True) if u]
-            totals = totals[used]
-        elif raw.dtype.itemsize > np.dtype(compact_dtype(n)).itemsize:
-            raw = raw.astype(compact_dtype(n))
-        n_missing = int(raw.size - totals.sum())
-        ordered = not n_missing and ascending(raw)  # a stable sort would change no position
-        common = {"codes": raw, "labels": tuple(names), "ids": ids, "totals": totals,
-                  "complete": not n_missing, "ordered": ordered}
-        bounds = np.zeros(len(names) + 1, dtype=np.int64)
-        positions = index_dtype(raw.size)
-        if sample_max is not None and (totals > sample_max).any():
-            rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
-            rows = sample_rows(raw, rate, SAMPLE_SEED)
-            picked = take_rows(raw, rows)
-            np.cumsum(code_counts(picked, len(names)), out=bounds[1:])
-            order = rows if ordered else stable_take(picked, len(names), rows)
-            return cls(order=order.astype(positions, copy=False), bounds=bounds,
-                       sampled=True, **common)  # type: ignore[arg-type]
-        if n_missing:  # -1 rows first, then dropped
-            shifted = raw.astype(compact_dtype(len(names) + 1)) + 1
-            order = stable_order(shifted, len(names) + 1)[n_missing:]
-        else:
-            order = np.arange(raw.size, dtype=positions) if ordered else \
-                stable_order(raw, len(names))
-        np.cumsum(totals, out=bounds[1:])
-        return cls(order=order.astype(positions, copy=False), bounds=bounds,
-                   **common)  # type: ignore[arg-type]
+        plan = GroupPlan.of(codes, labels, sample_max)
+        rows = None if plan.rate is None else sample_rows(plan.raw, plan.rate, SAMPLE_SEED)
+        return cls(**plan.fields(rows))
 
     @property
     def n_groups(self) -> int:
@@ -344,12 +305,16 @@ def quantile_rows(table: pd.DataFrame) -> np.ndarray | None:
     cache = table_cache(table)
     if "quantile_rows" not in cache:
         # the draws of one rate for every row, taken slice by slice (no array per row)
-        rows = sample_rows(n,
-                           np.array([COLUMN_SAMPLE_ROWS / n], dtype=np.float32), SAMPLE_SEED)
+        rows = sample_rows(n, _column_rate(n), SAMPLE_SEED)
         rows.setflags(write=False)
         cache["quantile_rows"] = rows
     found: np.ndarray = cache["quantile_rows"]
     return found
+
+
+def _column_rate(n: int) -> np.ndarray:
+    """The rate ``quantile_rows`` draws a table of ``n`` rows at (as a one-code rate array)."""
+    return np.array([COLUMN_SAMPLE_ROWS / n], dtype=np.float32)
 
 
 def for_quantiles(table: pd.DataFrame, values: Any) -> Any:
@@ -359,6 +324,33 @@ def for_quantiles(table: pd.DataFrame, values: Any) -> Any:
     if rows is None:
         return values
     return values.iloc[rows] if hasattr(values, "iloc") else np.asarray(values)[rows]
+
+
+def key_groupings(table: pd.DataFrame, keys: list[str]) -> list[Groups]:
+    """``key_groups(table, key)`` for each of ``keys``; those not cached yet are made together,
+    and with them ``quantile_rows(table)``: their samples come from one stream of draws
+    (``row_slices.sample_rows_each``), the same rows as each drawn alone (one seed), with the
+    draws taken once (about 17 ms per 10M rows saved for each further sample)."""
+    cache = table_cache(table)
+    todo = [key for key in dict.fromkeys(keys) if ("groups", key) not in cache]
+    per_group = sample_max(len(table), GROUP_SAMPLE_MAX)
+    plans = [GroupPlan.of(*key_codes(table[key]), sample_max=per_group) for key in todo]
+    drawn = [plan for plan in plans if plan.rate is not None]
+    column_sample = bool(drawn) and len(table) > QUANTILE_EXACT_ROWS and \
+        "quantile_rows" not in cache
+    samples: list[tuple[np.ndarray | int, np.ndarray]] = [
+        (plan.raw, plan.rate) for plan in drawn if plan.rate is not None]
+    if column_sample:
+        samples.append((len(table), _column_rate(len(table))))
+    rows = sample_rows_each(samples, SAMPLE_SEED) if samples else []
+    if column_sample:
+        rows[-1].setflags(write=False)
+        cache["quantile_rows"] = rows[-1]
+    drawn_rows = iter(rows)
+    for key, plan in zip(todo, plans, strict=True):
+        cache[("groups", key)] = Groups(**plan.fields(None if plan.rate is None
+                                                      else next(drawn_rows)))
+    return [key_groups(table, key) for key in keys]
 
 
 def key_groups(table: pd.DataFrame, key: str) -> Groups:

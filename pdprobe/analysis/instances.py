@@ -107,7 +107,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import figures, group_sums, key_codes, key_groups
+    from pdprobe.analysis.grouped import figures, group_sums, key_codes, key_groupings
 
     req = dataset.requests
     if req.empty:
@@ -116,15 +116,18 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                                                            ("decode_instance", DECODE_LATENCIES))
              if dataset.has_request_column(column) and has_values(req, column)]
     keys = [key_codes(req[column]) for column, _latencies in roles]
+    # every role column's grouping at once (shared with the evidence): their samples and the
+    # whole-column sample drawn from one stream
+    groupings = key_groupings(req, [column for column, _latencies in roles])
     # every role column's TTFT series in one pass: the rows' bins are computed once for all
     ttft_series = _binned_means_by_codes(
         keys, req["arrival_ts"].to_numpy(dtype=np.float64),
         req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s") \
         if roles and dataset.has_request_column("ttft_s") else [{} for _ in roles]
-    for (column, latencies), (_codes, labels), series_of in zip(roles, keys, ttft_series,
-                                                                strict=True):
-        # value_counts: every category (unused ones count 0), else every value present
-        groups = key_groups(req, column)  # shared with the evidence; its totals cover every row
+    for (column, latencies), (_codes, labels), series_of, groups in zip(
+            roles, keys, ttft_series, groupings, strict=True):
+        # value_counts: every category (unused ones count 0), else every value present; the
+        # grouping's totals cover every row
         counts = np.zeros(len(labels), dtype=np.int64)
         counts[groups.ids] = groups.totals
         total = float(counts.sum())

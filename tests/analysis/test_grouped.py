@@ -461,3 +461,37 @@ def test_moments_in_one_pass_are_counts_sums_and_maxima(monkeypatch: pytest.Monk
             np.testing.assert_array_equal(np.signbit(top), np.signbit(groups.maxima(column,
                                                                                      want)))
     assert groups.ordered  # the sorted codes: integer sums per run
+
+
+def test_groupings_drawn_together_are_each_drawn_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several keys' sampled groupings and the whole-column sample drawn from one stream are,
+    to the row, those drawn one by one (slices, rows without a key, an unsampled key)."""
+    from pdprobe.analysis import grouped, row_slices
+
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 1_000)
+    monkeypatch.setattr(grouped, "GROUP_SAMPLE_MAX", 300)
+    monkeypatch.setattr(grouped, "COLUMN_SAMPLE_ROWS", 500)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 777)
+    rng = np.random.default_rng(12)
+    n = 5_000
+    frame = pd.DataFrame({
+        "a": pd.Categorical.from_codes(rng.integers(-1, 4, n), categories=list("wxyz")),
+        "b": pd.Categorical.from_codes(rng.integers(0, 10, n), categories=[f"i{k}" for k in
+                                                                           range(10)]),
+        "c": pd.Categorical.from_codes(rng.integers(0, 30, n), categories=[f"j{k}" for k in
+                                                                           range(30)])})
+    together = grouped.key_groupings(frame, ["a", "b", "c", "a"])
+    assert together[0] is together[3] is key_groups(frame, "a")
+    alone = frame.copy()  # a new table: nothing cached
+    for key, got in zip("abc", together[:3], strict=True):
+        want = key_groups(alone, key)
+        assert got.sampled == want.sampled
+        for field in ("order", "bounds", "totals", "ids", "codes"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    # "a" and "b" sampled together (with the column sample), "c" not (30 groups of ~167 rows)
+    assert together[0].sampled and together[1].sampled and not together[2].sampled
+    np.testing.assert_array_equal(grouped.quantile_rows(frame), grouped.quantile_rows(alone))
+    with_rows = pd.DataFrame({"a": frame["a"]})
+    grouped.quantile_rows(with_rows)  # already drawn: not drawn again
+    assert grouped.key_groupings(with_rows, ["a"])[0].sampled
+    assert grouped.key_groupings(frame, []) == []

@@ -1,0 +1,92 @@
+"""A grouping of rows by integer codes before its rows are ordered (``Groups.of``).
+
+``GroupPlan.of`` counts the rows per code, renumbers the used codes and picks each group's
+sampling rate; ``fields`` orders the rows (all of them, or the sampled ones) into ``Groups``'
+fields. Between the two, the samples of several groupings of one table can be drawn from one
+stream of draws (``grouped.key_groupings``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pdprobe.analysis.row_gather import code_counts, take_rows
+from pdprobe.analysis.row_slices import (
+    ascending,
+    chunks,
+    compact_dtype,
+    index_dtype,
+    stable_order,
+    stable_take,
+)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A grouping before its rows are ordered (``Groups.of``): the codes counted and renumbered
+    and, for a sampled one, each group's sampling rate, so the samples of several groupings of
+    one table can be drawn from one stream (``key_groupings``)."""
+
+    raw: np.ndarray
+    names: list[str]
+    ids: np.ndarray
+    totals: np.ndarray
+    n_missing: int
+    ordered: bool
+    rate: np.ndarray | None  # float32 per group; None: every row
+
+    @classmethod
+    def of(cls, codes: np.ndarray, labels: Any, sample_max: int | None) -> GroupPlan:
+        """Count the rows per code, drop the unused codes and pick the sampling rates."""
+        raw = np.asarray(codes)
+        if raw.dtype.kind not in "iu":
+            raw = raw.astype(np.int64)
+        names = [str(x) for x in labels]
+        n = len(names)
+        per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
+        for part in chunks(raw.size):
+            np.add.at(per_code, raw[part], 1)  # (compact codes: ``moments``)
+        totals = per_code[:n]
+        used = totals > 0
+        ids = np.flatnonzero(used)
+        if not used.all():  # renumber the used groups 0..k-1; unused and -1 rows go to -1
+            lookup = np.append(np.where(used, np.cumsum(used) - 1, -1), -1)
+            raw = lookup.astype(compact_dtype(int(used.sum())))[raw]
+            names = [name for name, u in zip(names, used, strict=True) if u]
+            totals = totals[used]
+        elif raw.dtype.itemsize > np.dtype(compact_dtype(n)).itemsize:
+            raw = raw.astype(compact_dtype(n))
+        n_missing = int(raw.size - totals.sum())
+        ordered = not n_missing and ascending(raw)  # a stable sort would change no position
+        rate = None
+        if sample_max is not None and (totals > sample_max).any():
+            rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
+        return cls(raw=raw, names=names, ids=ids, totals=totals, n_missing=n_missing,
+                   ordered=ordered, rate=rate)
+
+    def fields(self, rows: np.ndarray | None) -> dict[str, Any]:
+        """``Groups``' fields, ordered on the sampled ``rows`` (when ``rate`` is set) or on
+        every row."""
+        raw, names, totals, n_missing, ordered = (self.raw, self.names, self.totals,
+                                                  self.n_missing, self.ordered)
+        common = {"codes": raw, "labels": tuple(names), "ids": self.ids, "totals": totals,
+                  "complete": not n_missing, "ordered": ordered}
+        bounds = np.zeros(len(names) + 1, dtype=np.int64)
+        positions = index_dtype(raw.size)
+        if rows is not None:
+            picked = take_rows(raw, rows)
+            np.cumsum(code_counts(picked, len(names)), out=bounds[1:])
+            order = rows if ordered else stable_take(picked, len(names), rows)
+            return {"order": order.astype(positions, copy=False), "bounds": bounds,
+                    "sampled": True, **common}
+        if n_missing:  # -1 rows first, then dropped
+            shifted = raw.astype(compact_dtype(len(names) + 1)) + 1
+            order = stable_order(shifted, len(names) + 1)[n_missing:]
+        else:
+            order = np.arange(raw.size, dtype=positions) if ordered else \
+                stable_order(raw, len(names))
+        np.cumsum(totals, out=bounds[1:])
+        return {"order": order.astype(positions, copy=False), "bounds": bounds, **common}
