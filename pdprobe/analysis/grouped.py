@@ -186,7 +186,7 @@ class Groups:
     def moments(self, values: Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``counts(values)``, ``sums(values)`` and ``maxima(values, counts)``, the same
         arrays from one pass over the rows: each slice is read, converted and tested for NaN
-        once, and its codes widened once, instead of once per figure."""
+        once instead of once per figure."""
         if self.ordered and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
             counts = self.counts(values)  # integer runs: the sums from reduceat
             return counts, self.sums(values), self.maxima(values, counts)
