@@ -371,6 +371,21 @@ def has_values(table: pd.DataFrame, column: str) -> bool:
     cache = table_cache(table)
     key = ("has_values", column)
     if key not in cache:
-        cache[key] = bool(table[column].notna().any())
+        cache[key] = _any_value(table[column])
     found: bool = cache[key]
     return found
+
+
+def _any_value(column: pd.Series) -> bool:
+    """``column.notna().any()``: a categorical's codes or a numpy float array tested a slice at
+    a time, stopping at the first slice with a value (usually the first: a pass over one slice
+    instead of a NaN mask of every row); other columns as pandas tests them."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = np.asarray(column.array.codes)  # -1: missing
+        return any(bool((codes[part] >= 0).any()) for part in chunks(codes.size))
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":
+        values = column.to_numpy()  # its own array: NaN is missing
+        return any(not bool(np.isnan(values[part]).all()) for part in chunks(values.size))
+    return bool(column.notna().any())

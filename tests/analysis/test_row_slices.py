@@ -355,3 +355,25 @@ def test_sample_rows_reads_code_minus_one_as_never(monkeypatch: pytest.MonkeyPat
                                           < np.append(rate, 0)[codes[p]]) + p.start
                            for p in chunks(codes.size)])
     assert np.array_equal(rows, want) and (codes[rows] >= 0).all()
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 2_500])
+def test_any_value_is_notna_any(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """``has_values``' slice-by-slice test with an early stop is ``notna().any()``: categorical
+    codes, floats (NaN missing, inf a value), values only in a later slice, all missing, no
+    rows, integer, object and Arrow-backed columns."""
+    import pandas as pd
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    floats = np.full(n, np.nan)
+    late = floats.copy()
+    if n:
+        late[-1] = np.inf
+    columns = [pd.Series(floats), pd.Series(late), pd.Series(np.arange(n)),
+               pd.Series(pd.Categorical([None] * n, categories=["a"])),
+               pd.Series(pd.Categorical(["a" if i == n - 1 else None for i in range(n)])),
+               pd.Series([None] * n, dtype=object),
+               pd.Series(late, dtype="float64[pyarrow]"),
+               pd.Series(np.arange(n, dtype=np.float32))]
+    for column in columns:
+        assert row_slices._any_value(column) == bool(column.notna().any()), column.dtype
