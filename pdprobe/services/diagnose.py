@@ -224,11 +224,29 @@ def judge(ctx: RuleContext, plan: CapacityPlan | Missing, request: DiagnoseReque
         plan.result, observed_attainment=slo.ttft_attainment, observed_p90_s=slo.ttft_p90_s,
         slo_missed=slo.missed, short_pools=short_pools(findings),
         observed_tpot_p90_s=slo.tpot_p90_s, recalibrated=plan.recalibrated)
-    final = with_headroom(checked, min_instances=request.min_instances,
-                          headroom=request.headroom)
+    final = verified_counts_said(with_headroom(checked, min_instances=request.min_instances,
+                                               headroom=request.headroom), plan.result)
     if not same_for_rules(final, plan.result):
         findings, inconclusive = run_rules(replace(ctx, quoted_capacity=final))
     return findings, inconclusive, final
+
+
+def verified_counts_said(final: CapacityResult, model: CapacityResult) -> CapacityResult:
+    """``final`` whose ``--verify`` result says, where the section recommends other counts,
+    that the simulation replayed the model's own: the replay runs inside the capacity model,
+    before the check against the window and --headroom/--min-instances set the counts the
+    section shows beside it (its method names the simulated counts; this says why they
+    differ)."""
+    from pdprobe.analysis.base import SloAttainment
+
+    ver = final.verified
+    shown = (final.recommended_prefill, final.recommended_decode)
+    simulated = (model.recommended_prefill, model.recommended_decode)
+    if not isinstance(ver, SloAttainment) or shown == simulated:
+        return final
+    method = (f"{ver.method}; the capacity model's counts, before the check against the "
+              f"window and --headroom/--min-instances set {shown[0]}P:{shown[1]}D")
+    return replace(final, verified=replace(ver, method=method))
 
 
 def same_for_rules(final: CapacityResult, seen: CapacityResult) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pdprobe.analysis.base import CapacityResult
+from pdprobe.analysis.base import CapacityResult, SloAttainment
 from pdprobe.report.model import Report
 from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
@@ -132,3 +132,19 @@ def test_a_count_the_recalibration_sets_is_the_one_the_finding_quotes(
     assert quote_disagreements(report) == []
     assert [(f.code, f.cause, f.severity, f.confidence) for f in report.findings] == \
         [(f.code, f.cause, f.severity, f.confidence) for f in plain.findings]
+
+
+def test_verify_says_it_simulated_the_models_counts_when_the_section_shows_others() -> None:
+    """``--verify`` replays the model's own counts inside the capacity model; with
+    ``--headroom`` the section recommends more, and its "verified" row says which counts the
+    simulation ran (it described 3P/1D beside a 4P:2D recommendation without a word)."""
+    pytest.importorskip("pdprobe.sim.engine")
+    raised = diagnose(DiagnoseRequest(verify=True, headroom=1)).capacity
+    assert isinstance(raised, CapacityResult)
+    assert isinstance(raised.verified, SloAttainment)
+    assert raised.verified.method.endswith(
+        "on 3P/1D (pdprobe.sim); the capacity model's counts, before the check against the "
+        "window and --headroom/--min-instances set 4P:2D")
+    plain = diagnose(DiagnoseRequest(verify=True)).capacity
+    assert isinstance(plain, CapacityResult) and isinstance(plain.verified, SloAttainment)
+    assert plain.verified.method.endswith("on 3P/1D (pdprobe.sim)")
