@@ -139,7 +139,8 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         # the footer's range, when it has one and it is in range, answers the range check
         known = src.bounds.get(canonical)
         if known is not None and known.within(0.0, _upper_bound(canonical), scale):
-            out_of_range, why = np.zeros(0, dtype=bool), ""  # nothing out of range (unread)
+            # nothing out of range: a mask of the column's shape whose pages stay untouched
+            out_of_range, why = np.zeros(values.shape, dtype=bool), ""
         else:
             out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):

@@ -30,17 +30,13 @@ PAIRWISE_BLOCK: Final = 128
 def tree_sum(values: Values, n: int) -> float:
     """``float(np.sum(a))`` of the ``n`` values ``a[lo:hi] = values(lo, hi)``, computing at
     most ``sampling.PASS_CHUNK`` of them at a time."""
-    # numpy adds blocks of up to 128 without splitting them: leaves hold at least that many
-    return _subtree(values, 0, n, max(sampling.PASS_CHUNK, PAIRWISE_BLOCK))
+    return tree_sums(lambda lo, hi: (values(lo, hi),), n)[0]
 
 
-def _subtree(values: Values, lo: int, n: int, leaf: int) -> float:
-    if n <= leaf:
-        # a subtree of numpy's pairwise recursion: np.sum of the slice alone is its value
-        return float(np.add.reduce(values(lo, lo + n), initial=0.0)) if n else 0.0
+def _first_half(n: int) -> int:
+    """Where numpy's pairwise recursion splits ``n`` values: the first half a multiple of 8."""
     half = n // 2
-    half -= half % 8  # numpy's split: the first half a multiple of 8
-    return _subtree(values, lo, half, leaf) + _subtree(values, lo + half, n - half, leaf)
+    return half - half % 8
 
 
 # Several value arrays of the requests ``lo..hi-1``, computed together (they share reads).
@@ -59,6 +55,7 @@ def leaf_ranges(n: int) -> list[tuple[int, int]]:
     the rows anyway can sum its values leaf by leaf (``leaf_sums``) and add them up with
     ``sums_of_leaves``, instead of a second pass for ``tree_sums``."""
     out: list[tuple[int, int]] = []
+    # numpy adds blocks of up to 128 without splitting them: leaves hold at least that many
     _leaves(out, 0, n, max(sampling.PASS_CHUNK, PAIRWISE_BLOCK))
     return out
 
@@ -67,8 +64,7 @@ def _leaves(out: list[tuple[int, int]], lo: int, n: int, leaf: int) -> None:
     if n <= leaf:
         out.append((lo, lo + n))
         return
-    half = n // 2
-    half -= half % 8  # numpy's split: the first half a multiple of 8
+    half = _first_half(n)
     _leaves(out, lo, half, leaf)
     _leaves(out, lo + half, n - half, leaf)
 
@@ -88,8 +84,7 @@ def sums_of_leaves(sums: list[list[float]], n: int) -> list[float]:
 def _subtrees(sums: Iterator[list[float]], n: int, leaf: int) -> list[float]:
     if n <= leaf:
         return next(sums)
-    half = n // 2
-    half -= half % 8  # numpy's split: the first half a multiple of 8
+    half = _first_half(n)
     first = _subtrees(sums, half, leaf)  # (the left subtree's leaves come first)
     return [a + b for a, b in zip(first, _subtrees(sums, n - half, leaf), strict=True)]
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.row_slices import ascending
 from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
             part &= np.isfinite(output[at])
         positive = positive and not bool(np.any(output[at] < 1))
         as_is = as_is and _in_range(cached[at], prompt[at])
-        last = min(lo + PASS_CHUNK, n - 1)  # (each step to the next chunk's first included)
-        rising = rising and bool(np.all(ts[lo + 1:last + 1] >= ts[lo:last]))
+        # (each step to the next chunk's first included)
+        rising = rising and ascending(ts[lo:min(lo + PASS_CHUNK, n - 1) + 1])
     return ok, RecordScan(positive, as_is, rising)
 
 

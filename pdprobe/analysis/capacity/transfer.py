@@ -143,8 +143,9 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     # whole prompt, or only what the decode side does not already hold. Every sum the
     # figures need in two passes (one for the sums, one for the squared deviations), each
     # ``chunked.tree_sum``'s additions, instead of a pass per sum.
+    # (the leaves were summed in the scan exactly when every row is usable: rows is None)
     sum_p, sum_u, sum_kv, sum_uncached, sum_prompt = sums_of_leaves(leaves, n) \
-        if leaves is not None and rows is None else tree_sums(ratios, n_ok)
+        if leaves is not None else tree_sums(ratios, n_ok)
     mean_p, mean_u = sum_p / n_ok, sum_u / n_ok
 
     def squares(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

@@ -170,7 +170,7 @@ def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     status = req["status"] if has_status else None
     if all(c in req and req[c].dtype == np.float64 for c in ("arrival_ts", "e2e_s")) and (
             status is None or isinstance(status.dtype, pd.CategoricalDtype)):
-        return _served_by_place(req, edges, status)
+        return _served_by_place(req, edges, has_status)
     counts = np.zeros(len(edges) - 1, dtype=np.int64)
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         part = req.iloc[lo:lo + sampling.PASS_CHUNK]
@@ -187,8 +187,7 @@ def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
 PLACE_RUN: Final = 1 << 10
 
 
-def _served_by_place(req: pd.DataFrame, edges: np.ndarray, status: pd.Series | None
-                     ) -> np.ndarray:
+def _served_by_place(req: pd.DataFrame, edges: np.ndarray, has_status: bool) -> np.ndarray:
     """``served_counts`` of float64 columns and a categorical (or no) status: ``k`` =
     ``searchsorted(edges, t, "right")`` is window ``k - 1`` for ``1 <= k < len(edges)``
     (``window_index``'s windows; NaN sorts after every edge, -inf before), and 0 for a
@@ -203,7 +202,7 @@ def _served_by_place(req: pd.DataFrame, edges: np.ndarray, status: pd.Series | N
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         hi = lo + sampling.PASS_CHUNK
         t = np.add(arrival[lo:hi], e2e[lo:hi])
-        ok = None if status is None else status_ok(req, slice(lo, hi))  # (its codes' chunk)
+        ok = status_ok(req, slice(lo, hi)) if has_status else None  # (its codes' chunk)
         at = np.arange(0, len(t), PLACE_RUN)
         lowest = np.minimum.reduceat(t, at)  # (NaN when the run holds one: never whole)
         first = np.searchsorted(edges, lowest, side="right")
