@@ -8,8 +8,8 @@ count. ``GroupFigures`` holds the figures the instance summaries and the evidenc
 mean, max, median, p50/p90/p99), with count, mean and max over every row of a sampled grouping.
 
 A sampled grouping's median and quantiles need only a few ranks of each group
-(``figure_ranks``), and its mean and max come from every row in one pass
-(``Groups.moments``), not from the sorted sample. ``Groups.selected`` still sorts each group:
+(read off each sorted group), and its mean and max come from every row in one pass
+(``Groups.moments``), not from the sorted sample. Each group is still sorted (``Groups.sorted``):
 with numpy 2.4's AVX-512 sort that is cheaper than its partition at those six to eight ranks
 (0.2 against 0.6 ms for 50,000 values; a partition of values with many ties, such as queue
 times that are mostly 0, takes longer still). ``middles`` partitions same-size groups at the
@@ -98,7 +98,7 @@ class SortedGroups(OrderStatistics):
 
 
 def _blocked_order_statistics(groups: Groups, values: Column) -> list[np.ndarray]:
-    """Median, p50, p90 and p99 per group of ``groups.selected(values, FIGURE_QUANTILES)``, a
+    """Median, p50, p90 and p99 per group of ``groups.sorted(values)``, a
     block of about ``CHUNK_ROWS`` sampled rows at a time (``row_slices.group_slices``): each
     group's figures read only its own values, so they are the same, and each block's gathered
     values (8 MB) reuse the allocator's memory where all of them at once (48 MB for 120 groups
@@ -107,7 +107,7 @@ def _blocked_order_statistics(groups: Groups, values: Column) -> list[np.ndarray
 
     out = [np.empty(groups.n_groups) for _ in range(1 + len(FIGURE_QUANTILES))]
     for first, end, block in group_slices(groups):
-        ranked = block.selected(values, FIGURE_QUANTILES)
+        ranked = block.sorted(values)
         out[0][first:end] = ranked.median()
         for figure, q in zip(out[1:], FIGURE_QUANTILES, strict=True):
             figure[first:end] = ranked.quantile(q)
@@ -118,18 +118,6 @@ def quantile_ranks(n: np.ndarray, q: float) -> np.ndarray:
     """The lower rank ``int(q * (n - 1))`` pandas' linear ``quantile(q)`` reads in a group of
     ``n`` values (the upper one is the next)."""
     return (q * (np.maximum(n, 1) - 1).astype(np.float64)).astype(np.int64)
-
-
-def figure_ranks(n: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
-    """Per group of ``n`` values (a column), the ranks ``OrderStatistics.median`` and
-    ``quantile(q)`` for each q in ``quantiles`` read (a ``(groups, 2 + 2·len(quantiles))``
-    matrix: repeated ranks where they coincide, every one below ``max(n, 1)``)."""
-    top = np.maximum(n - 1, 0)
-    ranks = [n // 2, np.maximum(n // 2 - 1, 0)]
-    for q in quantiles:
-        low = quantile_ranks(n, q)
-        ranks += [low, np.minimum(low + 1, top)]
-    return np.stack(ranks, axis=1)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ import numpy as np
 
 from pdprobe.analysis.group_figures import (
     GroupFigures,
-    OrderStatistics,
     SortedGroups,
     middles,
 )
@@ -256,18 +255,6 @@ class Groups:
                 block = groups[first:first + step]
                 upper[block], lower[block] = middles(v, starts[block], size)
         return np.where(n % 2 == 1, upper, (upper + lower) / 2)
-
-    def selected(self, values: Column, quantiles: tuple[float, ...]) -> OrderStatistics:
-        """Each group's non-NaN ``values`` with the ranks its median and ``quantile(q)`` for
-        ``q`` in ``quantiles`` read (``group_figures.figure_ranks``) holding what ``sorted`` puts there, so
-        those figures are the same bit for bit.
-
-        Each group is sorted (``sorted``): numpy's float64 sort (AVX-512 on this hardware)
-        takes 0.2 ms for 50,000 values where its partition at the six to eight ranks of the
-        figures takes 0.6 ms, and a single-rank partition of values with many ties (half of
-        the queue times are 0) several times longer."""
-        ranked = self.sorted(values)
-        return OrderStatistics(values=ranked.values, bounds=ranked.bounds, labels=ranked.labels)
 
     def sorted(self, values: Column) -> SortedGroups:
         """Each group's non-NaN ``values`` sorted ascending (one gather, one sort per group)."""

@@ -313,33 +313,6 @@ def test_medians_by_partition_are_the_sorted_medians(seed: int) -> None:
     assert np.isnan(got[2]) and got[6] == 1.5
 
 
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("quantiles", [(0.5, 0.9, 0.99), (0.9,), (0.0, 0.1, 1.0)])
-def test_selected_ranks_are_the_sorted_figures(seed: int, quantiles: tuple[float, ...]) -> None:
-    """Groups partitioned at the median's and the quantiles' ranks read, to the bit, the
-    figures of the sorted groups: groups of one, two and many values, ties, NaN rows and a
-    group without values."""
-    rng = np.random.default_rng(seed)
-    n = 5_000
-    codes = rng.integers(-1, 9, n).astype(np.int16)
-    codes[codes == 6] = 3
-    codes[codes == 7] = 4
-    codes[:2], codes[2] = 6, 7  # group 6: two values; group 7: one value
-    values = rng.lognormal(size=n)
-    if seed % 2:
-        values = np.round(values, 1)
-    values[codes == 2] = np.nan
-    values[::11] = np.nan
-    values[:3] = [2.5, 0.5, 1.5]
-    groups = Groups.of(codes, range(9))
-    ranked, ordered = groups.selected(values, quantiles), groups.sorted(values)
-    np.testing.assert_array_equal(ranked.count, ordered.count)
-    np.testing.assert_array_equal(ranked.median(), ordered.median())
-    for q in quantiles:
-        np.testing.assert_array_equal(ranked.quantile(q), ordered.quantile(q))
-    assert np.isnan(ranked.median()[2]) and ranked.median()[7] == 1.5
-
-
 @pytest.mark.parametrize("chunk", [300, 1 << 20])
 def test_sampled_figures_are_the_sorted_samples_figures(monkeypatch: pytest.MonkeyPatch,
                                                         chunk: int) -> None:

@@ -175,7 +175,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if not any(roles.get(label, "unknown") in (reader, "unknown")
                        for label in groups.labels):
                 continue  # no instance a rule compares in this frame (e.g. TPOT per prefill)
-            if data is None or not _quantiles(req, col, c, data)["count"].sum():
+            if data is None or not groups.counts(data).sum():  # (a count, no figures)
                 continue
             medians = blocked_medians(cells, data) if isinstance(cells, Groups) else \
                 cells.medians(data)

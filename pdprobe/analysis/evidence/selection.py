@@ -1,13 +1,13 @@
-"""Per-group order statistics of request columns for the evidence, one rank at a time.
+"""Per-group order statistics of request columns for the evidence, and the median and
+quantiles of one large array.
 
-``Groups.selected`` (``analysis.grouped``) partitions each group at every rank its median and
-quantiles read with one ``ndarray.partition(kth)`` call. numpy's multi-rank partition is
-several times slower than a partition at a single rank (on this build also slower than
-sorting the group outright): at 50,000 values 0.43–0.54 ms against 0.08 ms. ``selected``
-here partitions each group at its ranks in ascending order, each on what lies right of the
-previous one: every rank then holds the value a sort puts there, so every figure read off
-them (``OrderStatistics``: median, linear quantiles) is the same bit for bit. ``median`` is
-``np.median`` of one large array the same way (numpy's own partitions at several ranks).
+numpy's partition at several ranks in one call (what ``np.median``, ``np.quantile`` and a
+partition at a group's figure ranks do) is many times slower on this build than a sort
+(1M values: ``np.median`` 36-59 ms, ``np.sort`` 4-6 ms), and a partition even at one rank
+slows down badly on values with many ties (half the queue times are 0: 26 ms at 90 % zeros).
+So ``selected`` sorts each group's gathered values and ``median``/``quantile`` sort a copy:
+every figure read off them (``OrderStatistics``: median, linear quantiles) is the one a sort
+gives, bit for bit, whatever the ties.
 
 ``request_figures`` uses it for the per-instance figures only the evidence reads (the
 instance summaries compute and cache the others: ``grouped.figures``).
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.group_figures import OrderStatistics, figure_ranks
+from pdprobe.analysis.group_figures import OrderStatistics
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,18 +91,17 @@ def present(groups: Groups, values: Column) -> tuple[np.ndarray, np.ndarray]:
 
 def median(values: np.ndarray) -> float:
     """``float(np.median(values))`` of a 1-D array, bit for bit. numpy's median partitions at
-    the middle rank(s) and the last one (its NaN check) in one call: the multi-rank partition,
-    ~20x slower on this build than a partition at one rank (1M values: 36-59 ms against
-    2.3 ms). Here the upper middle is selected alone and the lower one is the largest value
-    left of it, both averaged by ``np.mean`` as numpy averages them. An array with a NaN
-    (numpy's answer: NaN), a small one or another dtype goes to ``np.median``."""
+    the middle rank(s) and the last one (its NaN check) in one call, the slow multi-rank
+    partition (module docstring): here a sorted copy's middle value(s), averaged by
+    ``np.mean`` as numpy averages them. An array with a NaN (numpy's answer: NaN), a small
+    one or another dtype goes to ``np.median``."""
     a = np.asarray(values)
     if a.ndim != 1 or a.dtype != np.float64 or a.size < _MEDIAN_SELECT_MIN or \
             np.isnan(a).any():
         return float(np.median(a))
     mid = a.size // 2
-    part = np.partition(a, mid)
-    middle = part[mid:mid + 1] if a.size % 2 else np.array([part[:mid].max(), part[mid]])
+    ordered = np.sort(a)
+    middle = ordered[mid:mid + 1] if a.size % 2 else ordered[mid - 1:mid + 1]
     return float(np.mean(middle))
 
 
@@ -110,7 +109,7 @@ def quantile(values: np.ndarray, q: float) -> float:
     """``float(np.quantile(values, q))`` (linear) of a 1-D array, bit for bit, NaN dropped
     first (pandas' ``Series.quantile``; NaN when no value is left). numpy partitions at 0,
     the last rank and the two ranks it interpolates between in one call (the slow multi-rank
-    partition, as for ``median``): here the two ranks are selected one at a time and
+    partition, as for ``median``): here the two ranks are read off a sorted copy and
     interpolated with numpy's own arithmetic (``_lerp``: from the lower value up to
     ``q (n - 1)``'s fraction 0.5, down from the upper one from there). An array with an
     infinity, a small one or another dtype goes to ``np.quantile``."""
@@ -130,34 +129,19 @@ def quantile(values: np.ndarray, q: float) -> float:
     upper = min(lower + 1, n - 1) if virtual >= 0 else 0
     # numpy's fraction: against its lower index, -1 (the last) above the top
     gamma = virtual - (-1 if virtual >= n - 1 else lower)
-    part = a.copy()
-    select_ranks(part, sorted({lower, upper}))
-    low, high = part[lower], part[upper]
+    ordered = np.sort(a)
+    low, high = ordered[lower], ordered[upper]
     diff = high - low
     return float(high - diff * (1 - gamma) if gamma >= 0.5 else low + diff * gamma)
 
 
-def select_ranks(segment: np.ndarray, kth: list[int]) -> None:
-    """Partition ``segment`` in place so that each rank in ``kth`` (ascending, distinct)
-    holds the value a sort puts there: one single-rank partition per rank, each of what lies
-    right of the previous rank (all of it no smaller)."""
-    done = 0
-    for k in kth:
-        segment[done:].partition(k - done)
-        done = k + 1
-
-
-def selected(groups: Groups, values: Column, quantiles: tuple[float, ...]) -> OrderStatistics:
-    """``Groups.selected``: each group's non-NaN ``values`` with the ranks its median and
-    ``quantile(q)`` for ``q`` in ``quantiles`` read in place (``figure_ranks``), a rank at a
-    time (module docstring)."""
+def selected(groups: Groups, values: Column) -> OrderStatistics:
+    """Each group's non-NaN ``values`` sorted (``Groups.sorted``'s order statistics, gathered
+    by ``present``), so its median and every ``quantile(q)`` read the sorted ranks."""
     v, bounds = present(groups, values)
-    n = np.diff(bounds)
-    ranks = figure_ranks(n, quantiles)
-    for start, end, kth in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ranks.tolist(),
-                               strict=True):
+    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         if end - start > 1:
-            select_ranks(v[start:end], sorted(set(kth)))
+            v[start:end].sort()
     return OrderStatistics(values=v, bounds=bounds, labels=groups.labels)
 
 
@@ -176,7 +160,7 @@ def quantile_figures(table: pd.DataFrame, key: str, column: str, values: Column
     if found is None:
         groups = key_groups(table, key)
         if groups.sampled:
-            ranked = selected(groups, values, (0.9,))
+            ranked = selected(groups, values)
             found = {"count": groups.counts(values), "median": ranked.median(),
                      "p90": ranked.quantile(0.9)}
             del ranked  # the gathered column: not held by the cache

@@ -229,7 +229,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
             out[name] = per_bin(blocked_medians(groups, column(col)))
             continue
         # partitioned at the median's and the p90's ranks only (the figures a sort gives)
-        ranked = selected(groups, column(col), (0.9,))
+        ranked = selected(groups, column(col))
         out[name] = per_bin(ranked.median())
         ttft_p90 = per_bin(ranked.quantile(0.9))
         del ranked  # one gathered column held at a time

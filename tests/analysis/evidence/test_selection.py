@@ -1,4 +1,4 @@
-"""Order statistics a rank at a time: the figures of ``Groups.selected`` and ``figures``."""
+"""Sorted groups and sorted copies: the figures of ``Groups.sorted``, ``figures`` and numpy."""
 
 from __future__ import annotations
 
@@ -12,25 +12,9 @@ from pdprobe.analysis.evidence.selection import (
     gather,
     present,
     quantile_figures,
-    select_ranks,
     selected,
 )
 from pdprobe.analysis.grouped import Groups
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_select_ranks_puts_a_sorts_values_at_every_rank(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 300))
-    values = rng.integers(0, 20, n).astype(np.float64)  # many ties
-    kth = sorted(set(rng.integers(0, n, int(rng.integers(1, 8))).tolist()))
-    if seed == 0:
-        kth = [0, 1, n - 1] if n > 2 else [0]  # adjacent ranks and the last
-    got = values.copy()
-    select_ranks(got, kth)
-    want = np.sort(values)
-    assert np.array_equal(got[kth], want[kth])
-    assert np.array_equal(np.sort(got), want)  # a permutation of the values
 
 
 def _groups(seed: int, n: int, n_keys: int, sample_max: int | None) -> tuple[Groups, np.ndarray]:
@@ -48,15 +32,15 @@ def _groups(seed: int, n: int, n_keys: int, sample_max: int | None) -> tuple[Gro
 
 @pytest.mark.parametrize("sample_max", [None, 50])
 @pytest.mark.parametrize("quantiles", [(0.9,), (0.5, 0.9, 0.99)])
-def test_selected_gives_the_figures_of_groups_selected(sample_max: int | None,
-                                                      quantiles: tuple[float, ...]) -> None:
+def test_selected_gives_the_figures_of_groups_sorted(sample_max: int | None,
+                                                     quantiles: tuple[float, ...]) -> None:
     groups, values = _groups(1, 3_000, 7, sample_max)
-    ours, theirs = selected(groups, values, quantiles), groups.selected(values, quantiles)
+    ours, theirs = selected(groups, values), groups.sorted(values)
     assert np.array_equal(ours.bounds, theirs.bounds)
     assert np.array_equal(ours.median(), theirs.median(), equal_nan=True)
     for q in quantiles:
         assert np.array_equal(ours.quantile(q), theirs.quantile(q), equal_nan=True)
-    getter = selected(groups, lambda rows: values[rows] * 2, quantiles)
+    getter = selected(groups, lambda rows: values[rows] * 2)
     assert np.array_equal(getter.median(), theirs.median() * 2, equal_nan=True)
 
 
