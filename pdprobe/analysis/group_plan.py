@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pdprobe.analysis.row_gather import code_counts, take_rows
+from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     chunks,
@@ -21,6 +21,7 @@ from pdprobe.analysis.row_slices import (
     index_dtype,
     stable_order,
     stable_take,
+    take_rows,
 )
 
 

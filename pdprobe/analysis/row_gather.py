@@ -4,8 +4,8 @@ A grouping's rows (``analysis.grouped``) are spread over the whole table: group 
 each gathered value is a cache miss; and a full-length temporary above 32 MB is fresh pages
 from the kernel every time (about 0.4 ms a MB of page faults on this VM) where a slice's is
 reused. ``take_grouped`` reads the grouped positions a block of table rows at a time,
-``take_rows`` and ``code_counts`` work a slice at a time, ``compacted`` drops values in place.
-Each gives exactly the values of the plain numpy call.
+``code_counts`` works a slice at a time (as ``row_slices.take_rows`` gathers), ``compacted``
+drops values in place. Each gives exactly the values of the plain numpy call.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.analysis import row_slices
 from pdprobe.analysis.row_slices import Column, chunks, take
 
 # ``take_grouped`` gathers the rows of every group a block of this many table rows at a time
@@ -22,20 +21,6 @@ from pdprobe.analysis.row_slices import Column, chunks, take
 # most this many (block, group) pieces (one numpy call each).
 GATHER_BLOCK_ROWS: Final = 1 << 18
 _GATHER_PIECES_MAX: Final = 1 << 13
-
-
-def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``array[rows]`` (same dtype) gathered ``CHUNK_ROWS`` positions at a time: numpy widens
-    a positions array to intp before it gathers, a fresh 48 MB for 6M int32 positions (about
-    20 ms of page faults on a VM), where a slice's widening reuses the allocator's memory.
-    ``np.take``'s ``wrap`` mode reads a valid position (negative ones from the end) as
-    indexing does, without the default mode's buffered copy of the output."""
-    if rows.size <= row_slices.CHUNK_ROWS:  # (read at call time: tests shrink the slices)
-        return array[rows]
-    out = np.empty(rows.size, dtype=array.dtype)
-    for part in chunks(rows.size):
-        np.take(array, rows[part], out=out[part], mode="wrap")
-    return out
 
 
 def take_grouped(values: Column, order: np.ndarray, bounds: np.ndarray,
@@ -67,7 +52,7 @@ def take_grouped(values: Column, order: np.ndarray, bounds: np.ndarray,
         if not pieces:  # no group has rows in this block
             continue
         if array is not None and array.dtype == np.float64:
-            for lo, hi in pieces:  # wrap: as ``take_rows``
+            for lo, hi in pieces:  # wrap: as ``row_slices.take_rows``
                 np.take(array, order[lo:hi], out=out[lo:hi], mode="wrap")
             continue
         # a getter (or another dtype): one call per block on its pieces' positions

@@ -14,6 +14,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.analysis.instances import window_of
+from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import ascending, chunks
 from pdprobe.analysis.stats import series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
@@ -144,10 +145,7 @@ def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: 
     names = labels if UNKNOWN_INSTANCE in labels else [*labels, UNKNOWN_INSTANCE]
     unknown = names.index(UNKNOWN_INSTANCE)
     bins = _bins(req["arrival_ts"].to_numpy(dtype=np.float64), start, step, n_bins)
-    # counted a slice at a time: np.bincount converts its input to intp (80 MB at 10M rows)
-    per_bin = np.zeros(n_bins, dtype=np.int64)
-    for part in chunks(bins.size):
-        per_bin += np.bincount(bins[part], minlength=n_bins)
+    per_bin = code_counts(bins, n_bins)  # a slice at a time: no intp copy of every bin
     bounds = np.concatenate([[0], np.cumsum(per_bin)])
     # Requests in arrival order (the usual case): each bin is a slice of rows.
     order = None if ascending(bins) else np.argsort(bins, kind="stable")

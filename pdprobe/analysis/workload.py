@@ -17,8 +17,14 @@ import numpy as np
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
 from pdprobe.analysis.grouped import category_mask, chunks, column_values, quantile_rows
 from pdprobe.analysis.length_shape import length_distribution
-from pdprobe.analysis.row_gather import take_rows
-from pdprobe.analysis.row_slices import ascending, category_count, distinct_codes, key_starts
+from pdprobe.analysis.row_gather import code_counts
+from pdprobe.analysis.row_slices import (
+    ascending,
+    category_count,
+    distinct_codes,
+    key_starts,
+    take_rows,
+)
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -271,9 +277,7 @@ def _rank_lookup(values: np.ndarray,
     low, high = (x.min(), x.max()) if extremes is None else extremes
     if low < 0 or high >= COUNTING_RANK_MAX:
         return None
-    counts = np.zeros(int(high) + 1, dtype=np.int64)
-    for part in chunks(x.size):
-        counts += np.bincount(x[part], minlength=counts.size)
+    counts = code_counts(x, int(high) + 1)  # slice by slice
     below = np.cumsum(counts) - counts  # values strictly smaller
     lookup: np.ndarray = below + (counts + 1) / 2.0
     return lookup

@@ -318,10 +318,10 @@ def test_take_of_many_positions_is_indexing(monkeypatch: pytest.MonkeyPatch) -> 
     rng = np.random.default_rng(8)
     rows = rng.integers(-300, 300, 1_000).astype(np.int32)
     for column in (rng.normal(size=300), rng.integers(0, 9, 300).astype(np.int8)):
-        np.testing.assert_array_equal(row_gather.take_rows(column, rows), column[rows])
-        assert row_gather.take_rows(column, rows).dtype == column.dtype
+        np.testing.assert_array_equal(row_slices.take_rows(column, rows), column[rows])
+        assert row_slices.take_rows(column, rows).dtype == column.dtype
         np.testing.assert_array_equal(take(column, rows), column[rows].astype(np.float64))
-    assert row_gather.take_rows(np.arange(5.0), rows[:0]).size == 0
+    assert row_slices.take_rows(np.arange(5.0), rows[:0]).size == 0
 
 
 @pytest.mark.parametrize("n_groups", [1, 5, 127, 128, 40_000])
