@@ -339,12 +339,26 @@ def distinct_codes(column: pd.Series) -> tuple[np.ndarray, list[Any]]:
     return codes, list(uniques)
 
 
+# ``category_mask`` compares the codes with each passing value's code up to this many values.
+FEW_CODES: Final = 4
+
+
 def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
     """``test(str(value))`` for every row (False where missing), evaluated once per distinct
-    value: on a categorical's categories, else on the factorized values."""
+    value: on a categorical's categories, else on the factorized values. A few passing values
+    (a status column: "ok" or not) are found by comparing the codes with each one's code, 4x
+    cheaper than looking every row's code up in a table (numpy widens int8 codes to intp for
+    the lookup: 80 MB at 10M rows)."""
     codes, values = distinct_codes(column)
-    lookup = np.array([bool(test(str(v))) for v in values] + [False], dtype=bool)
-    return lookup[codes]  # code -1 (missing) reads the trailing False
+    passing = [code for code, value in enumerate(values) if test(str(value))]
+    if len(passing) > FEW_CODES:
+        lookup = np.zeros(len(values) + 1, dtype=bool)
+        lookup[passing] = True
+        return lookup[codes]  # code -1 (missing) reads the trailing False
+    mask = np.zeros(codes.shape, dtype=bool)
+    for code in passing:
+        mask |= codes == code
+    return mask
 
 
 def category_count(table: pd.DataFrame, column: str, test: Callable[[str], bool]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pdprobe.analysis import row_gather, row_slices
@@ -377,3 +378,22 @@ def test_any_value_is_notna_any(monkeypatch: pytest.MonkeyPatch, n: int) -> None
                pd.Series(np.arange(n, dtype=np.float32))]
     for column in columns:
         assert row_slices._any_value(column) == bool(column.notna().any()), column.dtype
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+@pytest.mark.parametrize("passing", [set(), {"ok"}, {"error", "aborted"},
+                                     {"ok", "error", "aborted", "x", "y"}])
+def test_category_mask_is_the_test_of_every_row(categorical: bool, passing: set[str]) -> None:
+    """Compared code by code (a few passing values) or looked up (more): ``test`` of every
+    row's value, False where the value is missing."""
+    from pdprobe.analysis.row_slices import category_mask
+
+    rng = np.random.default_rng(1)
+    values = np.array(["ok", "error", "aborted", "x", "y", "z"], dtype=object)[
+        rng.integers(0, 6, 500)]
+    values[::9] = None
+    column = pd.Series(values, dtype="category" if categorical else object)
+    got = category_mask(column, lambda s: s in passing)
+    assert got.dtype == bool
+    want = np.array([v is not None and v in passing for v in values], dtype=bool)
+    assert np.array_equal(got, want)

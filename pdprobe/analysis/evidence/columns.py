@@ -7,7 +7,7 @@ the one reader of request-record columns that may be absent (``kv_transfer_s`` a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.dataset import Dataset
 
-# ``category_mask`` compares the codes with each passing value's code up to this many values.
-_FEW_CODES: Final = 4
 # The request column that names the instance of each role.
 ROLE_COLUMN: Final[Mapping[str, str]] = {"prefill": "prefill_instance",
                                          "decode": "decode_instance"}
@@ -107,25 +105,6 @@ def instance_names(ds: Dataset) -> set[str]:
         names.update(str(v) for v in column_codes(ds.metrics, "instance")[1])
     names.discard("")
     return names
-
-
-def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
-    """``row_slices.category_mask``: ``test(str(value))`` for every row (False where missing),
-    evaluated once per distinct value. A few passing values (a status column: "ok" or not)
-    are found by comparing the codes with each one's code: 4x cheaper than looking every
-    row's code up in a table (whose int8 codes numpy widens to intp, 80 MB at 10M rows)."""
-    from pdprobe.analysis.row_slices import distinct_codes
-
-    codes, values = distinct_codes(column)
-    passing = [code for code, value in enumerate(values) if test(str(value))]
-    if len(passing) > _FEW_CODES:
-        lookup = np.zeros(len(values) + 1, dtype=bool)
-        lookup[passing] = True
-        return lookup[codes]  # code -1 (missing) reads the trailing False
-    mask = np.zeros(codes.shape, dtype=bool)
-    for code in passing:
-        mask |= codes == code
-    return mask
 
 
 def request_column(ds: Dataset, name: str) -> pd.Series | None:

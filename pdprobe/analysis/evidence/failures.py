@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.columns import category_mask
-from pdprobe.analysis.row_slices import category_count
+from pdprobe.analysis.row_slices import category_count, category_mask
 
 if TYPE_CHECKING:
     import pandas as pd

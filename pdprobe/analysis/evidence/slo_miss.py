@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.columns import category_mask
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
 from pdprobe.analysis.evidence.selection import median
 from pdprobe.analysis.grouped import quantile_rows
-from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.row_slices import category_mask, has_values
 
 if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import Slo, Window

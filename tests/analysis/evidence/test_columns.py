@@ -59,22 +59,3 @@ def test_merge_bins_is_combine_first(overlap: bool) -> None:
     assert bins["req_hit"] is first
     merge_bins(bins, "req_hit", later)
     pd.testing.assert_frame_equal(bins["req_hit"], first.combine_first(later), check_exact=True)
-
-
-@pytest.mark.parametrize("categorical", [True, False])
-@pytest.mark.parametrize("passing", [set(), {"ok"}, {"error", "aborted"},
-                                     {"ok", "error", "aborted", "x", "y"}])
-def test_category_mask_is_row_slices(categorical: bool, passing: set[str]) -> None:
-    """Compared code by code (a few passing values) or looked up (more): the mask of
-    ``row_slices.category_mask``, False where the value is missing."""
-    from pdprobe.analysis import row_slices
-    from pdprobe.analysis.evidence.columns import category_mask
-
-    rng = np.random.default_rng(1)
-    values = np.array(["ok", "error", "aborted", "x", "y", "z"], dtype=object)[
-        rng.integers(0, 6, 500)]
-    values[::9] = None
-    column = pd.Series(values, dtype="category" if categorical else object)
-    got = category_mask(column, lambda s: s in passing)
-    assert got.dtype == bool
-    assert np.array_equal(got, row_slices.category_mask(column, lambda s: s in passing))
