@@ -15,7 +15,13 @@ from pdprobe import signals as S
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.analysis.instances import window_of
 from pdprobe.analysis.row_gather import code_counts
-from pdprobe.analysis.row_slices import ascending, chunks
+from pdprobe.analysis.row_slices import (
+    ascending,
+    chunks,
+    compact_dtype,
+    has_values,
+    key_starts,
+)
 from pdprobe.analysis.stats import series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
@@ -78,29 +84,57 @@ def _instance_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     return np.asarray(column.array.codes), [str(c) for c in column.cat.categories]
 
 
+def _bin_of(arrival: np.ndarray, start: float, step: float, n_bins: int) -> np.ndarray:
+    """The time bin of each of ``arrival`` (int64; a NaN arrival lands in bin 0)."""
+    part = np.floor_divide(arrival - start, step)
+    with np.errstate(invalid="ignore"):
+        return np.clip(part.astype(np.int64), 0, n_bins - 1)
+
+
 def _bins(arrival: np.ndarray, start: float, step: float, n_bins: int) -> np.ndarray:
     """Each row's time bin (int16/int32), computed a chunk at a time: no full-length float
     temporary."""
     dtype = np.int16 if n_bins < np.iinfo(np.int16).max else np.int32
     out = np.empty(arrival.size, dtype=dtype)
     for rows in chunks(arrival.size):  # one 8 MB float temporary per chunk
-        part = np.floor_divide(arrival[rows] - start, step)
-        with np.errstate(invalid="ignore"):  # a NaN arrival lands in bin 0
-            out[rows] = np.clip(part.astype(np.int64), 0, n_bins - 1)
+        out[rows] = _bin_of(arrival[rows], start, step, n_bins)
     return out
+
+
+def _bin_bounds(arrival: np.ndarray, start: float, step: float,
+                n_bins: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where each time bin's rows start (``n_bins + 1`` bounds) and the row order they are
+    read in (None: the table's own, each bin a slice of rows).
+
+    Arrivals in time order (the usual case) never decrease in bin, so the bounds are a binary
+    search of the very bins (``row_slices.key_starts``: ``_bin_of`` at a few thousand rows
+    instead of every row, and no full-length bin array: 0.15 of 0.34 CPU-s at 10M rows).
+    Others are binned row by row and, out of order, sorted stably by bin."""
+    if arrival.size and ascending(arrival):  # (NaN times are not ascending)
+        starts = key_starts(lambda at: _bin_of(arrival[at], start, step, n_bins), n_bins,
+                            arrival.size)
+        return np.append(starts, arrival.size), None
+    bins = _bins(arrival, start, step, n_bins)
+    per_bin = code_counts(bins, n_bins)  # a slice at a time: no intp copy of every bin
+    bounds = np.concatenate([[0], np.cumsum(per_bin)])
+    return bounds, None if ascending(bins) else np.argsort(bins, kind="stable")
 
 
 def _group_quantile(seg: np.ndarray, q: float) -> float:
     """pandas' linear quantile of one group (``group_quantile``) from the two order
-    statistics it reads; ``seg`` (a scratch copy) is partitioned in place, not sorted."""
+    statistics it reads; ``seg`` (a scratch copy) is partitioned in place, not sorted.
+
+    One partition at the lower rank: the next order statistic is then the smallest value
+    right of it (the same value a partition at both ranks puts there, at about half the
+    cost: the tail past p90 is a tenth of the group)."""
     q_idx = q * (seg.size - 1)
     idx = int(q_idx)
     frac = q_idx % 1
+    seg.partition(idx)
+    val = seg[idx]
     if frac == 0.0:
-        seg.partition(idx)
-        return float(seg[idx])
-    seg.partition((idx, idx + 1))
-    val, next_val = seg[idx], seg[idx + 1]
+        return float(val)
+    next_val = seg[idx + 1:].min()
     return float(val + (next_val - val) * frac)
 
 
@@ -116,12 +150,13 @@ def _bin_quantiles(values: np.ndarray, codes: np.ndarray, rows: slice | np.ndarr
     if v.size == 0:
         return
     n_codes = out.shape[0]
-    c = np.where(c < 0, unknown, c).astype(np.int16 if n_codes < 32767 else np.int32)
-    grouped = v[np.argsort(c, kind="stable")]  # radix sort of small codes; a scratch copy
+    # the smallest type for the stable radix sort: int8 codes are one pass instead of two
+    c = np.where(c < 0, unknown, c).astype(compact_dtype(n_codes))
+    grouped = v[np.argsort(c, kind="stable")]  # a scratch copy
     counts = np.bincount(c, minlength=n_codes)
     ends = np.cumsum(counts)
     seen |= counts > 0
-    for g in np.flatnonzero(counts):
+    for g in np.flatnonzero(counts).tolist():
         out[g, b] = _group_quantile(grouped[ends[g] - counts[g]:ends[g]], LATENCY_QUANTILE)
 
 
@@ -138,21 +173,19 @@ def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: 
     req = dataset.requests
     if not dataset.has_request_column("kv_transfer_s"):
         return []
-    kv = req["kv_transfer_s"].to_numpy(dtype=np.float64)
-    if np.isnan(kv).all():
+    if not has_values(req, "kv_transfer_s"):  # (cached: no NaN mask of every row)
         return []
+    kv = req["kv_transfer_s"].to_numpy(dtype=np.float64)
     codes, labels = _instance_codes(req["decode_instance"])
     names = labels if UNKNOWN_INSTANCE in labels else [*labels, UNKNOWN_INSTANCE]
     unknown = names.index(UNKNOWN_INSTANCE)
-    bins = _bins(req["arrival_ts"].to_numpy(dtype=np.float64), start, step, n_bins)
-    per_bin = code_counts(bins, n_bins)  # a slice at a time: no intp copy of every bin
-    bounds = np.concatenate([[0], np.cumsum(per_bin)])
-    # Requests in arrival order (the usual case): each bin is a slice of rows.
-    order = None if ascending(bins) else np.argsort(bins, kind="stable")
+    bounds, order = _bin_bounds(req["arrival_ts"].to_numpy(dtype=np.float64), start, step,
+                                n_bins)
+    bounds = bounds.tolist()
     out = np.full((len(names), n_bins), np.nan)
     seen = np.zeros(len(names), dtype=bool)
     for b in range(n_bins):
-        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        lo, hi = bounds[b], bounds[b + 1]
         rows = slice(lo, hi) if order is None else order[lo:hi]
         _bin_quantiles(kv, codes, rows, unknown, out, b, seen)
     rank = list(range(len(names)))

@@ -130,3 +130,43 @@ def test_missing_instance_names_join_the_series_in_name_order() -> None:
     got = _latency_from_requests(_Req(frame), 0.0, 10.0, 1, (0.0,))  # type: ignore[arg-type]
     assert [dict(s.labels)["instance"] for s in got] == ["all", "b0", "d1"]
     assert [s.series.values for s in got] == [(0.2,), (0.3,), (0.1,)]
+
+
+def test_bin_bounds_of_ordered_arrivals_equal_binning_every_row() -> None:
+    """Arrivals in time order take their bin bounds from a binary search of the bins; the same
+    bounds as binning every row and counting (arrivals before the window, past it, on bin
+    edges, one row, none)."""
+    from pdprobe.analysis.series import _bin_bounds, _bins
+
+    rng = np.random.default_rng(3)
+    cases = [np.sort(rng.uniform(990.0, 1700.0, 5000)), np.array([1000.0]), np.array([]),
+             np.repeat(1000.0 + 60.0 * np.arange(12), 3),  # on the edges, ties
+             np.sort(np.round(rng.uniform(1000.0, 1600.0, 300)))]
+    for arrival in cases:
+        for start, step, n_bins in ((1000.0, 60.0, 10), (1010.5, 7.3, 90), (1000.0, 600.0, 1)):
+            bounds, order = _bin_bounds(arrival, start, step, n_bins)
+            bins = _bins(arrival, start, step, n_bins)
+            want = np.concatenate([[0], np.cumsum(np.bincount(bins, minlength=n_bins))])
+            assert order is None and np.array_equal(bounds, want)
+
+
+def test_bin_bounds_out_of_order_read_the_rows_sorted_by_bin() -> None:
+    from pdprobe.analysis.series import _bin_bounds, _bins
+
+    arrival = np.array([1130.0, np.nan, 1000.0, 1070.0, 1001.0, 1500.0])
+    bounds, order = _bin_bounds(arrival, 1000.0, 60.0, 5)
+    bins = _bins(arrival, 1000.0, 60.0, 5)  # the NaN arrival lands in bin 0
+    assert order is not None and np.array_equal(order, np.argsort(bins, kind="stable"))
+    assert bounds.tolist() == [0, 3, 4, 5, 5, 6]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 11, 101, 2500])
+def test_group_quantile_equals_pandas_linear_quantile(n: int) -> None:
+    """One partition at the lower rank and the smallest value past it: pandas' p90, ties and
+    fractions of zero (n = 11, 101: the rank is whole) included."""
+    from pdprobe.analysis.series import _group_quantile
+
+    rng = np.random.default_rng(n)
+    for values in (rng.lognormal(size=n), np.round(rng.lognormal(size=n), 1)):
+        want = pd.Series(values).quantile(0.9)
+        assert _group_quantile(values.copy(), 0.9) == want
