@@ -182,10 +182,19 @@ class Groups:
                 return exact
         return self._accumulate(values, np.add, 0.0, skip_nan=True)
 
-    def moments(self, values: Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def moments(self, values: Column, floor: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``counts(values)``, ``sums(values)`` and ``maxima(values, counts)``, the same
         arrays from one pass over the rows: each slice is read, converted and tested for NaN
-        once instead of once per figure."""
+        once instead of once per figure.
+
+        ``floor``: a value of each group's own rows (its sample's largest, say; NaN: none
+        known). When every group has one, a row at or below the smallest of them cannot be
+        its group's maximum, so only the rows above it (a few hundred of 10M for a sample's
+        maxima) are compared group by group: a comparison per row instead of an ``fmax.at``
+        slot update (about 17 ms per 10M rows). The same maxima: a float's maximum is one
+        value whatever rows hold it, except the sign of a zero, so a zero maximum is taken
+        from every row, as without ``floor``."""
         if self.ordered and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
             counts = self.counts(values)  # integer runs: the sums from reduceat
             return counts, self.sums(values), self.maxima(values, counts)
@@ -194,6 +203,9 @@ class Groups:
         nan_rows = np.zeros(self.n_groups + 1, dtype=np.int64)  # last slot: rows without
         sums = np.zeros(self.n_groups + 1)
         top = np.full(self.n_groups + 1, -np.inf)
+        # below ``bar`` no row raises a maximum (None: every row may)
+        bar = float(floor.min()) if floor is not None and floor.size and \
+            not np.isnan(floor).any() else None
         for part in chunks(self.codes.size):
             v = take(values, part)
             # the compact codes themselves: ufunc.at widens its indices a buffer at a time,
@@ -207,8 +219,17 @@ class Groups:
             if counted is not None and counted.any():
                 np.add.at(nan_rows, codes[counted], 1)
             np.add.at(sums, codes, v if nan is None else np.where(nan, 0.0, v))
-            np.fmax.at(top, codes, v)
+            if bar is None:
+                np.fmax.at(top, codes, v)
+            else:  # (NaN is never above the bar)
+                above = np.flatnonzero(v > bar)
+                np.fmax.at(top, codes[above], v[above])
         counts = self.totals - nan_rows[:-1] if has_nan else self.totals.copy()
+        if bar is not None:
+            assert floor is not None
+            top[:-1] = np.fmax(top[:-1], floor)
+            if (top[:-1] == 0).any():  # a zero's sign: from every row in row order
+                return counts, sums[:-1], self.maxima(values, counts)
         return counts, sums[:-1], np.where(counts > 0, top[:-1], np.nan)
 
     def gather(self, values: Column) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdprobe.analysis.group_figures import GroupFigures
+from pdprobe.analysis.group_figures import GroupFigures, _blocked_order_statistics
 from pdprobe.analysis.grouped import (
     Groups,
     category_mask,
@@ -468,3 +468,52 @@ def test_groupings_drawn_together_are_each_drawn_alone(monkeypatch: pytest.Monke
     grouped.quantile_rows(with_rows)  # already drawn: not drawn again
     assert grouped.key_groupings(with_rows, ["a"])[0].sampled
     assert grouped.key_groupings(frame, []) == []
+
+
+@pytest.mark.parametrize("chunk", [50, 1 << 20])
+def test_moments_with_a_floor_are_the_moments_without(monkeypatch: pytest.MonkeyPatch,
+                                                      chunk: int) -> None:
+    """A floor of each group's maximum (its sample's largest value) only skips rows that
+    cannot raise one: the same counts, sums and maxima bit for bit, with a group whose
+    largest values tie, zero maxima of either sign, NaN rows, a floor without a value for a
+    group (every row compared), rows without a group, a derived column, one group, no rows."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.row_slices import Derived
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(chunk + 1)
+    n = 1_003
+    codes = rng.integers(-1, 6, n).astype(np.int8)
+    values = rng.normal(size=n)
+    values[200:260] = np.nan
+    values[codes == 2] = np.round(values[codes == 2])  # ties at the top
+    at_zero = values.copy()
+    at_zero[codes == 3] = -np.abs(at_zero[codes == 3])
+    at_zero[np.flatnonzero(codes == 3)[::2]] = rng.choice([0.0, -0.0], 1)  # max is a zero
+    for column in (values, at_zero):
+        groups = Groups.of(codes, range(6), sample_max=40)
+        _median, _p50, _p90, _p99, sample_max = _blocked_order_statistics(groups, column)
+        assert not np.isnan(sample_max).any()
+        for floor in (sample_max, np.where(np.arange(6) == 4, np.nan, sample_max)):
+            derived = Derived(lambda rows, c=column: c[rows] * 3.0, nan_like=column)
+            for col, fl in ((column, floor), (derived, floor * 3.0)):
+                got = groups.moments(col, floor=fl)
+                want = groups.moments(col)
+                for a, b in zip(got, want, strict=True):
+                    np.testing.assert_array_equal(a, b)
+                    np.testing.assert_array_equal(np.signbit(a), np.signbit(b))
+    one = Groups.of(np.zeros(50, dtype=np.int8), ["a"], sample_max=10)
+    column = rng.normal(size=50)
+    floor = _blocked_order_statistics(one, column)[-1]
+    np.testing.assert_array_equal(one.moments(column, floor=floor)[2], [column.max()])
+    empty = Groups.of(np.zeros(0, dtype=np.int8), ["a"])
+    assert [x.size for x in empty.moments(np.zeros(0), floor=np.zeros(0))] == [0, 0, 0]
+
+
+def test_sampled_figures_keep_every_rows_maximum() -> None:
+    """A sampled grouping's max is over every row, the sample's largest only a floor."""
+    codes = np.repeat(np.arange(3, dtype=np.int8), 400)
+    values = np.random.default_rng(5).normal(size=codes.size)
+    groups = Groups.of(codes, ["a", "b", "c"], sample_max=30)
+    got = GroupFigures.measure(groups, values)
+    np.testing.assert_array_equal(got.max, values.reshape(3, 400).max(axis=1))
