@@ -21,7 +21,6 @@ from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     category_count,
-    distinct_codes,
     key_starts,
     take_rows,
 )
@@ -151,10 +150,9 @@ def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: floa
     every = bool(rows.all())
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
     e2e = req["e2e_s"].to_numpy(dtype=np.float64)
-    failed = None  # per status code (the last slot: no status), whether it is not "ok"
-    if "status" in req.columns:
-        codes, values = distinct_codes(req["status"])
-        failed = np.array([str(v) != "ok" for v in values] + [False], dtype=bool)
+    # the rows whose status is not "ok" (no status: not failed)
+    failed = category_mask(req["status"], lambda s: s != "ok") if "status" in req.columns \
+        else None
     any_done = False
     inside = 0
     for part in chunks(arrival.size):  # finish times per slice, as over the done rows alone
@@ -162,7 +160,7 @@ def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: floa
         if not every:
             done &= rows[part]
         if failed is not None:
-            done &= ~np.take(failed, codes[part])
+            done &= ~failed[part]
         any_done = any_done or bool(done.any())
         finish = arrival[part] + e2e[part]
         ok = finish >= start
@@ -243,11 +241,17 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
     # the cost of indexing, which allocates and checks every position)
     size = min(n, chunks(n)[0].stop)
     buf_x, buf_y = np.empty(size), np.empty(size)
-    sum_x = sum_y = 0.0
-    for part in chunks(n):
-        m = part.stop - part.start
-        sum_x += float(np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap").sum())
-        sum_y += float(np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap").sum())
+    if n * (n + 1) <= _EXACT_RANK_SUMS:
+        # the average ranks of n values add up to 1 + 2 + ... + n, and every partial sum
+        # of those halves below 2**52 is exact in float64: the summed ranks are that
+        # number, without a pass over the rows
+        sum_x = sum_y = float(n * (n + 1) // 2)
+    else:
+        sum_x = sum_y = 0.0
+        for part in chunks(n):
+            m = part.stop - part.start
+            sum_x += float(np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap").sum())
+            sum_y += float(np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap").sum())
     mean_x, mean_y = sum_x / n, sum_y / n
     xy = xx = yy = 0.0
     for part in chunks(n):
@@ -261,6 +265,9 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
         yy += float(np.einsum("i,i->", ry, ry))
     return float(xy / math.sqrt(xx * yy))
 
+
+# Average ranks are halves: sums of them below 2**52 (n * (n + 1) below 2**53) are exact.
+_EXACT_RANK_SUMS: Final = 1 << 53
 
 # Token lengths are small non-negative integers: ranks by counting (O(n + max)) beat sorting.
 COUNTING_RANK_MAX: Final = 1 << 24

@@ -397,3 +397,26 @@ def test_sliced_length_moments_reuse_buffers_to_the_bit(monkeypatch: pytest.Monk
         sq_sum += float(sq.sum())
         cube_sum += float(np.einsum("i,i->", sq, dev))
     assert _moments(x) == (mean, sq_sum / x.size, cube_sum, top)
+
+
+@pytest.mark.parametrize("n", [3, 1_000, 5_003])
+def test_sliced_spearman_rank_sums_without_a_pass(monkeypatch: pytest.MonkeyPatch,
+                                                  n: int) -> None:
+    """The average ranks' sum taken as n (n + 1) / 2 gives the very coefficient of summing
+    every row's rank (ties, a few distinct lengths, many)."""
+    from pdprobe.analysis import row_slices, workload
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 256)
+    rng = np.random.default_rng(n)
+    for high in (4, 5_000):
+        x, y = rng.integers(0, high, n), rng.integers(0, high, n) + rng.integers(0, 3, n)
+        lookup_x = workload._rank_lookup(x)
+        lookup_y = workload._rank_lookup(y)
+        assert lookup_x is not None and lookup_y is not None
+        assert float(lookup_x[x].sum()) == n * (n + 1) / 2
+        got = workload._spearman_sliced(x, y, lookup_x, lookup_y)
+        monkeypatch.setattr(workload, "_EXACT_RANK_SUMS", 0)  # every row's rank summed
+        want = workload._spearman_sliced(x, y, lookup_x, lookup_y)
+        monkeypatch.undo()
+        monkeypatch.setattr(row_slices, "CHUNK_ROWS", 256)
+        assert got == want
