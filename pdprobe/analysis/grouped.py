@@ -46,6 +46,7 @@ from pdprobe.analysis.group_figures import (
 )
 from pdprobe.analysis.group_plan import GroupPlan
 from pdprobe.analysis.row_gather import compacted, take_grouped
+from pdprobe.analysis.row_sample import sample_rows, sample_rows_each
 from pdprobe.analysis.row_slices import (
     Column,
     Derived,
@@ -57,8 +58,6 @@ from pdprobe.analysis.row_slices import (
     integer_array,
     key_codes,
     nan_probe,
-    sample_rows,
-    sample_rows_each,
     stable_order,
     take,
 )
@@ -337,7 +336,7 @@ def for_quantiles(table: pd.DataFrame, values: Any) -> Any:
 def key_groupings(table: pd.DataFrame, keys: list[str]) -> list[Groups]:
     """``key_groups(table, key)`` for each of ``keys``; those not cached yet are made together,
     and with them ``quantile_rows(table)``: their samples come from one stream of draws
-    (``row_slices.sample_rows_each``), the same rows as each drawn alone (one seed), with the
+    (``row_sample.sample_rows_each``), the same rows as each drawn alone (one seed), with the
     draws taken once (about 17 ms per 10M rows saved for each further sample)."""
     cache = table_cache(table)
     todo = [key for key in dict.fromkeys(keys) if ("groups", key) not in cache]

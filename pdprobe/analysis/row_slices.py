@@ -10,7 +10,7 @@ getters (``Column``) that are never built at full length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -259,48 +259,6 @@ def _sorted_positions(c: np.ndarray, n_groups: int) -> np.ndarray:
         high = (c[low] // _RADIX_MAX).astype(np.int16)
         return low[np.argsort(high, kind="stable")]
     return np.argsort(c, kind="stable")
-
-
-def sample_rows(codes: np.ndarray | int | Callable[[slice], np.ndarray], rate: np.ndarray,
-                seed: int, n_rows: int | None = None) -> np.ndarray:
-    """Rows kept by a Bernoulli draw at ``rate[code]`` (code -1: never), the fixed-seed draws
-    taken slice by slice (the same stream as one draw of every row). ``codes`` an int ``n``:
-    ``n`` rows of code 0 (the draws compared with one rate; no array of codes); a function:
-    the codes of a slice of ``n_rows`` rows (no full-length array of them)."""
-    return sample_rows_each([(codes, rate)], seed, n_rows)[0]
-
-
-def sample_rows_each(samples: Sequence[tuple[np.ndarray | int | Callable[[slice], np.ndarray],
-                                             np.ndarray]],
-                     seed: int, n_rows: int | None = None) -> list[np.ndarray]:
-    """``sample_rows(codes, rate, seed, n_rows)`` for each ``(codes, rate)`` of rows of one
-    table, from one stream of draws: the same seed draws the same number for a row whatever
-    the codes, so each sample is the one drawn alone, and the draws (a third of a sample's
-    cost) are taken once for all of them."""
-    rng = np.random.default_rng(seed)
-    first = samples[0][0]
-    if callable(first):
-        assert n_rows is not None
-        n = n_rows
-    else:
-        n = first if isinstance(first, int) else first.size
-    # code -1 reads the last slot: never kept
-    keep_rates = [np.append(rate.astype(np.float32), np.float32(0.0)) for _codes, rate in samples]
-    # written in place of a list of pieces and their concatenation (both held at once: 80 MB
-    # at 10M rows kept); the pages past the rows kept are never written, so never committed
-    picked = [np.empty(n, dtype=index_dtype(n)) for _ in samples]
-    kept = [0] * len(samples)
-    for part in chunks(n):
-        uniform = rng.random(part.stop - part.start, dtype=np.float32)
-        for k, ((codes, _rate), keep_rate) in enumerate(zip(samples, keep_rates, strict=True)):
-            # np.take: the same rates (code -1 reads the last slot) at half the cost of indexing
-            threshold = keep_rate[0] if isinstance(codes, int) else \
-                np.take(keep_rate, codes(part) if callable(codes) else codes[part])
-            hit = np.flatnonzero(uniform < threshold)
-            into = picked[k][kept[k]:kept[k] + hit.size]
-            np.add(hit, part.start, out=into, casting="unsafe")  # positions below n fit
-            kept[k] += hit.size
-    return [rows[:m] for rows, m in zip(picked, kept, strict=True)]
 
 
 def key_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:

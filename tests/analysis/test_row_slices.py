@@ -12,7 +12,6 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     index_dtype,
     key_starts,
-    sample_rows,
     take,
 )
 
@@ -37,18 +36,6 @@ def test_take_converts_only_the_rows_read() -> None:
     part = take(ints, slice(2, 5))
     assert part.dtype == np.float64 and part.tolist() == [2.0, 3.0, 4.0]
     assert take(lambda rows: ints[rows] * 2, np.array([1, 3])).tolist() == [2.0, 6.0]
-
-
-def test_sample_rows_from_slices_is_one_draw(monkeypatch: pytest.MonkeyPatch) -> None:
-    codes = np.random.default_rng(1).integers(-1, 3, 5_001).astype(np.int8)
-    rate = np.array([0.5, 0.1, 1.0], dtype=np.float32)
-    whole = sample_rows(codes, rate, 9)
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 333)
-    np.testing.assert_array_equal(sample_rows(codes, rate, 9), whole)
-    uniform = np.random.default_rng(9).random(codes.size, dtype=np.float32)
-    np.testing.assert_array_equal(
-        whole, np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[codes]))
-    assert not np.isin(np.flatnonzero(codes == -1), whole).any()
 
 
 def test_has_values_is_notna_any_cached_per_table() -> None:
@@ -103,16 +90,6 @@ def test_ascending_across_chunk_edges(monkeypatch) -> None:
     nan[7] = np.nan
     assert not row_slices.ascending(nan)
     assert row_slices.ascending(np.array([1, 1, 1, 2], dtype=np.int16))
-
-
-def test_sample_rows_of_one_rate_is_the_draw_of_code_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``sample_rows(n, ...)``: the rows of ``n`` zero codes, without an array of them."""
-    rate = np.array([0.3], dtype=np.float32)
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 333)
-    rows = sample_rows(2_000, rate, 5)
-    np.testing.assert_array_equal(rows, sample_rows(np.zeros(2_000, dtype=np.int8), rate, 5))
-    uniform = np.random.default_rng(5).random(2_000, dtype=np.float32)
-    np.testing.assert_array_equal(rows, np.flatnonzero(uniform < rate[0]))
 
 
 @pytest.mark.parametrize("n_keys", [1, 2, 7, 40])
@@ -184,19 +161,6 @@ def test_stable_order_by_slices_is_one_stable_sort_in_int32(monkeypatch: pytest.
     got = row_slices.stable_order(codes, n_groups)
     assert got.dtype == np.int32  # not numpy's int64: half the memory of the answer
     assert np.array_equal(got, np.argsort(codes, kind="stable"))
-
-
-def test_sample_rows_holds_only_the_rows_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the same rows as the pieces concatenated, written into one array (no second copy)
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
-    codes = np.repeat(np.arange(3, dtype=np.int8), 2_500)
-    rate = np.array([1.0, 0.5, 0.0], dtype=np.float32)
-    rows = sample_rows(codes, rate, seed=5)
-    rng = np.random.default_rng(5)
-    want = np.concatenate([np.flatnonzero(rng.random(p.stop - p.start, dtype=np.float32)
-                                          < np.append(rate, 0)[codes[p]]) + p.start
-                           for p in chunks(codes.size)])
-    assert rows.dtype == np.int32 and np.array_equal(rows, want)
 
 
 def test_blocked_medians_are_the_medians_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch
@@ -343,19 +307,6 @@ def test_stable_take_is_the_values_in_stable_order(monkeypatch: pytest.MonkeyPat
                                   np.bincount(codes, minlength=n_groups))
     one = row_slices.stable_take(codes[:900], n_groups, values[:900])  # one slice
     np.testing.assert_array_equal(one, values[:900][np.argsort(codes[:900], kind="stable")])
-
-
-def test_sample_rows_reads_code_minus_one_as_never(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
-    rng = np.random.default_rng(2)
-    codes = rng.integers(-1, 3, 5_000).astype(np.int8)
-    rate = np.array([1.0, 0.5, 0.25], dtype=np.float32)
-    rows = sample_rows(codes, rate, seed=9)
-    draws = np.random.default_rng(9)
-    want = np.concatenate([np.flatnonzero(draws.random(p.stop - p.start, dtype=np.float32)
-                                          < np.append(rate, 0)[codes[p]]) + p.start
-                           for p in chunks(codes.size)])
-    assert np.array_equal(rows, want) and (codes[rows] >= 0).all()
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 2_500])

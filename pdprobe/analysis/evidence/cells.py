@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from pdprobe.analysis import row_slices
+from pdprobe.analysis.row_sample import sample_rows
 from pdprobe.analysis.row_slices import (
     Column,
     ascending,
@@ -25,7 +26,6 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     index_dtype,
     key_starts,
-    sample_rows,
     take,
 )
 

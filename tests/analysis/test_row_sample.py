@@ -1,0 +1,58 @@
+"""Fixed-seed row samples drawn slice by slice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdprobe.analysis import row_slices
+from pdprobe.analysis.row_sample import sample_rows
+from pdprobe.analysis.row_slices import chunks
+
+
+def test_sample_rows_from_slices_is_one_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    codes = np.random.default_rng(1).integers(-1, 3, 5_001).astype(np.int8)
+    rate = np.array([0.5, 0.1, 1.0], dtype=np.float32)
+    whole = sample_rows(codes, rate, 9)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 333)
+    np.testing.assert_array_equal(sample_rows(codes, rate, 9), whole)
+    uniform = np.random.default_rng(9).random(codes.size, dtype=np.float32)
+    np.testing.assert_array_equal(
+        whole, np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[codes]))
+    assert not np.isin(np.flatnonzero(codes == -1), whole).any()
+
+
+def test_sample_rows_of_one_rate_is_the_draw_of_code_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sample_rows(n, ...)``: the rows of ``n`` zero codes, without an array of them."""
+    rate = np.array([0.3], dtype=np.float32)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 333)
+    rows = sample_rows(2_000, rate, 5)
+    np.testing.assert_array_equal(rows, sample_rows(np.zeros(2_000, dtype=np.int8), rate, 5))
+    uniform = np.random.default_rng(5).random(2_000, dtype=np.float32)
+    np.testing.assert_array_equal(rows, np.flatnonzero(uniform < rate[0]))
+
+
+def test_sample_rows_holds_only_the_rows_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same rows as the pieces concatenated, written into one array (no second copy)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    codes = np.repeat(np.arange(3, dtype=np.int8), 2_500)
+    rate = np.array([1.0, 0.5, 0.0], dtype=np.float32)
+    rows = sample_rows(codes, rate, seed=5)
+    rng = np.random.default_rng(5)
+    want = np.concatenate([np.flatnonzero(rng.random(p.stop - p.start, dtype=np.float32)
+                                          < np.append(rate, 0)[codes[p]]) + p.start
+                           for p in chunks(codes.size)])
+    assert rows.dtype == np.int32 and np.array_equal(rows, want)
+
+
+def test_sample_rows_reads_code_minus_one_as_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    rng = np.random.default_rng(2)
+    codes = rng.integers(-1, 3, 5_000).astype(np.int8)
+    rate = np.array([1.0, 0.5, 0.25], dtype=np.float32)
+    rows = sample_rows(codes, rate, seed=9)
+    draws = np.random.default_rng(9)
+    want = np.concatenate([np.flatnonzero(draws.random(p.stop - p.start, dtype=np.float32)
+                                          < np.append(rate, 0)[codes[p]]) + p.start
+                           for p in chunks(codes.size)])
+    assert np.array_equal(rows, want) and (codes[rows] >= 0).all()
