@@ -20,7 +20,7 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     index_dtype,
     stable_order,
-    stable_take,
+    stable_take_counted,
     take_rows,
 )
 
@@ -79,8 +79,11 @@ class GroupPlan:
         positions = index_dtype(raw.size)
         if rows is not None:
             picked = take_rows(raw, rows)
-            np.cumsum(code_counts(picked, len(names)), out=bounds[1:])
-            order = rows if ordered else stable_take(picked, len(names), rows)
+            if ordered:
+                order, sizes = rows, code_counts(picked, len(names))
+            else:  # the sizes the ordering counted
+                order, sizes = stable_take_counted(picked, len(names), rows)
+            np.cumsum(sizes, out=bounds[1:])
             return {"order": order.astype(positions, copy=False), "bounds": bounds,
                     "sampled": True, **common}
         if n_missing:  # -1 rows first, then dropped

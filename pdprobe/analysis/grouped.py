@@ -341,12 +341,11 @@ def key_groupings(table: pd.DataFrame, keys: list[str]) -> list[Groups]:
     cache = table_cache(table)
     todo = [key for key in dict.fromkeys(keys) if ("groups", key) not in cache]
     per_group = sample_max(len(table), GROUP_SAMPLE_MAX)
-    plans = [GroupPlan.of(*key_codes(table[key]), sample_max=per_group) for key in todo]
-    drawn = [plan for plan in plans if plan.rate is not None]
-    column_sample = bool(drawn) and len(table) > QUANTILE_EXACT_ROWS and \
-        "quantile_rows" not in cache
+    plans = [GroupPlan.of(*table_key_codes(table, key), sample_max=per_group) for key in todo]
     samples: list[tuple[np.ndarray | int, np.ndarray]] = [
-        (plan.raw, plan.rate) for plan in drawn if plan.rate is not None]
+        (plan.raw, plan.rate) for plan in plans if plan.rate is not None]
+    column_sample = bool(samples) and len(table) > QUANTILE_EXACT_ROWS and \
+        "quantile_rows" not in cache
     if column_sample:
         samples.append((len(table), _column_rate(len(table))))
     rows = sample_rows_each(samples, SAMPLE_SEED) if samples else []
@@ -364,9 +363,23 @@ def key_groups(table: pd.DataFrame, key: str) -> Groups:
     """The rows of ``table`` grouped by the key column ``key`` (cached per table)."""
     cache = table_cache(table)
     if ("groups", key) not in cache:
-        cache[("groups", key)] = Groups.of(*key_codes(table[key]),
+        cache[("groups", key)] = Groups.of(*table_key_codes(table, key),
                                            sample_max=sample_max(len(table), GROUP_SAMPLE_MAX))
     found: Groups = cache[("groups", key)]
+    return found
+
+
+def table_key_codes(table: pd.DataFrame, key: str) -> tuple[np.ndarray, list[str]]:
+    """``key_codes(table[key])``, cached per table: a string key is factorized once for its
+    grouping and the instance summaries' series (a categorical's own codes cost nothing to
+    keep; a factorized key's codes are the array its grouping holds when every value is
+    used, so the cache adds no copy)."""
+    cache = table_cache(table)
+    found: tuple[np.ndarray, list[str]] | None = cache.get(("key_codes", key))
+    if found is None:
+        codes, labels = key_codes(table[key])
+        codes.setflags(write=False)  # shared by every reader of the cache
+        found = cache[("key_codes", key)] = (codes, labels)
     return found
 
 

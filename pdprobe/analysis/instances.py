@@ -107,7 +107,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import figures, group_sums, key_codes, key_groupings
+    from pdprobe.analysis.grouped import figures, group_sums, key_groupings, table_key_codes
 
     req = dataset.requests
     if req.empty:
@@ -115,7 +115,8 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
     roles = [(column, latencies) for column, latencies in (("prefill_instance", PREFILL_LATENCIES),
                                                            ("decode_instance", DECODE_LATENCIES))
              if dataset.has_request_column(column) and has_values(req, column)]
-    keys = [key_codes(req[column]) for column, _latencies in roles]
+    # (cached: a string key factorized once, here and for its grouping)
+    keys = [table_key_codes(req, column) for column, _latencies in roles]
     # every role column's grouping at once (shared with the evidence): their samples and the
     # whole-column sample drawn from one stream
     groupings = key_groupings(req, [column for column, _latencies in roles])

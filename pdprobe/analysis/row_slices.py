@@ -209,13 +209,26 @@ def stable_take(codes: np.ndarray, n_groups: int, values: np.ndarray | None) -> 
     ``stable_order`` itself), each slice's values gathered within the slice: the rows a sampled
     grouping keeps, ordered by their codes, without a gather over the whole array (every group's
     rows spread over all of it: a cache miss per row)."""
+    return stable_take_counted(codes, n_groups, values)[0]
+
+
+def stable_take_counted(codes: np.ndarray, n_groups: int,
+                        values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``stable_take(codes, n_groups, values)`` and the rows per code (``np.bincount(codes,
+    minlength=n_groups)``): the ordering counts each slice's codes to place its rows, and those
+    counts are the groups' bounds a caller needs (a second count of every code was 13 ms for
+    the 8M sampled rows of two groupings at 10M rows)."""
     c = np.asarray(codes)
     n = c.size
     dtype = index_dtype(n) if values is None else values.dtype
     parts = chunks(n)
     if len(parts) < 2 or n_groups * len(parts) > CHUNK_ROWS:  # one slice, or a huge count table
         order = _sorted_positions(c, n_groups)
-        return order.astype(dtype, copy=False) if values is None else values[order]
+        taken = order.astype(dtype, copy=False) if values is None else values[order]
+        sizes = np.zeros(n_groups, dtype=np.int64)
+        for part in parts:  # (as ``row_gather.code_counts``: no intp copy of every code)
+            sizes += np.bincount(c[part], minlength=n_groups)
+        return taken, sizes
     counts = np.zeros((len(parts), n_groups), dtype=np.int64)
     for k, part in enumerate(parts):
         counts[k] = np.bincount(c[part], minlength=n_groups)
@@ -240,7 +253,7 @@ def stable_take(codes: np.ndarray, n_groups: int, values: np.ndarray | None) -> 
             dest = np.repeat(first[k] - (np.cumsum(counts[k]) - counts[k]), counts[k])
             dest += np.arange(local.size)
             out[dest] = local
-    return out
+    return out, totals
 
 
 # Above this many (slice, group) pairs ``stable_order`` scatters each slice's rows to their

@@ -517,3 +517,30 @@ def test_sampled_figures_keep_every_rows_maximum() -> None:
     groups = Groups.of(codes, ["a", "b", "c"], sample_max=30)
     got = GroupFigures.measure(groups, values)
     np.testing.assert_array_equal(got.max, values.reshape(3, 400).max(axis=1))
+
+
+def test_a_string_key_is_factorized_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``table_key_codes`` caches ``key_codes`` per table: the key's grouping and the instance
+    summaries' series read one factorization (the same codes and labels)."""
+    from pdprobe.analysis import grouped
+
+    frame = pd.DataFrame({"inst": np.array(["b", "a", None, "c", "a"], dtype=object),
+                          "cat": pd.Categorical(["x", "y", "x", None, "y"])})
+    calls: list[str] = []
+    plain = grouped.key_codes
+
+    def counted(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+        calls.append(str(column.name))
+        return plain(column)
+
+    monkeypatch.setattr(grouped, "key_codes", counted)
+    for key in ("inst", "cat"):
+        codes, labels = grouped.table_key_codes(frame, key)
+        want_codes, want_labels = plain(frame[key])
+        np.testing.assert_array_equal(codes, want_codes)
+        assert labels == want_labels and not codes.flags.writeable
+    grouped.key_groupings(frame, ["inst", "cat"])
+    again = grouped.table_key_codes(frame, "inst")
+    assert again[0] is grouped.table_key_codes(frame, "inst")[0]
+    assert calls == ["inst", "cat"]
+    np.testing.assert_array_equal(grouped.key_groups(frame, "inst").codes, [1, 0, -1, 2, 0])

@@ -307,6 +307,13 @@ def test_stable_take_is_the_values_in_stable_order(monkeypatch: pytest.MonkeyPat
                                   np.bincount(codes, minlength=n_groups))
     one = row_slices.stable_take(codes[:900], n_groups, values[:900])  # one slice
     np.testing.assert_array_equal(one, values[:900][np.argsort(codes[:900], kind="stable")])
+    # the counted variant: the same order and the rows per code it counted on the way
+    # (several slices: by group copies or by scatter; one slice; none)
+    for n in (10_500, 900, 0):
+        taken, sizes = row_slices.stable_take_counted(codes[:n], n_groups, values[:n])
+        np.testing.assert_array_equal(taken, row_slices.stable_take(codes[:n], n_groups,
+                                                                    values[:n]))
+        np.testing.assert_array_equal(sizes, np.bincount(codes[:n], minlength=n_groups))
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 2_500])
