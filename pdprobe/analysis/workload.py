@@ -64,14 +64,17 @@ def default_bin_s(span_s: float) -> float:
 def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | Missing:
     req = dataset.requests
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
-    ok_rows = np.isfinite(arrival)
-    every = bool(ok_rows.all())  # then no row is dropped: no copies
+    # arrivals in time order (the usual case) hold no NaN, so they are all finite when the
+    # first and the last are: no finiteness mask of every row
+    in_order = ascending(arrival)
+    every = in_order and (not arrival.size or bool(np.isfinite(arrival[[0, -1]]).all()))
+    ok_rows = None if every else np.isfinite(arrival)  # None: every row (no row dropped)
 
     def kept(values: np.ndarray) -> np.ndarray:
-        return values if every else values[ok_rows]
+        return values if ok_rows is None else values[ok_rows]
 
     arrival = kept(arrival)
-    if arrival.size > 1 and not ascending(arrival):  # (finite: ascending is "never decrease")
+    if arrival.size > 1 and not (in_order or ascending(arrival)):  # (finite: never decrease)
         order = np.argsort(arrival, kind="stable")
         arrival = arrival[order]
     # the token columns' own (int64) arrays: every figure below reads them without a float copy
@@ -103,7 +106,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
 
     completed: Maybe[float] = Missing("no e2e_s column in request records")
     if dataset.has_request_column("e2e_s") and span > 0:
-        completed = _completed_rate(req, ok_rows, start, end)
+        completed = _completed_rate(req, start, end)
 
     series = None
     if span > 0:
@@ -127,49 +130,53 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     )
 
 
-def _sampled(req: pd.DataFrame, column: str, rows: np.ndarray) -> np.ndarray | None:
-    """``column`` over ``rows`` on the quantile sample of a very large table, else None (the
-    quantiles then read every value; ``grouped.quantile_rows``)."""
+def _sampled(req: pd.DataFrame, column: str, rows: np.ndarray | None) -> np.ndarray | None:
+    """``column`` over ``rows`` (None: every row) on the quantile sample of a very large
+    table, else None (the quantiles then read every value; ``grouped.quantile_rows``)."""
     sample = quantile_rows(req)
     if sample is None:
         return None
     values = take_rows(column_values(req, column), sample)
-    if not rows.all():  # (all of them kept, as usual: no masked copy)
+    if rows is not None and not rows.all():  # (every row kept, as usual: no masked copy)
         values = values[rows[sample]]
     return values.astype(np.float64)
 
 
-def _completed_rate(req: pd.DataFrame, rows: np.ndarray, start: float, end: float) -> Maybe[float]:
+def _completed_rate(req: pd.DataFrame, start: float, end: float) -> Maybe[float]:
     """Requests finished successfully inside the arrival window, per second of it.
 
     Counted over the same window as the arrival rate, so offered vs. completed compares like with
     like; at steady state they differ only by the requests still in flight at the window's end.
-    Slice by slice: no full-length mask (a successful request: an e2e_s value, a status "ok" or
-    none, a finite arrival).
+    A successful request: an e2e_s value, a status "ok" or none, a finite arrival. Slice by
+    slice, no full-length mask: a finish time inside the (finite) window is itself finite, so
+    it holds only for a finite arrival and a finite e2e_s, and those two need no tests of
+    their own (the very rows of testing them).
     """
-    every = bool(rows.all())
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
     e2e = req["e2e_s"].to_numpy(dtype=np.float64)
     # the rows whose status is not "ok" (no status: not failed)
     failed = category_mask(req["status"], lambda s: s != "ok") if "status" in req.columns \
         else None
-    any_done = False
     inside = 0
-    for part in chunks(arrival.size):  # finish times per slice, as over the done rows alone
-        done = np.isfinite(e2e[part])
-        if not every:
-            done &= rows[part]
-        if failed is not None:
-            done &= ~failed[part]
-        any_done = any_done or bool(done.any())
+    for part in chunks(arrival.size):
         finish = arrival[part] + e2e[part]
         ok = finish >= start
         ok &= finish <= end
-        ok &= done
+        if failed is not None:
+            ok &= ~failed[part]
         inside += int(np.count_nonzero(ok))
-    if not any_done:
+    if not inside and not _any_done(arrival, e2e, failed):
         return Missing("no successful request has an e2e_s value")
     return inside / (end - start)
+
+
+def _any_done(arrival: np.ndarray, e2e: np.ndarray, failed: np.ndarray | None) -> bool:
+    """Whether any request succeeded with an e2e_s value and a finite arrival (asked only when
+    none finished inside the window)."""
+    done = np.isfinite(e2e) & np.isfinite(arrival)
+    if failed is not None:
+        done &= ~failed
+    return bool(done.any())
 
 
 def _arrival_series(arrival: np.ndarray, start: float, end: float, bin_s: float) -> TimeSeries:

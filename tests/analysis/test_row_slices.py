@@ -108,13 +108,16 @@ def test_key_starts_is_searchsorted_of_every_key(n_keys: int) -> None:
 
 
 @pytest.mark.parametrize("categorical", [True, False])
+@pytest.mark.parametrize("few", [16, 0])
 def test_category_count_is_the_masks_sum(monkeypatch: pytest.MonkeyPatch,
-                                         categorical: bool) -> None:
+                                         categorical: bool, few: int) -> None:
+    """The counts per value, by one comparison per code (a few values) or by bincount."""
     import pandas as pd
 
     from pdprobe.analysis.row_slices import category_count, category_mask
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(row_slices, "FEW_CODES_COUNTED", few)
     values = np.array(["ok", "error", None, "OK", "timeout", "ok", "error", "ok"] * 5,
                       dtype=object)
     column = pd.Series(pd.Categorical(values, categories=["ok", "OK", "error", "timeout",

@@ -338,7 +338,8 @@ def test_arrival_series_of_sorted_arrivals_counts_every_arrival_in_its_bin(seed:
 def test_completed_rate_by_slices_is_the_masked_count(monkeypatch: pytest.MonkeyPatch,
                                                       categorical: bool) -> None:
     """Successful requests finished inside the window, counted slice by slice: the count of the
-    full-length masks (NaN e2e_s, failed and missing statuses, rows without an arrival)."""
+    full-length masks (NaN and infinite e2e_s, failed and missing statuses, rows without a
+    finite arrival), though only the finish time and the status are tested per row."""
     from pdprobe.analysis import row_slices
     from pdprobe.analysis.row_slices import category_mask
     from pdprobe.analysis.workload import _completed_rate
@@ -348,19 +349,26 @@ def test_completed_rate_by_slices_is_the_masked_count(monkeypatch: pytest.Monkey
     n = 1_000
     status = rng.choice(np.array(["ok", "error", "timeout", None], dtype=object), n,
                         p=[0.7, 0.1, 0.1, 0.1])
-    req = pd.DataFrame({"arrival_ts": rng.uniform(0.0, 100.0, n),
-                        "e2e_s": np.where(rng.random(n) < 0.1, np.nan, rng.exponential(5.0, n)),
+    e2e = np.where(rng.random(n) < 0.1, np.nan, rng.exponential(5.0, n))
+    e2e[::53] = np.inf
+    e2e[::59] = -np.inf
+    arrival = rng.uniform(0.0, 100.0, n)
+    arrival[rng.random(n) < 0.1] = rng.choice([np.nan, np.inf, -np.inf], 1)
+    req = pd.DataFrame({"arrival_ts": arrival, "e2e_s": e2e,
                         "status": pd.Categorical(status) if categorical else status})
-    rows = rng.random(n) < 0.9
     start, end = 0.0, 90.0
-    done = np.isfinite(req["e2e_s"].to_numpy()) & rows
+    done = np.isfinite(e2e) & np.isfinite(arrival)
     done &= ~category_mask(req["status"], lambda s: s != "ok")
-    finish = req["arrival_ts"].to_numpy() + req["e2e_s"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        finish = arrival + e2e
     want = int(np.count_nonzero(done & (finish >= start) & (finish <= end))) / (end - start)
-    assert _completed_rate(req, rows, start, end) == want
-    assert _completed_rate(req, np.ones(n, dtype=bool), start, end) > 0
+    with np.errstate(invalid="ignore"):
+        assert _completed_rate(req, start, end) == want
+    assert _completed_rate(req.assign(arrival_ts=np.linspace(0.0, 80.0, n)), start, end) > 0
     failed = req.assign(status="error")
-    assert isinstance(_completed_rate(failed, rows, start, end), Missing)
+    assert isinstance(_completed_rate(failed, start, end), Missing)
+    # none inside the window, yet some succeeded: a rate of 0, not Missing
+    assert _completed_rate(req.assign(e2e_s=1e6), start, end) == 0.0
 
 
 def test_spearman_of_a_constant_length_is_missing() -> None:
