@@ -187,13 +187,11 @@ class Groups:
         arrays from one pass over the rows: each slice is read, converted and tested for NaN
         once instead of once per figure.
 
-        ``floor``: a value of each group's own rows (its sample's largest, say; NaN: none
-        known). When every group has one, a row at or below the smallest of them cannot be
-        its group's maximum, so only the rows above it (a few hundred of 10M for a sample's
-        maxima) are compared group by group: a comparison per row instead of an ``fmax.at``
-        slot update (about 17 ms per 10M rows). The same maxima: a float's maximum is one
-        value whatever rows hold it, except the sign of a zero, so a zero maximum is taken
-        from every row, as without ``floor``."""
+        ``floor``: a value of each group's own rows (its sample's largest; NaN: none known).
+        When every group has one, no row at or below the smallest of them is a maximum, so
+        only the rows above it (a few hundred of 10M) update a slot: a comparison per row
+        instead of an ``fmax.at`` update (17 ms per 10M rows). The same maxima, but for a
+        zero's sign (row order decides it): a zero maximum is taken from every row."""
         if self.ordered and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
             counts = self.counts(values)  # integer runs: the sums from reduceat
             return counts, self.sums(values), self.maxima(values, counts)
@@ -202,9 +200,8 @@ class Groups:
         nan_rows = np.zeros(self.n_groups + 1, dtype=np.int64)  # last slot: rows without
         sums = np.zeros(self.n_groups + 1)
         top = np.full(self.n_groups + 1, -np.inf)
-        # below ``bar`` no row raises a maximum (None: every row may)
         bar = float(floor.min()) if floor is not None and floor.size and \
-            not np.isnan(floor).any() else None
+            not np.isnan(floor).any() else None  # (None: every row may raise a maximum)
         for part in chunks(self.codes.size):
             v = take(values, part)
             # the compact codes themselves: ufunc.at widens its indices a buffer at a time,
@@ -370,10 +367,9 @@ def key_groups(table: pd.DataFrame, key: str) -> Groups:
 
 
 def table_key_codes(table: pd.DataFrame, key: str) -> tuple[np.ndarray, list[str]]:
-    """``key_codes(table[key])``, cached per table: a string key is factorized once for its
-    grouping and the instance summaries' series (a categorical's own codes cost nothing to
-    keep; a factorized key's codes are the array its grouping holds when every value is
-    used, so the cache adds no copy)."""
+    """``key_codes(table[key])``, cached per table: a string key factorized once for its
+    grouping and the instance series (no copy kept: a categorical's own codes, or the array
+    the grouping holds when every value is used)."""
     cache = table_cache(table)
     found: tuple[np.ndarray, list[str]] | None = cache.get(("key_codes", key))
     if found is None:

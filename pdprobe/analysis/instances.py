@@ -125,6 +125,12 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
         keys, req["arrival_ts"].to_numpy(dtype=np.float64),
         req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s") \
         if roles and dataset.has_request_column("ttft_s") else [{} for _ in roles]
+    with_hits = dataset.has_request_column("cached_tokens") and has_values(req, "cached_tokens")
+    if with_hits:  # each column's sums of every role at once (when exact: ``joint_sums``)
+        from pdprobe.analysis.joint_sums import group_sums_each
+
+        for source_col in ("cached_tokens", "prompt_tokens"):
+            group_sums_each(req, [column for column, _latencies in roles], source_col)
     for (column, latencies), (_codes, labels), series_of, groups in zip(
             roles, keys, ttft_series, groupings, strict=True):
         # value_counts: every category (unused ones count 0), else every value present; the
@@ -139,7 +145,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
             if dataset.has_request_column(source_col):
                 for name, q in figure_quantiles(figures(req, column, source_col)).items():
                     _set(fields, name, field, q)
-        if dataset.has_request_column("cached_tokens") and has_values(req, "cached_tokens"):
+        if with_hits:
             hits = group_sums(req, column, "cached_tokens")
             prompts = group_sums(req, column, "prompt_tokens")
             for name, hit, prompt in zip(groups.labels, hits.tolist(),

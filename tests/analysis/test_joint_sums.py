@@ -1,0 +1,84 @@
+"""Sums of a whole-number column under several groupings from one pass over the rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdprobe.analysis import row_slices
+from pdprobe.analysis.grouped import Groups, group_sums
+from pdprobe.analysis.joint_sums import group_sums_each, joint_sums
+
+
+def _groupings(rng: np.random.Generator, n: int) -> list[Groups]:
+    return [Groups.of(rng.integers(0, k, n).astype(np.int8), range(k)) for k in (5, 3, 2)]
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+def test_joint_sums_are_each_groupings_sums(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """The very floats of a pass per grouping: integers, unsigned, whole floats with zeros of
+    both signs, two and three groupings, one slice or many, a single group."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(chunk)
+    n = 1_001
+    groupings = _groupings(rng, n)
+    ints = rng.integers(0, 50_000, n)
+    whole = ints.astype(np.float64)
+    whole[::7] = -0.0
+    for values in (ints, ints.astype(np.uint64), ints.astype(np.int32), whole):
+        for chosen in (groupings[:2], groupings, [groupings[0], Groups.of(np.zeros(n, np.int8),
+                                                                          ["one"])]):
+            got = joint_sums(chosen, values)
+            assert got is not None
+            for g, sums in zip(chosen, got, strict=True):
+                want = g.sums(values)
+                assert sums.dtype == np.float64
+                np.testing.assert_array_equal(sums, want)
+                np.testing.assert_array_equal(np.signbit(sums), np.signbit(want))
+
+
+def test_joint_sums_decline_what_order_could_change() -> None:
+    """None (a pass per grouping) for NaN, infinite, negative or fractional values, sums that
+    could reach 2**53, a row without a group, one grouping, no rows, too many cells."""
+    rng = np.random.default_rng(2)
+    n = 500
+    groupings = _groupings(rng, n)
+    base = rng.integers(0, 100, n).astype(np.float64)
+    for bad in (np.nan, np.inf, -1.0, 0.5):
+        values = base.copy()
+        values[n // 2] = bad
+        assert joint_sums(groupings, values) is None
+    assert joint_sums(groupings, np.full(n, 2 ** 53 // n + 1, dtype=np.int64)) is None
+    largest = np.full(n, 2 ** 53 // n, dtype=np.int64)  # every sum still below 2**53
+    got = joint_sums(groupings, largest)
+    assert got is not None
+    for g, sums in zip(groupings, got, strict=True):
+        np.testing.assert_array_equal(sums, g.sums(largest))
+    assert joint_sums(groupings, np.full(n, 2 ** 62, dtype=np.int64)) is None  # no overflow
+    codes = groupings[0].codes.copy()
+    codes[3] = -1
+    assert joint_sums([Groups.of(codes, range(5)), groupings[1]], base) is None
+    assert joint_sums(groupings[:1], base) is None
+    empty = [Groups.of(np.zeros(0, np.int8), ["a"])] * 2
+    assert joint_sums(empty, np.zeros(0)) is None
+    big = [Groups.of(np.arange(n) % 250, range(250)), Groups.of(np.arange(n) % 200, range(200))]
+    assert joint_sums(big, base) is None
+
+
+def test_group_sums_each_caches_the_sums_group_sums_gives() -> None:
+    """Every key's sums land in the table's cache, the same floats ``group_sums`` computes on
+    its own; a column they decline is summed key by key."""
+    rng = np.random.default_rng(3)
+    n = 2_000
+    table = pd.DataFrame({"p": pd.Categorical(rng.choice(["a", "b", "c"], n)),
+                          "d": pd.Categorical(rng.choice(["x", "y"], n)),
+                          "tokens": rng.integers(0, 9_000, n),
+                          "cached": np.where(rng.random(n) < 0.1, np.nan,
+                                             rng.integers(0, 900, n).astype(np.float64))})
+    fresh = table.copy()
+    for column in ("tokens", "cached"):
+        got = group_sums_each(table, ["p", "d"], column)
+        for key, sums in zip(["p", "d"], got, strict=True):
+            np.testing.assert_array_equal(sums, group_sums(fresh, key, column))
+            assert group_sums(table, key, column) is sums
