@@ -181,11 +181,11 @@ def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: 
     unknown = names.index(UNKNOWN_INSTANCE)
     bounds, order = _bin_bounds(req["arrival_ts"].to_numpy(dtype=np.float64), start, step,
                                 n_bins)
-    bounds = bounds.tolist()
+    first = bounds.tolist()  # (Python ints: one per bin edge, no numpy scalar per bin)
     out = np.full((len(names), n_bins), np.nan)
     seen = np.zeros(len(names), dtype=bool)
     for b in range(n_bins):
-        lo, hi = bounds[b], bounds[b + 1]
+        lo, hi = first[b], first[b + 1]
         rows = slice(lo, hi) if order is None else order[lo:hi]
         _bin_quantiles(kv, codes, rows, unknown, out, b, seen)
     rank = list(range(len(names)))
