@@ -158,6 +158,15 @@ def test_bin_bounds_out_of_order_read_the_rows_sorted_by_bin() -> None:
     bins = _bins(arrival, 1000.0, 60.0, 5)  # the NaN arrival lands in bin 0
     assert order is not None and np.array_equal(order, np.argsort(bins, kind="stable"))
     assert bounds.tolist() == [0, 3, 4, 5, 5, 6]
+    # in time order but ending at infinity: binned row by row, as before
+    with np.errstate(invalid="ignore"):
+        arrival = np.array([1000.0, 1070.0, 1130.0, np.inf])
+        bounds, order = _bin_bounds(arrival, 1000.0, 60.0, 5)
+        bins = _bins(arrival, 1000.0, 60.0, 5)
+    want = np.concatenate([[0], np.cumsum(np.bincount(bins, minlength=5))])
+    assert np.array_equal(bounds, want)
+    assert order is None if (np.diff(bins) >= 0).all() else \
+        np.array_equal(order, np.argsort(bins, kind="stable"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 11, 101, 2500])
