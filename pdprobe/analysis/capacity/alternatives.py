@@ -14,9 +14,11 @@ import numpy as np
 
 from pdprobe.analysis.base import RatioBandEntry
 from pdprobe.analysis.capacity.rates import ModelInputs, StageRates, stage_rates
-from pdprobe.analysis.capacity.recommend import LengthWork, Slo, ceil_count, size
+from pdprobe.analysis.capacity.recommend import LengthWork, Sizings, Slo, ceil_count
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pdprobe.analysis.capacity.calibrate import CalibratedWaits
     from pdprobe.analysis.capacity.mix import WorkloadMix
 
@@ -55,40 +57,52 @@ def mean_based(mix: WorkloadMix, model: ModelInputs, slo: Slo,
 
 def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
          hit_rate_known: bool = True, work: LengthWork | None = None,
-         waits: CalibratedWaits | None = None) -> tuple[RatioBandEntry, ...]:
+         waits: CalibratedWaits | None = None,
+         sizings: Sizings | None = None) -> tuple[RatioBandEntry, ...]:
     """The recommendation under what-ifs: load ±20 %, p90 lengths, hit rate ±10 points.
 
     ``work`` is ``LengthWork.of(mix, model, slo)`` when the caller has it (the load cases
     share it). Every case is sized by the wait model the recommendation uses: ``waits``
     (the window-calibrated one, aligned with ``mix``; each case keeps the measured rest of
     TTFT of the same requests, moved by what the case changes in the model's bare TTFT), or
-    the model's own. A load factor of 1 is the recommendation's own sizing.
+    the model's own. A load factor of 1 is the recommendation's own sizing. ``sizings``:
+    the plan's, where each case's mix and its sizing by the model's own waits are kept for
+    the band with other waits (the cases' keys are their labels).
     """
     same_lengths = work or LengthWork.of(mix, model, slo)
-    cases: list[tuple[str, WorkloadMix, LengthWork | None]] = []
+    sizings = sizings if sizings is not None else Sizings()
+
+    def case(m: WorkloadMix, w: LengthWork | None = None) -> tuple[WorkloadMix, LengthWork]:
+        if w is None:
+            # a hit-rate case has the same lengths: their occupancy is the mix's
+            w = LengthWork.of(m, model, slo, occupancy=same_lengths.occupancy) \
+                if m.prompt_tokens is mix.prompt_tokens \
+                and m.output_tokens is mix.output_tokens else LengthWork.of(m, model, slo)
+        return m, w
+
+    def at_load(f: float) -> Callable[[], tuple[WorkloadMix, LengthWork]]:
+        return lambda: case(mix.with_rate(mix.rate_rps * f), same_lengths)
+
+    cases: list[tuple[str, Callable[[], tuple[WorkloadMix, LengthWork]]]] = []
     for f in BAND_LOAD_FACTORS:
-        cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)",
-                      mix.with_rate(mix.rate_rps * f), same_lengths))
+        cases.append((f"load {f - 1:+.0%} ({mix.rate_rps * f:.3g} req/s)", at_load(f)))
     p90_prompt = float(np.quantile(mix.prompt_tokens, 0.9))
     p90_output = float(np.quantile(mix.output_tokens, 0.9))
     cases.append((f"p90 lengths (prompt {p90_prompt:,.0f}, output {p90_output:,.0f})",
-                   mix.at_lengths(p90_prompt, p90_output, "p90 lengths"), None))
+                   lambda: case(mix.at_lengths(p90_prompt, p90_output, "p90 lengths"))))
     h = mix.hit_rate
     if h + BAND_HIT_RATE_SHIFT < 1.0:
         cases.append((f"hit rate {h + BAND_HIT_RATE_SHIFT:.0%} (+{BAND_HIT_RATE_SHIFT * 100:.0f} "
                       f"pts{'' if hit_rate_known else ' from an unknown, assumed 0'})",
-                      mix.with_hit_rate_shift(BAND_HIT_RATE_SHIFT), None))
+                      lambda: case(mix.with_hit_rate_shift(BAND_HIT_RATE_SHIFT))))
     if h > 0:
         cases.append((f"hit rate {max(h - BAND_HIT_RATE_SHIFT, 0):.0%} "
                       f"(-{min(BAND_HIT_RATE_SHIFT, h) * 100:.0f} pts)",
-                      mix.with_hit_rate_shift(-BAND_HIT_RATE_SHIFT), None))
+                      lambda: case(mix.with_hit_rate_shift(-BAND_HIT_RATE_SHIFT))))
     out = []
-    for label, m, w in cases:
-        if w is None and m.prompt_tokens is mix.prompt_tokens \
-                and m.output_tokens is mix.output_tokens:  # a hit-rate case: same lengths
-            w = LengthWork.of(m, model, slo, occupancy=same_lengths.occupancy)
-        try:
-            r = size(m, model, slo, w, waits)  # counts only: the band shows no TTFT estimates
+    for label, make in cases:
+        try:  # counts only: the band shows no TTFT estimates
+            r = sizings.sized(("band", label), make, model, slo, waits)[0]
         except ValueError:
             if waits is None:
                 raise

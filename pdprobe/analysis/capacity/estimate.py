@@ -29,6 +29,7 @@ from pdprobe.analysis.capacity.rates import KV_MEMORY_TARGET
 from pdprobe.analysis.capacity.recalibrate import check_model
 from pdprobe.analysis.capacity.recommend import (
     LengthWork,
+    Sizings,
     Slo,
     binding_stage,
     recommend,
@@ -100,6 +101,7 @@ class _Inputs:
     work: LengthWork
     checked: ModelCheck
     frames: WindowFrames
+    sizings: Sizings  # shared by the plans by each wait model
     notes: tuple[str, ...]
     deployed: tuple[int | None, int | None]  # prefill, decode
     hit_rate_known: bool
@@ -124,14 +126,16 @@ def capacity_plan(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
                      f"token context of profile {built.profile.name}; they are counted at that "
                      "length (an engine would reject or truncate them)")
     work = LengthWork.of(mix, model, slo)  # shared with the band's load cases
+    sizings = Sizings()  # each mix sized once by the model's own waits, for both plans
     measured = measured_parts(dataset.requests, mix) \
         if dataset is not None and len(dataset.requests) else None
     checked = check_model(mix, model, slo, work, deployed_prefill, measured,
                           failed=failed_share(dataset.requests, mix)
-                          if measured is not None and dataset is not None else 0.0)
+                          if measured is not None and dataset is not None else 0.0,
+                          sizings=sizings)
     frames = window_frames(dataset, mix, model, slo, window_s) if window_s \
         else WindowFrames((), ())
-    inputs = _Inputs(mix, built, slo, work, checked, frames, tuple(notes),
+    inputs = _Inputs(mix, built, slo, work, checked, frames, sizings, tuple(notes),
                      (deployed_prefill, deployed_decode), hit_rate_known)
     result = _plan(inputs)
     waits = checked.waits
@@ -155,11 +159,12 @@ def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None,
                                       inputs.checked)
     model, (deployed_prefill, deployed_decode) = built.inputs, inputs.deployed
     notes = list(inputs.notes)
-    rec = recommend(mix, model, slo, work, waits, at_least, before=checked.notes)
+    rec = recommend(mix, model, slo, work, waits, at_least, before=checked.notes,
+                    sizings=inputs.sizings)
     mb = mean_based(mix, model, slo, rec.rates)
     bands = band(mix, model, slo, hit_rate_known=inputs.hit_rate_known, work=work,
-                 waits=waits)
-    windows = size_windows(inputs.frames, model, slo, waits)
+                 waits=waits, sizings=inputs.sizings)
+    windows = size_windows(inputs.frames, model, slo, waits, inputs.sizings)
     notes += list(built.notes) + list(rec.notes)
     notes.append(f"arrival burstiness ca² = {mix.arrival_cv2:.2f} ({mix.arrival_cv2_source}); "
                  f"prefill service cs² = {rec.rates.prefill_service_cv2:.2f}")

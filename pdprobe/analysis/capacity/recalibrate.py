@@ -30,7 +30,12 @@ from pdprobe.analysis.capacity.calibrate import (
     routing_of,
 )
 from pdprobe.analysis.capacity.check import MODEL_TOLERANCE, p90_disagrees
-from pdprobe.analysis.capacity.recommend import QUEUE_MISS_SHARE, prefill_pool, size
+from pdprobe.analysis.capacity.recommend import (
+    PLAN,
+    QUEUE_MISS_SHARE,
+    Sizings,
+    prefill_pool,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,12 +68,13 @@ class ModelCheck:
 def check_model(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
                 deployed_prefill: int | None,
                 measured: tuple[np.ndarray, np.ndarray] | None = None,
-                failed: float = 0.0) -> ModelCheck:
+                failed: float = 0.0, sizings: Sizings | None = None) -> ModelCheck:
     """The prediction at ``deployed_prefill`` and, with ``measured`` (the window's wait and
     rest of TTFT per request, in the mix's order), its recalibration; ``failed`` (the
     window's share of failed requests, misses whatever their wait) comes out of the miss
     budget of counts sized with the window's waits, while it leaves ``QUEUE_MISS_SHARE`` of
-    the budget for queueing (beyond that they are not the prefill pool's to fix)."""
+    the budget for queueing (beyond that they are not the prefill pool's to fix).
+    ``sizings``: the plan's (the whole mix is its ``PLAN``, with ``work``)."""
     if not deployed_prefill:
         return ModelCheck()
     pool, sample = prefill_pool(mix, work)
@@ -104,7 +110,8 @@ def check_model(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
     waits = CalibratedWaits(wait_scale=cal.wait_scale, per_instance=per_instance,
                             rest_s=measured[1], bare_s=work.bare, failed_cut=cut)
     try:
-        count = size(mix, model, slo, work, waits).prefill
+        count = (sizings or Sizings()).sized(PLAN, lambda: (mix, work), model, slo, waits,
+                                             keep=True)[0].prefill
     except ValueError:  # no count meets the objective with these waits
         return out
     notes = (f"the count sized with the window's waits leaves the window's {cut:.1%} failed "

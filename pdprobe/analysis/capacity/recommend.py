@@ -35,6 +35,8 @@ from pdprobe.analysis.capacity.rates import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pdprobe.analysis.capacity.calibrate import CalibratedWaits
 
 # Objectives when none are given. TTFT 2 s is MLPerf's Llama-2-70B server-scenario bound and
@@ -209,13 +211,24 @@ class _Sized:
     mean_due_s: float  # mean TTFT without waiting over every request
 
 
-def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
-          waits: CalibratedWaits | None = None) -> tuple[Sizing, _Sized]:
-    """The sizing, and what its prefill count was sized with."""
+@dataclass(frozen=True, eq=False)
+class OwnSizing:
+    """A mix's sizing by the model's own waits, with what it was sized with: sizing the
+    same mix with calibrated waits starts from it (``_size``'s ``own``) instead of
+    repeating the model's pool search and the mix's ``LengthWork``."""
+
+    mix: WorkloadMix
+    work: LengthWork
+    sizing: Sizing
+    sized: _Sized
+
+
+def own_sizing(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork) -> OwnSizing:
+    """``mix`` sized by the model's own waits (raises ``ValueError`` when no count meets
+    the objective)."""
     rates = work.rates
     lam = mix.rate_rps
     notes: list[str] = []
-    bare = work.bare
     miss_budget = 1.0 - slo.attainment
     infeasible = work.infeasible
     target = slo.ttft_s
@@ -240,19 +253,6 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
     prefill = max(slo_count, util_count, x_count)
     prefill_limit = ("transfer" if x_count == prefill and x_count > max(slo_count, util_count)
                      else "utilization" if util_count > slo_count else "ttft-slo")
-    mean_due = float(bare.mean())
-    if waits is not None:
-        # The same objective with the window's waits and each request's measured rest of
-        # TTFT; the window's failures come out of the budget (``CalibratedWaits``). Never
-        # below the model's own count: a wait scale below 1 lowers nothing.
-        due = waits.due_s(bare)
-        sample = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
-        pool = waits.pool(pool)
-        count = pool.smallest(target - sample, miss_budget - waits.failed_cut,
-                              at_least=prefill)
-        if count > prefill:
-            prefill, prefill_limit = count, "ttft-slo"
-        mean_due = float(due.mean())
     d_count = ceil_count(lam / rates.decode_capacity_rps) if lam > 0 else 1
     m_count = decode_count_for_memory(mix, model.decode, lam, work.occupancy) if lam > 0 else 1
     decode = max(d_count, m_count, x_count)
@@ -271,21 +271,96 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
         binding=binding_stage(up, ud, ux), ttft_target_s=target,
         infeasible_ttft_fraction=infeasible, transfer_required_bytes_per_s=per_node,
         notes=tuple(notes))
-    return sizing, _Sized(pool=pool, sample=sample, mean_due_s=mean_due)
+    return OwnSizing(mix, work, sizing, _Sized(pool, sample, float(work.bare.mean())))
+
+
+# A plan's whole mix in ``Sizings`` (the band's cases and the windows have keys of their own).
+PLAN: Final = "plan"
+
+
+class Sizings:
+    """A plan's mixes sized by the model's own waits, by key (``PLAN``, a band case, a
+    window), and the whole mix's sizing with the calibrated waits: the model check sizes
+    the whole mix with them, the plan by the model's own waits sizes everything again, and
+    the plan re-sized with the calibrated waits (``estimate.CapacityPlan.recalibrated``)
+    every mix once more. Each mix's ``LengthWork`` and pool search by the model's own waits
+    is then done once, and the whole mix's calibrated search once: the same figures, as
+    every sizing is a function of its mix, model, objective and waits. Not shared between
+    threads."""
+
+    def __init__(self) -> None:
+        self._own: dict[object, OwnSizing] = {}
+        self._calibrated: dict[object, tuple[CalibratedWaits, tuple[Sizing, _Sized]]] = {}
+
+    def own(self, key: object, make: Callable[[], tuple[WorkloadMix, LengthWork]],
+            model: ModelInputs, slo: Slo) -> OwnSizing:
+        """The mix ``make`` gives (with its ``LengthWork``) sized by the model's own waits,
+        made and sized the first time ``key`` is asked for."""
+        got = self._own.get(key)
+        if got is None:
+            mix, work = make()
+            got = self._own[key] = own_sizing(mix, model, slo, work)
+        return got
+
+    def sized(self, key: object, make: Callable[[], tuple[WorkloadMix, LengthWork]],
+              model: ModelInputs, slo: Slo, waits: CalibratedWaits | None = None,
+              keep: bool = False) -> tuple[Sizing, _Sized]:
+        """``_size`` of the mix of ``key`` with ``waits``; ``keep``: the result with
+        ``waits`` is kept for the next call with the same ``waits`` (the whole mix's)."""
+        own = self.own(key, make, model, slo)
+        if waits is None:
+            return own.sizing, own.sized
+        kept = self._calibrated.get(key)
+        if kept is not None and kept[0] is waits:
+            return kept[1]
+        out = _size(own.mix, model, slo, own.work, waits, own)
+        if keep:
+            self._calibrated[key] = (waits, out)
+        return out
+
+
+def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
+          waits: CalibratedWaits | None = None, own: OwnSizing | None = None
+          ) -> tuple[Sizing, _Sized]:
+    """The sizing, and what its prefill count was sized with. ``own``: this mix's
+    ``own_sizing`` when the caller has it."""
+    own = own or own_sizing(mix, model, slo, work)
+    if waits is None:
+        return own.sizing, own.sized
+    # The same objective with the window's waits and each request's measured rest of
+    # TTFT; the window's failures come out of the budget (``CalibratedWaits``). Never
+    # below the model's own count: a wait scale below 1 lowers nothing.
+    s = own.sizing
+    pool = own.sized.pool
+    due = waits.due_s(work.bare)
+    sample = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
+    pool = waits.pool(pool)
+    count = pool.smallest(s.ttft_target_s - sample, 1.0 - slo.attainment - waits.failed_cut,
+                          at_least=s.prefill)
+    if count > s.prefill:
+        up, ud, ux, per_node = utilizations(s.rates, s.rate_rps, count, s.decode,
+                                            model.link_bytes_per_s)
+        s = replace(s, prefill=count, prefill_limit="ttft-slo", prefill_utilization=up,
+                    decode_utilization=ud, transfer_utilization=ux,
+                    binding=binding_stage(up, ud, ux), transfer_required_bytes_per_s=per_node)
+    return s, _Sized(pool=pool, sample=sample, mean_due_s=float(due.mean()))
 
 
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
               work: LengthWork | None = None, waits: CalibratedWaits | None = None,
-              at_least: int = 0, before: tuple[str, ...] = ()) -> Recommendation:
+              at_least: int = 0, before: tuple[str, ...] = (),
+              sizings: Sizings | None = None) -> Recommendation:
     """Instance counts that serve ``mix`` at ``mix.rate_rps`` within the objectives, and the
     TTFT estimates at the prefill count, all by one wait model: the model's own, or with
     ``waits`` the window-calibrated one (``recalibrate.check_model``). ``at_least``: a floor
     on the prefill count set by a policy (the deployed count kept); the estimates, notes
     and utilisations are at the count returned. ``before``: notes placed after the sizing's
-    own and before the estimates' (the model check's).
+    own and before the estimates' (the model check's). ``sizings``: the plan's (the whole
+    mix is its ``PLAN``, with ``work``).
     """
     work = work or LengthWork.of(mix, model, slo)
-    s, sized = _size(mix, model, slo, work, waits)
+    s, sized = _size(mix, model, slo, work, waits) if sizings is None else \
+        sizings.sized(PLAN, lambda: (mix, work), model, slo, waits, keep=True)
     lam = mix.rate_rps
     moments = work.moments
     notes = list(s.notes) + list(before)
@@ -329,4 +404,5 @@ def with_notes(rec: Recommendation, *notes: str) -> Recommendation:
     return replace(rec, notes=rec.notes + notes)
 
 
-__all__ = ["LengthWork", "Recommendation", "Sizing", "Slo", "recommend", "size", "transfer_tokens"]
+__all__ = ["PLAN", "LengthWork", "Recommendation", "Sizing", "Sizings", "Slo", "recommend", "size",
+           "transfer_tokens"]

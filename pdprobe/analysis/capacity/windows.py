@@ -19,7 +19,13 @@ from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.rates import ModelInputs
 from pdprobe.analysis.capacity.ratio_fit import ratio_fit
-from pdprobe.analysis.capacity.recommend import Slo, binding_stage, size, utilizations
+from pdprobe.analysis.capacity.recommend import (
+    LengthWork,
+    Sizings,
+    Slo,
+    binding_stage,
+    utilizations,
+)
 from pdprobe.analysis.capacity.window_counts import (
     active_instances,
     counter_served_rates,
@@ -81,12 +87,16 @@ def ratio_windows(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
 
 
 def size_windows(frames: WindowFrames, model: ModelInputs, slo: Slo,
-                 waits: CalibratedWaits | None = None) -> tuple[RatioWindow, ...]:
+                 waits: CalibratedWaits | None = None,
+                 sizings: Sizings | None = None) -> tuple[RatioWindow, ...]:
     """The frames' windows sized on their own mixes, with ``waits`` (taking each window's
-    run of them) when given."""
+    run of them) when given. ``sizings``: the plan's, where each window's sizing by the
+    model's own waits is kept for sizing the same frames with other waits."""
+    sizings = sizings if sizings is not None else Sizings()
     return tuple(win if m is None else _sized(win, m.mix, model, slo,
-                                              waits.rows(m.lo, m.hi) if waits else None)
-                 for win, m in zip(frames.windows, frames.mixes, strict=True))
+                                              waits.rows(m.lo, m.hi) if waits else None,
+                                              sizings, ("window", w))
+                 for w, (win, m) in enumerate(zip(frames.windows, frames.mixes, strict=True)))
 
 
 def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -240,12 +250,16 @@ def _unsized(lo: float, hi: float, requests: int, mean_p: float, mean_o: float,
 
 
 def _sized(base: RatioWindow, sub: WorkloadMix, model: ModelInputs, slo: Slo,
-           waits: CalibratedWaits | None = None) -> RatioWindow:
+           waits: CalibratedWaits | None = None, sizings: Sizings | None = None,
+           key: object = "window") -> RatioWindow:
     """``base`` with the sizing of its own mix ``sub`` (with the window's run of the
     calibrated ``waits`` when the plan uses them); the binding stage is judged at the counts
-    deployed in the window when both are known."""
+    deployed in the window when both are known. ``sizings``: where the window's sizing by
+    the model's own waits is kept, under ``key``."""
+    sizings = sizings if sizings is not None else Sizings()
     try:
-        rec = size(sub, model, slo, waits=waits)
+        rec = sizings.sized(key, lambda: (sub, LengthWork.of(sub, model, slo)), model, slo,
+                            waits)[0]
     except ValueError:
         if waits is None:
             raise

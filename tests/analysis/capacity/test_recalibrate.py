@@ -17,8 +17,16 @@ from pdprobe.analysis.capacity.estimate import CapacityPlan, capacity_plan
 from pdprobe.analysis.capacity.mix import mix_from_requests
 from pdprobe.analysis.capacity.model_build import BuiltModel
 from pdprobe.analysis.capacity.recalibrate import check_model
-from pdprobe.analysis.capacity.recommend import LengthWork, Slo, prefill_pool, recommend, size
-from pdprobe.analysis.capacity.windows import ratio_windows
+from pdprobe.analysis.capacity.recommend import (
+    PLAN,
+    LengthWork,
+    Sizings,
+    Slo,
+    prefill_pool,
+    recommend,
+    size,
+)
+from pdprobe.analysis.capacity.windows import ratio_windows, size_windows, window_frames
 from pdprobe.profiles import load_profile
 
 from ._data import busy_prompts_requests, dataset, round_robin_waits, simple_model
@@ -219,20 +227,79 @@ def test_a_what_if_no_calibrated_count_meets_leaves_its_row_out(
     """A band row that no count can size with the calibrated waits is left out, the other
     rows kept (the re-plan stands, as windows that cannot be sized do); with the model's own
     waits the failure is raised as before."""
-    import pdprobe.analysis.capacity.alternatives as alternatives
-
     _, m, work, checked = _checked_round_robin()
     whole = band(m, MODEL, SLO, work=work, waits=checked.waits)
     calls = itertools.count()
+    sized = Sizings.sized
 
-    def second_fails(*args: Any, **kwargs: Any) -> Any:
+    def second_fails(self: Sizings, *args: Any, **kwargs: Any) -> Any:
         if next(calls) == 1:
             raise ValueError("no count meets the objective")
-        return size(*args, **kwargs)
+        return sized(self, *args, **kwargs)
 
-    monkeypatch.setattr(alternatives, "size", second_fails)
+    monkeypatch.setattr(Sizings, "sized", second_fails)
     kept = band(m, MODEL, SLO, work=work, waits=checked.waits)
     assert [r.label for r in kept] == [r.label for i, r in enumerate(whole) if i != 1]
     calls = itertools.count()
     with pytest.raises(ValueError, match="no count"):
         band(m, MODEL, SLO, work=work, waits=None)
+
+
+def test_the_plans_shared_sizings_are_the_plain_ones() -> None:
+    """A plan sizes every mix by the model's own waits, then (re-planned) by the calibrated
+    ones, through one ``Sizings``: each figure of the second sizing is the one a sizing from
+    scratch gives, whichever ran before it."""
+    req, m, work, checked = _checked_round_robin()
+    waits = checked.waits
+    frames = window_frames(dataset(req), m, MODEL, SLO, WINDOW_S)
+    shared = Sizings()
+    for w in (None, waits, None, waits):
+        assert band(m, MODEL, SLO, work=work, waits=w, sizings=shared) == \
+            band(m, MODEL, SLO, work=work, waits=w)
+        assert size_windows(frames, MODEL, SLO, w, shared) == size_windows(frames, MODEL, SLO, w)
+        assert recommend(m, MODEL, SLO, work, w, sizings=shared) == \
+            recommend(m, MODEL, SLO, work, w)
+        assert recommend(m, MODEL, SLO, work, w, at_least=DEPLOYED + 4, sizings=shared) == \
+            recommend(m, MODEL, SLO, work, w, at_least=DEPLOYED + 4)
+    # the check's count with the waits is the one the plan's sizing keeps for them
+    assert checked.calibrated_prefill == recommend(m, MODEL, SLO, work, waits,
+                                                   sizings=shared).prefill
+
+
+def test_sizings_size_each_mix_once_and_keep_the_whole_mix_with_its_waits() -> None:
+    """The mix of a key is made and sized by the model's own waits once; the whole mix's
+    sizing with calibrated waits is kept for those waits only (other waits, even equal
+    ones, are sized again); a mix no count serves is not kept (asked again, it fails
+    again)."""
+    _, m, work, checked = _checked_round_robin()
+    waits = checked.waits
+    made = []
+
+    def make() -> tuple[Any, LengthWork]:
+        made.append(1)
+        return m, work
+
+    shared = Sizings()
+    own = shared.sized(PLAN, make, MODEL, SLO)
+    again = shared.sized(PLAN, make, MODEL, SLO)
+    assert again[0] is own[0] and again[1] is own[1] and len(made) == 1
+    assert own[0] == size(m, MODEL, SLO, work)
+    kept = shared.sized(PLAN, make, MODEL, SLO, waits, keep=True)
+    assert kept[0] == size(m, MODEL, SLO, work, waits) and len(made) == 1
+    assert shared.sized(PLAN, make, MODEL, SLO, waits) is kept
+    from dataclasses import replace
+
+    other = shared.sized(PLAN, make, MODEL, SLO, replace(waits))
+    assert other is not kept and other[0] == kept[0]
+    assert shared.sized("band", make, MODEL, SLO, waits) is not \
+        shared.sized("band", make, MODEL, SLO, waits)  # not kept: only asked for with keep
+    assert len(made) == 2  # one per key
+
+    def make_none() -> tuple[Any, LengthWork]:  # as a mix no count serves
+        made.append(1)
+        raise ValueError("no count meets the objective")
+
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            shared.sized("none", make_none, MODEL, SLO)
+    assert len(made) == 4
