@@ -285,8 +285,8 @@ class Sizings:
     the plan re-sized with the calibrated waits (``estimate.CapacityPlan.recalibrated``)
     every mix once more. Each mix's ``LengthWork`` and pool search by the model's own waits
     is then done once, and the whole mix's calibrated search once: the same figures, as
-    every sizing is a function of its mix, model, objective and waits. Not shared between
-    threads."""
+    every sizing is a function of its mix, model, objective and waits. One thread at a time
+    (the capacity thread, then the diagnosis's judge once that has finished)."""
 
     def __init__(self) -> None:
         self._own: dict[object, OwnSizing] = {}
