@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from pdprobe.analysis.capacity.wait_tail import (
     exceed_probability,
     falling_root,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Beyond this utilisation in a window the stochastic wait stops growing: an overloaded window's
 # queue is the fluid backlog's to carry (and Allen–Cunneen is meaningless at or above 1).
@@ -234,12 +237,15 @@ class PrefillPool:
         """Share of requests whose wait exceeds their slack."""
         return self.waits(servers, len(slack)).exceed_share(slack)
 
-    def smallest(self, slack: np.ndarray, budget: float, at_least: int = 1) -> int:
+    def smallest(self, slack: np.ndarray, budget: float, at_least: int = 1,
+                 guess: int | None = None) -> int:
         """The smallest pool of at least ``at_least`` whose miss share is within ``budget``.
 
         Misses fall with size, so this is ``max(at_least, smallest pool)``. A caller that only
         needs to know whether the objective asks for more than ``k`` instances passes
         ``at_least=k``: when ``k`` already meets it, that is one evaluation, not a search.
+        ``guess``: where the answer probably is (``_from_guess``: the same answer, in a few
+        evaluations when the guess is near it).
         """
         def ok(c: int) -> bool:
             return self.miss_share(c, slack) <= budget
@@ -249,6 +255,9 @@ class PrefillPool:
             return floor
         # below half the busy instances of full batching nearly everything is overloaded
         lo = max(floor, math.floor(0.5 * self.rate * self.moments.batched_mean))
+        found = _from_guess(ok, lo, guess) if guess is not None and guess > lo else None
+        if found is not None:
+            return found
         if ok(lo):
             while lo > floor and ok(lo - 1):
                 lo -= 1
@@ -320,3 +329,47 @@ class PrefillPool:
 
         lo, hi = falling_root(excess_within, lo, hi, excess_within(lo), excess_within(hi))
         return hi
+
+
+def _from_guess(ok: Callable[[int], bool], lo: int, guess: int) -> int | None:
+    """``PrefillPool.smallest``'s answer when it is above ``lo`` (the search's start), found
+    from ``guess`` (> ``lo``): gallop from the guess down to a miss or up to a size that
+    meets the objective, then bisect the last step. Misses fall with size, so that is the
+    size the search from ``lo`` finds (its gallop from ``lo`` and bisection end at the one
+    size that meets the objective with the size below missing), and the search's error is
+    raised where its gallop from ``lo`` would have passed ``MAX_SERVERS`` before reaching
+    that size. None when the answer may be ``lo`` or below (the guess and every size
+    galloped down to meet the objective) or lies beyond ``MAX_SERVERS``: the search from
+    ``lo`` decides then."""
+    if ok(guess):
+        hi, step = guess, 1
+        while True:  # down from the guess to a size that misses
+            miss = hi - step
+            if miss <= lo:
+                return None
+            if not ok(miss):
+                break
+            hi, step = miss, 2 * step
+    else:
+        miss, step = guess, 1
+        hi = miss + step
+        while not ok(hi):
+            miss, step = hi, 2 * step
+            hi = miss + step
+            if hi > MAX_SERVERS:
+                return None
+    while hi - miss > 1:
+        mid = (miss + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            miss = mid
+    # the search from lo gallops to lo + 1, lo + 3, lo + 7, ... (checking each but the first
+    # against MAX_SERVERS) and stops at the first of them that meets the objective
+    probe, step = lo + 1, 1
+    while probe < hi:
+        step *= 2
+        probe += step
+        if probe > MAX_SERVERS:
+            raise ValueError("no prefill pool size meets the TTFT criterion")
+    return hi

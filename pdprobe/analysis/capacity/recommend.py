@@ -313,17 +313,26 @@ class Sizings:
         kept = self._calibrated.get(key)
         if kept is not None and kept[0] is waits:
             return kept[1]
-        out = _size(own.mix, model, slo, own.work, waits, own)
+        out = _size(own.mix, model, slo, own.work, waits, own, self._guess(own))
         if keep:
             self._calibrated[key] = (waits, out)
         return out
 
+    def _guess(self, own: OwnSizing) -> int | None:
+        """Where a mix's calibrated count probably is: its own count raised as much as the
+        whole mix's was (once that is kept). Only where the search starts: not its answer."""
+        whole, kept = self._own.get(PLAN), self._calibrated.get(PLAN)
+        if whole is None or kept is None:
+            return None
+        return math.ceil(own.sizing.prefill * kept[1][0].prefill / whole.sizing.prefill)
+
 
 def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
-          waits: CalibratedWaits | None = None, own: OwnSizing | None = None
-          ) -> tuple[Sizing, _Sized]:
+          waits: CalibratedWaits | None = None, own: OwnSizing | None = None,
+          guess: int | None = None) -> tuple[Sizing, _Sized]:
     """The sizing, and what its prefill count was sized with. ``own``: this mix's
-    ``own_sizing`` when the caller has it."""
+    ``own_sizing`` when the caller has it; ``guess``: where the calibrated count probably
+    is (``PrefillPool.smallest``)."""
     own = own or own_sizing(mix, model, slo, work)
     if waits is None:
         return own.sizing, own.sized
@@ -336,7 +345,7 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
     sample = due if pool.fluid else _quantile_sample(due, TTFT_QUANTILES)
     pool = waits.pool(pool)
     count = pool.smallest(s.ttft_target_s - sample, 1.0 - slo.attainment - waits.failed_cut,
-                          at_least=s.prefill)
+                          at_least=s.prefill, guess=guess)
     if count > s.prefill:
         up, ud, ux, per_node = utilizations(s.rates, s.rate_rps, count, s.decode,
                                             model.link_bytes_per_s)

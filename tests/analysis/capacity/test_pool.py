@@ -249,6 +249,79 @@ def test_smallest_at_least_is_the_max_of_both() -> None:
         assert pool.smallest(slack, 0.1, at_least=floor) == max(floor, best)
 
 
+def _large_pool() -> tuple[PrefillPool, np.ndarray]:
+    """Arrivals like ``_bursty_pool``'s (its service times) at 60 times the rate: tens of
+    instances."""
+    small, bare = _bursty_pool(2000, seed=2)
+    ts = np.sort(np.concatenate([np.random.default_rng(2).uniform(0, 600, 1600),
+                                 np.random.default_rng(2).uniform(200, 260, 400)]))
+    cv2, _, load = arrival_profile(ts, 2.0)
+    return PrefillPool(small.rate * 60, cv2, small.moments, load, ts), bare
+
+
+def test_a_guess_finds_the_same_pool_size_whatever_it_is() -> None:
+    """A guess (above, below, at, far from the answer; at or below the search's start) only
+    moves where the search starts: the size is the one found without it, with or without a
+    floor, and a guess near the answer takes fewer evaluations."""
+    pool, bare = _large_pool()
+    slack = 1.0 - bare
+    best = pool.smallest(slack, 0.1)
+    assert best > 3
+    calls: list[int] = []
+    miss_share = pool.miss_share
+
+    def counted(c: int, s: np.ndarray) -> float:
+        calls.append(c)
+        return miss_share(c, s)
+
+    pool.miss_share = counted  # type: ignore[method-assign]
+    for floor in (1, best - 3, best - 1, best, best + 1, 2 * best + 5):
+        plain = pool.smallest(slack, 0.1, at_least=floor)
+        assert plain == max(floor, best)
+        for guess in (1, floor, floor + 1, best - 2, best - 1, best, best + 1, best + 7,
+                      4 * best, 1000):
+            assert pool.smallest(slack, 0.1, at_least=floor, guess=guess) == plain
+    calls.clear()
+    pool.smallest(slack, 0.1, at_least=2)
+    without = len(calls)
+    calls.clear()
+    pool.smallest(slack, 0.1, at_least=2, guess=best)
+    assert len(calls) == 2 < without  # the guess meets the objective, the size below misses
+
+
+def test_a_guess_raises_where_the_search_gallops_past_the_largest_pool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search from its start raises when its gallop passes ``MAX_SERVERS`` before a size
+    that meets the objective, even where one below it does: with a guess, the same."""
+    from pdprobe.analysis.capacity import pool as pool_module
+
+    pool, bare = _large_pool()
+    slack = 1.0 - bare
+    best = pool.smallest(slack, 0.1)
+    start = max(1, int(0.5 * pool.rate * pool.moments.batched_mean))
+    assert best - start >= 3
+    # the gallop probes start + 1, start + 3, start + 7, ...: a limit between the answer
+    # and the probe past it, and one at that probe
+    probe = start + 1
+    step = 1
+    while probe < best:
+        step *= 2
+        probe += step
+    for limit in (best, probe - 1, probe, probe + 1):
+        monkeypatch.setattr(pool_module, "MAX_SERVERS", limit)
+        try:
+            plain: int | None = pool.smallest(slack, 0.1)
+        except ValueError:
+            plain = None
+        for guess in (start + 1, best - 1, best, best + 1, limit + 5):
+            if plain is None:
+                with pytest.raises(ValueError, match="no prefill pool size"):
+                    pool.smallest(slack, 0.1, guess=guess)
+            else:
+                assert pool.smallest(slack, 0.1, guess=guess) == plain
+        assert (plain is None) == (probe > limit)
+
+
 def test_mean_wait_is_the_mean_over_requests() -> None:
     pool, bare = _bursty_pool(3000, seed=4)
     c = pool.smallest(1.0 - bare, 0.1)
