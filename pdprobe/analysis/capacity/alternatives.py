@@ -102,7 +102,7 @@ def band(mix: WorkloadMix, model: ModelInputs, slo: Slo,
     out = []
     for label, make in cases:
         try:  # counts only: the band shows no TTFT estimates
-            r = sizings.sized(("band", label), make, model, slo, waits)[0]
+            r = sizings.sized(("band", label), make, model, slo, waits, like_plan=True)[0]
         except ValueError:
             if waits is None:
                 raise

@@ -221,11 +221,14 @@ class OwnSizing:
     work: LengthWork
     sizing: Sizing
     sized: _Sized
+    headroom: int = 0  # the TTFT count less the other floors' count less one (the search's)
 
 
-def own_sizing(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork) -> OwnSizing:
+def own_sizing(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
+               headroom: int | None = None) -> OwnSizing:
     """``mix`` sized by the model's own waits (raises ``ValueError`` when no count meets
-    the objective)."""
+    the objective). ``headroom``: how far above its start the TTFT count probably is (another
+    mix's ``OwnSizing.headroom``): where the pool search starts, not its answer."""
     rates = work.rates
     lam = mix.rate_rps
     notes: list[str] = []
@@ -248,8 +251,9 @@ def own_sizing(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork)
     # The TTFT count matters only where it exceeds the others; below them, only whether it is
     # below them (for the limit's name). at_least = their max - 1 answers both, usually in
     # one or two evaluations of the pool instead of a search from scratch.
-    slo_count = pool.smallest(target - sample, miss_budget,
-                              at_least=max(util_count, x_count) - 1)
+    start = max(util_count, x_count) - 1
+    slo_count = pool.smallest(target - sample, miss_budget, at_least=start,
+                              guess=start + headroom if headroom else None)
     prefill = max(slo_count, util_count, x_count)
     prefill_limit = ("transfer" if x_count == prefill and x_count > max(slo_count, util_count)
                      else "utilization" if util_count > slo_count else "ttft-slo")
@@ -271,7 +275,8 @@ def own_sizing(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork)
         binding=binding_stage(up, ud, ux), ttft_target_s=target,
         infeasible_ttft_fraction=infeasible, transfer_required_bytes_per_s=per_node,
         notes=tuple(notes))
-    return OwnSizing(mix, work, sizing, _Sized(pool, sample, float(work.bare.mean())))
+    return OwnSizing(mix, work, sizing, _Sized(pool, sample, float(work.bare.mean())),
+                     slo_count - start)
 
 
 # A plan's whole mix in ``Sizings`` (the band's cases and the windows have keys of their own).
@@ -293,21 +298,26 @@ class Sizings:
         self._calibrated: dict[object, tuple[CalibratedWaits, tuple[Sizing, _Sized]]] = {}
 
     def own(self, key: object, make: Callable[[], tuple[WorkloadMix, LengthWork]],
-            model: ModelInputs, slo: Slo) -> OwnSizing:
+            model: ModelInputs, slo: Slo, like_plan: bool = False) -> OwnSizing:
         """The mix ``make`` gives (with its ``LengthWork``) sized by the model's own waits,
-        made and sized the first time ``key`` is asked for."""
+        made and sized the first time ``key`` is asked for. ``like_plan``: the mix is the
+        whole mix at another load or lengths (a band case), whose TTFT count is probably as
+        far above the other floors as the whole mix's: its search starts there."""
         got = self._own.get(key)
         if got is None:
             mix, work = make()
-            got = self._own[key] = own_sizing(mix, model, slo, work)
+            whole = self._own.get(PLAN) if like_plan else None
+            got = self._own[key] = own_sizing(mix, model, slo, work,
+                                              whole.headroom if whole is not None else None)
         return got
 
     def sized(self, key: object, make: Callable[[], tuple[WorkloadMix, LengthWork]],
               model: ModelInputs, slo: Slo, waits: CalibratedWaits | None = None,
-              keep: bool = False) -> tuple[Sizing, _Sized]:
+              keep: bool = False, like_plan: bool = False) -> tuple[Sizing, _Sized]:
         """``_size`` of the mix of ``key`` with ``waits``; ``keep``: the result with
-        ``waits`` is kept for the next call with the same ``waits`` (the whole mix's)."""
-        own = self.own(key, make, model, slo)
+        ``waits`` is kept for the next call with the same ``waits`` (the whole mix's);
+        ``like_plan``: as ``own`` takes it."""
+        own = self.own(key, make, model, slo, like_plan)
         if waits is None:
             return own.sizing, own.sized
         kept = self._calibrated.get(key)

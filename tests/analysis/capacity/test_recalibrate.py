@@ -22,6 +22,7 @@ from pdprobe.analysis.capacity.recommend import (
     LengthWork,
     Sizings,
     Slo,
+    own_sizing,
     prefill_pool,
     recommend,
     size,
@@ -303,3 +304,28 @@ def test_sizings_size_each_mix_once_and_keep_the_whole_mix_with_its_waits() -> N
         with pytest.raises(ValueError):
             shared.sized("none", make_none, MODEL, SLO)
     assert len(made) == 4
+
+
+def test_searches_started_where_the_whole_mix_ended_find_the_plain_counts() -> None:
+    """The band's cases start their pool search as far above the other floors as the whole
+    mix's TTFT count was (a burst: far above them): only where the search starts moves,
+    every count is the plain one (the band; the whole mix at any headroom, none, one far
+    off)."""
+    rng = np.random.default_rng(7)
+    n = 4000
+    ts = np.sort(np.concatenate([rng.uniform(0, 600, n - n // 4), rng.uniform(300, 330, n // 4)]))
+    req = pd.DataFrame({"arrival_ts": ts, "prompt_tokens": rng.integers(500, 4000, n),
+                        "output_tokens": 100})
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    m = m.with_rate(m.rate_rps * 4)
+    work = LengthWork.of(m, MODEL, SLO)
+    shared = Sizings()
+    whole = shared.own(PLAN, lambda: (m, work), MODEL, SLO)  # the plan sizes its mix first
+    assert whole.headroom > 10  # the TTFT count far above the other floors: a guess is taken
+    assert band(m, MODEL, SLO, work=work, sizings=shared) == band(m, MODEL, SLO, work=work)
+    plain = own_sizing(m, MODEL, SLO, work)
+    assert plain.headroom == whole.headroom
+    for headroom in (None, 0, 1, plain.headroom - 1, plain.headroom, plain.headroom + 3, 50,
+                     10_000):
+        other = own_sizing(m, MODEL, SLO, work, headroom)
+        assert other.sizing == plain.sizing and other.headroom == plain.headroom
