@@ -14,7 +14,8 @@ import numpy as np
 
 from pdprobe.analysis.base import RatioBandEntry
 from pdprobe.analysis.capacity.rates import ModelInputs, StageRates, stage_rates
-from pdprobe.analysis.capacity.recommend import LengthWork, Sizings, Slo, ceil_count
+from pdprobe.analysis.capacity.recommend import LengthWork, Slo, ceil_count
+from pdprobe.analysis.capacity.sizings import Sizings
 
 if TYPE_CHECKING:
     from collections.abc import Callable

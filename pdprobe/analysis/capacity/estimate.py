@@ -29,12 +29,12 @@ from pdprobe.analysis.capacity.rates import KV_MEMORY_TARGET
 from pdprobe.analysis.capacity.recalibrate import check_model
 from pdprobe.analysis.capacity.recommend import (
     LengthWork,
-    Sizings,
     Slo,
     binding_stage,
     recommend,
     utilizations,
 )
+from pdprobe.analysis.capacity.sizings import Sizings
 from pdprobe.analysis.capacity.transfer import measured_kv_bytes
 from pdprobe.analysis.capacity.windows import (
     WindowFrames,

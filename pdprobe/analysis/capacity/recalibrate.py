@@ -30,12 +30,8 @@ from pdprobe.analysis.capacity.calibrate import (
     routing_of,
 )
 from pdprobe.analysis.capacity.check import MODEL_TOLERANCE, p90_disagrees
-from pdprobe.analysis.capacity.recommend import (
-    PLAN,
-    QUEUE_MISS_SHARE,
-    Sizings,
-    prefill_pool,
-)
+from pdprobe.analysis.capacity.recommend import QUEUE_MISS_SHARE, prefill_pool
+from pdprobe.analysis.capacity.sizings import Sizings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -110,8 +106,7 @@ def check_model(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork
     waits = CalibratedWaits(wait_scale=cal.wait_scale, per_instance=per_instance,
                             rest_s=measured[1], bare_s=work.bare, failed_cut=cut)
     try:
-        count = (sizings or Sizings()).sized(PLAN, lambda: (mix, work), model, slo, waits,
-                                             keep=True)[0].prefill
+        count = (sizings or Sizings()).whole(mix, work, model, slo, waits)[0].prefill
     except ValueError:  # no count meets the objective with these waits
         return out
     notes = (f"the count sized with the window's waits leaves the window's {cut:.1%} failed "

@@ -35,9 +35,8 @@ from pdprobe.analysis.capacity.rates import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from pdprobe.analysis.capacity.calibrate import CalibratedWaits
+    from pdprobe.analysis.capacity.sizings import Sizings
 
 # Objectives when none are given. TTFT 2 s is MLPerf's Llama-2-70B server-scenario bound and
 # keeps a chat reply feeling immediate; TPOT 0.1 s (10 tokens/s, faster than reading) is
@@ -186,7 +185,7 @@ def size(mix: WorkloadMix, model: ModelInputs, slo: Slo,
     """The instance counts for ``mix`` at ``mix.rate_rps`` (what the band and windows need);
     with ``waits`` the prefill count is also sized with the window-calibrated waits (never
     below the model's own count)."""
-    return _size(mix, model, slo, work or LengthWork.of(mix, model, slo), waits)[0]
+    return sizing_of(mix, model, slo, work or LengthWork.of(mix, model, slo), waits)[0]
 
 
 def prefill_pool(mix: WorkloadMix, work: LengthWork) -> tuple[PrefillPool, np.ndarray]:
@@ -202,7 +201,7 @@ def prefill_pool(mix: WorkloadMix, work: LengthWork) -> tuple[PrefillPool, np.nd
 
 
 @dataclass(frozen=True)
-class _Sized:
+class Sized:
     """The pool and TTFT-without-waiting sample a prefill count was sized with (the
     calibrated ones when sized with calibrated waits)."""
 
@@ -214,13 +213,13 @@ class _Sized:
 @dataclass(frozen=True, eq=False)
 class OwnSizing:
     """A mix's sizing by the model's own waits, with what it was sized with: sizing the
-    same mix with calibrated waits starts from it (``_size``'s ``own``) instead of
+    same mix with calibrated waits starts from it (``sizing_of``'s ``own``) instead of
     repeating the model's pool search and the mix's ``LengthWork``."""
 
     mix: WorkloadMix
     work: LengthWork
     sizing: Sizing
-    sized: _Sized
+    sized: Sized
     headroom: int = 0  # the TTFT count less the other floors' count less one (the search's)
 
 
@@ -275,71 +274,13 @@ def own_sizing(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
         binding=binding_stage(up, ud, ux), ttft_target_s=target,
         infeasible_ttft_fraction=infeasible, transfer_required_bytes_per_s=per_node,
         notes=tuple(notes))
-    return OwnSizing(mix, work, sizing, _Sized(pool, sample, float(work.bare.mean())),
+    return OwnSizing(mix, work, sizing, Sized(pool, sample, float(work.bare.mean())),
                      slo_count - start)
 
 
-# A plan's whole mix in ``Sizings`` (the band's cases and the windows have keys of their own).
-PLAN: Final = "plan"
-
-
-class Sizings:
-    """A plan's mixes sized by the model's own waits, by key (``PLAN``, a band case, a
-    window), and the whole mix's sizing with the calibrated waits: the model check sizes
-    the whole mix with them, the plan by the model's own waits sizes everything again, and
-    the plan re-sized with the calibrated waits (``estimate.CapacityPlan.recalibrated``)
-    every mix once more. Each mix's ``LengthWork`` and pool search by the model's own waits
-    is then done once, and the whole mix's calibrated search once: the same figures, as
-    every sizing is a function of its mix, model, objective and waits. One thread at a time
-    (the capacity thread, then the diagnosis's judge once that has finished)."""
-
-    def __init__(self) -> None:
-        self._own: dict[object, OwnSizing] = {}
-        self._calibrated: dict[object, tuple[CalibratedWaits, tuple[Sizing, _Sized]]] = {}
-
-    def own(self, key: object, make: Callable[[], tuple[WorkloadMix, LengthWork]],
-            model: ModelInputs, slo: Slo, like_plan: bool = False) -> OwnSizing:
-        """The mix ``make`` gives (with its ``LengthWork``) sized by the model's own waits,
-        made and sized the first time ``key`` is asked for. ``like_plan``: the mix is the
-        whole mix at another load or lengths (a band case), whose TTFT count is probably as
-        far above the other floors as the whole mix's: its search starts there."""
-        got = self._own.get(key)
-        if got is None:
-            mix, work = make()
-            whole = self._own.get(PLAN) if like_plan else None
-            got = self._own[key] = own_sizing(mix, model, slo, work,
-                                              whole.headroom if whole is not None else None)
-        return got
-
-    def sized(self, key: object, make: Callable[[], tuple[WorkloadMix, LengthWork]],
-              model: ModelInputs, slo: Slo, waits: CalibratedWaits | None = None,
-              keep: bool = False, like_plan: bool = False) -> tuple[Sizing, _Sized]:
-        """``_size`` of the mix of ``key`` with ``waits``; ``keep``: the result with
-        ``waits`` is kept for the next call with the same ``waits`` (the whole mix's);
-        ``like_plan``: as ``own`` takes it."""
-        own = self.own(key, make, model, slo, like_plan)
-        if waits is None:
-            return own.sizing, own.sized
-        kept = self._calibrated.get(key)
-        if kept is not None and kept[0] is waits:
-            return kept[1]
-        out = _size(own.mix, model, slo, own.work, waits, own, self._guess(own))
-        if keep:
-            self._calibrated[key] = (waits, out)
-        return out
-
-    def _guess(self, own: OwnSizing) -> int | None:
-        """Where a mix's calibrated count probably is: its own count raised as much as the
-        whole mix's was (once that is kept). Only where the search starts: not its answer."""
-        whole, kept = self._own.get(PLAN), self._calibrated.get(PLAN)
-        if whole is None or kept is None:
-            return None
-        return math.ceil(own.sizing.prefill * kept[1][0].prefill / whole.sizing.prefill)
-
-
-def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
+def sizing_of(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
           waits: CalibratedWaits | None = None, own: OwnSizing | None = None,
-          guess: int | None = None) -> tuple[Sizing, _Sized]:
+          guess: int | None = None) -> tuple[Sizing, Sized]:
     """The sizing, and what its prefill count was sized with. ``own``: this mix's
     ``own_sizing`` when the caller has it; ``guess``: where the calibrated count probably
     is (``PrefillPool.smallest``)."""
@@ -362,7 +303,7 @@ def _size(mix: WorkloadMix, model: ModelInputs, slo: Slo, work: LengthWork,
         s = replace(s, prefill=count, prefill_limit="ttft-slo", prefill_utilization=up,
                     decode_utilization=ud, transfer_utilization=ux,
                     binding=binding_stage(up, ud, ux), transfer_required_bytes_per_s=per_node)
-    return s, _Sized(pool=pool, sample=sample, mean_due_s=float(due.mean()))
+    return s, Sized(pool=pool, sample=sample, mean_due_s=float(due.mean()))
 
 
 def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
@@ -374,12 +315,12 @@ def recommend(mix: WorkloadMix, model: ModelInputs, slo: Slo,
     ``waits`` the window-calibrated one (``recalibrate.check_model``). ``at_least``: a floor
     on the prefill count set by a policy (the deployed count kept); the estimates, notes
     and utilisations are at the count returned. ``before``: notes placed after the sizing's
-    own and before the estimates' (the model check's). ``sizings``: the plan's (the whole
-    mix is its ``PLAN``, with ``work``).
+    own and before the estimates' (the model check's). ``sizings``: the plan's
+    (``sizings.Sizings``; the whole mix is its ``PLAN``, with ``work``).
     """
     work = work or LengthWork.of(mix, model, slo)
-    s, sized = _size(mix, model, slo, work, waits) if sizings is None else \
-        sizings.sized(PLAN, lambda: (mix, work), model, slo, waits, keep=True)
+    s, sized = sizing_of(mix, model, slo, work, waits) if sizings is None else \
+        sizings.whole(mix, work, model, slo, waits)
     lam = mix.rate_rps
     moments = work.moments
     notes = list(s.notes) + list(before)
@@ -423,5 +364,4 @@ def with_notes(rec: Recommendation, *notes: str) -> Recommendation:
     return replace(rec, notes=rec.notes + notes)
 
 
-__all__ = ["PLAN", "LengthWork", "Recommendation", "Sizing", "Sizings", "Slo", "recommend", "size",
-           "transfer_tokens"]
+__all__ = ["LengthWork", "Recommendation", "Sizing", "Slo", "recommend", "size", "transfer_tokens"]

@@ -21,11 +21,11 @@ from pdprobe.analysis.capacity.rates import ModelInputs
 from pdprobe.analysis.capacity.ratio_fit import ratio_fit
 from pdprobe.analysis.capacity.recommend import (
     LengthWork,
-    Sizings,
     Slo,
     binding_stage,
     utilizations,
 )
+from pdprobe.analysis.capacity.sizings import Sizings
 from pdprobe.analysis.capacity.window_counts import (
     active_instances,
     counter_served_rates,
