@@ -118,29 +118,31 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     from pdprobe.services.verify import capacity_options
 
     # Two threads share the work (numpy releases the GIL on whole-column work, so on 2 cores the
-    # wall time is about the longer of the two, not their sum). The pool thread runs the
-    # instance summaries while this one summarises the workload, then the capacity model (it
-    # reads only the dataset and the workload); this thread runs SLO, evidence (it carries the
-    # capacity result without reading it) and identity table. The two halves cost about the
-    # same at 10M rows, and the transfer-path series (~0.4 CPU-s there) goes to whichever
-    # thread is free first: queued behind the capacity model, and taken back by this thread
-    # if the pool has not started it when the evidence is done. Every figure is computed as
-    # it would be one after the other.
+    # wall time is about the longer of the two, not their sum). The pool thread summarises the
+    # workload, then runs the capacity model (it reads only the dataset and the workload): at
+    # 10M rows ~2.4 CPU-s, the longer half. This thread runs the instance summaries, SLO,
+    # evidence (it reads the workload once the pool has it, and carries the capacity result
+    # without reading it) and identity table: ~2.1 CPU-s there. The transfer-path series goes
+    # to whichever thread is free first: queued behind the capacity model, and taken back by
+    # this thread if the pool has not started it when the evidence is done. Every figure is
+    # computed as it would be one after the other.
+    options = capacity_options(request)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis") as pool:
-        summarized = pool.submit(summarize_instances, dataset)
-        workload = summarize_workload(dataset)
-        planned = pool.submit(estimate_plan, dataset, workload, capacity_options(request))
+        summarized = pool.submit(summarize_workload, dataset)
+        # the pool runs one task at a time, in order: the workload is summarised before this
+        planned = pool.submit(lambda: estimate_plan(dataset, summarized.result(), options))
         queued_series = pool.submit(transfer_path_series, dataset)
+        instances = summarize_instances(dataset)
         # judged with the objectives the capacity model uses: the defaults where none is given
         slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s,
                              request.slo_target, defaults=True)
+        workload = summarized.result()
         evidence = compute_evidence(dataset, workload=workload, slo=slo, capacity=PENDING,
                                     slo_ttft_s=request.slo_ttft_s,
                                     slo_tpot_s=request.slo_tpot_s)
         identity = identity_table(dataset)
         series = (transfer_path_series(dataset) if queued_series.cancel()
                   else queued_series.result())
-        instances = summarized.result()
         plan = planned.result()
     capacity = plan if isinstance(plan, Missing) else plan.result
     evidence = replace(evidence, capacity=None if isinstance(capacity, Missing) else capacity)
