@@ -13,6 +13,7 @@ rows' positions and one block's temporaries.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -25,6 +26,7 @@ from pdprobe.analysis.row_slices import (
     chunks,
     compact_dtype,
     index_dtype,
+    integer_array,
     key_starts,
     take,
 )
@@ -144,8 +146,6 @@ class BinCells:
         """``Groups.medians``: each cell's median of its sampled non-NaN ``values`` (NaN
         without values), a block of bins at a time (a cell's median reads only its own
         values: the same figures)."""
-        from pdprobe.analysis.grouped import Groups
-
         out = np.full(self.n_groups, np.nan)
         for first, end in row_slices.group_blocks(self._bin_picked):
             lo, hi = int(self._bin_picked[first]), int(self._bin_picked[end])
@@ -160,38 +160,42 @@ class BinCells:
             else:
                 rows = (np.flatnonzero(self._keys[lo:hi] >= 0) + lo).astype(
                     index_dtype(self._bins.size))
-            local = self._codes(rows).astype(np.int64) - g0
             # The block's values read in row order (a run, or ascending positions: sequential
             # reads of the columns, where reading them cell after cell jumped across the
-            # block's rows at every value), then put in cell order from that small array:
-            # the same values in the same order, so the same medians.
-            in_rows = take(values, rows)
-            bounds = np.concatenate(([0], np.cumsum(np.bincount(local, minlength=g1 - g0))))
-            block = Groups(codes=local, order=self._cell_order(rows, first, end, lo),
-                           bounds=bounds,
-                           labels=("",) * (g1 - g0), ids=self.ids[g0:g1],
-                           totals=self.totals[g0:g1])
-            out[g0:g1] = block.medians(in_rows)
+            # block's rows at every value), then put in cell order from that small array in
+            # one gather (each bin's rows are a few MB; ``Groups.medians`` gathered them in
+            # thousands of pieces and copied each size's cells again into a matrix). A
+            # cell's values in any order have the same order statistics: the same medians.
+            order, per_cell = self._cell_order(rows, first, end, lo)
+            v = np.take(take(values, rows), order)
+            # the block's used cells (its groups), in order: the unused ones hold no rows
+            sizes = per_cell[self.ids[g0:g1] - first * self._n_keys]
+            out[g0:g1] = _medians(v, sizes)
         return out
 
     def _cell_order(self, rows: slice | np.ndarray, first: int, end: int, lo: int
-                    ) -> np.ndarray:
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """``stable_order`` of the cells of ``rows`` (the rows of bins ``first..end - 1`` with
         a cell, starting at ``lo``): positions into ``rows`` in cell order, equal cells in row
-        order. The rows are in bin order and a cell is a (bin, key) pair, so this is each
-        bin's rows stably sorted by key: a radix sort of the (int8) keys bin by bin, about 4x
-        cheaper than sorting the block's int16 cells at once."""
+        order; and the rows of each cell of those bins (``(end - first) * n_keys`` of them,
+        used or not). The rows are in bin order and a cell is a (bin, key) pair, so this is
+        each bin's rows stably sorted by key: a radix sort of the (int8) keys bin by bin,
+        about 4x cheaper than sorting the block's int16 cells at once."""
         keys = self._keys[rows]
         if isinstance(rows, np.ndarray) and self._rows is None:  # only the rows with a key
             starts = np.searchsorted(rows, self._bin_start[first:end + 1])
         else:  # every row of the bins, or the sample's: where each bin's own rows start
             starts = self._bin_picked[first:end + 1] - lo
+        n_keys = self._n_keys
         out = np.empty(keys.size, dtype=index_dtype(keys.size))
-        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+        per_cell = np.zeros((end - first) * n_keys, dtype=np.int64)
+        for j, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)):
             if b > a:
                 out[a:b] = np.argsort(keys[a:b], kind="stable")
                 out[a:b] += a
-        return out
+                per_cell[j * n_keys:(j + 1) * n_keys] = np.bincount(keys[a:b],
+                                                                    minlength=n_keys)
+        return out, per_cell
 
     def sums(self, values: Column) -> np.ndarray:
         """``Groups.sums``: each cell's sum of its non-NaN values over every row, added in row
@@ -228,13 +232,20 @@ class BinCells:
                 continue
             keys = self._keys[part]
             for values, out in zip(columns, per_cell, strict=True):
-                v = take(values, part)
-                nan = np.isnan(v)
-                if nan.any():
-                    v = np.where(nan, 0.0, v)
-                out[b * n_keys:(b + 1) * n_keys] = np.bincount(keys, weights=v,
-                                                               minlength=n_keys)
+                out[b * n_keys:(b + 1) * n_keys] = np.bincount(
+                    keys, weights=_weights(values, part), minlength=n_keys)
         return [out[self.ids] for out in per_cell]
+
+
+def _weights(values: Column, rows: slice) -> np.ndarray:
+    """``values`` at ``rows`` with NaN as 0, as ``np.bincount`` weights: an integer column's
+    own slice (never NaN; bincount converts it to float64 as ``take`` would), else ``take``'s
+    float64 values."""
+    if integer_array(values):
+        return np.asarray(values)[rows]
+    v = take(values, rows)
+    nan = np.isnan(v)
+    return np.where(nan, 0.0, v) if nan.any() else v
 
 
 def cell_sums(cells: CellGroups, columns: tuple[Column, ...]) -> list[np.ndarray]:
@@ -243,3 +254,27 @@ def cell_sums(cells: CellGroups, columns: tuple[Column, ...]) -> list[np.ndarray
     if isinstance(cells, BinCells):
         return cells.sums_of(columns)
     return [cells.sums(values) for values in columns]
+
+
+def _medians(v: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each group's median of its non-NaN values, group ``g`` being the next ``sizes[g]``
+    values of ``v`` (partitioned in place): ``Groups.medians``' figures (the value at rank
+    ``n // 2`` of its ``n`` values, averaged with the largest value left of it when ``n`` is
+    even; NaN without values). One in-place partition per group of a few thousand values (a
+    cell), where ``Groups.medians`` first copies each size's groups into a matrix."""
+    missing = np.isnan(v)
+    if missing.any():
+        where = np.repeat(np.arange(sizes.size), sizes)[missing]
+        sizes = sizes - np.bincount(where, minlength=sizes.size)
+        v = v[~missing]
+    out = np.full(sizes.size, np.nan)
+    bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
+    for g, (a, b) in enumerate(pairwise(bounds)):
+        n = b - a
+        if n:
+            values = v[a:b]
+            mid = n // 2
+            values.partition(mid)
+            upper = values[mid]
+            out[g] = upper if n % 2 else (upper + values[:mid].max()) / 2
+    return out

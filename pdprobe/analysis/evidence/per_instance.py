@@ -147,11 +147,15 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         index = pd.Index(labels[keep], dtype=object)
         cols.put("req_count", pd.Series(counts[keep].astype(np.float64), index=index))
         cols.put("req_share", pd.Series(counts[keep] / float(counts.sum()), index=index))
+        # the non-NaN values per group of each column summarised here (``Groups.counts``):
+        # the per-bin medians below need only know whether any is left, not a pass to count
+        counted: dict[str, np.ndarray] = {}
         for c in _QUANTILE_INPUTS:
             data = values(c)
             if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
                 continue
             by_stat = _quantiles(req, col, c, data)
+            counted[c] = by_stat["count"]
             if not by_stat["count"].sum():
                 continue
             for s in REQUEST_QUANTILES:
@@ -175,8 +179,10 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if not any(roles.get(label, "unknown") in (reader, "unknown")
                        for label in groups.labels):
                 continue  # no instance a rule compares in this frame (e.g. TPOT per prefill)
-            if data is None or not groups.counts(data).sum():  # (a count, no figures)
+            if data is None:
                 continue
+            if not (counted[c] if c in counted else groups.counts(data)).sum():
+                continue  # (a count, no figures)
             medians = blocked_medians(cells, data) if isinstance(cells, Groups) else \
                 cells.medians(data)
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),

@@ -96,13 +96,16 @@ def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyP
         lo, hi = int(cells._bin_picked[first]), int(cells._bin_picked[end])
         rows = cells._rows[lo:hi] if cells._rows is not None else \
             np.flatnonzero(keys.codes[lo:hi] >= 0) + lo
-        got = cells._cell_order(rows, first, end, lo)
+        got, per_cell = cells._cell_order(rows, first, end, lo)
         want = row_slices.stable_order(cells._codes(rows).astype(np.int64), cells.n_groups)
         assert np.array_equal(got, want)
+        # and the rows of every cell of the block's bins, used or not
+        cell_of = bins[rows].astype(np.int64) * n_keys + keys.codes[rows] - first * n_keys
+        assert np.array_equal(per_cell, np.bincount(cell_of, minlength=(end - first) * n_keys))
     complete = cell_groups(bins, Groups.of(np.abs(keys.codes), range(n_keys)), n_bins, None)
     assert isinstance(complete, BinCells)
     end = int(complete._bin_start[2])  # a run of rows: the first two bins'
-    got = complete._cell_order(slice(0, end), 0, 2, 0)
+    got, _per_cell = complete._cell_order(slice(0, end), 0, 2, 0)
     assert np.array_equal(got, row_slices.stable_order(
         complete._codes(slice(0, end)).astype(np.int64), complete.n_groups))
 
@@ -137,3 +140,23 @@ def test_bin_cells_with_every_key_and_empty_cells(monkeypatch: pytest.MonkeyPatc
     values = np.random.default_rng(8).exponential(1.0, bins.size)
     assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
     assert np.array_equal(cells.sums(values), whole.sums(values))
+
+
+def test_medians_of_consecutive_groups_are_those_of_groups() -> None:
+    """``_medians`` (one partition per group, in place) gives ``Groups.medians``' figures:
+    odd and even groups, groups of one and of none, NaN values, ties, all-NaN groups."""
+    from pdprobe.analysis.evidence.cells import _medians
+
+    rng = np.random.default_rng(9)
+    sizes = np.array([0, 1, 2, 3, 4, 0, 7, 10, 1, 5, 6], dtype=np.int64)
+    codes = np.repeat(np.arange(sizes.size), sizes)
+    values = rng.integers(0, 4, codes.size).astype(np.float64)  # many ties
+    values[[1, 5, 9]] = np.nan
+    values[codes == 8] = np.nan  # a group of one NaN: no value
+    want = Groups.of(codes, range(sizes.size)).medians(values)
+    full = np.full(sizes.size, np.nan)
+    full[np.flatnonzero(sizes)] = want
+    assert np.array_equal(_medians(values.copy(), sizes), full, equal_nan=True)
+    assert _medians(np.array([]), np.array([], dtype=np.int64)).size == 0
+    assert np.array_equal(_medians(np.array([]), np.zeros(3, dtype=np.int64)),
+                          np.full(3, np.nan), equal_nan=True)
