@@ -84,3 +84,19 @@ def test_alive_bins_from_requests_span_first_to_last_named_bin(monkeypatch) -> N
         want = np.zeros(window.n_bins)
         want[first:last + 1] = 1.0
         np.testing.assert_array_equal(alive[name].to_numpy(), want, err_msg=name)
+
+
+def test_queue_median_per_bin_of_tied_waits() -> None:
+    """Waits are mostly 0 (read off each bin's sorted values): pandas' grouped median, with
+    NaN rows left out, and NaN for a bin without any wait."""
+    rng = np.random.default_rng(9)
+    n = 400
+    arrival = np.sort(rng.uniform(0.0, 300.0, n))
+    arrival[(arrival >= 60.0) & (arrival < 90.0)] = 75.0  # bin 2: every wait NaN below
+    queue = np.where(rng.random(n) < 0.6, 0.0, rng.exponential(0.2, n))
+    queue[::13] = np.nan
+    queue[(arrival >= 60.0) & (arrival < 90.0)] = np.nan
+    window, out, bins = _series_of(arrival, queue_s=queue)
+    want = pd.Series(queue).groupby(bins).median().reindex(range(window.n_bins))
+    np.testing.assert_array_equal(out["queue_s_p50"].to_numpy(), want.to_numpy())
+    assert np.isnan(out["queue_s_p50"].to_numpy()[2])
