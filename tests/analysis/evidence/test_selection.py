@@ -94,6 +94,13 @@ def test_gather_by_slices_is_the_groups_gather(monkeypatch: pytest.MonkeyPatch,
         return values[rows] * 2 + 1
 
     assert np.array_equal(gather(groups, derived), groups.gather(derived), equal_nan=True)
+    # blocks of 70 rows inside each slice (the last one short), and a column of integers
+    from pdprobe.analysis import row_gather
+
+    monkeypatch.setattr(row_gather, "GATHER_BLOCK_ROWS", 70)
+    assert np.array_equal(gather(groups, derived), groups.gather(derived), equal_nan=True)
+    ints = np.arange(2_000, dtype=np.int64) * 3
+    assert np.array_equal(gather(groups, ints), groups.gather(ints))
     monkeypatch.setattr(selection, "_SLICE_GROUPS_MAX", 4)
     assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1 << 20)  # one slice
