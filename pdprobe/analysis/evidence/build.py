@@ -62,7 +62,7 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     counter_figures(ds, window, cols)
     histogram_figures(ds, window, cols)
     derive_and_choose(cols)
-    alive = alive_bins(ds, window, index)
+    alive = alive_bins(ds, window, index, bins)  # reads the request counts per cell
     bins["alive"] = alive.set_axis(window.bin_ts, axis=0)
     table = cols.frame()
     cluster = cluster_series(ds, window, table, bins, alive)

@@ -14,7 +14,7 @@ rows' positions and one block's temporaries.
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -303,8 +303,8 @@ def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None) -> Groups:
         codes = codes.astype(compact_dtype(n_bins))
     totals, starts = totals[used], np.append(starts[:-1][used], n)
     bounds = np.zeros(ids.size + 1, dtype=np.int64)
-    common = {"codes": codes, "labels": tuple(str(b) for b in ids.tolist()), "ids": ids,
-              "totals": totals, "complete": True, "ordered": True}
+    common: dict[str, Any] = {"codes": codes, "labels": tuple(str(b) for b in ids.tolist()),
+                              "ids": ids, "totals": totals, "complete": True, "ordered": True}
     if sample_max is None or not (totals > sample_max).any():
         np.cumsum(totals, out=bounds[1:])
         return Groups(order=np.arange(n, dtype=index_dtype(n)), bounds=bounds, **common)

@@ -7,6 +7,7 @@ import pandas as pd
 
 from pdprobe.analysis.evidence.model import Window
 from pdprobe.analysis.evidence.series import _request_series
+from pdprobe.values import Missing
 from tests.rules.builders import make_dataset
 
 
@@ -100,3 +101,58 @@ def test_queue_median_per_bin_of_tied_waits() -> None:
     want = pd.Series(queue).groupby(bins).median().reindex(range(window.n_bins))
     np.testing.assert_array_equal(out["queue_s_p50"].to_numpy(), want.to_numpy())
     assert np.isnan(out["queue_s_p50"].to_numpy()[2])
+
+
+def test_alive_bins_from_the_request_counts_per_cell() -> None:
+    """Arrivals in time order inside the window: the cells named by the requests are read off
+    the per-cell request counts, the same alive bins as a pass over the rows; arrivals out of
+    order, outside the window or NaN: the rows are read."""
+    from pdprobe.analysis.evidence.build import compute_evidence
+    from pdprobe.analysis.evidence.series import _counted_cells, alive_bins
+
+    rng = np.random.default_rng(10)
+    n = 300
+    arrival = np.sort(rng.uniform(0.0, 200.0, n))
+    prefill = rng.choice(np.array(["p1", "p2", "p3", "zz", None], dtype=object), n)
+    prefill[arrival > 120.0] = np.where(prefill[arrival > 120.0] == "p3", None,
+                                        prefill[arrival > 120.0])  # p3 stops early
+    decode = rng.choice(np.array(["d1", "d2", None], dtype=object), n)
+    decode[arrival < 50.0] = None  # the decode column names nobody at first
+    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 10, "output_tokens": 2,
+                             "prefill_instance": pd.Categorical(prefill),
+                             "decode_instance": pd.Categorical(decode)})
+    ds = make_dataset(requests)
+    evidence = compute_evidence(ds, workload=Missing("x"), slo=Missing("x"),
+                                capacity=Missing("x"))
+    window, index = evidence.window, evidence.instances.index
+    pos = {name: i for i, name in enumerate(index.astype(str))}
+    assert _counted_cells(ds, window, pos, len(index), evidence.bins) is not None
+    rows = alive_bins(ds, window, index)
+    pd.testing.assert_frame_equal(alive_bins(ds, window, index, evidence.bins), rows)
+    assert rows.to_numpy().any() and not rows.to_numpy().all()
+    for changed in (arrival[::-1].copy(), np.append(arrival[:-1], 250.0),
+                    np.append(arrival[:-1], np.nan)):
+        other = make_dataset(requests.assign(arrival_ts=changed))
+        assert _counted_cells(other, window, pos, len(index), evidence.bins) is None
+
+
+def test_sorted_figures_by_blocks_of_bins(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Bins sorted a block of grouped rows at a time: the medians and quantiles of every bin
+    sorted at once (NaN values, a bin without values)."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.evidence.selection import selected
+    from pdprobe.analysis.evidence.series import _sorted_figures
+    from pdprobe.analysis.grouped import Groups
+
+    rng = np.random.default_rng(13)
+    bins = np.sort(rng.integers(0, 12, 2_000)).astype(np.int16)
+    values = np.where(rng.random(bins.size) < 0.5, 0.0, rng.exponential(1.0, bins.size))
+    values[::7] = np.nan
+    values[bins == 3] = np.nan
+    groups = Groups.of(bins, range(12))
+    ranked = selected(groups, values)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 300)  # blocks of a bin or two
+    median, p90 = _sorted_figures(groups, values, 0.9)
+    assert np.array_equal(median, ranked.median(), equal_nan=True)
+    assert np.array_equal(p90, ranked.quantile(0.9), equal_nan=True)
+    assert np.isnan(_sorted_figures(groups, values)[1]).all()
