@@ -14,7 +14,7 @@ rows' positions and one block's temporaries.
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -170,7 +170,7 @@ class BinCells:
             v = np.take(take(values, rows), order)
             # the block's used cells (its groups), in order: the unused ones hold no rows
             sizes = per_cell[self.ids[g0:g1] - first * self._n_keys]
-            out[g0:g1] = _medians(v, sizes)
+            out[g0:g1] = medians_of(v, sizes)
         return out
 
     def _cell_order(self, rows: slice | np.ndarray, first: int, end: int, lo: int
@@ -256,7 +256,7 @@ def cell_sums(cells: CellGroups, columns: tuple[Column, ...]) -> list[np.ndarray
     return [cells.sums(values) for values in columns]
 
 
-def _medians(v: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def medians_of(v: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Each group's median of its non-NaN values, group ``g`` being the next ``sizes[g]``
     values of ``v`` (partitioned in place): ``Groups.medians``' figures (the value at rank
     ``n // 2`` of its ``n`` values, averaged with the largest value left of it when ``n`` is
@@ -278,52 +278,3 @@ def _medians(v: np.ndarray, sizes: np.ndarray) -> np.ndarray:
             upper = values[mid]
             out[g] = upper if n % 2 else (upper + values[:mid].max()) / 2
     return out
-
-
-def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None) -> Groups:
-    """``Groups.of(bins, range(n_bins), sample_max=sample_max)``: when the bins never decrease
-    (arrivals in time order) each bin's rows are one run, found by a binary search (no count
-    of every row's code, no check of the order), and the sample is drawn run by run against
-    each bin's rate (no rate looked up per row, no code gathered at the sampled rows): the
-    same draws, so the same rows. Other bins go to ``Groups.of``."""
-    from pdprobe.analysis.grouped import SAMPLE_SEED, Groups
-
-    n = bins.size
-    if not n or bins[0] < 0 or bins[-1] >= n_bins or not ascending(bins):
-        return Groups.of(bins, range(n_bins), sample_max=sample_max)
-    starts = np.append(key_starts(lambda at: bins[at], n_bins, n), n)
-    totals = np.diff(starts)
-    used = totals > 0
-    ids = np.flatnonzero(used)
-    codes = bins
-    if not used.all():  # renumbered as ``Groups.of`` numbers the groups with rows
-        lookup = np.where(used, np.cumsum(used) - 1, -1).astype(compact_dtype(ids.size))
-        codes = lookup[bins]
-    elif codes.dtype.itemsize > np.dtype(compact_dtype(n_bins)).itemsize:
-        codes = codes.astype(compact_dtype(n_bins))
-    totals, starts = totals[used], np.append(starts[:-1][used], n)
-    bounds = np.zeros(ids.size + 1, dtype=np.int64)
-    common: dict[str, Any] = {"codes": codes, "labels": tuple(str(b) for b in ids.tolist()),
-                              "ids": ids, "totals": totals, "complete": True, "ordered": True}
-    if sample_max is None or not (totals > sample_max).any():
-        np.cumsum(totals, out=bounds[1:])
-        return Groups(order=np.arange(n, dtype=index_dtype(n)), bounds=bounds, **common)
-    rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
-    # ``sample_rows``' draws: one float32 per row, a slice at a time, from one seeded stream
-    rng = np.random.default_rng(SAMPLE_SEED)
-    rows = np.empty(n, dtype=index_dtype(n))  # pages past the rows kept are never touched
-    kept = 0
-    bounds_at = starts.tolist()
-    for part in chunks(n):
-        uniform = rng.random(part.stop - part.start, dtype=np.float32)
-        first = int(np.searchsorted(starts, part.start, side="right")) - 1
-        for g in range(first, ids.size):
-            a, b = max(bounds_at[g], part.start), min(bounds_at[g + 1], part.stop)
-            if a >= part.stop:
-                break
-            hit = np.flatnonzero(uniform[a - part.start:b - part.start] < rate[g])
-            np.add(hit, a, out=rows[kept:kept + hit.size], casting="unsafe")
-            kept += hit.size
-    order = rows[:kept]
-    bounds[:] = np.searchsorted(order, starts)
-    return Groups(order=order, bounds=bounds, sampled=True, **common)

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pdprobe.analysis.evidence.model import Window
-    from pdprobe.analysis.grouped import Groups
-    from pdprobe.analysis.row_slices import Column
     from pdprobe.dataset import Dataset
 
 # Per-role means of per-instance gauge bins: (cluster column, bins name, role).
@@ -242,8 +240,8 @@ def _request_cells(ds: Dataset, window: Window, pos: Mapping[str, int],
 def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     """Arrivals, length means and latency medians per bin from request records: one grouping
     of the rows by bin, one sort per column and bin (``analysis.grouped``)."""
-    from pdprobe.analysis.evidence.cells import bin_groups
-    from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, Rows, column_values, sample_max
+    from pdprobe.analysis.evidence.bin_figures import bin_groups, sorted_figures, transfer_medians
+    from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, column_values, sample_max
 
     req = ds.requests
     if req.empty:
@@ -274,64 +272,31 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         if request_column(ds, col) is None:
             continue
         if col in _SORTED_MEDIANS:  # a median alone, of values with many ties: sorted
-            out[name] = per_bin(_sorted_figures(groups, column(col))[0])
+            out[name] = per_bin(sorted_figures(groups, column(col))[0])
             continue
         if col != "ttft_s":  # a median alone: each bin partitioned at its middle, not sorted
             out[name] = per_bin(blocked_medians(groups, column(col)))
             continue
         # the median and the p90 read off one sort of each bin
-        median, p90 = _sorted_figures(groups, column(col), 0.9)
+        median, p90 = sorted_figures(groups, column(col), 0.9)
         out[name] = per_bin(median)
         ttft_p90 = per_bin(p90)
     xfer = transfer_seconds(ds)
     x = None if xfer is None else xfer.to_numpy(dtype="float64")
-    if x is not None:
-        out["xfer_s_p50"] = per_bin(blocked_medians(groups, x))
+    with_kv = "kv_bytes" in cols and has_values(req, "kv_bytes")
+    kv = column("kv_bytes") if with_kv else None
+    per_gb = None
+    if x is not None:  # the transfer time's median, and per GB of the records with bytes
+        xfer_p50, per_gb = transfer_medians(groups, x, kv)
+        out["xfer_s_p50"] = per_bin(xfer_p50)
     if ttft_p90 is not None:  # set here: the frame's column order is unchanged
         out["ttft_p90"] = ttft_p90
-    if "kv_bytes" in cols and has_values(req, "kv_bytes"):
-        kv = column("kv_bytes")
+    if kv is not None:
         have = groups.counts(kv)
         total = np.where(have > 0, groups.sums(kv), np.nan)  # sum(min_count=1)
         out["kv_bytes_per_s"] = per_bin(total) / window.step_s
-        if x is not None:
-            xs = x
-
-            def per_gb(rows: Rows) -> np.ndarray:
-                # Time per GB: congestion slows every byte; bigger transfers alone do not.
-                # 1e9 * x / (kv where kv > 0, else NaN), in place on the two gathered copies
-                # (positions gather a new array: copied again only for a slice's view)
-                view = isinstance(rows, slice)
-                out = np.multiply(xs[rows], 1e9) if view else xs[rows]
-                if not view:
-                    out *= 1e9
-                k = np.array(kv[rows], dtype=np.float64, copy=True if view else None)
-                k[~(k > 0)] = np.nan
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    return np.divide(out, k, out=out)
-
-            # only at the rows the medians read (all of them up to the sampling threshold)
-            out["xfer_s_per_gb_p50"] = per_bin(blocked_medians(groups, per_gb))
-
-
-def _sorted_figures(groups: Groups, values: Column, q: float | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Each group's median and, with ``q``, linear quantile ``q`` (else NaN) of its sorted
-    non-NaN ``values`` (``selection.selected``), a block of about ``CHUNK_ROWS`` grouped rows
-    at a time (``row_slices.group_slices``): a group's figures read only its own values, so
-    they are the same, and each block's gathered values reuse the allocator's memory where
-    every bin's at once were fresh pages (36 MB for 4.5M sampled rows at 10M rows)."""
-    from pdprobe.analysis.evidence.selection import selected
-    from pdprobe.analysis.row_slices import group_slices
-
-    median = np.full(groups.n_groups, np.nan)
-    upper = np.full(groups.n_groups, np.nan)
-    for first, end, block in group_slices(groups):
-        ranked = selected(block, values)
-        median[first:end] = ranked.median()
-        if q is not None:
-            upper[first:end] = ranked.quantile(q)
-    return median, upper
+        if per_gb is not None:
+            out["xfer_s_per_gb_p50"] = per_bin(per_gb)
 
 
 def _histogram_mix(ds: Dataset, window: Window, out: pd.DataFrame) -> None:

@@ -145,7 +145,7 @@ def test_bin_cells_with_every_key_and_empty_cells(monkeypatch: pytest.MonkeyPatc
 def test_medians_of_consecutive_groups_are_those_of_groups() -> None:
     """``_medians`` (one partition per group, in place) gives ``Groups.medians``' figures:
     odd and even groups, groups of one and of none, NaN values, ties, all-NaN groups."""
-    from pdprobe.analysis.evidence.cells import _medians
+    from pdprobe.analysis.evidence.cells import medians_of
 
     rng = np.random.default_rng(9)
     sizes = np.array([0, 1, 2, 3, 4, 0, 7, 10, 1, 5, 6], dtype=np.int64)
@@ -156,41 +156,7 @@ def test_medians_of_consecutive_groups_are_those_of_groups() -> None:
     want = Groups.of(codes, range(sizes.size)).medians(values)
     full = np.full(sizes.size, np.nan)
     full[np.flatnonzero(sizes)] = want
-    assert np.array_equal(_medians(values.copy(), sizes), full, equal_nan=True)
-    assert _medians(np.array([]), np.array([], dtype=np.int64)).size == 0
-    assert np.array_equal(_medians(np.array([]), np.zeros(3, dtype=np.int64)),
+    assert np.array_equal(medians_of(values.copy(), sizes), full, equal_nan=True)
+    assert medians_of(np.array([]), np.array([], dtype=np.int64)).size == 0
+    assert np.array_equal(medians_of(np.array([]), np.zeros(3, dtype=np.int64)),
                           np.full(3, np.nan), equal_nan=True)
-
-
-def _same_groups(got: Groups, want: Groups) -> None:
-    for field in ("codes", "order", "bounds", "ids", "totals"):
-        a, b = getattr(got, field), getattr(want, field)
-        assert a.dtype == b.dtype and np.array_equal(a, b), field
-    assert (got.labels, got.sampled, got.complete, got.ordered) == \
-        (want.labels, want.sampled, want.complete, want.ordered)
-
-
-@pytest.mark.parametrize("sample_max", [None, 40, 100_000])
-@pytest.mark.parametrize("case", ["every bin", "empty bins", "one bin", "unordered", "empty"])
-def test_bin_groups_are_groups_of_the_bins(monkeypatch: pytest.MonkeyPatch,
-                                           sample_max: int | None, case: str) -> None:
-    """Bins in time order grouped run by run: the very fields of ``Groups.of`` (the same
-    sampled rows, drawn across slice edges), bins without rows, one bin, no rows; bins out of
-    order go to ``Groups.of`` itself."""
-    from pdprobe.analysis.evidence.cells import bin_groups
-
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
-    n_bins = 12
-    rng = np.random.default_rng(11)
-    bins = np.sort(rng.integers(0, n_bins, 6_000)).astype(np.int16)
-    if case == "empty bins":
-        bins[(bins == 0) | (bins == 3)] = 4
-        bins[bins == 11] = 10
-    elif case == "one bin":
-        bins[:] = 5
-    elif case == "unordered":
-        bins = bins[::-1].copy()
-    elif case == "empty":
-        bins = bins[:0]
-    _same_groups(bin_groups(bins, n_bins, sample_max),
-                 Groups.of(bins, range(n_bins), sample_max=sample_max))

@@ -134,25 +134,3 @@ def test_alive_bins_from_the_request_counts_per_cell() -> None:
                     np.append(arrival[:-1], np.nan)):
         other = make_dataset(requests.assign(arrival_ts=changed))
         assert _counted_cells(other, window, pos, len(index), evidence.bins) is None
-
-
-def test_sorted_figures_by_blocks_of_bins(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Bins sorted a block of grouped rows at a time: the medians and quantiles of every bin
-    sorted at once (NaN values, a bin without values)."""
-    from pdprobe.analysis import row_slices
-    from pdprobe.analysis.evidence.selection import selected
-    from pdprobe.analysis.evidence.series import _sorted_figures
-    from pdprobe.analysis.grouped import Groups
-
-    rng = np.random.default_rng(13)
-    bins = np.sort(rng.integers(0, 12, 2_000)).astype(np.int16)
-    values = np.where(rng.random(bins.size) < 0.5, 0.0, rng.exponential(1.0, bins.size))
-    values[::7] = np.nan
-    values[bins == 3] = np.nan
-    groups = Groups.of(bins, range(12))
-    ranked = selected(groups, values)
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 300)  # blocks of a bin or two
-    median, p90 = _sorted_figures(groups, values, 0.9)
-    assert np.array_equal(median, ranked.median(), equal_nan=True)
-    assert np.array_equal(p90, ranked.quantile(0.9), equal_nan=True)
-    assert np.isnan(_sorted_figures(groups, values)[1]).all()
