@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 
 class CellGroups(Protocol):
-    """What the evidence reads of a grouping of rows by cell (``Groups`` or ``BinCells``)."""
+    """What the evidence reads of a grouping of rows by cell (``WholeCells`` or ``BinCells``):
+    the cells with rows, their rows, each cell's median and sums."""
 
     @property
     def ids(self) -> np.ndarray: ...
@@ -49,14 +50,15 @@ class CellGroups(Protocol):
 
     def medians(self, values: Column) -> np.ndarray: ...
 
-    def sums(self, values: Column) -> np.ndarray: ...
+    def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]: ...
 
 
 def cell_groups(bins: np.ndarray, keys: Groups, n_bins: int,
                 sample_max: int | None) -> CellGroups:
     """The rows grouped by cell ``bin * n_keys + key`` (no cell where the key is missing), as
     ``Groups.of`` of those codes with ``sample_max``: by blocks of bins (``BinCells``) when the
-    bins never decrease and the rows are more than one slice, else ``Groups.of`` itself."""
+    bins never decrease and the rows are more than one slice, else ``Groups.of`` itself
+    (``WholeCells``)."""
     from pdprobe.analysis.grouped import Groups
 
     n = keys.n_groups
@@ -67,7 +69,30 @@ def cell_groups(bins: np.ndarray, keys: Groups, n_bins: int,
     cell_code += keys.codes
     if not keys.complete:
         cell_code[keys.codes < 0] = -1
-    return Groups.of(cell_code, range(n_bins * n), sample_max=sample_max)
+    return WholeCells(Groups.of(cell_code, range(n_bins * n), sample_max=sample_max))
+
+
+class WholeCells:
+    """``CellGroups`` of ``Groups.of`` on every row's cell: medians a block of grouped rows at
+    a time (``row_slices.blocked_medians``), sums column after column."""
+
+    def __init__(self, groups: Groups) -> None:
+        self.groups = groups
+        self.ids = groups.ids
+        self.totals = groups.totals
+
+    @property
+    def n_groups(self) -> int:
+        """Cells with at least one row."""
+        return self.groups.n_groups
+
+    def medians(self, values: Column) -> np.ndarray:
+        """``Groups.medians`` of ``values``."""
+        return row_slices.blocked_medians(self.groups, values)
+
+    def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]:
+        """``Groups.sums`` of each of ``columns``."""
+        return [self.groups.sums(values) for values in columns]
 
 
 class BinCells:
@@ -246,14 +271,6 @@ def _weights(values: Column, rows: slice) -> np.ndarray:
     v = take(values, rows)
     nan = np.isnan(v)
     return np.where(nan, 0.0, v) if nan.any() else v
-
-
-def cell_sums(cells: CellGroups, columns: tuple[Column, ...]) -> list[np.ndarray]:
-    """Each cell's sum of the non-NaN values of each of ``columns`` (``Groups.sums``), in one
-    pass over the rows for ``BinCells``."""
-    if isinstance(cells, BinCells):
-        return cells.sums_of(columns)
-    return [cells.sums(values) for values in columns]
 
 
 def medians_of(v: np.ndarray, sizes: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from pdprobe.analysis.evidence.registry import (
     REQUEST_QUANTILES,
     ROLE_COUNT_BINS,
 )
-from pdprobe.analysis.row_slices import blocked_medians, has_values
+from pdprobe.analysis.row_slices import has_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,11 +80,10 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     """
     import pandas as pd
 
-    from pdprobe.analysis.evidence.cells import cell_groups, cell_sums
+    from pdprobe.analysis.evidence.cells import cell_groups
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
         Derived,
-        Groups,
         column_values,
         group_sums,
         key_groups,
@@ -183,13 +182,12 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                 continue
             if not (counted[c] if c in counted else groups.counts(data)).sum():
                 continue  # (a count, no figures)
-            medians = blocked_medians(cells, data) if isinstance(cells, Groups) else \
-                cells.medians(data)
+            medians = cells.medians(data)
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
-            hit = _ratio(*cell_sums(cells, (column_values(req, "cached_tokens"),
-                                            column_values(req, "prompt_tokens"))))
+            hit = _ratio(*cells.sums_of((column_values(req, "cached_tokens"),
+                                         column_values(req, "prompt_tokens"))))
             merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows)

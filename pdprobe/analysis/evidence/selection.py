@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from pdprobe.analysis.grouped import Groups
     from pdprobe.analysis.row_slices import Column
 
-# Values moved forward at once when a gathered column's NaNs are dropped (``present``).
-_COMPACT_CHUNK: Final = 1 << 20
 # Values from which ``median`` selects the middle itself (below it numpy's is as fast).
 _MEDIAN_SELECT_MIN: Final = 10_000
 # Above this many (slice, group) pairs ``gather`` gathers group after group (one Python step
@@ -78,8 +76,11 @@ def gather(groups: Groups, values: Column) -> np.ndarray:
 
 
 def present(groups: Groups, values: Column) -> tuple[np.ndarray, np.ndarray]:
-    """Each group's non-NaN ``values`` (gathered in group order, a new array) and their
-    bounds: group ``g``'s values are ``v[bounds[g]:bounds[g + 1]]`` (``Groups._present``)."""
+    """Each group's non-NaN ``values`` (gathered in group order by ``gather``, a new array)
+    and their bounds: group ``g``'s values are ``v[bounds[g]:bounds[g + 1]]``, as
+    ``Groups._present`` gives them from its own gather."""
+    from pdprobe.analysis.row_gather import compacted
+
     v = gather(groups, values)
     missing = np.isnan(v)
     if not missing.any():
@@ -87,16 +88,9 @@ def present(groups: Groups, values: Column) -> tuple[np.ndarray, np.ndarray]:
     # the group of each missing value, from its position in group order
     where = np.searchsorted(groups.bounds, np.flatnonzero(missing), side="right") - 1
     counts = groups.sizes - np.bincount(where, minlength=groups.n_groups)
-    # the kept values moved to the array's front a chunk at a time (a chunk's kept values
-    # never land past where it starts): no second array of the gathered length
-    written = 0
-    for start in range(0, v.size, _COMPACT_CHUNK):
-        kept = v[start:start + _COMPACT_CHUNK][~missing[start:start + _COMPACT_CHUNK]]
-        v[written:written + kept.size] = kept
-        written += kept.size
     bounds = np.zeros(groups.n_groups + 1, dtype=np.int64)
     np.cumsum(counts, out=bounds[1:])
-    return v[:written], bounds
+    return compacted(v, missing), bounds  # in place: no second array of the gathered length
 
 
 def median(values: np.ndarray) -> float:

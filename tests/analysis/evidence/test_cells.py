@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
-from pdprobe.analysis.evidence.cells import BinCells, cell_groups, cell_sums
+from pdprobe.analysis.evidence.cells import BinCells, WholeCells, cell_groups
 from pdprobe.analysis.grouped import Groups
 
 
@@ -48,10 +48,10 @@ def test_bins_out_of_order_group_at_once(monkeypatch: pytest.MonkeyPatch) -> Non
     bins, keys, codes = _rows(3, 3_000, 6, 4)
     bins = bins[::-1].copy()
     cells = cell_groups(bins, keys, 6, 40)
-    assert isinstance(cells, Groups)
+    assert isinstance(cells, WholeCells)
     codes = np.where(keys.codes >= 0, bins.astype(np.int64) * 4 + keys.codes, -1)
     whole = Groups.of(codes, range(24), sample_max=40)
-    assert np.array_equal(cells.order, whole.order)
+    assert np.array_equal(cells.groups.order, whole.order)
 
 
 @pytest.mark.parametrize("sample_max", [None, 40])
@@ -78,7 +78,7 @@ def test_bin_cells_with_every_key_and_every_cell(monkeypatch: pytest.MonkeyPatch
     assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
     assert np.array_equal(cells.medians(lambda rows: values[rows] * 3),
                           whole.medians(lambda rows: values[rows] * 3), equal_nan=True)
-    got = cell_sums(cells, (values, ints))
+    got = cells.sums_of((values, ints))
     assert np.array_equal(got[0], whole.sums(values)) and np.array_equal(got[1], whole.sums(ints))
 
 
@@ -113,12 +113,15 @@ def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyP
 def test_cell_sums_of_a_grouping_are_its_sums() -> None:
     bins, keys, codes = _rows(6, 900, 5, 3)
     cells = cell_groups(bins, keys, 5, None)  # one slice: ``Groups.of`` itself
-    assert isinstance(cells, Groups)
+    assert isinstance(cells, WholeCells)
     values = np.linspace(0.0, 1.0, bins.size)
     values[::7] = np.nan
-    got = cell_sums(cells, (values,))
-    assert np.array_equal(got[0], Groups.of(codes, range(15)).sums(values))
-    assert cell_sums(cells, ()) == []
+    whole = Groups.of(codes, range(15))
+    got = cells.sums_of((values,))
+    assert np.array_equal(got[0], whole.sums(values))
+    assert cells.sums_of(()) == []
+    assert cells.n_groups == whole.n_groups and np.array_equal(cells.ids, whole.ids)
+    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
 
 
 @pytest.mark.parametrize("sample_max", [None, 40])
