@@ -43,6 +43,7 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
         queue_share,
         slo_figures,
         transfer_figures,
+        ttft_sample,
     )
     from pdprobe.analysis.instances import window_of
     from pdprobe.analysis.stats import series_step
@@ -67,11 +68,12 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     table = cols.frame()
     cluster = cluster_series(ds, window, table, bins, alive)
     nodes, rdma_signals, tcp_signals = node_figures(ds, window)
-    share, q90 = queue_share(ds)
-    slo_fig = slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table)
+    ttft = ttft_sample(ds)  # read by the queue's, the SLO's and the transfer's figures
+    share, q90 = queue_share(ds, ttft)
+    slo_fig = slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table, ttft)
     return ClusterEvidence(
         window=window, instances=table, bins=bins, cluster=cluster, nodes=nodes,
-        events=event_counts(ds), transfer=transfer_figures(ds, window, table, cluster),
+        events=event_counts(ds), transfer=transfer_figures(ds, window, table, cluster, ttft),
         slo=slo_fig, slo_miss=slo_miss_shape(ds, slo_fig, window),
         capacity=None if isinstance(capacity, Missing) else capacity,
         arrival_rate_rps=arrival_rate(workload, ds, window, table),

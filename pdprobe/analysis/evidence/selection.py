@@ -103,9 +103,13 @@ def median(values: np.ndarray) -> float:
     if a.ndim != 1 or a.dtype != np.float64 or a.size < _MEDIAN_SELECT_MIN or \
             np.isnan(a).any():
         return float(np.median(a))
-    mid = a.size // 2
-    ordered = np.sort(a)
-    middle = ordered[mid:mid + 1] if a.size % 2 else ordered[mid - 1:mid + 1]
+    return _sorted_median(np.sort(a))
+
+
+def _sorted_median(ordered: np.ndarray) -> float:
+    """``median``'s figure of sorted values: the middle value(s), averaged by ``np.mean``."""
+    mid = ordered.size // 2
+    middle = ordered[mid:mid + 1] if ordered.size % 2 else ordered[mid - 1:mid + 1]
     return float(np.mean(middle))
 
 
@@ -127,16 +131,32 @@ def quantile(values: np.ndarray, q: float) -> float:
     if a.ndim != 1 or a.dtype != np.float64 or a.size < _MEDIAN_SELECT_MIN or \
             not np.isfinite(a).all():
         return float(np.quantile(a, q))
-    n = a.size
+    return _sorted_quantile(np.sort(a), q)
+
+
+def _sorted_quantile(ordered: np.ndarray, q: float) -> float:
+    """``quantile``'s figure of sorted finite values (numpy's linear interpolation)."""
+    n = ordered.size
     virtual = (n - 1) * q
     lower = n - 1 if virtual >= n - 1 else max(int(np.floor(virtual)), 0)
     upper = min(lower + 1, n - 1) if virtual >= 0 else 0
     # numpy's fraction: against its lower index, -1 (the last) above the top
     gamma = virtual - (-1 if virtual >= n - 1 else lower)
-    ordered = np.sort(a)
     low, high = ordered[lower], ordered[upper]
     diff = high - low
     return float(high - diff * (1 - gamma) if gamma >= 0.5 else low + diff * gamma)
+
+
+def median_and_quantile(values: np.ndarray, q: float) -> tuple[float, float]:
+    """``(median(values), quantile(values, q))`` of finite values from one sorted copy where
+    both would sort one (a float64 array of at least ``_MEDIAN_SELECT_MIN`` finite values:
+    the same sorted array, so the same figures), else each computed alone."""
+    a = np.asarray(values)
+    if a.ndim == 1 and a.dtype == np.float64 and a.size >= _MEDIAN_SELECT_MIN and \
+            np.isfinite(a).all():
+        ordered = np.sort(a)
+        return _sorted_median(ordered), _sorted_quantile(ordered, q)
+    return median(a), quantile(a, q)
 
 
 def selected(groups: Groups, values: Column) -> OrderStatistics:

@@ -101,7 +101,7 @@ def _stage_figures(ttft: np.ndarray, columns: dict[str, np.ndarray], rows: np.nd
     out: dict[str, float] = {}
     total: np.ndarray | None = None
     for stage, values in columns.items():
-        part = np.nan_to_num(values[rows], nan=0.0, copy=False)
+        part = _zero_nan(values[rows])
         out[stage] = float(figure(part))
         if total is None:
             total = part  # its own copy (a gather): the running total from here on
@@ -110,9 +110,15 @@ def _stage_figures(ttft: np.ndarray, columns: dict[str, np.ndarray], rows: np.nd
         del part
     assert total is not None
     rest = np.subtract(ttft[rows], total, out=total)
-    out[REST] = float(figure(np.clip(np.nan_to_num(rest, nan=0.0, copy=False), 0.0, None,
-                                     out=rest)))
+    out[REST] = float(figure(np.clip(_zero_nan(rest), 0.0, None, out=rest)))
     return out
+
+
+def _zero_nan(values: np.ndarray) -> np.ndarray:
+    """``np.nan_to_num(values, nan=0.0, copy=False)`` (in place), after one test that finds
+    nothing to replace in the usual all-finite values (nan_to_num makes a pass for NaN, +inf
+    and -inf each)."""
+    return values if np.isfinite(values).all() else np.nan_to_num(values, nan=0.0, copy=False)
 
 
 def _excess(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray,

@@ -13,7 +13,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
-from pdprobe.analysis.evidence.selection import median, quantile
+from pdprobe.analysis.evidence.selection import median, median_and_quantile, quantile
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.analysis.grouped import column_values, for_quantiles
 from pdprobe.analysis.row_slices import has_values
@@ -37,9 +37,21 @@ MIX_MIN_REQUESTS_PER_BIN: Final = 5
 MIX_RANK_TEST_MAX: Final = 200_000
 
 
+def ttft_sample(ds: Dataset) -> np.ndarray | None:
+    """Each request's TTFT at the rows whole-column quantiles read (``for_quantiles``; every
+    row up to the sampling threshold), None without TTFT: gathered once for the SLO's p90,
+    the queue's and the transfer's shares of it (a 1M-row gather of 10M rows each)."""
+    req = ds.requests
+    if "ttft_s" not in ds.request_columns or not has_values(req, "ttft_s"):
+        return None
+    sampled: np.ndarray = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
+    return sampled
+
+
 def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
-                     cluster: pd.DataFrame) -> Transfer:
-    """Cluster KV-transfer latency, share of TTFT, bandwidth, volume and congestion test."""
+                     cluster: pd.DataFrame, ttft: np.ndarray | None = None) -> Transfer:
+    """Cluster KV-transfer latency, share of TTFT, bandwidth, volume and congestion test
+    (``ttft``: ``ttft_sample(ds)`` when the caller has it)."""
     from pdprobe.analysis.evidence.stats import spearman
     from pdprobe.analysis.promql import histogram_quantile, histogram_window
     from pdprobe.analysis.tables import has_signal
@@ -52,12 +64,11 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
         # quantiles on every request, or on a sample of a very large table (grouped module)
         x_all = xfer.to_numpy(dtype="float64")
         at_sample = for_quantiles(req, x_all)  # gathered once: the ratio below reads it too
-        x = at_sample[np.isfinite(at_sample)]
-        out.update(latency_p50_s=median(x), latency_p90_s=quantile(x, 0.9),
-                   latency_source="request records",
+        p50, p90 = median_and_quantile(at_sample[np.isfinite(at_sample)], 0.9)
+        out.update(latency_p50_s=p50, latency_p90_s=p90, latency_source="request records",
                    transfers=int(np.count_nonzero(np.isfinite(x_all))))
-        if "ttft_s" in cols and has_values(req, "ttft_s"):
-            ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
+        ttft = ttft_sample(ds) if ttft is None else ttft
+        if ttft is not None:
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio = at_sample / np.where(ttft > 0, ttft, np.nan)
             ratio = ratio[np.isfinite(ratio)]
@@ -122,8 +133,9 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
 
 
 def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: float | None,
-                ds: Dataset, table: pd.DataFrame) -> Slo:
-    """Objectives (given, else the analysis's), attainment and the p90 latencies."""
+                ds: Dataset, table: pd.DataFrame, ttft: np.ndarray | None = None) -> Slo:
+    """Objectives (given, else the analysis's), attainment and the p90 latencies (``ttft``:
+    ``ttft_sample(ds)`` when the caller has it)."""
     from pdprobe.analysis.base import SloAttainment
 
     ttft_att = tpot_att = both = None
@@ -138,8 +150,9 @@ def slo_figures(slo: SloAttainment | Missing, ttft_slo: float | None, tpot_slo: 
                  "since_start": slo.since_start, "observed": slo.observed}
     req = ds.requests
     ttft_p90 = tpot_p90 = None
-    if "ttft_s" in ds.request_columns and has_values(req, "ttft_s"):
-        ttft_p90 = quantile(for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64")), 0.9)
+    ttft = ttft_sample(ds) if ttft is None else ttft
+    if ttft is not None:
+        ttft_p90 = quantile(ttft, 0.9)
     elif table["ttft_p90"].notna().any():
         ttft_p90 = float(table["ttft_p90"].max())
     if "tpot_s" in ds.request_columns and has_values(req, "tpot_s"):
@@ -169,8 +182,10 @@ def arrival_rate(workload: WorkloadSummary | Missing, ds: Dataset, window: Windo
     return None
 
 
-def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
-    """Median per-request queue_s / ttft_s and the p90 of queue_s (None without them)."""
+def queue_share(ds: Dataset, ttft: np.ndarray | None = None
+                ) -> tuple[float | None, float | None]:
+    """Median per-request queue_s / ttft_s and the p90 of queue_s (None without them;
+    ``ttft``: ``ttft_sample(ds)`` when the caller has it)."""
     req = ds.requests
     cols = ds.request_columns
     if "queue_s" not in cols or not has_values(req, "queue_s"):
@@ -178,9 +193,9 @@ def queue_share(ds: Dataset) -> tuple[float | None, float | None]:
     # gathered once for the p90 and the ratio
     queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
     q90 = quantile(queue, 0.9)
-    if "ttft_s" not in cols or not has_values(req, "ttft_s"):
+    ttft = ttft_sample(ds) if ttft is None else ttft
+    if ttft is None:
         return None, q90
-    ttft = for_quantiles(req, req["ttft_s"].to_numpy(dtype="float64"))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = queue / np.where(ttft > 0, ttft, np.nan)
     ratio = ratio[np.isfinite(ratio)]

@@ -120,3 +120,16 @@ def test_excess_holds_one_stage_besides_the_total() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 3.2 * per_stage  # (a boolean gather makes its positions too)
+
+
+def test_zero_nan_is_nan_to_num() -> None:
+    """NaN made 0 and infinities the largest finite values, in place, as ``nan_to_num``; an
+    all-finite array returned as it is."""
+    from pdprobe.analysis.evidence.slo_miss import _zero_nan
+
+    finite = np.array([0.5, -1.0, 3.0])
+    assert _zero_nan(finite) is finite
+    odd = np.array([np.nan, np.inf, -np.inf, 2.0])
+    want = np.nan_to_num(odd.copy(), nan=0.0)
+    got = _zero_nan(odd)
+    assert got is odd and np.array_equal(got, want)
