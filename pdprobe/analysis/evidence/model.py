@@ -59,8 +59,11 @@ class Window:
             idx = t[part] - self.start_ts  # new; in place on
             idx /= self.step_s
             np.floor(idx, out=idx)
-            np.nan_to_num(idx, copy=False, nan=0.0)
-            np.clip(idx, 0, self.n_bins - 1, out=idx)
+            # clipped into the bins, NaN to bin 0: fmax and fmin skip a NaN, so this is
+            # ``nan_to_num`` (NaN -> 0, +-inf -> the largest finite) then ``clip`` without
+            # nan_to_num's three passes for NaN, +inf and -inf
+            np.fmax(idx, 0.0, out=idx)
+            np.fmin(idx, self.n_bins - 1, out=idx)
             out[part] = idx
         return out
 

@@ -16,7 +16,7 @@ from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
 from pdprobe.analysis.evidence.selection import median, median_and_quantile, quantile
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.analysis.grouped import column_values, for_quantiles
-from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.row_slices import ascending, has_values
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -222,6 +222,7 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
     out: dict[str, Any] = {"source": "request records" if len(ds.requests)
                            else "token-length histograms"}
     notes: list[str] = []
+    in_order = None  # arrivals in time order: each side of a split is a run of rows
     for col, name in (("prompt_mean", "prompt"), ("output_mean", "output")):
         if col not in cluster.columns:
             continue
@@ -240,7 +241,13 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
             req = ds.requests
             tok = column_values(req, "prompt_tokens" if name == "prompt" else "output_tokens")
             arr = req["arrival_ts"].to_numpy(dtype="float64")
-            a, b = _rows_where(tok, arr < cp.ts), _rows_where(tok, arr >= cp.ts)
+            if in_order is None:
+                in_order = ascending(arr)  # (no NaN then)
+            if in_order:  # the rows before the split are a run: found by a binary search
+                split = int(np.searchsorted(arr, cp.ts, side="left"))
+                a, b = tok[:split], tok[split:]
+            else:
+                a, b = _rows_where(tok, arr < cp.ts), _rows_where(tok, arr >= cp.ts)
             if a.size >= 5 and b.size >= 5:
                 p_key = "prompt_p_requests" if name == "prompt" else "output_p_requests"
                 sampled = max(a.size, b.size) > MIX_RANK_TEST_MAX

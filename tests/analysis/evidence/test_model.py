@@ -18,6 +18,7 @@ def test_bin_of_equals_the_whole_column_formula(monkeypatch: pytest.MonkeyPatch,
     rng = np.random.default_rng(2)
     ts = rng.uniform(50.0, 1100.0, 103)
     ts[::9] = np.nan  # NaN goes to bin 0
+    ts[[4, 5]] = np.inf, -np.inf  # the last bin and the first
     got = window.bin_of(ts)
     assert got.dtype == np.int8  # 60 bins
     want = np.clip(np.nan_to_num(np.floor((ts - 100.0) / 15.0), nan=0.0), 0,

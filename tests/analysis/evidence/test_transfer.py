@@ -29,3 +29,30 @@ def test_sampled_rank_test_agrees_with_full_on_a_million_requests() -> None:
         p_full = stats.mannwhitneyu(before, after).pvalue
         p_sample = stats.mannwhitneyu(rank_sample(before), rank_sample(after)).pvalue
         assert (p_full < 1e-3) == significant == (p_sample < 1e-3), (p_full, p_sample)
+
+
+def test_mix_split_of_arrivals_in_order_is_the_masked_split(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Arrivals in time order: the requests either side of a length shift found by a binary
+    search, the rank tests' figures of the masks (requests at the split's very time on the
+    later side)."""
+    import pandas as pd
+
+    from pdprobe.analysis.evidence import transfer
+    from pdprobe.analysis.evidence.build import compute_evidence
+    from pdprobe.values import Missing
+    from tests.rules.builders import make_dataset
+
+    rng = np.random.default_rng(4)
+    n = 4_000
+    arrival = np.sort(rng.uniform(0.0, 1_200.0, n))
+    arrival[2_000:2_010] = arrival[2_000]  # ties at the split's neighbourhood
+    prompt = np.rint(rng.lognormal(6.0, 0.3, n) * np.where(arrival < 600.0, 1.0, 2.0))
+    output = np.rint(rng.lognormal(5.0, 0.3, n) * np.where(arrival < 800.0, 1.0, 0.5))
+    ds = make_dataset(pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": prompt,
+                                    "output_tokens": output}))
+    evidence = compute_evidence(ds, workload=Missing("x"), slo=Missing("x"),
+                                capacity=Missing("x"))
+    got = transfer.mix_figures(ds, evidence.window, evidence.cluster)
+    assert got.prompt is not None and got.prompt_p_requests is not None
+    monkeypatch.setattr(transfer, "ascending", lambda values: False)  # the masks' split
+    assert transfer.mix_figures(ds, evidence.window, evidence.cluster) == got
