@@ -139,6 +139,21 @@ def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
     return found
 
 
+def arrivals_in_order(ds: Dataset) -> bool:
+    """Whether the requests' arrivals never decrease (``row_slices.ascending``: so they hold
+    no NaN), checked once per request table (cached): the burst bins, the alive cells and
+    the length mix's split each read runs of rows when they do."""
+    from pdprobe.analysis.row_slices import ascending
+    from pdprobe.analysis.table_cache import table_cache
+
+    cache = table_cache(ds.requests)
+    key = ("ascending", "arrival_ts")
+    if key not in cache:
+        cache[key] = ascending(ds.requests["arrival_ts"].to_numpy(dtype=np.float64))
+    found: bool = cache[key]
+    return found
+
+
 def merge_bins(bins: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
     """Add ``frame`` to the per-bin frame ``name`` (earlier values win)."""
     import pandas as pd

@@ -16,6 +16,7 @@ from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import (
     ROLE_COLUMN,
     arrival_bins,
+    arrivals_in_order,
     request_column,
     transfer_seconds,
 )
@@ -170,13 +171,11 @@ def _counted_cells(ds: Dataset, window: Window, pos: Mapping[str, int], n_names:
     bin 0): the same cells without a pass over the rows (at 10M rows two cell codes per row,
     ~45 ms). None when the arrivals are not so, or a role column with values has no counts."""
     from pdprobe.analysis.evidence.registry import ROLE_COUNT_BINS
-    from pdprobe.analysis.row_slices import ascending
-
     req = ds.requests
     if not len(req):
         return []
     t = req["arrival_ts"].to_numpy(dtype="float64")
-    if not (t[0] >= window.start_ts and t[-1] <= window.end_ts and ascending(t)):
+    if not (t[0] >= window.start_ts and t[-1] <= window.end_ts and arrivals_in_order(ds)):
         return None
     out = []
     for role, col in ROLE_COLUMN.items():

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.analysis.evidence.columns import arrivals_in_order
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
 from pdprobe.analysis.evidence.selection import median
 from pdprobe.analysis.grouped import quantile_rows
@@ -83,7 +84,8 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
     rows = quantile_rows(req)
     n_missed = int(np.count_nonzero(missed))
     stages = _excess(ttft, columns, missed, met, rows) if measured and n_missed else ()
-    burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window)
+    burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window,
+                              in_order=arrivals_in_order(ds))
     return SloMissShape(stages=stages, source="per-request", ttft_missed=n_missed,
                         tpot_missed=tpot_missed, requests=n_known,
                         burst_share=burst, busy_request_share=busy_req,
@@ -161,17 +163,20 @@ def _few_as_positions(mask: np.ndarray) -> np.ndarray:
     return np.flatnonzero(mask).astype(index_dtype(mask.size), copy=False)
 
 
-def _bursts(arrival: np.ndarray, missed: np.ndarray,
-            window: Window) -> tuple[float | None, float | None]:
+def _bursts(arrival: np.ndarray, missed: np.ndarray, window: Window,
+            in_order: bool | None = None) -> tuple[float | None, float | None]:
     """Share of misses, and of all requests, in the busiest BUSY_BIN_SHARE of the bins.
 
     Two passes over row slices (``grouped.chunks``): the arrivals per burst bin, then the rows
     in the busiest bins; every figure is a count, so the shares are those of one pass.
+    Arrivals in time order (``in_order``, when the caller knows it: else checked here) are
+    searched instead (``_bursts_sorted``).
     """
     from pdprobe.analysis.grouped import chunks
     from pdprobe.analysis.row_slices import ascending
 
-    if arrival.size and np.isfinite(arrival[[0, -1]]).all() and ascending(arrival):
+    if arrival.size and np.isfinite(arrival[[0, -1]]).all() and \
+            (ascending(arrival) if in_order is None else in_order):
         return _bursts_sorted(arrival, missed, window)
     ok = np.isfinite(arrival)
     n_ok = int(np.count_nonzero(ok))

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.columns import transfer_seconds
+from pdprobe.analysis.evidence.columns import arrivals_in_order, transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
 from pdprobe.analysis.evidence.selection import median, median_and_quantile, quantile
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.analysis.grouped import column_values, for_quantiles
-from pdprobe.analysis.row_slices import ascending, has_values
+from pdprobe.analysis.row_slices import has_values
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -222,7 +222,6 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
     out: dict[str, Any] = {"source": "request records" if len(ds.requests)
                            else "token-length histograms"}
     notes: list[str] = []
-    in_order = None  # arrivals in time order: each side of a split is a run of rows
     for col, name in (("prompt_mean", "prompt"), ("output_mean", "output")):
         if col not in cluster.columns:
             continue
@@ -241,9 +240,7 @@ def mix_figures(ds: Dataset, window: Window, cluster: pd.DataFrame) -> Mix:
             req = ds.requests
             tok = column_values(req, "prompt_tokens" if name == "prompt" else "output_tokens")
             arr = req["arrival_ts"].to_numpy(dtype="float64")
-            if in_order is None:
-                in_order = ascending(arr)  # (no NaN then)
-            if in_order:  # the rows before the split are a run: found by a binary search
+            if arrivals_in_order(ds):  # the rows before the split are a run: found by a binary search
                 split = int(np.searchsorted(arr, cp.ts, side="left"))
                 a, b = tok[:split], tok[split:]
             else:

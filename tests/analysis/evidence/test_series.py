@@ -134,3 +134,19 @@ def test_alive_bins_from_the_request_counts_per_cell() -> None:
                     np.append(arrival[:-1], np.nan)):
         other = make_dataset(requests.assign(arrival_ts=changed))
         assert _counted_cells(other, window, pos, len(index), evidence.bins) is None
+
+
+def test_arrivals_in_order_checked_once_per_table() -> None:
+    """Arrivals that never decrease (no NaN) are in order; the answer is kept per table."""
+    from pdprobe.analysis.evidence.columns import arrivals_in_order
+    from pdprobe.analysis.table_cache import table_cache
+
+    def ds_of(arrival: list[float]):  # type: ignore[no-untyped-def]
+        return make_dataset(pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 10,
+                                          "output_tokens": 2}))
+
+    ordered = ds_of([1.0, 2.0, 2.0, 5.0])
+    assert arrivals_in_order(ordered)
+    assert table_cache(ordered.requests)[("ascending", "arrival_ts")] is True
+    assert not arrivals_in_order(ds_of([1.0, 3.0, 2.0]))
+    assert not arrivals_in_order(ds_of([1.0, float("nan"), 2.0]))

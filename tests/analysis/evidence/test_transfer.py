@@ -54,5 +54,5 @@ def test_mix_split_of_arrivals_in_order_is_the_masked_split(monkeypatch) -> None
                                 capacity=Missing("x"))
     got = transfer.mix_figures(ds, evidence.window, evidence.cluster)
     assert got.prompt is not None and got.prompt_p_requests is not None
-    monkeypatch.setattr(transfer, "ascending", lambda values: False)  # the masks' split
+    monkeypatch.setattr(transfer, "arrivals_in_order", lambda ds: False)  # the masks
     assert transfer.mix_figures(ds, evidence.window, evidence.cluster) == got
