@@ -138,8 +138,8 @@ class BinCells:
             from pdprobe.analysis.grouped import SAMPLE_SEED
 
             rate = np.minimum(1.0, sample_max / self.totals).astype(np.float32)
-            self._rows: np.ndarray | None = sample_rows(self._codes, rate, SAMPLE_SEED,
-                                                         n_rows=n_rows)
+            self._rows: np.ndarray | None = self._sample_by_bin(rate, SAMPLE_SEED) \
+                if complete else sample_rows(self._codes, rate, SAMPLE_SEED, n_rows=n_rows)
         else:  # every row with a cell: a block's rows are found when it is read, not held
             self._rows = None
         # each bin's first sampled row
@@ -150,6 +150,32 @@ class BinCells:
     def n_groups(self) -> int:
         """Cells with at least one row."""
         return int(self.ids.size)
+
+    def _sample_by_bin(self, rate: np.ndarray, seed: int) -> np.ndarray:
+        """``sample_rows(self._codes, rate, seed)`` when every row has a key: the same draws
+        (one float32 per row, a slice at a time, from one seeded stream) compared with each
+        row's rate, looked up bin by bin from its key in that bin's rates (a bin's cells are
+        its keys) instead of from a cell computed for every row."""
+        n_keys, n_rows = self._n_keys, self._bins.size
+        per_cell = np.zeros(self._n_cells, dtype=np.float32)  # a cell without rows: never
+        per_cell[self.ids] = rate
+        starts = self._bin_start.tolist()
+        rng = np.random.default_rng(seed)
+        rows = np.empty(n_rows, dtype=index_dtype(n_rows))  # pages past the kept: untouched
+        kept = 0
+        for part in chunks(n_rows):
+            uniform = rng.random(part.stop - part.start, dtype=np.float32)
+            b = int(np.searchsorted(self._bin_start, part.start, side="right")) - 1
+            while b < len(starts) - 1 and starts[b] < part.stop:
+                lo, hi = max(starts[b], part.start), min(starts[b + 1], part.stop)
+                if hi > lo:
+                    threshold = np.take(per_cell[b * n_keys:(b + 1) * n_keys],
+                                        self._keys[lo:hi])
+                    hit = np.flatnonzero(uniform[lo - part.start:hi - part.start] < threshold)
+                    np.add(hit, lo, out=rows[kept:kept + hit.size], casting="unsafe")
+                    kept += hit.size
+                b += 1
+        return rows[:kept]
 
     def _cells(self, rows: slice | np.ndarray) -> np.ndarray:
         """The cell of each row in ``rows`` (-1 where the key is missing)."""
