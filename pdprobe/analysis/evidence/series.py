@@ -171,6 +171,7 @@ def _counted_cells(ds: Dataset, window: Window, pos: Mapping[str, int], n_names:
     bin 0): the same cells without a pass over the rows (at 10M rows two cell codes per row,
     ~45 ms). None when the arrivals are not so, or a role column with values has no counts."""
     from pdprobe.analysis.evidence.registry import ROLE_COUNT_BINS
+
     req = ds.requests
     if not len(req):
         return []
