@@ -145,9 +145,10 @@ def test_bin_cells_with_every_key_and_empty_cells(monkeypatch: pytest.MonkeyPatc
     assert np.array_equal(cells.sums(values), whole.sums(values))
     if sample_max is not None:  # drawn bin by bin: the rows of the draws against each cell
         from pdprobe.analysis.grouped import SAMPLE_SEED
+        from pdprobe.analysis.row_sample import sample_rows
 
         rate = np.minimum(1.0, sample_max / cells.totals).astype(np.float32)
-        want = row_slices.sample_rows(cells._codes, rate, SAMPLE_SEED, n_rows=bins.size)
+        want = sample_rows(cells._codes, rate, SAMPLE_SEED, n_rows=bins.size)
         assert cells._rows is not None and cells._rows.dtype == want.dtype
         assert np.array_equal(cells._rows, want)
 
