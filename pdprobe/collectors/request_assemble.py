@@ -39,6 +39,7 @@ from pdprobe.collectors.request_values import (
     _to_text,
     _unknown_counts,
     numeric_arrival_bounded,
+    values_view,
 )
 from pdprobe.dataset import REQUEST_STATUSES
 
@@ -149,15 +150,17 @@ def _owned(values: np.ndarray) -> np.ndarray:
 
 def _batch_floats(arr: pa.Array) -> np.ndarray:
     """One batch of an integer or float column as numbers (NaN for null, no copy when the
-    column is float64 without nulls)."""
+    column is float64 or integers without nulls)."""
     import pyarrow as pa
+
+    view = values_view(arr)
+    if view is not None and (view.dtype == np.float64 or view.dtype.kind in "iu"):
+        return view  # integers -> float64 when written into _Floats, as Arrow casts them
     import pyarrow.compute as pc
 
-    if pa.types.is_floating(arr.type) or arr.null_count:
-        # safe=False: int64 beyond 2**53 (epoch nanoseconds) rounds instead of failing
-        return np.asarray(pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False),
-                          dtype=np.float64)
-    return arr.to_numpy(zero_copy_only=False)  # int64 -> float64 when written into _Floats
+    # safe=False: int64 beyond 2**53 (epoch nanoseconds) rounds instead of failing
+    return np.asarray(pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
 
 
 # Codes are held as int8 while a column has at most this many distinct values (pandas holds a
@@ -206,9 +209,9 @@ class _Codes:
             remap, names, self._unknown_entries = _dictionary_codes(dictionary, self.status)
             self._remap = self._held(names)[remap]  # dictionary entry -> held code
             self._dictionary = dictionary
-        indices = arr.indices
-        row = (indices.to_numpy(zero_copy_only=False) if not indices.null_count  # no copy
-               else pc.fill_null(indices, len(dictionary)).to_numpy(zero_copy_only=False))
+        row = values_view(arr.indices)  # no copy
+        if row is None:  # null rows: the extra slot after the dictionary's entries
+            row = pc.fill_null(arr.indices, len(dictionary)).to_numpy(zero_copy_only=False)
         self._count(_unknown_counts(row, len(dictionary), self._unknown_entries))
         if self._remap.dtype != self.codes.dtype:  # held codes fit the held dtype
             self._remap = self._remap.astype(self.codes.dtype)

@@ -85,7 +85,12 @@ class Batches:
 def _read_parquet(path: Path, compression: str | None, want_hash_ids: bool
                   ) -> tuple[Batches, ColumnMap]:
     """The mapped columns of a Parquet file, one row group at a time (see ``Batches``)."""
+    # pyarrow.compute imported here, before the batches: the reading loop's conversions use
+    # it, and a loop that reached its first ``import`` while the analysis modules were being
+    # imported in another thread (``services.diagnose.load_dataset``) waited there, the decode
+    # idle.
     import pyarrow as pa
+    import pyarrow.compute
     import pyarrow.parquet as pq
 
     try:

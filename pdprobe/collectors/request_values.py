@@ -235,7 +235,10 @@ def _clean_text(arr: Any) -> Any:
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         arr = pc.cast(arr, pa.string())
     trimmed = pc.utf8_trim_whitespace(arr)
-    return pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, pa.string()), trimmed)
+    # "empty" from the byte length and the null from an array: a Python value as an argument
+    # (``""``, ``pa.scalar(None)``) makes pyarrow import pandas (see ``_dictionary_codes``)
+    empty = pc.invert(pc.cast(pc.binary_length(trimmed), pa.bool_()))
+    return pc.if_else(empty, pa.nulls(1, pa.string())[0], trimmed)
 
 
 def _category_codes(arr: pa.ChunkedArray, status: bool = False
@@ -268,16 +271,59 @@ def _dictionary_codes(dictionary: pa.Array, status: bool
     if status:
         values = cleaned.to_pylist()
         mapped = [_status_of(value) for value in values]  # the distinct values only
-        cleaned = pa.array(mapped, pa.string())
         unknown = [(str(v), i) for i, (v, m) in enumerate(zip(values, mapped, strict=True))
                    if m is None and v is not None]
         names = sorted(REQUEST_STATUSES)
+        code = {name: i for i, name in enumerate(names)}
+        found = np.array([code.get(m, -1) if m is not None else -1 for m in mapped], np.int32)
     else:
-        names = sorted(pc.unique(cleaned.drop_null()).to_pylist())
-    # dictionary entry -> category code, with one extra slot (-1) for missing row codes
-    remap = np.append(pc.fill_null(pc.index_in(cleaned, value_set=pa.array(names, pa.string())),
-                                   -1).to_numpy(zero_copy_only=False), -1).astype(np.int32)
+        # the distinct names sorted by Arrow: UTF-8 byte order is Python's code point order
+        distinct = pc.unique(cleaned.drop_null())
+        ordered = distinct.take(pc.array_sort_indices(distinct))
+        names = ordered.to_pylist()
+        index = pc.index_in(cleaned, value_set=ordered)  # null where the entry is null
+        valid = values_view(pc.cast(pc.is_valid(index), pa.int8()))
+        found = np.where(valid == 1, _int32_values(index), np.int32(-1))
+    # dictionary entry -> category code, with one extra slot (-1) for missing row codes.
+    # Built without pyarrow's Python-value conversions and ``to_numpy``, which import pandas
+    # the first time: this runs in the reading loop, while the analysis modules are imported
+    # in another thread, and a reader blocked on that import stalled the decode.
+    remap = np.append(found, np.int32(-1)).astype(np.int32)
     return remap, names, unknown
+
+
+def _int32_values(arr: pa.Array) -> np.ndarray:
+    """An int32 array's values, whatever they hold at its null slots."""
+    if not len(arr):
+        return np.empty(0, np.int32)
+    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr), offset=arr.offset * 4)
+
+
+# numpy's dtype of each Arrow fixed-width number type whose values are laid out as numpy's
+_NUMPY_NUMBERS: Final = {"int8": np.int8, "int16": np.int16, "int32": np.int32,
+                         "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16,
+                         "uint32": np.uint32, "uint64": np.uint64, "float": np.float32,
+                         "double": np.float64}
+
+
+def values_view(arr: pa.Array) -> np.ndarray | None:
+    """A null-free array of fixed-width numbers as a read-only numpy view of its values (what
+    ``to_numpy()`` gives), or None for any other array.
+
+    Read from the buffer because pyarrow's ``to_numpy`` imports pandas the first time it
+    runs (its pandas-conversion setup): in the reading loop that import waited for the
+    analysis modules' imports in another thread (``services.diagnose.load_dataset``)."""
+    dtype = _NUMPY_NUMBERS.get(str(arr.type))
+    if dtype is None or arr.null_count:
+        return None
+    if not len(arr):
+        view = np.empty(0, dtype)
+    else:
+        size = np.dtype(dtype).itemsize
+        view = np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr),
+                             offset=arr.offset * size)
+    view.flags.writeable = False  # Arrow's memory (a mutable buffer gives a writable view)
+    return view
 
 
 def _unknown_counts(row: np.ndarray, size: int, unknown: list[tuple[str, int]]

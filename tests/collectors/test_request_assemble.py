@@ -269,3 +269,52 @@ def read_requests_table(table: pa.Table) -> pd.DataFrame:
 
     cmap = map_columns(table.column_names)
     return partial_from_table(Path("t.parquet"), table, cmap, "parquet").requests
+
+
+@pytest.mark.parametrize("arr", [
+    pa.array(np.arange(10, dtype=np.int64) * 3), pa.array(np.arange(5, dtype=np.uint8)),
+    pa.array(np.arange(6, dtype=np.int32) - 3), pa.array(np.array([1.5, -0.0, np.nan, np.inf])),
+    pa.array(np.arange(4, dtype=np.float32)), pa.array(np.arange(20, dtype=np.int16)).slice(7, 9),
+    pa.array(np.arange(20, dtype=np.float64)).slice(3, 0), pa.array([], pa.int64())])
+def test_values_view_is_what_to_numpy_gives(arr: pa.Array) -> None:
+    from pdprobe.collectors.request_values import values_view
+
+    got = values_view(arr)
+    assert got is not None and not got.flags.writeable
+    expect = arr.to_numpy()
+    assert got.dtype == expect.dtype
+    np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize("arr", [pa.array([1, None, 3]), pa.array([1.0, None]),
+                                 pa.array(["a"]), pa.array([True, False]),
+                                 pa.array([1, 2], pa.timestamp("s"))])
+def test_values_view_refuses_nulls_and_other_types(arr: pa.Array) -> None:
+    from pdprobe.collectors.request_values import values_view
+
+    assert values_view(arr) is None
+
+
+def test_numbers_and_dictionaries_are_read_without_importing_pandas() -> None:
+    """The reading threads convert numbers and dictionary codes without pyarrow's
+    ``to_numpy``, whose first call imports pandas (a reader then waited for the analysis
+    modules' imports in another thread)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, pyarrow as pa\n"
+            "from pdprobe.collectors.request_assemble import _batch_floats, values_view\n"
+            "def arr(t, values):  # pa.array would import pandas itself\n"
+            "    return pa.Array.from_buffers(t, len(values), [None, pa.py_buffer(values)])\n"
+            "out = [_batch_floats(arr(pa.float64(), np.arange(5.0))),\n"
+            "       _batch_floats(arr(pa.int64(), np.arange(5))),\n"
+            "       values_view(arr(pa.int32(), np.arange(5, dtype=np.int32)))]\n"
+            "from pdprobe.collectors.request_values import _dictionary_codes\n"
+            "names = pa.StringArray.from_buffers(3, pa.py_buffer(np.array([0, 3, 4, 4],\n"
+            "    np.int32)), pa.py_buffer(b' b a'))  # ' b ', 'a', ''\n"
+            "assert _dictionary_codes(names, False)[:2][1] == ['a', 'b']\n"
+            "assert _dictionary_codes(names, True)[2] == [('b', 0), ('a', 1)]\n"
+            "print('pandas' in sys.modules, [float(x.sum()) for x in out])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["False", "[10.0,", "10.0,", "10.0]"]
