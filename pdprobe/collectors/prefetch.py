@@ -12,13 +12,19 @@ stop: after every item produced before it. When the consumer stops early (``clos
 exception, the generator dropped), the worker is told to stop, the queue is drained so it
 cannot block, the source iterator is closed in the worker's thread and the worker is joined:
 no thread outlives the iteration.
+
+``imported_meanwhile`` imports modules ahead of their use the same way: in a thread, while the
+caller's block runs.
 """
 
 from __future__ import annotations
 
+import importlib
 import queue
+import sys
 import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
@@ -103,3 +109,29 @@ def _prefetched(items: Iterable[T], depth: int) -> Iterator[T]:
             del got  # the consumer holds the item, not this frame
     finally:
         worker.shutdown()
+
+
+@contextmanager
+def imported_meanwhile(*modules: str) -> Iterator[None]:
+    """``modules`` imported in a thread of its own while the block runs (joined when the block
+    ends, whatever happens); no thread when they are all imported already. For modules needed
+    after a long step that releases the GIL (pyarrow's decode): their import overlaps the step
+    instead of following it. A failed import is left for the real one to report."""
+    wanted = [m for m in modules if m not in sys.modules]
+    if not wanted:
+        yield
+        return
+
+    def load() -> None:
+        for module in wanted:
+            try:
+                importlib.import_module(module)
+            except Exception:  # reported where the module is really imported
+                continue
+
+    thread = threading.Thread(target=load, name="pdprobe-import", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()

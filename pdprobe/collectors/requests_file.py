@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from pdprobe.collectors import request_canonical
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
+from pdprobe.collectors.prefetch import imported_meanwhile
 from pdprobe.collectors.request_assemble import Assembled, assemble
 from pdprobe.collectors.request_blocks import distinct_in_order
 from pdprobe.collectors.request_canonical import (
@@ -79,45 +80,8 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
     if not fmt:
         raise InputError(f"{path}: not a per-request file ({sniffed.why})",
                          hint="request records are JSON Lines, CSV/TSV or Parquet")
-    skipped = 0
-    warnings: list[str] = []
-    if fmt == "parquet":
-        batches, cmap = _read_parquet(path, sniffed.compression, want_hash_ids)
-        repaired = _Repaired(batches.batches)
-        # many ids (released once checked): hashed as they are read instead of held
-        many = batches.rows is not None and batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
-        assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids,
-                             ids_again=_repaired_ids(batches.ids_again) if many else None,
-                             prefault=True, bounds=batches.bounds)  # the footer's row count: every row is written
-    else:
-        data = _content(path, sniffed.compression)
-        if _is_blank(data):
-            raise InputError(f"{path}: the file is empty", hint="copy it again")
-        delimiter = "\t" if fmt == "tsv" else ","
-        try:  # streamed: memory holds one block of text at a time
-            with _stream_source(path, sniffed.compression, data) as source:
-                lines: SkippedLines | MalformedRows  # broken lines/rows, piece by piece
-                if fmt == "jsonl":
-                    lines = SkippedLines(path)
-                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, lines)
-                else:
-                    lines = MalformedRows(path)
-                    batches, cmap = stream_delimited(path, source, data, delimiter,
-                                                     want_hash_ids, lines)
-                repaired = _Repaired(batches.batches)
-                assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
-                                     want_hash_ids)
-                warnings, skipped = lines.outcome()
-        except Fallback:  # a broken line or an odd value: read whole, every case worded
-            if fmt == "jsonl":
-                table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)
-            else:
-                table, cmap, warnings, skipped = _read_delimited(path, data, delimiter,
-                                                                 want_hash_ids)
-            batches = Batches.of_table(table)
-            del table
-            repaired = _Repaired(batches.batches)
-            assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
+    assembled, cmap, repaired, warnings, skipped = _read_records(
+        path, fmt, sniffed.compression, want_hash_ids)
     if repaired.invalid_utf8:
         warnings.append(f"{path}: {repaired.invalid_utf8} text value(s) are not valid UTF-8; "
                         "the bad bytes were replaced (U+FFFD)")
@@ -131,6 +95,61 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
         loaded.notes.insert(0, f"{sniffed.compression}-compressed {fmt}")
     return loaded
 
+
+
+# What the canonical frame needs and the reading loop does not (the analysis modules imported
+# meanwhile by services.diagnose do not import pandas either): imported in a thread while the
+# batches are assembled (pyarrow's decode releases the GIL), not after them. At 10M rows the
+# ~0.15 s of pandas' import ran after the read with the other core idle.
+CANONICAL_MODULES: Final = ("pandas",)
+
+
+def _read_records(path: Path, fmt: str, compression: str | None, want_hash_ids: bool
+                  ) -> tuple[Assembled, ColumnMap, _Repaired, list[str], int]:
+    """A request file's records read and assembled (``request_assemble``), with the batches'
+    UTF-8 repairs, the reader's warnings and how many rows it skipped."""
+    skipped = 0
+    warnings: list[str] = []
+    if fmt == "parquet":
+        batches, cmap = _read_parquet(path, compression, want_hash_ids)
+        repaired = _Repaired(batches.batches)
+        # many ids (released once checked): hashed as they are read instead of held
+        many = batches.rows is not None and batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
+        with imported_meanwhile(*CANONICAL_MODULES):
+            assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids,
+                                 ids_again=_repaired_ids(batches.ids_again) if many else None,
+                                 prefault=True, bounds=batches.bounds)  # the footer's row count: every row is written
+    else:
+        data = _content(path, compression)
+        if _is_blank(data):
+            raise InputError(f"{path}: the file is empty", hint="copy it again")
+        delimiter = "\t" if fmt == "tsv" else ","
+        try:  # streamed: memory holds one block of text at a time
+            with _stream_source(path, compression, data) as source:
+                lines: SkippedLines | MalformedRows  # broken lines/rows, piece by piece
+                if fmt == "jsonl":
+                    lines = SkippedLines(path)
+                    batches, cmap = stream_jsonl(path, source, data, want_hash_ids, lines)
+                else:
+                    lines = MalformedRows(path)
+                    batches, cmap = stream_delimited(path, source, data, delimiter,
+                                                     want_hash_ids, lines)
+                repaired = _Repaired(batches.batches)
+                with imported_meanwhile(*CANONICAL_MODULES):
+                    assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
+                                         want_hash_ids)
+                warnings, skipped = lines.outcome()
+        except Fallback:  # a broken line or an odd value: read whole, every case worded
+            if fmt == "jsonl":
+                table, cmap, warnings, skipped = read_jsonl(path, data, want_hash_ids)
+            else:
+                table, cmap, warnings, skipped = _read_delimited(path, data, delimiter,
+                                                                 want_hash_ids)
+            batches = Batches.of_table(table)
+            del table
+            repaired = _Repaired(batches.batches)
+            assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids)
+    return assembled, cmap, repaired, warnings, skipped
 
 
 def _release_unused() -> None:

@@ -120,3 +120,51 @@ def test_nothing_starts_before_the_first_item_is_asked_for() -> None:
 def test_depth_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         prefetch(iter(range(3)), 0)
+
+
+def test_imported_meanwhile_imports_in_a_thread_joined_at_the_end() -> None:
+    import sys
+
+    from pdprobe.collectors.prefetch import imported_meanwhile
+
+    name = "tests.collectors._imported_meanwhile_probe"
+    sys.modules.pop(name, None)
+    with imported_meanwhile(name, "no_such_module_pdprobe", "sys"):  # a failure is skipped
+        pass
+    assert name in sys.modules  # imported by the thread, which was joined
+    assert sys.modules[name].IMPORTED_IN.startswith("pdprobe-import")
+    assert not [t for t in threading.enumerate() if t.name == "pdprobe-import"]
+    with imported_meanwhile("sys"):  # imported already: no thread
+        assert not [t for t in threading.enumerate() if t.name == "pdprobe-import"]
+
+
+def test_a_parquet_read_imports_pandas_while_the_batches_are_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The canonical frame's pandas is imported in a thread during the read (the reading
+    loop itself needs no pandas), not after it."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "r.parquet"
+    n = 1000
+    pq.write_table(pa.table({"arrival_ts": 1.7e9 + np.arange(n, dtype=np.float64),
+                             "prompt_tokens": np.arange(n) + 1, "output_tokens": np.arange(n) + 1,
+                             "decode_instance": pa.array([f"d{i % 3}" for i in range(n)])}), path)
+    code = (
+        "import sys, threading\n"
+        "where = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and str(args[0]).split('.')[0] == 'pandas':\n"
+        "        where.append(threading.current_thread().name)\n"
+        "sys.addaudithook(hook)\n"
+        "from pathlib import Path\n"
+        "from pdprobe.collectors.base import ReadContext\n"
+        "from pdprobe.collectors.requests_file import read_requests\n"
+        f"part = read_requests(Path({str(path)!r}), ReadContext())\n"
+        "print(where[0], len(part.requests))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["pdprobe-import", str(n)]
