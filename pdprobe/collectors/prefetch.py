@@ -111,6 +111,15 @@ def _prefetched(items: Iterable[T], depth: int) -> Iterator[T]:
         worker.shutdown()
 
 
+def import_quietly(*modules: str) -> None:
+    """Import ``modules`` now; a failure is left for the real import to report."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # reported where the module is really imported
+            continue
+
+
 @contextmanager
 def imported_meanwhile(*modules: str) -> Iterator[None]:
     """``modules`` imported in a thread of its own while the block runs (joined when the block
@@ -122,14 +131,8 @@ def imported_meanwhile(*modules: str) -> Iterator[None]:
         yield
         return
 
-    def load() -> None:
-        for module in wanted:
-            try:
-                importlib.import_module(module)
-            except Exception:  # reported where the module is really imported
-                continue
-
-    thread = threading.Thread(target=load, name="pdprobe-import", daemon=True)
+    thread = threading.Thread(target=import_quietly, args=wanted, name="pdprobe-import",
+                              daemon=True)
     thread.start()
     try:
         yield

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import math
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -15,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.identity import AliasMap
+from pdprobe.collectors.prefetch import import_quietly, imported_meanwhile
 from pdprobe.collectors.prometheus_target import PrometheusTarget
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.dataset import Dataset
@@ -77,13 +76,9 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     # mostly pyarrow and numpy work that releases the GIL, and one core is often idle then
     # (at 10M rows the id check's sort runs alone), so the imports' ~0.5 CPU-s overlap it
     # instead of following it. Joined before returning: no thread outlives the read.
-    importing = threading.Thread(target=load_analysis_modules, name="pdprobe-imports")
-    importing.start()
-    try:
+    with imported_meanwhile(*ANALYSIS_MODULES):
         dataset = read_paths(paths, request.read, request.roles, request.aliases,
                              exclude=request.exclude)
-    finally:
-        importing.join()
     if not request.paths:
         return dataset, "bundled sample scenario (pdprobe/sample_logs)"
     if len(paths) == 1:
@@ -93,11 +88,7 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
 
 def load_analysis_modules() -> None:
     """Import ``ANALYSIS_MODULES`` now; a failure is left for the real import to report."""
-    for name in ANALYSIS_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # reported where the module is really imported
-            continue
+    import_quietly(*ANALYSIS_MODULES)
 
 
 def diagnose(request: DiagnoseRequest) -> Report:
