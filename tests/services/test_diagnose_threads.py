@@ -49,3 +49,37 @@ def test_series_runs_on_the_thread_free_first(monkeypatch: pytest.MonkeyPatch) -
     assert pool_thread.startswith("analysis")
     assert repr(by_main.series) == repr(by_pool.series)  # NaN gaps: compared as text
     assert [f.code for f in by_main.findings] == [f.code for f in by_pool.findings]
+
+
+def test_kv_bytes_measured_beside_the_plan_is_the_plans_own() -> None:
+    """``estimate_plan`` given ``measured_kv_bytes`` from the other thread plans as it does
+    measuring them itself (the bundled sample has measured transfers)."""
+    from pdprobe.analysis.capacity.transfer import KvBytes, measured_kv_bytes
+    from pdprobe.analysis.workload import summarize_workload
+    from pdprobe.services.diagnose import load_dataset
+    from pdprobe.services.verify import capacity_options
+
+    request = DiagnoseRequest()
+    dataset, _ = load_dataset(request)
+    workload = summarize_workload(dataset)
+    measured = measured_kv_bytes(dataset)
+    assert isinstance(measured, KvBytes)
+    given = capacity.estimate_plan(dataset, workload, capacity_options(request),
+                                   measured=measured)
+    own = capacity.estimate_plan(dataset, workload, capacity_options(request))
+    assert repr(given.result) == repr(own.result)  # type: ignore[union-attr]
+
+
+def test_a_failed_kv_measure_fails_the_plan_not_the_run(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """An error measuring the KV bytes on this thread reaches the pool's plan (which waits for
+    it) and is raised where the plan is read, with no thread left waiting."""
+    import pdprobe.analysis.capacity.transfer as transfer
+
+    def broken(dataset: Any) -> Any:
+        raise RuntimeError("measuring failed")
+
+    monkeypatch.setattr(transfer, "measured_kv_bytes", broken)
+    with pytest.raises(RuntimeError, match="measuring failed"):
+        diagnose(DiagnoseRequest())
+    assert [t.name for t in threading.enumerate() if t.name.startswith("analysis")] == []

@@ -35,7 +35,7 @@ from pdprobe.analysis.capacity.recommend import (
     utilizations,
 )
 from pdprobe.analysis.capacity.sizings import Sizings
-from pdprobe.analysis.capacity.transfer import measured_kv_bytes
+from pdprobe.analysis.capacity.transfer import KvBytes, measured_kv_bytes
 from pdprobe.analysis.capacity.windows import (
     WindowFrames,
     current_window,
@@ -337,11 +337,16 @@ def estimate_capacity(dataset: Dataset, workload: WorkloadSummary | Missing,
 
 
 def estimate_plan(dataset: Dataset, workload: WorkloadSummary | Missing,
-                  request: CapacityOptions) -> CapacityPlan | Missing:
-    """The capacity plan over a diagnosed dataset (entry point used by ``pdprobe diagnose``)."""
+                  request: CapacityOptions, *, measured: KvBytes | str | None = None
+                  ) -> CapacityPlan | Missing:
+    """The capacity plan over a diagnosed dataset (entry point used by ``pdprobe diagnose``).
+
+    ``measured``: ``measured_kv_bytes(dataset)`` when the caller has it (``analyse`` computes
+    it on its other thread while this one summarises the workload)."""
     slo = Slo.of(request.slo_ttft_s, request.slo_tpot_s)
     slo = replace(slo, attainment=request.slo_target)
-    measured = measured_kv_bytes(dataset)  # once: it picks the profile and sizes transfers
+    if measured is None:  # once: it picks the profile and sizes transfers
+        measured = measured_kv_bytes(dataset)
     profile, profile_notes = choose_profile(request.profile, dataset, measured=measured)
     notes = list(profile_notes)
     rate: float | None = None
