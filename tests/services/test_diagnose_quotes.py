@@ -110,8 +110,8 @@ def test_a_count_the_recalibration_sets_is_the_one_the_finding_quotes(
 
     real = capacity_package.estimate_plan
 
-    def recalibrated_plan(*args: object) -> object:
-        plan = real(*args)  # type: ignore[arg-type]
+    def recalibrated_plan(*args: object, **kwargs: object) -> object:
+        plan = real(*args, **kwargs)  # type: ignore[arg-type]
         assert isinstance(plan, CapacityPlan)
         cap = plan.result
         more = int(cap.recommended_prefill) + 2  # type: ignore[arg-type]
