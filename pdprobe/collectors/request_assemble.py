@@ -30,7 +30,8 @@ from pdprobe.collectors.request_columns import (
     STRING_COLUMNS,
     ColumnMap,
 )
-from pdprobe.collectors.request_ids import row_hashes
+from pdprobe.collectors.request_id_hashes import IdHashes, cleaned_ids
+from pdprobe.collectors.request_outputs import OutputColumn, owned
 from pdprobe.collectors.request_values import (
     _arrival_seconds,
     _category_codes,
@@ -44,7 +45,6 @@ from pdprobe.collectors.request_values import (
 from pdprobe.dataset import REQUEST_STATUSES
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
 
     import pyarrow as pa
 
@@ -91,45 +91,7 @@ def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
-class _Column:
-    """One output column written batch by batch: into an array reserved for ``rows`` while it
-    has room (the batch is then released), the rest into copies appended after it."""
-
-    def __init__(self, rows: int | None, dtype: type) -> None:
-        self.dtype = dtype
-        self.out: np.ndarray | None = (np.empty(rows, dtype=dtype) if rows is not None
-                                       else None)
-        self.written = 0
-        self.parts: list[np.ndarray] = []
-
-    def put(self, values: np.ndarray) -> None:
-        if self.out is not None and not self.parts:
-            head = values[:self.out.size - self.written]  # numpy casts ints as Arrow does
-            self.out[self.written:self.written + head.size] = head
-            self.written += head.size
-            values = values[head.size:]
-        if values.size:
-            self.parts.append(np.array(values, dtype=self.dtype))  # a copy: the batch goes
-
-    def slot(self, n: int) -> np.ndarray | None:
-        """The next ``n`` reserved rows to write in place (counted as written), or None when
-        they do not fit (then ``put`` appends)."""
-        if self.out is None or self.parts or self.written + n > self.out.size:
-            return None
-        view = self.out[self.written:self.written + n]
-        self.written += n
-        return view
-
-    def collected(self) -> np.ndarray:
-        pieces = ([self.out[:self.written]] if self.out is not None else []) + self.parts
-        self.out = None
-        self.parts = []
-        if not pieces:
-            return np.empty(0, dtype=self.dtype)
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-
-
-class _Floats(_Column):
+class _Floats(OutputColumn):
     """float64 values of a numeric-typed column."""
 
     def __init__(self, rows: int | None) -> None:
@@ -139,13 +101,7 @@ class _Floats(_Column):
         self.put(values)
 
     def finish(self) -> np.ndarray:
-        return _owned(self.collected())
-
-
-def _owned(values: np.ndarray) -> np.ndarray:
-    """``values`` writable (the canonical step fixes values in place); a read-only view of
-    Arrow memory is copied."""
-    return values if values.flags.writeable else values.copy()
+        return owned(self.collected())
 
 
 def _batch_floats(arr: pa.Array) -> np.ndarray:
@@ -179,7 +135,7 @@ class _Codes:
         self.rows = rows
         self.names: list[str] = sorted(REQUEST_STATUSES) if status else []
         self.index: dict[str, int] = {v: i for i, v in enumerate(self.names)}
-        self.codes = _Column(rows, np.int8)
+        self.codes = OutputColumn(rows, np.int8)
         self.unknown: dict[str, int] = {}
         # the last batch's dictionary and what it maps to: the batches of a Parquet row group
         # (and often of a whole file) share one dictionary, decided once
@@ -190,7 +146,7 @@ class _Codes:
     def _widen(self) -> None:
         """Codes so far copied to int32 (more distinct values than int8 holds)."""
         held = self.codes.collected()
-        self.codes = _Column(self.rows, np.int32)
+        self.codes = OutputColumn(self.rows, np.int32)
         self.codes.put(held)
 
     def add(self, arr: pa.Array) -> None:
@@ -267,77 +223,6 @@ class _Chunks:
         return pa.chunked_array(chunks, t)
 
 
-class _IdHashes:
-    """Request ids (a string column) hashed batch by batch (``request_ids.row_hashes``) and
-    dropped: 8 bytes per row instead of the ids themselves (~15 bytes each at 10M rows).
-
-    Each batch's ids are hashed in a thread of their own while the reading loop converts the
-    batch's other columns (cleaning and hashing are pyarrow and numpy work that releases the
-    GIL: at 10M rows ~0.5 CPU-s that otherwise ran alone on the loop's core). One batch is in
-    flight at a time, so memory holds one batch's ids more at most; its hashes are written in
-    row order when the next batch arrives or at ``finish``. ``close`` stops the thread (the
-    reading loop calls it whatever happens)."""
-
-    def __init__(self, rows: int | None) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.hashes: _Column | None = _Column(rows, np.uint64)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdprobe-ids")
-        self._pending: Future[list[np.ndarray] | None] | None = None
-
-    def add(self, arr: pa.Array) -> None:
-        self.settle()
-        if self.hashes is None:
-            return  # an id the hash does not take: the ids are read again whole
-        if len(arr):
-            self._pending = self._pool.submit(_batch_hashes, arr)
-
-    def settle(self) -> None:
-        """Write the batch in flight's hashes (or give up on hashing when it had an id the
-        hash does not take)."""
-        pending, self._pending = self._pending, None
-        if pending is None or self.hashes is None:
-            return
-        parts = pending.result()
-        if parts is None:
-            self.hashes = None
-            return
-        for h in parts:
-            self.hashes.put(h)
-
-    def finish(self) -> np.ndarray | None:
-        """Every batch's hashes in row order (``settle`` after the last batch first), or None
-        when an id could not be hashed."""
-        self.settle()
-        self.close()
-        return None if self.hashes is None else self.hashes.collected()
-
-    def close(self) -> None:
-        """Stop the hashing thread: a batch in flight and not settled is dropped (the read
-        failed), so ``settle`` comes first on success."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _batch_hashes(arr: pa.Array) -> list[np.ndarray] | None:
-    """The hashes of a batch's raw ids, cleaned chunk by chunk; None when a chunk holds an id
-    the hash does not take."""
-    out = []
-    for chunk in _cleaned_ids(arr):
-        h = row_hashes(chunk)
-        if h is None:
-            return None
-        out.append(h)
-    return out
-
-
-def _cleaned_ids(arr: pa.Array) -> list[pa.Array]:
-    """A batch of raw ids cleaned as ``_to_text`` cleans the whole column (trimmed, empty as
-    null: value by value, so batch by batch gives the same)."""
-    import pyarrow as pa
-
-    return list(_to_text(pa.chunked_array([arr], arr.type)).chunks)
-
-
 def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
              rows: int | None = None, want_hash_ids: bool = False,
              ids_again: Callable[[], Iterable[pa.Array]] | None = None,
@@ -375,7 +260,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             numeric[canonical] = _Floats(rows) if _plain_number(types[name]) else _Chunks()
     codes: dict[str, _Codes | _Chunks] = {}
     text: dict[str, _Chunks] = {}
-    id_sink: _IdHashes | None = None
+    id_sink: IdHashes | None = None
     for canonical in STRING_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
@@ -386,7 +271,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             codes[canonical] = _Chunks()  # numbers as names: cleaned over the whole column
         elif canonical == "request_id" and ids_again is not None and (
                 pa.types.is_string(types[name]) or pa.types.is_large_string(types[name])):
-            id_sink = _IdHashes(rows)
+            id_sink = IdHashes(rows)
         else:
             text[canonical] = _Chunks()
     hash_sink = _Chunks() if want_hash_ids and cmap.hash_ids in types else None
@@ -460,7 +345,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             out.numeric[canonical] = (sink.finish(), 0)
         else:
             values, non_numeric = _to_float(sink.column(types[name]))
-            out.numeric[canonical] = (_owned(values), non_numeric)
+            out.numeric[canonical] = (owned(values), non_numeric)
     for canonical, csink in codes.items():
         name = cmap.sources[canonical]
         out.categories[canonical] = (csink.finish() if isinstance(csink, _Codes)
@@ -471,7 +356,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
     if id_sink is not None and ids_again is not None:
         again = ids_again
         out.id_hashes = id_sink.finish()
-        out.ids_again = lambda: (chunk for raw in again() for chunk in _cleaned_ids(raw))
+        out.ids_again = lambda: (chunk for raw in again() for chunk in cleaned_ids(raw))
     if hash_sink is not None and cmap.hash_ids is not None:
         out.hash_ids = hash_sink.column(types[cmap.hash_ids])
     return out
