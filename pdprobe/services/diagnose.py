@@ -207,7 +207,7 @@ def _settle(future: Future[T], compute: Callable[[], T]) -> None:
 CHECK_ONLY_FIELDS: Final = (
     "observed_ttft_attainment", "observed_ttft_p90_s", "observed_tpot_p90_s", "model_check",
     "conditional_on", "notes", "needed_prefill", "needed_decode", "min_instances",
-    "headroom_instances")
+    "headroom_instances", "verified")
 
 
 def judge(ctx: RuleContext, plan: CapacityPlan | Missing, request: DiagnoseRequest
@@ -237,29 +237,27 @@ def judge(ctx: RuleContext, plan: CapacityPlan | Missing, request: DiagnoseReque
         plan.result, observed_attainment=slo.ttft_attainment, observed_p90_s=slo.ttft_p90_s,
         slo_missed=slo.missed, short_pools=short_pools(findings),
         observed_tpot_p90_s=slo.tpot_p90_s, recalibrated=plan.recalibrated)
-    final = verified_counts_said(with_headroom(checked, min_instances=request.min_instances,
-                                               headroom=request.headroom), plan.result)
+    final = verified_final(with_headroom(checked, min_instances=request.min_instances,
+                                         headroom=request.headroom), plan)
     if not same_for_rules(final, plan.result):
         findings, inconclusive = run_rules(replace(ctx, quoted_capacity=final))
     return findings, inconclusive, final
 
 
-def verified_counts_said(final: CapacityResult, model: CapacityResult) -> CapacityResult:
-    """``final`` whose ``--verify`` result says, where the section recommends other counts,
-    that the simulation replayed the model's own: the replay runs inside the capacity model,
-    before the check against the window and --headroom/--min-instances set the counts the
-    section shows beside it (its method names the simulated counts; this says why they
-    differ)."""
-    from pdprobe.analysis.base import SloAttainment
+def verified_final(final: CapacityResult, plan: CapacityPlan) -> CapacityResult:
+    """``final`` with ``--verify``'s replay of the counts it recommends.
 
-    ver = final.verified
-    shown = (final.recommended_prefill, final.recommended_decode)
-    simulated = (model.recommended_prefill, model.recommended_decode)
-    if not isinstance(ver, SloAttainment) or shown == simulated:
+    The capacity model replays its own counts (the rules judge them: PD801 names them); where
+    the check against the window or --headroom/--min-instances set others, or the re-plan
+    was taken, those are replayed too, so the section's "verified" row is the simulation of
+    the counts beside it."""
+    if plan.verify is None:
         return final
-    method = (f"{ver.method}; the capacity model's counts, before the check against the "
-              f"window and --headroom/--min-instances set {shown[0]}P:{shown[1]}D")
-    return replace(final, verified=replace(ver, method=method))
+    shown = (final.recommended_prefill, final.recommended_decode)
+    simulated = (plan.result.recommended_prefill, plan.result.recommended_decode)
+    if shown == simulated and final.verified == plan.result.verified:
+        return final
+    return plan.verify(final)
 
 
 def same_for_rules(final: CapacityResult, seen: CapacityResult) -> bool:

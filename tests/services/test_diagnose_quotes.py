@@ -134,17 +134,19 @@ def test_a_count_the_recalibration_sets_is_the_one_the_finding_quotes(
         [(f.code, f.cause, f.severity, f.confidence) for f in plain.findings]
 
 
-def test_verify_says_it_simulated_the_models_counts_when_the_section_shows_others() -> None:
-    """``--verify`` replays the model's own counts inside the capacity model; with
-    ``--headroom`` the section recommends more, and its "verified" row says which counts the
-    simulation ran (it described 3P/1D beside a 4P:2D recommendation without a word)."""
+def test_verify_simulates_the_counts_the_section_shows() -> None:
+    """``--verify`` replays the model's own counts inside the capacity model (the rules judge
+    them); with ``--headroom`` the section recommends more, and its "verified" row is the
+    replay of those (it described 3P/1D beside a 4P:2D recommendation)."""
     pytest.importorskip("pdprobe.sim.engine")
     raised = diagnose(DiagnoseRequest(verify=True, headroom=1)).capacity
     assert isinstance(raised, CapacityResult)
+    assert (raised.recommended_prefill, raised.recommended_decode) == (4, 2)
     assert isinstance(raised.verified, SloAttainment)
-    assert raised.verified.method.endswith(
-        "on 3P/1D (pdprobe.sim); the capacity model's counts, before the check against the "
-        "window and --headroom/--min-instances set 4P:2D")
+    assert raised.verified.method.endswith("on 4P/2D (pdprobe.sim)")
     plain = diagnose(DiagnoseRequest(verify=True)).capacity
     assert isinstance(plain, CapacityResult) and isinstance(plain.verified, SloAttainment)
+    assert (plain.recommended_prefill, plain.recommended_decode) == (3, 1)
     assert plain.verified.method.endswith("on 3P/1D (pdprobe.sim)")
+    # more instances of each pool meet the objectives at least as often in the same replay
+    assert raised.verified.both >= plain.verified.both  # type: ignore[operator]

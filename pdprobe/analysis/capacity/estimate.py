@@ -68,6 +68,9 @@ class CapacityPlan:
     the same plan re-sized with the window-calibrated waits (``recalibrated``; None when the
     window did not contradict the model's waits with longer ones).
 
+    ``verify`` (with ``--verify``; ``result`` is verified already) replays the counts of a
+    result the diagnosis recommends instead, so the replay shown is of the counts shown.
+
     ``recalibrated(at_least)`` is the whole plan (overall count, windows, band, TTFT
     estimates, utilisations, notes) by the calibrated waits, its prefill count at least
     ``at_least``; None when no count meets the objective with them. Which of the two the
@@ -77,6 +80,8 @@ class CapacityPlan:
 
     result: CapacityResult
     recalibrated: Callable[[int], CapacityResult | None] | None = None
+    # --verify: a result with ``verified`` set by replaying the counts it recommends
+    verify: Callable[[CapacityResult], CapacityResult] | None = None
 
 
 def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
@@ -397,13 +402,6 @@ def estimate_plan(dataset: Dataset, workload: WorkloadSummary | Missing,
         # the replay is of every request, not of the sample the plan sized on
         return replace(result, verified=verifier(mix.unsampled(), built, slo, result))
 
-    replan = plan.recalibrated
-    if replan is None:
-        return CapacityPlan(verified(plan.result))
-
-    def recalibrated(at_least: int) -> CapacityResult | None:
-        # replayed on its own counts (check.py asks for it only when it takes it)
-        result = replan(at_least)
-        return None if result is None else verified(result)
-
-    return CapacityPlan(verified(plan.result), recalibrated)
+    # the model's own counts replayed now (the rules judge them); the counts the diagnosis
+    # finally recommends are replayed by the caller (``verify``) when they are others
+    return CapacityPlan(verified(plan.result), plan.recalibrated, verified)
