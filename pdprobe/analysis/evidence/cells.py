@@ -248,14 +248,11 @@ class BinCells:
                                                                     minlength=n_keys)
         return out, per_cell
 
-    def sums(self, values: Column) -> np.ndarray:
-        """``Groups.sums``: each cell's sum of its non-NaN values over every row, added in row
-        order slice by slice (``ufunc.at``, as ``Groups`` adds them: the same floats)."""
-        return self.sums_of((values,))[0]
-
     def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]:
-        """``sums`` of each of ``columns`` in one pass over the rows: each slice's cells are
-        found once for every column (they cost more than the adding). Each column's values
+        """``Groups.sums`` of each of ``columns`` (each cell's sum of its non-NaN values over
+        every row, added in row order slice by slice, as ``Groups`` adds them: the same
+        floats) in one pass over the rows: each slice's cells are found once for every column
+        (they cost more than the adding). Each column's values
         are added in row order by ``ufunc.at``, as ``Groups`` adds them: the same floats."""
         if self._complete:
             return self._sums_by_bin(columns)

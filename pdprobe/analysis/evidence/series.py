@@ -266,7 +266,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         with np.errstate(invalid="ignore", divide="ignore"):
             out[col] = per_bin(np.where(counts > 0, groups.sums(values) / counts, np.nan))
     cols = ds.request_columns
-    ttft_p90 = None  # read off the TTFT medians' partition (one pass for both figures)
+    ttft_p90 = None  # read off the TTFT's sort (one pass for both figures)
     for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),
                       ("tpot_s", "tpot_p50")):
         if request_column(ds, col) is None:

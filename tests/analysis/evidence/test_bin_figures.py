@@ -45,15 +45,13 @@ def test_bin_groups_are_groups_of_the_bins(monkeypatch: pytest.MonkeyPatch,
 def test_sorted_figures_by_blocks_of_bins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bins sorted a block of grouped rows at a time: the medians and quantiles of every bin
     sorted at once (NaN values, a bin without values)."""
-    from pdprobe.analysis.evidence.selection import selected
-
     rng = np.random.default_rng(13)
     bins = np.sort(rng.integers(0, 12, 2_000)).astype(np.int16)
     values = np.where(rng.random(bins.size) < 0.5, 0.0, rng.exponential(1.0, bins.size))
     values[::7] = np.nan
     values[bins == 3] = np.nan
     groups = Groups.of(bins, range(12))
-    ranked = selected(groups, values)
+    ranked = groups.sorted(values)  # every bin sorted at once
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 300)  # blocks of a bin or two
     median, p90 = sorted_figures(groups, values, 0.9)
     assert np.array_equal(median, ranked.median(), equal_nan=True)

@@ -39,8 +39,8 @@ def test_bin_cells_give_the_figures_of_one_grouping(monkeypatch: pytest.MonkeyPa
     assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
     assert np.array_equal(cells.medians(lambda rows: values[rows] * 2),
                           whole.medians(lambda rows: values[rows] * 2), equal_nan=True)
-    assert np.array_equal(cells.sums(values), whole.sums(values))  # the same floats
-    assert np.array_equal(cells.sums(ints), whole.sums(ints))
+    assert np.array_equal(cells.sums_of((values,))[0], whole.sums(values))  # the same floats
+    assert np.array_equal(cells.sums_of((ints,))[0], whole.sums(ints))
 
 
 def test_bins_out_of_order_group_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,7 +142,7 @@ def test_bin_cells_with_every_key_and_empty_cells(monkeypatch: pytest.MonkeyPatc
     assert np.array_equal(cells.ids, whole.ids) and np.array_equal(cells.totals, whole.totals)
     values = np.random.default_rng(8).exponential(1.0, bins.size)
     assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
-    assert np.array_equal(cells.sums(values), whole.sums(values))
+    assert np.array_equal(cells.sums_of((values,))[0], whole.sums(values))
     if sample_max is not None:  # drawn bin by bin: the rows of the draws against each cell
         from pdprobe.analysis.grouped import SAMPLE_SEED
         from pdprobe.analysis.row_sample import sample_rows
