@@ -6,54 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdprobe.analysis import grouped, row_slices
+from pdprobe.analysis import grouped
 from pdprobe.analysis.evidence import selection
-from pdprobe.analysis.evidence.selection import (
-    gather,
-    present,
-    quantile_figures,
-    selected,
-)
-from pdprobe.analysis.grouped import Groups
-
-
-def _groups(seed: int, n: int, n_keys: int, sample_max: int | None) -> tuple[Groups, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    codes = rng.integers(-1, n_keys, n).astype(np.int8)
-    codes[codes == 3] = 2  # a key without rows
-    codes[:1] = 4
-    codes[codes == 4] = 5
-    codes[0] = 4  # a group of one row
-    values = np.round(rng.exponential(1.0, n), 2)  # ties
-    values[::11] = np.nan
-    values[codes == 1] = np.nan  # a group without values
-    return Groups.of(codes, range(n_keys), sample_max=sample_max), values
-
-
-@pytest.mark.parametrize("sample_max", [None, 50])
-@pytest.mark.parametrize("quantiles", [(0.9,), (0.5, 0.9, 0.99)])
-def test_selected_gives_the_figures_of_groups_sorted(sample_max: int | None,
-                                                     quantiles: tuple[float, ...]) -> None:
-    groups, values = _groups(1, 3_000, 7, sample_max)
-    ours, theirs = selected(groups, values), groups.sorted(values)
-    assert np.array_equal(ours.bounds, theirs.bounds)
-    assert np.array_equal(ours.median(), theirs.median(), equal_nan=True)
-    for q in quantiles:
-        assert np.array_equal(ours.quantile(q), theirs.quantile(q), equal_nan=True)
-    getter = selected(groups, lambda rows: values[rows] * 2)
-    assert np.array_equal(getter.median(), theirs.median() * 2, equal_nan=True)
-
-
-def test_present_drops_nans_group_by_group() -> None:
-    groups, values = _groups(2, 2_000, 7, None)
-    v, bounds = present(groups, values)
-    for g in range(groups.n_groups):
-        rows = groups.order[groups.bounds[g]:groups.bounds[g + 1]]
-        want = values[rows]
-        assert np.array_equal(v[bounds[g]:bounds[g + 1]], want[~np.isnan(want)])
-    full = Groups.of(np.zeros(10, dtype=np.int8), range(1))
-    v, bounds = present(full, np.arange(10.0))  # no NaN: the gathered values as they are
-    assert np.array_equal(v, np.arange(10.0)) and bounds is full.bounds
+from pdprobe.analysis.evidence.selection import quantile_figures
 
 
 @pytest.mark.parametrize("exact_rows", [1_000_000, 1_000])
@@ -76,35 +31,6 @@ def test_quantile_figures_are_the_figures_of_grouped(monkeypatch: pytest.MonkeyP
     assert np.array_equal(ours["median"], theirs.median, equal_nan=True)
     assert np.array_equal(ours["p90"], theirs.p90, equal_nan=True)
     assert quantile_figures(table, "inst", "x", x) is ours  # cached
-
-
-@pytest.mark.parametrize("sample_max", [None, 60])
-def test_gather_by_slices_is_the_groups_gather(monkeypatch: pytest.MonkeyPatch,
-                                               sample_max: int | None) -> None:
-    """Read a slice of rows at a time (groups without rows in some slices, a derived column),
-    the very values ``Groups.gather`` gives; too many (slice, group) pairs: ``Groups.gather``
-    itself."""
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 300)
-    groups, values = _groups(4, 2_000, 7, sample_max)
-    groups = Groups.of(np.where(np.arange(2_000) < 900, groups.codes % 2, groups.codes),
-                       range(7), sample_max=sample_max)  # groups 2.. only after row 900
-    assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
-
-    def derived(rows: row_slices.Rows) -> np.ndarray:
-        return values[rows] * 2 + 1
-
-    assert np.array_equal(gather(groups, derived), groups.gather(derived), equal_nan=True)
-    # blocks of 70 rows inside each slice (the last one short), and a column of integers
-    from pdprobe.analysis import row_gather
-
-    monkeypatch.setattr(row_gather, "GATHER_BLOCK_ROWS", 70)
-    assert np.array_equal(gather(groups, derived), groups.gather(derived), equal_nan=True)
-    ints = np.arange(2_000, dtype=np.int64) * 3
-    assert np.array_equal(gather(groups, ints), groups.gather(ints))
-    monkeypatch.setattr(selection, "_SLICE_GROUPS_MAX", 4)
-    assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1 << 20)  # one slice
-    assert np.array_equal(gather(groups, values), groups.gather(values), equal_nan=True)
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 9_999, 10_000, 10_001, 50_000])
