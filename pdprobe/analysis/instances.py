@@ -165,10 +165,11 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
     integer codes, with no full-length bin, cell or mask array. Arrivals in time order (the
     usual case) are read bin by bin (``_cell_sums_by_runs``), others slice by slice
     (``_cell_sums_by_slices``): the same sums, each added in row order."""
-    from pdprobe.analysis.row_slices import ascending
+    from pdprobe.analysis.row_slices import ascending, finite_ends
 
     n_bins = max(1, int(np.ceil((end - start) / step)))
-    by_runs = len(ts) > 0 and ascending(ts)  # (NaN times are not ascending)
+    # (NaN times are not ascending; an infinite one has no bin of its own order)
+    by_runs = len(ts) > 0 and ascending(ts) and finite_ends(ts)
     cells = (_cell_sums_by_runs if by_runs else _cell_sums_by_slices)(
         keys, ts, values, start, step, n_bins)
     return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)

@@ -27,7 +27,7 @@ def group_parts(cand: np.ndarray, group: np.ndarray | None) -> list[np.ndarray]:
     if codes.dtype.itemsize > 2 and hi - lo < 2**15:
         # numpy's stable sort of 16-bit integers is a radix sort
         codes = np.subtract(codes, lo).astype(np.int16)
-        lo = 0
+        hi, lo = hi - lo, 0
     order = np.argsort(codes, kind="stable")
     # the parts' sizes are the codes' counts (no gather of the sorted codes to find where
     # they change): a table of the code range, unless it is much wider than the candidates

@@ -150,6 +150,13 @@ def chunks(n: int) -> list[slice]:
     return [slice(i, min(i + CHUNK_ROWS, n)) for i in range(0, n, CHUNK_ROWS)]
 
 
+def finite_ends(values: np.ndarray) -> bool:
+    """Whether the first and the last of ``values`` are finite (True for none): for values
+    that never decrease (``ascending``), whether every value is, without a pass. Binning by
+    runs of sorted times needs it: an infinite time's bin is not in the times' order."""
+    return not len(values) or bool(np.isfinite(values[[0, -1]]).all())
+
+
 def ascending(values: np.ndarray) -> bool:
     """Whether ``values`` never decrease (so hold no NaN), checked ``CHUNK_ROWS`` at a time
     (no full-length boolean temporary)."""

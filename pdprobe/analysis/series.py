@@ -19,6 +19,7 @@ from pdprobe.analysis.row_slices import (
     ascending,
     chunks,
     compact_dtype,
+    finite_ends,
     has_values,
     key_starts,
 )
@@ -111,7 +112,7 @@ def _bin_bounds(arrival: np.ndarray, start: float, step: float,
     instead of every row, and no full-length bin array: 0.15 of 0.34 CPU-s at 10M rows).
     Others are binned row by row and, out of order, sorted stably by bin."""
     # (NaN times are not ascending; an infinite one has no bin of its own order)
-    if arrival.size and ascending(arrival) and bool(np.isfinite(arrival[[0, -1]]).all()):
+    if arrival.size and ascending(arrival) and finite_ends(arrival):
         starts = key_starts(lambda at: _bin_of(arrival[at], start, step, n_bins), n_bins,
                             arrival.size)
         return np.append(starts, arrival.size), None

@@ -21,6 +21,7 @@ from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     category_count,
+    finite_ends,
     key_starts,
     take_rows,
 )
@@ -67,7 +68,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     # arrivals in time order (the usual case) hold no NaN, so they are all finite when the
     # first and the last are: no finiteness mask of every row
     in_order = ascending(arrival)
-    every = in_order and (not arrival.size or bool(np.isfinite(arrival[[0, -1]]).all()))
+    every = in_order and finite_ends(arrival)
     ok_rows = None if every else np.isfinite(arrival)  # None: every row (no row dropped)
 
     def kept(values: np.ndarray) -> np.ndarray:

@@ -198,6 +198,17 @@ def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int) -> None:
             np.testing.assert_allclose(x[name].values, y[name].values, rtol=1e-12)
     empty = _cell_sums_by_runs(keys, ts[:0], values[:0], 0.0, 15.0, n_bins)
     assert all(not s.any() and not c.any() for s, c in empty)
+    # an infinite last time is ascending but has no bin in the times' order: the slices
+    infinite = np.append(ts[:-1], np.inf)
+    with np.errstate(invalid="ignore"):  # (the infinite time's bin: a NaN cast, clipped)
+        via = _binned_means_by_codes(keys, infinite, values, 0.0, 120.0, 15.0, "s")
+        want = _binned_means_by_codes([(c[shuffled], labels) for c, labels in keys],
+                                      infinite[shuffled], values[shuffled], 0.0, 120.0, 15.0,
+                                      "s")
+    for x, y in zip(via, want, strict=True):
+        assert x.keys() == y.keys()
+        for name in x:
+            np.testing.assert_allclose(x[name].values, y[name].values, rtol=1e-12)
 
 
 def test_window_span_is_pandas_min_and_max() -> None:
