@@ -1,7 +1,7 @@
 """Other answers beside the recommendation: a mean-based planner's, and the what-if band.
 
 ``mean_based`` is what a planner sizing from mean lengths computes (the Jensen gap says how
-far that under-sizes); ``band`` re-sizes the recommendation (``recommend.size``) under
+far that under-sizes); ``band`` re-sizes the recommendation (``sizings.Sizings``) under
 planning errors: load ±20 %, p90 lengths, prefix-cache hit rate ±10 points.
 """
 

@@ -154,7 +154,7 @@ class CalibratedWaits:
     requests (``failed_cut``, a share) out of the miss budget. Arrays are per request of the
     mix it was measured on, in the mix's order; ``rows`` takes a time window's run of them.
     The overall count, each window's and the band's are sized with the same instance, so
-    they describe one model (``recommend.size``).
+    they describe one model (``sizings.Sizings``, ``recommend.sizing_of``).
     """
 
     wait_scale: float

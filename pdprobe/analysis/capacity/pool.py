@@ -39,6 +39,7 @@ from pdprobe.analysis.capacity.wait_tail import (
     ShareAbove,
     exceed_probability,
     falling_root,
+    first_meeting,
 )
 
 if TYPE_CHECKING:
@@ -271,13 +272,7 @@ class PrefillPool:
             hi = lo + step
             if hi > MAX_SERVERS:
                 raise ValueError("no prefill pool size meets the TTFT criterion")
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return first_meeting(ok, lo, hi)
 
     def overloaded_share(self, servers: int) -> float:
         """Share of requests arriving in windows whose rate exceeds the pool's capacity."""
@@ -358,12 +353,7 @@ def _from_guess(ok: Callable[[int], bool], lo: int, guess: int) -> int | None:
             hi = miss + step
             if hi > MAX_SERVERS:
                 return None
-    while hi - miss > 1:
-        mid = (miss + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            miss = mid
+    hi = first_meeting(ok, miss, hi)
     # the search from lo gallops to lo + 1, lo + 3, lo + 7, ... (checking each but the first
     # against MAX_SERVERS) and stops at the first of them that meets the objective
     probe, step = lo + 1, 1

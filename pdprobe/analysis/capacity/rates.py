@@ -21,6 +21,7 @@ import numpy as np
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.perf_fit import DecodeModel, PrefillModel
 from pdprobe.analysis.capacity.transfer import KvBytes
+from pdprobe.analysis.capacity.wait_tail import first_meeting
 
 # Size the *mean* decode step to this share of the TPOT objective: the batch a request shares
 # fluctuates around its mean while the objective holds per request at a percentile, and
@@ -220,10 +221,4 @@ def decode_count_for_memory(mix: WorkloadMix, model: DecodeModel, rate_rps: floa
         lo, hi = hi, hi * 2
         if hi > 1_000_000:
             raise ValueError("decode KV memory cannot hold the workload")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return first_meeting(fits, lo, hi)

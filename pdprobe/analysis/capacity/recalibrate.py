@@ -9,7 +9,7 @@ request's measured rest of TTFT). Where the recalibrated waits are longer than t
 (a scale above 1, or a queue per instance) they become a sizing input,
 ``calibrate.CalibratedWaits``: the overall count, each window's, the band's and the TTFT
 estimates at the recommended count are then sized with it by the same functions that size
-the model's own (``recommend.size``, ``recommend.recommend``), so every figure of a plan
+the model's own (``sizings.Sizings``, ``recommend.recommend``), so every figure of a plan
 describes one model. Whether a plan with them is what the diagnosis recommends is
 ``check.check_against_window``'s decision (it needs the findings).
 """

@@ -93,6 +93,19 @@ class ShareAbove:
 TTFT_QUANTILE_RTOL: Final = 1e-12
 
 
+def first_meeting(ok: Callable[[int], bool], miss: int, hit: int) -> int:
+    """The smallest count in ``(miss, hit]`` that meets ``ok``, by bisection: ``ok(miss)`` is
+    false, ``ok(hit)`` true, and ``ok`` holds from some count up (every pool search's
+    assumption: misses fall as the pool grows). ``falling_root``'s integer counterpart."""
+    while hit - miss > 1:
+        mid = (miss + hit) // 2
+        if ok(mid):
+            hit = mid
+        else:
+            miss = mid
+    return hit
+
+
 def falling_root(f: Callable[[float], float], lo: float, hi: float, f_lo: float,
                  f_hi: float, stop: Callable[[float, float], bool] | None = None
                  ) -> tuple[float, float]:
