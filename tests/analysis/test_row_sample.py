@@ -19,7 +19,8 @@ def test_sample_rows_from_slices_is_one_draw(monkeypatch: pytest.MonkeyPatch) ->
     uniform = np.random.default_rng(9).random(codes.size, dtype=np.float32)
     np.testing.assert_array_equal(
         whole, np.flatnonzero(uniform < np.append(rate, np.float32(0.0))[codes]))
-    assert not np.isin(np.flatnonzero(codes == -1), whole).any()
+    assert not np.isin(np.flatnonzero(codes == -1), whole).any()  # code -1: never
+    assert whole.dtype == np.int32
 
 
 def test_sample_rows_of_one_rate_is_the_draw_of_code_zero(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,16 +44,3 @@ def test_sample_rows_holds_only_the_rows_kept(monkeypatch: pytest.MonkeyPatch) -
                                           < np.append(rate, 0)[codes[p]]) + p.start
                            for p in chunks(codes.size)])
     assert rows.dtype == np.int32 and np.array_equal(rows, want)
-
-
-def test_sample_rows_reads_code_minus_one_as_never(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
-    rng = np.random.default_rng(2)
-    codes = rng.integers(-1, 3, 5_000).astype(np.int8)
-    rate = np.array([1.0, 0.5, 0.25], dtype=np.float32)
-    rows = sample_rows(codes, rate, seed=9)
-    draws = np.random.default_rng(9)
-    want = np.concatenate([np.flatnonzero(draws.random(p.stop - p.start, dtype=np.float32)
-                                          < np.append(rate, 0)[codes[p]]) + p.start
-                           for p in chunks(codes.size)])
-    assert np.array_equal(rows, want) and (codes[rows] >= 0).all()

@@ -10,6 +10,21 @@ from pdprobe.analysis.evidence.cells import BinCells, WholeCells, cell_groups
 from pdprobe.analysis.grouped import Groups
 
 
+def _same_as_groups(cells: object, whole: Groups, values: np.ndarray,
+                    ints: np.ndarray | None = None) -> None:
+    """``cells`` (a ``BinCells``) gives the cells, counts, medians (of a column and of a row
+    getter) and sums ``Groups.of`` gives over the same codes, to the bit."""
+    assert isinstance(cells, BinCells)
+    assert cells.n_groups == whole.n_groups
+    assert np.array_equal(cells.ids, whole.ids) and np.array_equal(cells.totals, whole.totals)
+    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
+    assert np.array_equal(cells.medians(lambda rows: values[rows] * 2),
+                          whole.medians(lambda rows: values[rows] * 2), equal_nan=True)
+    columns = (values,) if ints is None else (values, ints)
+    for got, column in zip(cells.sums_of(columns), columns, strict=True):
+        assert np.array_equal(got, whole.sums(column))  # the same floats
+
+
 def _rows(seed: int, n: int, n_bins: int, n_keys: int) -> tuple[np.ndarray, Groups]:
     rng = np.random.default_rng(seed)
     bins = np.sort(rng.integers(0, n_bins, n)).astype(np.int16)
@@ -32,15 +47,8 @@ def test_bin_cells_give_the_figures_of_one_grouping(monkeypatch: pytest.MonkeyPa
     values[::13] = np.nan
     ints = rng.integers(0, 1000, bins.size)
     cells = cell_groups(bins, keys, n_bins, sample_max)
-    assert isinstance(cells, BinCells)
-    whole = Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max)
-    assert np.array_equal(cells.ids, whole.ids) and np.array_equal(cells.totals, whole.totals)
-    assert cells.n_groups == whole.n_groups
-    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
-    assert np.array_equal(cells.medians(lambda rows: values[rows] * 2),
-                          whole.medians(lambda rows: values[rows] * 2), equal_nan=True)
-    assert np.array_equal(cells.sums_of((values,))[0], whole.sums(values))  # the same floats
-    assert np.array_equal(cells.sums_of((ints,))[0], whole.sums(ints))
+    _same_as_groups(cells, Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max),
+                    values, ints)
 
 
 def test_bins_out_of_order_group_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,15 +79,9 @@ def test_bin_cells_with_every_key_and_every_cell(monkeypatch: pytest.MonkeyPatch
     values[::17] = np.nan
     ints = rng.integers(0, 1000, bins.size)
     cells = cell_groups(bins, keys, n_bins, sample_max)
-    assert isinstance(cells, BinCells)
     whole = Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max)
-    assert whole.n_groups == n_bins * n_keys and np.array_equal(cells.ids, whole.ids)
-    assert np.array_equal(cells.totals, whole.totals)
-    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
-    assert np.array_equal(cells.medians(lambda rows: values[rows] * 3),
-                          whole.medians(lambda rows: values[rows] * 3), equal_nan=True)
-    got = cells.sums_of((values, ints))
-    assert np.array_equal(got[0], whole.sums(values)) and np.array_equal(got[1], whole.sums(ints))
+    assert whole.n_groups == n_bins * n_keys
+    _same_as_groups(cells, whole, values, ints)
 
 
 @pytest.mark.parametrize("sample_max", [None, 40])
@@ -139,10 +141,8 @@ def test_bin_cells_with_every_key_and_empty_cells(monkeypatch: pytest.MonkeyPatc
     assert isinstance(cells, BinCells)
     whole = Groups.of(codes, range(n_bins * n_keys), sample_max=sample_max)
     assert whole.n_groups < n_bins * n_keys  # bin 3 and a cell of bin 5 have no rows
-    assert np.array_equal(cells.ids, whole.ids) and np.array_equal(cells.totals, whole.totals)
     values = np.random.default_rng(8).exponential(1.0, bins.size)
-    assert np.array_equal(cells.medians(values), whole.medians(values), equal_nan=True)
-    assert np.array_equal(cells.sums_of((values,))[0], whole.sums(values))
+    _same_as_groups(cells, whole, values)
     if sample_max is not None:  # drawn bin by bin: the rows of the draws against each cell
         from pdprobe.analysis.grouped import SAMPLE_SEED
         from pdprobe.analysis.row_sample import sample_rows
