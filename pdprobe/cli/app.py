@@ -22,6 +22,7 @@ import typer
 
 from pdprobe import __version__
 from pdprobe.cli.common import EXIT_UNKNOWN, mark_stdout_closed, remove_pending_temps
+from pdprobe.cli.heap import keep_freed_memory
 from pdprobe.redact import scrub
 from pdprobe.safe_text import clean
 
@@ -226,6 +227,7 @@ def entry() -> None:
     into a signal. Everything pdprobe writes is flushed or renamed into place before this.
     """
     set_process_defaults()
+    keep_freed_memory()
     code = run()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BrokenPipeError, ValueError, OSError, AttributeError):

@@ -216,6 +216,7 @@ def test_entry_applies_the_process_defaults(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "")  # recorded, so undone after the test
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE")
     monkeypatch.setattr(app_module, "run", lambda: 0)
+    monkeypatch.setattr(app_module, "keep_freed_memory", lambda: True)  # not in pytest's process
     monkeypatch.setattr(app_module.os, "_exit", leave)
     with pytest.raises(SystemExit):
         app_module.entry()

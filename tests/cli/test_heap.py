@@ -1,0 +1,73 @@
+"""``cli/heap.py``: the CLI's process keeps freed memory for reuse (glibc's ``mallopt``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pdprobe.cli import heap
+
+GLIBC = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+
+# Allocates an 80 MB array, frees it, and prints what glibc's mallinfo2 saw: whether the
+# array was mmapped (hblkhd) and whether the heap still holds its pages after the free (arena).
+PROBE = """
+import ctypes, sys
+from pdprobe.cli.heap import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else False
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+import numpy as np
+block = np.ones(10_000_000)
+mapped = libc.mallinfo2().hblkhd >= 80e6
+del block
+print(kept, mapped, libc.mallinfo2().arena >= 80e6)
+"""
+
+
+def _probe(mode: str, **env: str) -> str:
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    proc = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
+                          env={**environ, **env}, check=True, timeout=60)
+    return proc.stdout.strip()
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_large_blocks_come_from_the_heap_and_stay_there_once_kept() -> None:
+    assert _probe("default") == "False True False"  # glibc: mmapped, unmapped on free
+    assert _probe("keep") == "True False True"  # kept: from the heap, still there after free
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+@pytest.mark.parametrize("name", ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"])
+def test_a_users_own_allocator_tuning_is_left_alone(name: str) -> None:
+    value = "glibc.malloc.arena_max=2" if name == "GLIBC_TUNABLES" else "4"
+    assert _probe("keep", **{name: value}).startswith("False True")
+
+
+def test_nothing_is_set_where_the_c_library_is_not_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap.os, "confstr", lambda name: None)
+    assert heap.keep_freed_memory() is False
+
+
+def test_entry_keeps_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdprobe.cli import app as app_module
+
+    calls: list[str] = []
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(app_module, "keep_freed_memory", lambda: calls.append("kept") or True)
+    monkeypatch.setattr(app_module, "run", lambda: 0)
+    monkeypatch.setattr(app_module.os, "_exit", leave)
+    with pytest.raises(SystemExit):
+        app_module.entry()
+    assert calls == ["kept"]
