@@ -41,14 +41,16 @@ from pdprobe.analysis.sample_runs import (
 # and public trace is below it, so their reports are exact.
 SAMPLE_MAX_REQUESTS: Final = 400_000
 # Prefill busy periods are sampled above this many prefills (a larger sample than decode's):
-# the prefill fit prefers requests that ran alone on their instance, and under load they are
-# rare (188 of 10 million in the bench capture, 29 of them in a one-in-five block sample), so
-# a sample holds too few of them sooner; then the periods are rebuilt from every prefill
-# (``model_build.too_thin``), which costs the sample's reconstruction on top. Most of a
-# sampled reconstruction's cost is the passes over every prefill, not the sample's size, so
-# a generous one costs little: up to 4 million it is exact, and at 10 million one block in
-# three keeps 54 lone requests (a fit needs 30).
-BUSY_SAMPLE_MAX_REQUESTS: Final = 4_000_000
+# the prefill fit prefers requests that ran alone on their instance, and under heavy load they
+# are rare, so a sample holds too few of them sooner; then the periods are rebuilt from every
+# prefill (``model_build.too_thin``), which costs the sample's reconstruction on top. The
+# bound is a size, not a fraction: the overlap test and the reconstruction cost follow the
+# sample (at 10 million prefills a bound of 4 million, one block in three, cost 0.35 CPU-s more
+# than this one, one block in ten), and the passes over every prefill stay. Every bundled
+# input, simulated scenario, public trace and the 1M bench capture is at or below it (exact);
+# the 10M bench capture keeps 420,432 lone requests in its one-in-ten sample (a fit needs 30;
+# the prefill fit reads 400,000 of them, ``prefill_sample.PREFILL_FIT_MAX_POINTS``).
+BUSY_SAMPLE_MAX_REQUESTS: Final = 1_000_000
 # Length of a sampled time block: a minute holds many decode lifetimes (seconds to a minute),
 # so a block's overlap margin stays small against the block, and it is short against a capture
 # of hours, so the blocks fall in every phase of the load.
