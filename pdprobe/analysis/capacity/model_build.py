@@ -25,7 +25,7 @@ from pdprobe.analysis.capacity.perf_fit import (
     fit_decode,
     fit_prefill,
     fit_prefill_busy,
-    isolated_prefills,
+    isolated_rows,
     prefill_from_profile,
     prefill_metric_scale,
     prefill_observations,
@@ -96,7 +96,7 @@ def too_thin(requests: pd.DataFrame, periods: BusyPeriods,
     if periods.sample is None or isinstance(obs, str) or not obs[3].startswith(BUSY_SEGMENTS):
         return False  # not sampled, no prefill times, or enough requests ran alone
     every = periods.sample.every
-    rows = np.flatnonzero(isolated_prefills(requests, periods))
+    rows = isolated_rows(requests, periods)
     usable = np.isfinite(float_column(requests.iloc[rows], "prefill_s")) & np.isfinite(
         float_column(requests.iloc[rows], "prompt_tokens"))
     if "status" in requests:

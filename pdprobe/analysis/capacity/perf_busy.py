@@ -161,8 +161,25 @@ def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None
     """Whether each request's prefill overlapped no other prefill on its instance."""
     busy = periods if periods is not None else busy_periods(requests)
     out = np.zeros(len(requests), dtype=bool)
+    out[_alone_rows(busy)] = True
+    return out
+
+
+def isolated_rows(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
+    """Positions (ascending; int32 where they fit, as ``sampling.positions`` gives them) of
+    the requests ``isolated_prefills`` marks: from the busy periods' rows, without a mask of
+    every request and a pass over it (at 10 million requests 10 MB of fresh pages for a few
+    hundred thousand positions)."""
+    busy = periods if periods is not None else busy_periods(requests)
+    rows = np.sort(_alone_rows(busy))  # (each request is in at most one busy period)
+    return rows.astype(np.int32 if len(requests) < 2**31 else np.int64, copy=False)
+
+
+def _alone_rows(busy: BusyPeriods) -> np.ndarray:
+    """The rows (in the periods' order) of the requests alone in their busy period (of the
+    sample's observed ones, when sampled: only their neighbours are all known)."""
     if not len(busy):
-        return out
+        return busy.row[:0]
     # periods are consecutive runs: alone where a period starts and the next one starts
     # right after (no count per period and gather of it per row)
     opens = np.empty(len(busy) + 1, dtype=bool)
@@ -171,8 +188,7 @@ def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None
     alone = opens[:-1] & opens[1:]
     if busy.observed is not None:  # sampled: only the sample's neighbours are all known
         alone &= busy.observed
-    out[busy.row[alone]] = True
-    return out
+    return busy.row[alone]
 
 
 def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None

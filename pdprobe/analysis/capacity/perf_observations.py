@@ -22,6 +22,7 @@ from pdprobe.analysis.capacity.perf_busy import (
     busy_periods,
     busy_segments,
     isolated_prefills,
+    isolated_rows,
 )
 from pdprobe.analysis.capacity.perf_columns import (
     FEW_GROUPS,
@@ -49,7 +50,8 @@ __all__ = [
     "BUSY_SEGMENT_S", "FEW_GROUPS", "METRIC_FIT_STEP_S", "MIN_OUTPUT_FOR_TPOT",
     "SWEEP_BLOCK_REQUESTS", "BusyPeriods", "busy_periods", "busy_segments",
     "decode_concurrency", "decode_metric_observations", "decode_observations",
-    "float_column", "group_codes", "instance_codes", "isolated_prefills", "sort_by_group",
+    "float_column", "group_codes", "instance_codes", "isolated_prefills", "isolated_rows",
+    "sort_by_group",
     "status_ok",
 ]
 

@@ -25,7 +25,7 @@ from pdprobe.analysis.capacity.perf_observations import (
     BUSY_SEGMENT_S,
     BusyPeriods,
     busy_segments,
-    isolated_prefills,
+    isolated_rows,
     status_ok,
 )
 from pdprobe.analysis.capacity.perf_solver import FitResult, nnls_relative
@@ -252,7 +252,7 @@ def prefill_observations(dataset: Dataset, periods: BusyPeriods | None = None,
     what = "per-request prefill_s"
     if dataset.has_request_column("queue_s") and dataset.has_request_column("prefill_instance"):
         # the requests alone first: under load they are few, and only they are read then
-        rows = positions(isolated_prefills(req, periods))
+        rows = isolated_rows(req, periods)
         taken = sample_prefill_rows(req, rows, max_points)
         alone = _observations(req, rows if taken is None else taken.rows)
         del rows

@@ -14,6 +14,7 @@ from pdprobe.analysis.capacity.perf_busy import (
     busy_periods,
     busy_segments,
     isolated_prefills,
+    isolated_rows,
 )
 
 EPOCH_S = 1.7e9  # epoch seconds today: float64 steps of ~2.4e-7 s
@@ -86,6 +87,10 @@ def test_the_sampled_reconstruction_keeps_neighbours_within_the_tolerance(
     alone = isolated_prefills(req, full)
     assert alone.all() if idle_s > BUSY_GAP_TOLERANCE_S else not alone.any()
     assert np.array_equal(isolated_prefills(req, part), alone & observed)
+    for busy in (full, part):  # the positions of the same requests, without the mask
+        rows = isolated_rows(req, busy)
+        assert rows.dtype == np.int32
+        np.testing.assert_array_equal(rows, np.flatnonzero(isolated_prefills(req, busy)))
     # the periods' ends are the true ones (the tolerance only widened the overlap test)
     np.testing.assert_array_equal(
         part.end, (req["arrival_ts"] + req["queue_s"] + req["prefill_s"]).to_numpy()[part.row])
