@@ -199,6 +199,28 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bo
     check them all).
     """
     ts = _sorted_finite(arrival_ts, ordered)
+    plan = profile_plan(ts, timescale_s)
+    if not isinstance(plan, ProfilePlan):
+        return plan
+    w_idx, whole, counts = _window_counts(ts, plan.width_s, plan.n_win, keep_windows)
+    return profile_finish(plan, w_idx, whole, counts)
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """``arrival_profile``'s load windows before the arrivals are counted in them: their width,
+    how many, the arrivals' span and the note on how the width was chosen."""
+
+    width_s: float
+    n_win: int
+    span: float
+    note: str
+
+
+def profile_plan(ts: np.ndarray, timescale_s: float
+                 ) -> ProfilePlan | tuple[float, str, LoadWindows | None]:
+    """``arrival_profile``'s windows for sorted finite arrivals ``ts`` (``_sorted_finite``'s),
+    or its whole answer when they take none (too few arrivals, too short a span)."""
     if len(ts) < MIN_ARRIVALS_FOR_CV2:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
@@ -223,7 +245,13 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bo
     if n_win < MIN_DISPERSION_BINS:
         cv2, how = estimate_arrival_cv2(ts, timescale_s)
         return cv2, how, None
-    w_idx, whole, counts = _window_counts(ts, win, n_win, keep_windows)
+    return ProfilePlan(win, n_win, span, note)
+
+
+def profile_finish(plan: ProfilePlan, w_idx: np.ndarray | None, whole: np.ndarray,
+                   counts: np.ndarray) -> tuple[float, str, LoadWindows]:
+    """``arrival_profile``'s answer from ``_window_counts``' counts in ``plan``'s windows."""
+    win, n_win, span = plan.width_s, plan.n_win, plan.span
     counts_w = whole.astype(np.float64)
     widths = np.full(n_win, win)
     widths[-1] = span - win * (n_win - 1)
@@ -235,5 +263,5 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bo
     mean_count = float(counts.mean())
     cv2 = within / mean_count if mean_count > 0 else 1.0
     busiest = float(np.quantile(load.rate_factor, 0.99))
-    return cv2, (f"index of dispersion within {win:.3g} s windows{note}; the busiest 1 % of "
-                 f"windows run at {busiest:.1f}× the mean rate"), load
+    return cv2, (f"index of dispersion within {win:.3g} s windows{plan.note}; the busiest 1 % "
+                 f"of windows run at {busiest:.1f}× the mean rate"), load

@@ -29,6 +29,7 @@ from pdprobe.errors import UsageError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.analysis.capacity.arrival_windows import Profile
     from pdprobe.dataset import Dataset
 
 # Quantile sample size when only a length distribution (mean, p90, histogram) is known: fine
@@ -149,10 +150,10 @@ class WorkloadMix:
                        arrival_ts=ts, load=load, population=None)
 
     def window(self, lo: int, hi: int, rate_rps: float, description: str,
-               timescale_s: float) -> WorkloadMix | None:
+               timescale_s: float, profile: Profile | None = None) -> WorkloadMix | None:
         """Requests ``lo..hi-1`` in arrival order (of the population, when the mix is a
         sample) with their own burstiness, measured on every arrival among them; None when
-        the sample holds none of them."""
+        the sample holds none of them (``profile``: their arrivals', if known)."""
         pop = self.population
         if pop is None:
             return self.subset(np.arange(lo, hi), rate_rps, description, timescale_s)
@@ -160,8 +161,8 @@ class WorkloadMix:
         if b <= a:
             return None
         # every arrival's burstiness; load windows of the sampled ones only (memory)
-        cv2, how, load = arrival_profile(part.arrival_ts, timescale_s, keep_windows=False,
-                                         ordered=True)  # (a population's arrivals ascend)
+        cv2, how, load = profile if profile is not None else arrival_profile(
+            part.arrival_ts, timescale_s, keep_windows=False, ordered=True)  # (ascending)
         if load is not None:
             load = replace(load, window_of=window_of(load, part.arrival_ts[part.rows],
                                                      float(part.arrival_ts[0])))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import RatioWindow
+from pdprobe.analysis.capacity.arrival_windows import window_profiles
 from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.mix import WorkloadMix
 from pdprobe.analysis.capacity.rates import ModelInputs
@@ -125,6 +126,11 @@ def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
     counted = counter_served_rates(dataset, edges) if dataset and done is None else None
+    # a sampled mix's windows take the burstiness of all their arrivals: every window's
+    # profile at once (the same figures, without a search loop per window)
+    profiles = window_profiles(pop.arrival_ts, bounds, slo.ttft_s,
+                               wanted=count >= MIN_WINDOW_REQUESTS) if pop is not None \
+        else [None] * n_win
     out, mixes = [], []
     for w in range(n_win):  # loop over windows, vectorised over their requests
         lo, hi = float(edges[w]), float(edges[w + 1])
@@ -140,7 +146,7 @@ def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
         sub = None
         if n >= MIN_WINDOW_REQUESTS:
             sub = mix.window(int(bounds[w]), int(bounds[w + 1]), n / dur, f"window {w}",
-                             slo.ttft_s)
+                             slo.ttft_s, profiles[w])
             if sub is None or sub.size < MIN_WINDOW_REQUESTS:  # a sampled mix: too few in it
                 reason = (f"only {sub.size if sub is not None else 0} of the window's {n} "
                           f"requests are in the capacity sample ({MIN_WINDOW_REQUESTS} "
