@@ -40,17 +40,19 @@ from pdprobe.analysis.sample_runs import (
 # that many events cost under a second on one core. Every bundled input, simulated scenario
 # and public trace is below it, so their reports are exact.
 SAMPLE_MAX_REQUESTS: Final = 400_000
-# Prefill busy periods are sampled above this many prefills (a larger sample than decode's):
-# the prefill fit prefers requests that ran alone on their instance, and under heavy load they
-# are rare, so a sample holds too few of them sooner; then the periods are rebuilt from every
-# prefill (``model_build.too_thin``), which costs the sample's reconstruction on top. The
-# bound is a size, not a fraction: the overlap test and the reconstruction cost follow the
-# sample (at 10 million prefills a bound of 4 million, one block in three, cost 0.35 CPU-s more
-# than this one, one block in ten), and the passes over every prefill stay. Every bundled
-# input, simulated scenario, public trace and the 1M bench capture is at or below it (exact);
-# the 10M bench capture keeps 420,432 lone requests in its one-in-ten sample (a fit needs 30;
-# the prefill fit reads 400,000 of them, ``prefill_sample.PREFILL_FIT_MAX_POINTS``).
+# Prefill busy periods are sampled above this many prefills (more than decode's), and the
+# sample then holds about ``BUSY_SAMPLE_REQUESTS`` of them (one block in ``ceil(n / that)``):
+# a size, not a fraction of the capture, since the overlap test, the reconstruction and the
+# fit follow the sample while only the passes that find the valid rows and the candidates
+# read every prefill (at 10 million prefills the capacity stage cost 1.69 CPU-s with one
+# block in three, 1.34 with one in ten and 1.15 with one in twenty). Every bundled input,
+# simulated scenario, public trace and the 1M bench capture is at or below the threshold
+# (exact). The prefill fit prefers requests that ran alone on their instance; under heavy
+# load they are rare, and when a sample holds too few the periods are rebuilt from every
+# prefill (``model_build.too_thin``, at the sample's cost on top). The 10M bench capture
+# keeps 215,090 lone requests in its one-in-twenty sample (a fit needs 30).
 BUSY_SAMPLE_MAX_REQUESTS: Final = 1_000_000
+BUSY_SAMPLE_REQUESTS: Final = 500_000
 # Length of a sampled time block: a minute holds many decode lifetimes (seconds to a minute),
 # so a block's overlap margin stays small against the block, and it is short against a capture
 # of hours, so the blocks fall in every phase of the load.
@@ -121,8 +123,8 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
                      block_s: float = SAMPLE_BLOCK_S, closed: bool = False,
                      start_range: tuple[float, float] | None = None,
                      by_group: bool = False, runs: RunRanges | None = None,
-                     raw: Intervals | None = None, pad_s: float = 0.0
-                     ) -> TimeSample | None:
+                     raw: Intervals | None = None, pad_s: float = 0.0,
+                     size: int | None = None) -> TimeSample | None:
     """``time_sample`` of the ``n_rows`` intervals ``intervals`` computes, of the rows
     ``valid`` marks (None: all; the others may be anything and are neither observed nor
     needed), without whole-size arrays of them.
@@ -141,13 +143,15 @@ def sample_intervals(intervals: Intervals, n_rows: int, valid: np.ndarray | None
     candidates but by starting before an earlier block's reach (``_candidates``). ``raw``
     (with ``by_group``): the intervals whose ends plus ``pad_s`` are ``intervals``' (to the
     bit: ``e + pad_s``), which the overlap test computes instead and keeps for the needed
-    rows (``TimeSample.by_group_spans``): no second gather of them.
+    rows (``TimeSample.by_group_spans``): no second gather of them. ``size``: above
+    ``max_requests`` the sample holds about this many (one block in ``ceil(n / size)``; at
+    most ``max_requests``); None: ``max_requests``.
     """
     max_requests = SAMPLE_MAX_REQUESTS if max_requests is None else max_requests
     n = n_rows if valid is None else int(np.count_nonzero(valid))
     if n <= max_requests:
         return None
-    every = math.ceil(n / max_requests)
+    every = math.ceil(n / (max_requests if size is None else min(size, max_requests)))
     phase = every // 2
     if runs is not None:
         start_range = runs.start_range

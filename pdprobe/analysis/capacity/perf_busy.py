@@ -123,6 +123,7 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     del valid
     taken = sample_intervals(reaching, n, some, codes, closed=True,
                              max_requests=sampling.BUSY_SAMPLE_MAX_REQUESTS,
+                             size=sampling.BUSY_SAMPLE_REQUESTS,
                              runs=runs.done(), by_group=True, raw=spans,
                              pad_s=BUSY_GAP_TOLERANCE_S) if sample else None
     observed = None

@@ -255,11 +255,12 @@ def test_prefill_observations_by_chunks_are_the_whole_column_reads(
 
 def test_a_bounded_busy_sample_gives_the_full_fit_and_counts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``BUSY_SAMPLE_MAX_REQUESTS`` is a size, not a fraction: forced to a tenth of the prefills
-    (one block in ten, as the 1M bound is at 10 million) the plan keeps the full data's
-    recommended counts and its prefill fit (a, b, c; predicted alone time within 1 % at 500,
-    2,000 and 8,000 tokens, ±3 % service noise in the data; measured: 0.02-0.03 %, the same
-    2P/1D, prefill service time +0.03 %, TTFT p90 estimate +0.08 %)."""
+    """Above ``BUSY_SAMPLE_MAX_REQUESTS`` the busy-period sample is a size
+    (``BUSY_SAMPLE_REQUESTS``), not a fraction: forced to 5,000 and 2,500 of 50,000 prefills
+    (one block in twenty, as 1M and 500k are at 10 million) the plan keeps the full data's
+    recommended counts and its prefill fit (predicted alone time within 1 % at 500, 2,000 and
+    8,000 tokens, ±3 % service noise in the data; measured: 0.02-0.16 %, the same 2P/1D,
+    prefill service time +0.09 %, TTFT p90 estimate +0.26 %)."""
     from pdprobe.analysis.capacity.estimate import CapacityOptions, estimate_capacity
     from pdprobe.analysis.capacity.mix import mix_from_requests
     from pdprobe.analysis.capacity.model_build import build_model
@@ -272,10 +273,12 @@ def test_a_bounded_busy_sample_gives_the_full_fit_and_counts(
     full_model = build_model(ds, mix, profile)
     full = estimate_capacity(ds, Missing("none"), options)
     monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 5_000)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_REQUESTS", 2_500)
     part_model = build_model(ds, mix, profile)
     part = estimate_capacity(ds, Missing("none"), options)
     assert not isinstance(full, Missing) and not isinstance(part, Missing)
-    assert any("busy periods are reconstructed around a sample" in n for n in part.notes)
+    assert any("busy periods are reconstructed around a sample" in n and "every 20" in n
+               for n in part.notes)
     assert not any("busy periods are reconstructed around a sample" in n for n in full.notes)
     assert "alone on their instance" in part_model.inputs.prefill.source
     a, b = full_model.inputs.prefill, part_model.inputs.prefill
@@ -285,3 +288,6 @@ def test_a_bounded_busy_sample_gives_the_full_fit_and_counts(
     assert (part.recommended_prefill, part.recommended_decode) == (
         full.recommended_prefill, full.recommended_decode)
     assert part.prefill_service_s == pytest.approx(full.prefill_service_s, rel=0.01)
+    # at or below the threshold every prefill is used, whatever the sample's size
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 50_000)
+    assert busy_periods(ds.requests).sample is None
