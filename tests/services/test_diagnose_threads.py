@@ -4,7 +4,6 @@ whichever thread is free first, with the same result either way."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -17,12 +16,16 @@ from pdprobe.services.diagnose import DiagnoseRequest, diagnose
 
 def _series_thread(monkeypatch: pytest.MonkeyPatch, slow: str) -> tuple[Any, str]:
     """The report of the bundled sample with ``slow`` (the capacity model or the evidence)
-    delayed, and the name of the thread that computed the series."""
+    held until the series has started, and the name of the thread that computed the series.
+    Held by an event, not a sleep: on a loaded machine the other thread's work can outlast
+    any fixed delay."""
     seen: list[str] = []
+    started = threading.Event()
     real_series = series_module.transfer_path_series
 
     def series(dataset: Any) -> Any:
         seen.append(threading.current_thread().name)
+        started.set()
         return real_series(dataset)
 
     monkeypatch.setattr(series_module, "transfer_path_series", series)
@@ -31,7 +34,7 @@ def _series_thread(monkeypatch: pytest.MonkeyPatch, slow: str) -> tuple[Any, str
     real = getattr(module, name)
 
     def delayed(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.5)
+        assert started.wait(timeout=60), "the other thread never started the series"
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, name, delayed)
