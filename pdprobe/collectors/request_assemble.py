@@ -39,6 +39,7 @@ from pdprobe.collectors.request_values import (
     _to_float,
     _to_text,
     _unknown_counts,
+    _upper_bound,
     numeric_arrival_bounded,
     values_view,
 )
@@ -54,7 +55,8 @@ class Assembled:
     """The source columns of a request file, converted (see the module docstring).
 
     ``numeric`` maps a canonical numeric column to its float64 values (NaN for null, unscaled)
-    and how many non-null values were not numbers; ``categories`` a low-cardinality column to
+    and how many non-null values were not numbers (int64 values instead for a token column of
+    integers the footer's ``bounds`` show whole, null-free and in range: ``_whole_tokens``); ``categories`` a low-cardinality column to
     ``(codes, sorted names, unknown statuses)`` (int8 or int32 codes, -1 for missing); ``text`` the cleaned ``request_id``.
     """
 
@@ -102,6 +104,45 @@ class _Floats(OutputColumn):
 
     def finish(self) -> np.ndarray:
         return owned(self.collected())
+
+
+class _Ints(OutputColumn):
+    """int64 values of an integer token column the footer shows null-free and in range
+    (``_whole_tokens``): the canonical int64 column written as read, instead of float64 that
+    ``request_canonical`` turns back into int64 (two full-length conversions at 10M rows). A
+    batch with nulls all the same (a footer that lied) turns the column into float64 with NaN,
+    what ``_Floats`` would have held."""
+
+    def __init__(self, rows: int | None) -> None:
+        super().__init__(rows, np.int64)
+        self.rows = rows
+
+    def add(self, arr: pa.Array) -> None:
+        view = values_view(arr) if self.dtype == np.int64 else None
+        if view is None and self.dtype == np.int64:
+            held = self.collected()  # float64 from here on, as _Floats holds them
+            OutputColumn.__init__(self, self.rows, np.float64)
+            self.put(held)
+        self.put(view if view is not None else _batch_floats(arr))
+
+    def finish(self) -> np.ndarray:
+        return owned(self.collected())
+
+
+# Token columns whose whole numbers ``request_canonical`` keeps as int64.
+_TOKEN_COLUMNS: Final = ("prompt_tokens", "output_tokens")
+
+
+def _whole_tokens(canonical: str, t: pa.DataType, cmap: ColumnMap,
+                  known: Bounds | None) -> bool:
+    """Whether a token column can be read as int64 as it stands: integers, unscaled, with a
+    footer range showing no null and nothing ``request_canonical`` would drop (then it neither
+    drops nor rounds a row of it, and makes it int64)."""
+    import pyarrow as pa
+
+    return (canonical in _TOKEN_COLUMNS and pa.types.is_integer(t) and known is not None
+            and not known.may_be_nan and cmap.scales.get(canonical, 1.0) == 1.0
+            and known.within(0.0, _upper_bound(canonical)))
 
 
 def _batch_floats(arr: pa.Array) -> np.ndarray:
@@ -253,10 +294,14 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
     arrival_ts = pa.types.is_timestamp(arrival_type)
     arrival_sink: _Floats | _Chunks = (_Floats(rows) if arrival_plain or arrival_ts
                                        else _Chunks())
-    numeric: dict[str, _Floats | _Chunks] = {}
+    numeric: dict[str, _Floats | _Ints | _Chunks] = {}
     for canonical in NUMERIC_COLUMNS:
         name = cmap.sources.get(canonical)
-        if name is not None:
+        if name is None:
+            continue
+        if _whole_tokens(canonical, types[name], cmap, bounds.get(name) if bounds else None):
+            numeric[canonical] = _Ints(rows)
+        else:
             numeric[canonical] = _Floats(rows) if _plain_number(types[name]) else _Chunks()
     codes: dict[str, _Codes | _Chunks] = {}
     text: dict[str, _Chunks] = {}
@@ -278,7 +323,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
 
     n = 0
     reserved = [sink.out for sink in (arrival_sink, *numeric.values())
-                if isinstance(sink, _Floats) and sink.out is not None]
+                if isinstance(sink, _Floats | _Ints) and sink.out is not None]
     reserved += [sink.codes.out for sink in codes.values()
                  if isinstance(sink, _Codes) and sink.codes.out is not None]
     if id_sink is not None and id_sink.hashes is not None and id_sink.hashes.out is not None:
@@ -303,7 +348,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
                 arrival_sink.add(col)
             for canonical, sink in numeric.items():
                 col = batch.column(cmap.sources[canonical])
-                sink.add(_batch_floats(col) if isinstance(sink, _Floats) else col)
+                sink.add(_batch_floats(col) if isinstance(sink, _Floats) else col)  # _Ints: col
             for canonical, csink in codes.items():
                 csink.add(batch.column(cmap.sources[canonical]))
             for canonical, tsink in text.items():
@@ -338,10 +383,10 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             out.bounds["arrival_ts"] = arrival_bounds  # scaled as the times were
         out.bounds.update((canonical, bounds[cmap.sources[canonical]])
                           for canonical, sink in numeric.items()
-                          if isinstance(sink, _Floats) and cmap.sources[canonical] in bounds)
+                          if isinstance(sink, _Floats | _Ints) and cmap.sources[canonical] in bounds)
     for canonical, sink in numeric.items():
         name = cmap.sources[canonical]
-        if isinstance(sink, _Floats):
+        if isinstance(sink, _Floats | _Ints):
             out.numeric[canonical] = (sink.finish(), 0)
         else:
             values, non_numeric = _to_float(sink.column(types[name]))

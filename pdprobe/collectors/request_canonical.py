@@ -340,7 +340,10 @@ INT_BLOCK_ROWS: Final = 1 << 16
 
 def _as_int64(values: np.ndarray) -> np.ndarray:
     """``values`` (float64 whole numbers, owned) as int64 in the same memory: the canonical
-    token columns without a second copy of each."""
+    token columns without a second copy of each. int64 already (read so: ``assemble``) is
+    kept as it is."""
+    if values.dtype == np.int64:
+        return values
     if not values.flags.writeable or not values.flags.c_contiguous:
         return values.astype(np.int64)
     out = values.view(np.int64)
