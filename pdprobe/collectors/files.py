@@ -275,15 +275,26 @@ def _zero_span_warning(dataset: Dataset) -> list[str]:
     for frame in (dataset.requests, dataset.metrics, dataset.network, dataset.events):
         if frame is not None and len(frame):
             col = "arrival_ts" if frame is dataset.requests else "ts"
-            values = frame[col].to_numpy(dtype=np.float64, na_value=np.nan)
-            if np.isfinite(values).any():
-                los.append(float(np.nanmin(values)))
-                his.append(float(np.nanmax(values)))
+            span = _sorted_span(frame[col].to_numpy(dtype=np.float64, na_value=np.nan))
+            if span is not None:
+                los.append(span[0])
+                his.append(span[1])
     if not los or max(his) > min(los):
         return []
     return ["all timestamps in the inputs are the same instant (a 0 s window): rates, "
             "throughput and anything measured over time are not judged; only what one "
             "instant shows (lengths, gauges, counters since start) is"]
+
+
+def _sorted_span(values: np.ndarray) -> tuple[float, float] | None:
+    """``(nanmin, nanmax)`` of times sorted ascending with NaN last (``fuse`` sorts every
+    frame by time so), or None when none is finite: three binary searches instead of three
+    passes over the column (10M request rows: ~15 ms)."""
+    known = int(np.searchsorted(values, np.nan))  # numpy sorts and searches NaN last
+    first = int(np.searchsorted(values[:known], -np.inf, side="right"))
+    if first >= int(np.searchsorted(values[:known], np.inf, side="left")):
+        return None  # no finite time (an infinity is no time to compare)
+    return float(values[0]), float(values[known - 1])
 
 
 def _with_reference(ctx: ReadContext, partials: Sequence[Partial]) -> ReadContext:
