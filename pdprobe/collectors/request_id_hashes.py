@@ -24,7 +24,9 @@ class IdHashes:
     Each batch's ids are hashed in a thread of their own while the reading loop converts the
     batch's other columns (cleaning and hashing are pyarrow and numpy work that releases the
     GIL: at 10M rows ~0.5 CPU-s that otherwise ran alone on the loop's core). One batch is in
-    flight at a time, so memory holds one batch's ids more at most; its hashes are written in
+    flight at a time, so memory holds one batch's ids more at most. Its rows of the reserved
+    output are claimed in row order as it is handed over and the thread writes its hashes
+    there (no copy on the reading loop's core); rows beyond the reservation are appended in
     row order when the next batch arrives or at ``finish``. ``close`` stops the thread (the
     reading loop calls it whatever happens)."""
 
@@ -40,7 +42,7 @@ class IdHashes:
         if self.hashes is None:
             return  # an id the hash does not take: the ids are read again whole
         if len(arr):
-            self._pending = self._pool.submit(batch_hashes, arr)
+            self._pending = self._pool.submit(batch_hashes, arr, self.hashes.slot(len(arr)))
 
     def settle(self) -> None:
         """Write the batch in flight's hashes (or give up on hashing when it had an id the
@@ -53,7 +55,7 @@ class IdHashes:
             self.hashes = None
             return
         for h in parts:
-            self.hashes.put(h)
+            self.hashes.put(h)  # none when written in place
 
     def finish(self) -> np.ndarray | None:
         """Every batch's hashes in row order (``settle`` after the last batch first), or None
@@ -68,15 +70,20 @@ class IdHashes:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def batch_hashes(arr: pa.Array) -> list[np.ndarray] | None:
-    """The hashes of a batch's raw ids, cleaned chunk by chunk; None when a chunk holds an id
-    the hash does not take."""
+def batch_hashes(arr: pa.Array, into: np.ndarray | None = None) -> list[np.ndarray] | None:
+    """The hashes of a batch's raw ids, cleaned chunk by chunk (written into ``into``, one
+    row per id, when given: then none is returned); None when a chunk holds an id the hash
+    does not take."""
     out = []
+    start = 0
     for chunk in cleaned_ids(arr):
-        h = row_hashes(chunk)
+        end = start + len(chunk)
+        h = row_hashes(chunk, None if into is None else into[start:end])
         if h is None:
             return None
-        out.append(h)
+        if into is None:
+            out.append(h)
+        start = end
     return out
 
 

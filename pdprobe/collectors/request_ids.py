@@ -81,9 +81,10 @@ def plain_ids(chunk: pa.Array) -> bool:
                  & (last >= _PLAIN_LOW) & (last <= _PLAIN_HIGH)).all())
 
 
-def _hashes(chunk: pa.Array) -> np.ndarray | None:
-    """A 64-bit hash of each id of a null-free string chunk, or None when the chunk is not
-    ASCII or holds an id longer than ``HASH_MAX_ID_BYTES`` (then the caller counts exactly)."""
+def _hashes(chunk: pa.Array, out: np.ndarray | None = None) -> np.ndarray | None:
+    """A 64-bit hash of each id of a null-free string chunk (computed in ``out`` when given),
+    or None when the chunk is not ASCII or holds an id longer than ``HASH_MAX_ID_BYTES``
+    (then the caller counts exactly)."""
     import pyarrow.compute as pc
 
     offsets = _offsets_and_data(chunk)[0]
@@ -100,7 +101,11 @@ def _hashes(chunk: pa.Array) -> np.ndarray | None:
     padded = pc.ascii_rpad(chunk, width=width, padding=" ")
     p_offsets, p_data = _offsets_and_data(padded)
     words = p_data[p_offsets[0]:p_offsets[-1]].view(np.uint64).reshape(len(chunk), width // 8)
-    h = np.full(len(chunk), _SEED, dtype=np.uint64)
+    if out is None:
+        h = np.full(len(chunk), _SEED, dtype=np.uint64)
+    else:
+        h = out
+        h.fill(_SEED)
     tmp = np.empty_like(h)
     mixed = None
     with np.errstate(over="ignore"):
@@ -187,20 +192,28 @@ def _hash_into(chunks: list[pa.Array], hashes: np.ndarray) -> bool:
         return upper.result() and lower
 
 
-def row_hashes(chunk: pa.Array) -> np.ndarray | None:
+def row_hashes(chunk: pa.Array, out: np.ndarray | None = None) -> np.ndarray | None:
     """The hash of each id of a cleaned string ``chunk`` as ``count_duplicates`` hashes it, 0
-    for a null id (an id's hash of 0 becomes 1); None when the chunk holds ids the hash does
-    not take (not ASCII, longer than ``HASH_MAX_ID_BYTES``)."""
+    for a null id (an id's hash of 0 becomes 1), written into ``out`` (one row per id) when
+    given; None when the chunk holds ids the hash does not take (not ASCII, longer than
+    ``HASH_MAX_ID_BYTES``)."""
     nulls = chunk.null_count
+    if out is None:
+        out = np.zeros(len(chunk), np.uint64) if nulls else None
+    elif nulls:
+        out.fill(0)
     if nulls == len(chunk):
-        return np.zeros(len(chunk), np.uint64)
-    h = _hashes(chunk.drop_null() if nulls else chunk)
+        return out
+    h = _hashes(chunk.drop_null()) if nulls or out is None else _hashes(chunk, out)
     if h is None:
         return None
-    h[h == 0] = 1  # 0 marks a null id
-    if not nulls:
+    np.maximum(h, np.uint64(1), out=h)  # 0 marks a null id: an id's 0 becomes 1
+    if out is None:
         return h
-    out = np.zeros(len(chunk), np.uint64)
+    if not nulls:
+        if h is not out:
+            out[...] = h
+        return out
     out[chunk.is_valid().to_numpy(zero_copy_only=False)] = h
     return out
 
