@@ -85,7 +85,8 @@ def _reference_hash(value: str) -> int:
     mask = (1 << 64) - 1
     h = int(request_ids._SEED)
     raw = value.encode("ascii")
-    for k in range(0, len(raw), 8):  # the words the id has (an empty id: none)
+    # the words the id has, and at least the first _ALWAYS_WORDS (blank for a short id)
+    for k in range(0, max(len(raw), 8 * request_ids._ALWAYS_WORDS), 8):
         h ^= int.from_bytes(raw[k:k + 8].ljust(8, b" "), "little")
         h ^= h >> 30
         h = (h * int(request_ids._MIX_A)) & mask
