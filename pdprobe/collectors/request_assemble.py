@@ -31,7 +31,13 @@ from pdprobe.collectors.request_columns import (
     ColumnMap,
 )
 from pdprobe.collectors.request_id_hashes import IdHashes, cleaned_ids
-from pdprobe.collectors.request_outputs import OutputColumn, owned
+from pdprobe.collectors.request_outputs import (
+    OutputColumn,
+    _batch_floats,
+    _Floats,
+    _Ints,
+    owned,
+)
 from pdprobe.collectors.request_values import (
     _arrival_seconds,
     _category_codes,
@@ -56,8 +62,9 @@ class Assembled:
 
     ``numeric`` maps a canonical numeric column to its float64 values (NaN for null, unscaled)
     and how many non-null values were not numbers (int64 values instead for a token column of
-    integers the footer's ``bounds`` show whole, null-free and in range: ``_whole_tokens``); ``categories`` a low-cardinality column to
-    ``(codes, sorted names, unknown statuses)`` (int8 or int32 codes, -1 for missing); ``text`` the cleaned ``request_id``.
+    integers the footer's ``bounds`` show null-free and in range: ``_whole_tokens``);
+    ``categories`` a low-cardinality column to ``(codes, sorted names, unknown statuses)``
+    (int8 or int32 codes, -1 for missing); ``text`` the cleaned ``request_id``.
     """
 
     rows: int
@@ -93,42 +100,6 @@ def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
-class _Floats(OutputColumn):
-    """float64 values of a numeric-typed column."""
-
-    def __init__(self, rows: int | None) -> None:
-        super().__init__(rows, np.float64)
-
-    def add(self, values: np.ndarray) -> None:
-        self.put(values)
-
-    def finish(self) -> np.ndarray:
-        return owned(self.collected())
-
-
-class _Ints(OutputColumn):
-    """int64 values of an integer token column the footer shows null-free and in range
-    (``_whole_tokens``): the canonical int64 column written as read, instead of float64 that
-    ``request_canonical`` turns back into int64 (two full-length conversions at 10M rows). A
-    batch with nulls all the same (a footer that lied) turns the column into float64 with NaN,
-    what ``_Floats`` would have held."""
-
-    def __init__(self, rows: int | None) -> None:
-        super().__init__(rows, np.int64)
-        self.rows = rows
-
-    def add(self, arr: pa.Array) -> None:
-        view = values_view(arr) if self.dtype == np.int64 else None
-        if view is None and self.dtype == np.int64:
-            held = self.collected()  # float64 from here on, as _Floats holds them
-            OutputColumn.__init__(self, self.rows, np.float64)
-            self.put(held)
-        self.put(view if view is not None else _batch_floats(arr))
-
-    def finish(self) -> np.ndarray:
-        return owned(self.collected())
-
-
 # Token columns whose whole numbers ``request_canonical`` keeps as int64.
 _TOKEN_COLUMNS: Final = ("prompt_tokens", "output_tokens")
 
@@ -143,21 +114,6 @@ def _whole_tokens(canonical: str, t: pa.DataType, cmap: ColumnMap,
     return (canonical in _TOKEN_COLUMNS and pa.types.is_integer(t) and known is not None
             and not known.may_be_nan and cmap.scales.get(canonical, 1.0) == 1.0
             and known.within(0.0, _upper_bound(canonical)))
-
-
-def _batch_floats(arr: pa.Array) -> np.ndarray:
-    """One batch of an integer or float column as numbers (NaN for null, no copy when the
-    column is float64 or integers without nulls)."""
-    import pyarrow as pa
-
-    view = values_view(arr)
-    if view is not None and (view.dtype == np.float64 or view.dtype.kind in "iu"):
-        return view  # integers -> float64 when written into _Floats, as Arrow casts them
-    import pyarrow.compute as pc
-
-    # safe=False: int64 beyond 2**53 (epoch nanoseconds) rounds instead of failing
-    return np.asarray(pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False),
-                      dtype=np.float64)
 
 
 # Codes are held as int8 while a column has at most this many distinct values (pandas holds a

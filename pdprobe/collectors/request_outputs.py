@@ -2,11 +2,20 @@
 
 Each canonical column is written into one array reserved for the rows the reader announced
 (the batch is then released), so a 10M-row read holds each column once plus one batch.
+Numeric columns are written as float64 (``_Floats``), or as int64 for token columns whose
+footer range makes the float64 detour useless (``_Ints``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+from pdprobe.collectors.request_values import values_view
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class OutputColumn:
@@ -51,3 +60,54 @@ def owned(values: np.ndarray) -> np.ndarray:
     """``values`` writable (the canonical step fixes values in place); a read-only view of
     Arrow memory is copied."""
     return values if values.flags.writeable else values.copy()
+
+
+class _Floats(OutputColumn):
+    """float64 values of a numeric-typed column."""
+
+    def __init__(self, rows: int | None) -> None:
+        super().__init__(rows, np.float64)
+
+    def add(self, values: np.ndarray) -> None:
+        self.put(values)
+
+    def finish(self) -> np.ndarray:
+        return owned(self.collected())
+
+
+class _Ints(OutputColumn):
+    """int64 values of an integer token column the footer shows null-free and in range
+    (``request_assemble._whole_tokens``): the canonical int64 column written as read, not
+    float64 that ``request_canonical`` turns back into int64 (two full-length conversions at
+    10M rows). A batch with nulls all the same (a footer that lied) turns the column into
+    float64 with NaN, what ``_Floats`` would have held."""
+
+    def __init__(self, rows: int | None) -> None:
+        super().__init__(rows, np.int64)
+        self.rows = rows
+
+    def add(self, arr: pa.Array) -> None:
+        view = values_view(arr) if self.dtype == np.int64 else None
+        if view is None and self.dtype == np.int64:
+            held = self.collected()  # float64 from here on, as _Floats holds them
+            OutputColumn.__init__(self, self.rows, np.float64)
+            self.put(held)
+        self.put(view if view is not None else _batch_floats(arr))
+
+    def finish(self) -> np.ndarray:
+        return owned(self.collected())
+
+
+def _batch_floats(arr: pa.Array) -> np.ndarray:
+    """One batch of an integer or float column as numbers (NaN for null, no copy when the
+    column is float64 or integers without nulls)."""
+    import pyarrow as pa
+
+    view = values_view(arr)
+    if view is not None and (view.dtype == np.float64 or view.dtype.kind in "iu"):
+        return view  # integers -> float64 when written into _Floats, as Arrow casts them
+    import pyarrow.compute as pc
+
+    # safe=False: int64 beyond 2**53 (epoch nanoseconds) rounds instead of failing
+    return np.asarray(pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)

@@ -77,6 +77,39 @@ def test_parquet_row_groups_and_slices_read_as_one_table(
     assert expect["ttft_s"].max() < 1.0  # ttft_ms scaled
 
 
+def test_token_columns_the_footer_shows_in_range_are_read_as_int64(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _table(500, 7).drop_columns(["output_tokens"]).append_column(
+        "output_tokens", pa.array(np.arange(500) % 7 + 1, pa.int64()))
+    path = tmp_path / "r.parquet"
+    pq.write_table(table, path, row_group_size=200)
+    cmap = map_columns(table.column_names)
+    batches, _ = request_formats._read_parquet(path, None, False)
+    assert batches.bounds is not None
+    got = assemble(batches.batches, batches.schema, cmap, batches.rows, bounds=batches.bounds)
+    for name in ("prompt_tokens", "output_tokens"):
+        assert got.numeric[name][0].dtype == np.int64  # no float64 detour
+    expect = read_requests(path, ReadContext()).requests
+    monkeypatch.setattr(request_formats, "parquet_bounds", lambda *a: {})  # no footer ranges
+    pd.testing.assert_frame_equal(read_requests(path, ReadContext()).requests, expect)
+
+
+def test_a_null_the_footer_did_not_announce_turns_int64_tokens_into_floats() -> None:
+    from pdprobe.collectors.request_bounds import Bounds
+
+    table = pa.table({"arrival_ts": np.arange(6.0),
+                      "prompt_tokens": pa.array([1, 2, 3, None, 5, 6], pa.int64()),
+                      "output_tokens": pa.array([1, 2, 3, 4, 5, 6], pa.int64())})
+    cmap = map_columns(table.column_names)
+    lying = {"prompt_tokens": Bounds(1.0, 6.0, False), "output_tokens": Bounds(1.0, 6.0, False)}
+    got = assemble(table.to_batches(max_chunksize=2), table.schema, cmap, 6, bounds=lying)
+    plain = assemble(table.to_batches(max_chunksize=2), table.schema, cmap, 6)
+    np.testing.assert_array_equal(got.numeric["prompt_tokens"][0],
+                                  plain.numeric["prompt_tokens"][0])  # float64, NaN kept
+    assert got.numeric["prompt_tokens"][0].dtype == np.float64
+    assert got.numeric["output_tokens"][0].dtype == np.int64
+
+
 def test_text_in_a_numeric_column_is_converted_over_the_whole_column() -> None:
     table = pa.table({"arrival_ts": [1.0, 2.0, 3.0, 4.0],
                       "prompt_tokens": ["10", "20", "x", "40"],
