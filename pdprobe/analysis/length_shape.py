@@ -43,16 +43,37 @@ SHAPE_JITTER_SEED: Final = 0
 
 QUANTILES: Final = (50.0, 90.0, 99.0)
 
+# Token lengths are small non-negative integers: counted per length (O(n + max)), their ranks
+# and moments are read off the counts instead of sorting or summing every row.
+COUNTING_RANK_MAX: Final = 1 << 24
 
-def length_distribution(values: np.ndarray,
-                        for_quantiles: np.ndarray | None = None) -> LengthDistribution | Missing:
+
+def length_counts(values: np.ndarray) -> np.ndarray | None:
+    """Rows per length ``0..max`` of non-negative integer lengths below ``COUNTING_RANK_MAX``
+    (counted slice by slice: ``row_gather.code_counts``), else None. One pass that gives the
+    Spearman ranks (``workload``) and the moments of a large table (``length_distribution``)."""
+    from pdprobe.analysis.row_gather import code_counts
+
+    x = np.asarray(values)
+    if x.dtype.kind not in "iu" or not x.size:
+        return None
+    low, high = x.min(), x.max()
+    if low < 0 or high >= COUNTING_RANK_MAX:
+        return None
+    return code_counts(x, int(high) + 1)
+
+
+def length_distribution(values: np.ndarray, for_quantiles: np.ndarray | None = None,
+                        counts: np.ndarray | None = None) -> LengthDistribution | Missing:
     """Quantiles (numpy's linear percentile), CV, skewness and a shape label of a sample.
 
     ``for_quantiles``, when given, is a sample of ``values`` the quantiles are read from (a very
     large table: ``grouped.quantile_rows``); count, mean, CV and skewness use every value.
     Integer lengths are read as they are (no float copy); above one row slice
     (``row_slices.CHUNK_ROWS``) the moments are summed slice by slice (the same figures up to
-    the last bits of the sums), so no full-length deviation array is built.
+    the last bits of the sums), so no full-length deviation array is built; with ``counts``
+    (``length_counts(values)``) they are read off the rows per length instead (the same
+    count, mean and max; variance and skewness up to the last bits), with no pass at all.
     """
     from pdprobe.analysis.row_slices import CHUNK_ROWS
 
@@ -73,7 +94,10 @@ def length_distribution(values: np.ndarray,
         if qx.size == 0:
             qx = x
     p50, p90, p99 = (float(v) for v in sorted_percentile(qx, QUANTILES))
-    mean, var, third, top = _moments(x)
+    if counts is not None and x.size > CHUNK_ROWS and x.dtype.kind in "iu":
+        mean, var, third, top = _count_moments(counts)
+    else:
+        mean, var, third, top = _moments(x)
     std = math.sqrt(var)
     cv = std / mean if mean > 0 else float("nan")
     skew = third / x.size / (var * std) if std > 0 else 0.0
@@ -121,6 +145,20 @@ def _moments(x: np.ndarray) -> tuple[float, float, float, float]:
         sq_sum += float(sq[:m].sum())
         cube_sum += float(np.einsum("i,i->", sq[:m], dev[:m]))  # no BLAS threads per slice
     return mean, sq_sum / x.size, cube_sum, top
+
+
+def _count_moments(counts: np.ndarray) -> tuple[float, float, float, float]:
+    """``_moments`` of the integer lengths whose rows per length are ``counts``: the sum of
+    the lengths an exact integer (so the mean of the sliced sums of whole numbers, each below
+    2**53), the deviations summed once per distinct length weighted by its rows."""
+    lengths = np.flatnonzero(counts)
+    rows = counts[lengths]
+    n = int(rows.sum())
+    mean = float(int(np.dot(rows, lengths))) / n  # int64: no rounding of the sum
+    dev = lengths - mean
+    weighted = rows * (dev * dev)
+    return (mean, float(weighted.sum()) / n, float(np.einsum("i,i->", weighted, dev)),
+            float(lengths[-1]))
 
 
 def classify_shape(x: np.ndarray | None, p50: float, p99: float, cv: float) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import SloAttainment
 from pdprobe.analysis.grouped import category_mask
-from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.row_slices import chunks, has_values
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -55,24 +55,45 @@ def slo_attainment(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float
 
 def _from_requests(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float | None,
                    has_ttft: bool, has_tpot: bool) -> SloAttainment:
+    """The shares of requests within each objective, counted slice by slice
+    (``row_slices.chunks``): each share is a count over the rows, so the figures are those of
+    one pass, without the full-length masks of every test (five 10 MB arrays at 10M rows)."""
     req = dataset.requests
     failed = category_mask(req["status"], lambda s: s != "ok")
-    ttft_ok = tpot_ok = None
     ttft: Maybe[float] = Missing("no TTFT SLO given" if slo_ttft_s is None else "no ttft_s column")
     tpot: Maybe[float] = Missing("no TPOT SLO given" if slo_tpot_s is None else "no tpot_s column")
-    if slo_ttft_s is not None and has_ttft:
-        values = req["ttft_s"].to_numpy(dtype="float64")
-        # a failed request or one without a first token did not meet the objective
-        ttft_ok = (values <= slo_ttft_s) & ~failed
-        ttft = float(ttft_ok.mean())
-    if slo_tpot_s is not None and has_tpot:
-        values = req["tpot_s"].to_numpy(dtype="float64")
-        single = req["output_tokens"].to_numpy() <= 1  # TPOT is undefined for one token
-        tpot_ok = ((values <= slo_tpot_s) | (single & np.isnan(values))) & ~failed
-        tpot = float(tpot_ok.mean())
+    ttft_values = req["ttft_s"].to_numpy(dtype="float64") \
+        if slo_ttft_s is not None and has_ttft else None
+    tpot_values = req["tpot_s"].to_numpy(dtype="float64") \
+        if slo_tpot_s is not None and has_tpot else None
+    outputs = req["output_tokens"].to_numpy() if tpot_values is not None else None
+    met_ttft = met_tpot = met_both = 0
+    for part in chunks(len(req)):
+        ok = ~failed[part]  # a failed request did not meet an objective
+        ttft_ok = None
+        if ttft_values is not None:  # (no first token: NaN, not within)
+            ttft_ok = ttft_values[part] <= slo_ttft_s
+            ttft_ok &= ok
+            met_ttft += int(np.count_nonzero(ttft_ok))
+        if tpot_values is not None:
+            values = tpot_values[part]
+            tpot_ok = values <= slo_tpot_s
+            assert outputs is not None
+            # TPOT is undefined for one token: such a request without one met it
+            tpot_ok |= (outputs[part] <= 1) & np.isnan(values)
+            tpot_ok &= ok
+            met_tpot += int(np.count_nonzero(tpot_ok))
+            if ttft_ok is not None:
+                ttft_ok &= tpot_ok
+                met_both += int(np.count_nonzero(ttft_ok))
+    n = len(req)
+    if ttft_values is not None:
+        ttft = met_ttft / n  # (a boolean mean: the count over the rows)
+    if tpot_values is not None:
+        tpot = met_tpot / n
     both: Maybe[float] = Missing("needs both SLOs and per-request TTFT and TPOT")
-    if ttft_ok is not None and tpot_ok is not None:
-        both = float((ttft_ok & tpot_ok).mean())
+    if ttft_values is not None and tpot_values is not None:
+        both = met_both / n
     return SloAttainment(ttft_slo_s=slo_ttft_s, tpot_slo_s=slo_tpot_s, ttft=ttft, tpot=tpot,
                          both=both, method="per-request")
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
 from pdprobe.analysis.grouped import category_mask, chunks, column_values, quantile_rows
-from pdprobe.analysis.length_shape import length_distribution
+from pdprobe.analysis.length_shape import COUNTING_RANK_MAX, length_counts, length_distribution
 from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
@@ -84,6 +84,9 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     count = int(arrival.size)
     if count == 0:
         return Missing("no request record has an arrival time")
+    # rows per length: the Spearman ranks and, above one slice, the moments of each column
+    # (``length_shape.length_counts``), so neither reads the rows again
+    prompt_counts, output_counts = length_counts(prompt), length_counts(output)
     start, end = float(arrival[0]), float(arrival[-1])
     span = end - start
     rate: Maybe[float] = (count / span if span > 0 else
@@ -118,13 +121,15 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
         window_start_ts=start,
         window_end_ts=end,
         arrival_rate_rps=rate,
-        prompt_tokens=length_distribution(prompt, _sampled(req, "prompt_tokens", ok_rows)),
-        output_tokens=length_distribution(output, _sampled(req, "output_tokens", ok_rows)),
+        prompt_tokens=length_distribution(prompt, _sampled(req, "prompt_tokens", ok_rows),
+                                          prompt_counts),
+        output_tokens=length_distribution(output, _sampled(req, "output_tokens", ok_rows),
+                                          output_counts),
         offered_rate_rps=rate if span > 0 else Missing("all requests arrived at one instant"),
         completed_rate_rps=completed,
         cached_fraction=cached,
         arrival_cv2=_arrival_cv2(arrival),
-        prompt_output_corr=_spearman(prompt, output),
+        prompt_output_corr=_spearman(prompt, output, (prompt_counts, output_counts)),
         arrival_series=series,
         source="request records",
         failed_requests=failed,
@@ -206,10 +211,8 @@ def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
         var = float(gaps.var())
     else:  # slice by slice (the same figure up to the last bits of the sums)
         n = arrival.size - 1
-        total = 0.0
-        for part in chunks(n):
-            total += float(np.diff(arrival[part.start:part.stop + 1]).sum())
-        mean = total / n
+        # the gaps add up to the last arrival less the first (no pass of their own)
+        mean = float(arrival[-1] - arrival[0]) / n
         sq = 0.0
         for part in chunks(n):
             dev = np.diff(arrival[part.start:part.stop + 1])
@@ -221,19 +224,25 @@ def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
     return float(var / (mean * mean))
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> Maybe[float]:
+def _spearman(x: np.ndarray, y: np.ndarray,
+              counts: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+              ) -> Maybe[float]:
+    """Spearman's rho of ``x`` and ``y``; ``counts``: their rows per length when known
+    (``length_counts``), the extremes and the rank lookups read off them."""
     if x.size < 3:
         return Missing("fewer than three requests")
     # min == max is "every value equals the first" (NaN: neither), without a mask per value;
     # the rank lookups read the same extremes
-    x_range, y_range = (x.min(), x.max()), (y.min(), y.max())
+    x_range, y_range = _extremes(x, counts[0]), _extremes(y, counts[1])
     if x_range[0] == x_range[1] or y_range[0] == y_range[1]:
         return Missing("prompt or output length is constant")
-    lookup_x, lookup_y = _rank_lookup(x, x_range), _rank_lookup(y, y_range)
+    lookup_x = _rank_lookup(x, x_range, counts[0])
+    lookup_y = _rank_lookup(y, y_range, counts[1])
     if len(chunks(x.size)) > 1 and lookup_x is not None and lookup_y is not None:
         return _spearman_sliced(x, y, lookup_x, lookup_y)
-    rx = average_ranks(x)
-    ry = average_ranks(y)
+    # (the lookups at the values are ``average_ranks``' very ranks)
+    rx = average_ranks(x) if lookup_x is None else lookup_x[x]
+    ry = average_ranks(y) if lookup_y is None else lookup_y[y]
     rx -= rx.mean()
     ry -= ry.mean()
     return float(np.dot(rx, ry) / math.sqrt(float(np.dot(rx, rx)) * float(np.dot(ry, ry))))
@@ -277,22 +286,28 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
 # Average ranks are halves: sums of them below 2**52 (n * (n + 1) below 2**53) are exact.
 _EXACT_RANK_SUMS: Final = 1 << 53
 
-# Token lengths are small non-negative integers: ranks by counting (O(n + max)) beat sorting.
-COUNTING_RANK_MAX: Final = 1 << 24
+
+def _extremes(values: np.ndarray, counts: np.ndarray | None) -> tuple[float, float]:
+    """``(values.min(), values.max())``, read off the rows per length when given."""
+    if counts is None:
+        return values.min(), values.max()
+    return float(np.flatnonzero(counts)[0]), float(counts.size - 1)
 
 
-def _rank_lookup(values: np.ndarray,
-                 extremes: tuple[float, float] | None = None) -> np.ndarray | None:
+def _rank_lookup(values: np.ndarray, extremes: tuple[float, float] | None = None,
+                 counts: np.ndarray | None = None) -> np.ndarray | None:
     """The average rank of every value 0..max of non-negative integer lengths below
     ``COUNTING_RANK_MAX`` held as integers (counted slice by slice), else None. ``extremes``:
-    the values' (min, max) when the caller has them."""
+    the values' (min, max) when the caller has them; ``counts``: their rows per length
+    (``length_counts``), when the caller has those."""
     x = np.asarray(values)
     if x.dtype.kind not in "iu" or not x.size:
         return None
     low, high = (x.min(), x.max()) if extremes is None else extremes
     if low < 0 or high >= COUNTING_RANK_MAX:
         return None
-    counts = code_counts(x, int(high) + 1)  # slice by slice
+    if counts is None:
+        counts = code_counts(x, int(high) + 1)  # slice by slice
     below = np.cumsum(counts) - counts  # values strictly smaller
     lookup: np.ndarray = below + (counts + 1) / 2.0
     return lookup

@@ -52,3 +52,28 @@ def test_histogram_attainment_prefers_decode_over_prefill() -> None:
     assert res.ttft == pytest.approx(0.8)  # decode TTFT covers the whole request
     assert res.method == "histogram interpolation"
     assert isinstance(res.tpot, Missing)
+
+
+def test_per_request_attainment_slice_by_slice_is_the_whole_mask_mean(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted over slices of 7 rows: the very shares of the full-length masks' means."""
+    from pdprobe.analysis import row_slices
+
+    rng = np.random.default_rng(3)
+    n = 103
+    req = pd.DataFrame({
+        "arrival_ts": np.arange(float(n)), "prompt_tokens": [10] * n,
+        "output_tokens": rng.integers(1, 4, n),
+        "ttft_s": np.where(rng.random(n) < 0.1, np.nan, rng.random(n) * 2),
+        "tpot_s": np.where(rng.random(n) < 0.2, np.nan, rng.random(n) * 0.2),
+        "status": rng.choice(["ok", "ok", "error"], n),
+    })
+    failed = (req["status"] != "ok").to_numpy()
+    ttft_ok = (req["ttft_s"].to_numpy() <= 1.0) & ~failed
+    tpot = req["tpot_s"].to_numpy()
+    tpot_ok = ((tpot <= 0.1) | ((req["output_tokens"].to_numpy() <= 1) & np.isnan(tpot))) & ~failed
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 7)
+    res = slo_attainment(_ds(req), 1.0, 0.1)
+    assert not isinstance(res, Missing)
+    assert (res.ttft, res.tpot, res.both) == (float(ttft_ok.mean()), float(tpot_ok.mean()),
+                                              float((ttft_ok & tpot_ok).mean()))

@@ -428,3 +428,28 @@ def test_sliced_spearman_rank_sums_without_a_pass(monkeypatch: pytest.MonkeyPatc
         monkeypatch.undo()
         monkeypatch.setattr(row_slices, "CHUNK_ROWS", 256)
         assert got == want
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_length_moments_from_counts_equal_the_sliced_ones(monkeypatch: pytest.MonkeyPatch,
+                                                          dtype: type) -> None:
+    """Above one slice the moments read off the rows per length (``length_counts``) are the
+    sliced passes' figures: count, mean, max and quantiles exactly, CV and skewness to 1e-12;
+    and the Spearman coefficient from those counts is the one counted again."""
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.length_shape import length_counts
+    from pdprobe.analysis.workload import _spearman
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
+    rng = np.random.default_rng(12)
+    x = np.rint(rng.lognormal(6, 1.1, 7_001)).astype(dtype)
+    y = (x // 2 + rng.integers(0, 300, x.size)).astype(dtype)
+    counts = length_counts(x)
+    assert counts is not None and counts.sum() == x.size
+    sliced = _dist(length_distribution(x))
+    counted = _dist(length_distribution(x, None, counts))
+    assert counted.quantiles == sliced.quantiles and counted.shape == sliced.shape
+    assert counted.cv == pytest.approx(sliced.cv, rel=1e-12)
+    assert counted.skewness == pytest.approx(sliced.skewness, rel=1e-12)
+    assert _spearman(x, y, (counts, length_counts(y))) == _spearman(x, y)
+    assert length_counts(x - 1_000) is None and length_counts(x.astype(np.float64)) is None
