@@ -143,17 +143,24 @@ class GroupFigures:
                    p90=groups.quantile(0.9), p99=groups.quantile(0.99))
 
     @classmethod
-    def measure(cls, groups: Groups, values: Column, moments: bool = True) -> GroupFigures:
+    def measure(cls, groups: Groups, values: Column, moments: bool = True,
+                known: tuple[np.ndarray, np.ndarray] | None = None) -> GroupFigures:
         """The figures of ``values`` per group; quantiles from the sample of a sampled grouping
         (count, mean and max stay exact). Without ``moments`` a sampled grouping skips the
-        mean and max (two passes over every row) and leaves them NaN."""
+        mean and max (two passes over every row) and leaves them NaN. ``known``: each group's
+        non-NaN values and their sum over every row, found by another pass (a sampled
+        grouping then passes over the rows for the maxima alone)."""
         if not groups.sampled:
             return cls.of(groups.sorted(values))
         median, p50, p90, p99, sample_max = _blocked_order_statistics(groups, values)
-        if moments:  # count, sum and max in one pass over every row
-            # the sample's maxima bound each group's from below: only the rows above the
-            # smallest of them can raise one (``Groups.moments``' ``floor``)
-            count, total, top = groups.moments(values, floor=sample_max)
+        if moments:
+            if known is not None:
+                count, total = known
+                top = groups.maxima_above(values, count, floor=sample_max)
+            else:  # count, sum and max in one pass over every row
+                # the sample's maxima bound each group's from below: only the rows above the
+                # smallest of them can raise one (``Groups.moments``' ``floor``)
+                count, total, top = groups.moments(values, floor=sample_max)
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
         else:

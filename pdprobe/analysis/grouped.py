@@ -173,6 +173,23 @@ class Groups:
         top = self._accumulate(values, np.fmax, -np.inf, skip_nan=False)
         return np.where(counts > 0, top, np.nan)
 
+    def maxima_above(self, values: Column, counts: np.ndarray, floor: np.ndarray) -> np.ndarray:
+        """``maxima(values, counts)`` given ``floor``, a value of each group's own rows (its
+        sample's largest), as ``moments`` finds them: only the rows above the smallest floor
+        update a slot (NaN in ``floor``: every row may, the plain ``maxima``)."""
+        bar = _bar(floor)
+        if bar is None:
+            return self.maxima(values, counts)
+        top = np.full(self.n_groups + 1, -np.inf)
+        for part in chunks(self.codes.size):
+            v = take(values, part)
+            above = np.flatnonzero(v > bar)  # (NaN is never above the bar)
+            np.fmax.at(top, self.codes[part][above], v[above])
+        top[:-1] = np.fmax(top[:-1], floor)
+        if (top[:-1] == 0).any():  # a zero's sign: from every row in row order
+            return self.maxima(values, counts)
+        return np.where(counts > 0, top[:-1], np.nan)
+
     def sums(self, values: Column) -> np.ndarray:
         """Sum of each group's non-NaN values (0 when it has none), as pandas' grouped sum."""
         if self.ordered and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
@@ -200,8 +217,7 @@ class Groups:
         nan_rows = np.zeros(self.n_groups + 1, dtype=np.int64)  # last slot: rows without
         sums = np.zeros(self.n_groups + 1)
         top = np.full(self.n_groups + 1, -np.inf)
-        bar = float(floor.min()) if floor is not None and floor.size and \
-            not np.isnan(floor).any() else None  # (None: every row may raise a maximum)
+        bar = _bar(floor)
         for part in chunks(self.codes.size):
             v = take(values, part)
             # the compact codes themselves: ufunc.at widens its indices a buffer at a time,
@@ -280,6 +296,14 @@ class Groups:
             if end - start > 1:
                 v[start:end].sort()
         return SortedGroups(values=v, bounds=bounds, labels=self.labels)
+
+
+def _bar(floor: np.ndarray | None) -> float | None:
+    """The smallest of the groups' ``floor`` values (``Groups.moments``), None when a group
+    has none (NaN: every row may raise a maximum)."""
+    if floor is None or not floor.size or np.isnan(floor).any():
+        return None
+    return float(floor.min())
 
 
 def _run_sums(values: np.ndarray, totals: np.ndarray) -> np.ndarray | None:
@@ -389,9 +413,20 @@ def figures(table: pd.DataFrame, key: str, column: str, values: Column | None = 
     if found is None or (moments and not found.moments):
         groups = key_groups(table, key)
         data = column_values(table, column) if values is None else values
-        found = GroupFigures.measure(groups, data, moments)
+        known = cache.get(("known_sums", key, column))
+        found = GroupFigures.measure(groups, data, moments, None if known is None else
+                                     (known[0][groups.ids], known[1][groups.ids]))
         cache[("figures", key, column)] = found
     return found
+
+
+def know_sums(table: pd.DataFrame, key: str, column: str, counts: np.ndarray,
+              sums: np.ndarray) -> None:
+    """Record the non-NaN values and their sum of ``column`` per code of ``key`` (every
+    label of ``table_key_codes``, used or not) as another pass over every row found them (the
+    instance summaries' TTFT series): ``figures`` of a sampled grouping reads its count and
+    mean off them instead of a pass of its own (the same counts, sums up to the last bits)."""
+    table_cache(table)[("known_sums", key, column)] = (counts, sums)
 
 
 def group_sums(table: pd.DataFrame, key: str, column: str) -> np.ndarray:

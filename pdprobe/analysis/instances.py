@@ -9,7 +9,7 @@ gauges. Everything is one groupby pass per signal, never a loop over rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -107,7 +107,13 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
                    end: float, step: float) -> None:
     """Per-instance request figures: one grouping per role column on its integer codes, shared
     with the evidence (``analysis.grouped``); no copy of the request table."""
-    from pdprobe.analysis.grouped import figures, group_sums, key_groupings, table_key_codes
+    from pdprobe.analysis.grouped import (
+        figures,
+        group_sums,
+        key_groupings,
+        know_sums,
+        table_key_codes,
+    )
 
     req = dataset.requests
     if req.empty:
@@ -121,10 +127,17 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
     # whole-column sample drawn from one stream
     groupings = key_groupings(req, [column for column, _latencies in roles])
     # every role column's TTFT series in one pass: the rows' bins are computed once for all
-    ttft_series = _binned_means_by_codes(
-        keys, req["arrival_ts"].to_numpy(dtype=np.float64),
-        req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s") \
-        if roles and dataset.has_request_column("ttft_s") else [{} for _ in roles]
+    ttft_series: list[Mapping[str, TimeSeries]] = [{} for _ in roles]
+    if roles and dataset.has_request_column("ttft_s"):
+        ttft_series, totals = _binned_means_by_codes(
+            keys, req["arrival_ts"].to_numpy(dtype=np.float64),
+            req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s")
+        # the series' cells cover every row (every arrival in a bin): their counts and sums
+        # per instance are the TTFT figures' own, so a sampled grouping's figures pass over
+        # the rows for the maxima alone
+        for (column, _latencies), groups, found in zip(roles, groupings, totals, strict=True):
+            if found is not None and groups.sampled:
+                know_sums(req, column, "ttft_s", *found)
     with_hits = dataset.has_request_column("cached_tokens") and has_values(req, "cached_tokens")
     if with_hits:  # each column's sums of every role at once (when exact: ``joint_sums``)
         from pdprobe.analysis.joint_sums import group_sums_each
@@ -159,12 +172,16 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
 
 def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
                            values: np.ndarray, start: float, end: float, step: float,
-                           unit: str) -> list[Mapping[str, TimeSeries]]:
+                           unit: str) -> tuple[list[Mapping[str, TimeSeries]],
+                                               list[tuple[np.ndarray, np.ndarray] | None]]:
     """Per key (codes, labels): the mean of ``values`` per (code, time bin) over the rows with
     a code, a time and a value, as one regular series per code with a value: ``_binned_by`` on
     integer codes, with no full-length bin, cell or mask array. Arrivals in time order (the
     usual case) are read bin by bin (``_cell_sums_by_runs``), others slice by slice
-    (``_cell_sums_by_slices``): the same sums, each added in row order."""
+    (``_cell_sums_by_slices``): the same sums up to the last bits.
+
+    Also per key, when every row has a time (so a bin): the non-NaN values and their sum per
+    code over every row (None otherwise)."""
     from pdprobe.analysis.row_slices import ascending, finite_ends
 
     n_bins = max(1, int(np.ceil((end - start) / step)))
@@ -172,8 +189,13 @@ def _binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndar
     by_runs = len(ts) > 0 and ascending(ts) and finite_ends(ts)
     cells = (_cell_sums_by_runs if by_runs else _cell_sums_by_slices)(
         keys, ts, values, start, step, n_bins)
-    return [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
-            for (_codes, labels), (key_sums, key_counts) in zip(keys, cells, strict=True)]
+    series = [_means(key_sums, key_counts, labels, n_bins, start, step, unit)
+              for (_codes, labels), (key_sums, key_counts) in zip(keys, cells, strict=True)]
+    totals: list[tuple[np.ndarray, np.ndarray] | None] = [
+        (key_counts.reshape(len(labels), n_bins).sum(axis=1),
+         key_sums.reshape(len(labels), n_bins).sum(axis=1)) if by_runs else None
+        for (_codes, labels), (key_sums, key_counts) in zip(keys, cells, strict=True)]
+    return series, totals
 
 
 def _cell_sums_by_slices(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
@@ -218,8 +240,10 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
                        n_bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """``_cell_sums_by_slices`` of times in ascending order: each bin's rows are one run, found
     by a binary search of the bins (``row_slices.key_starts``: the same floor division at a few
-    hundred rows instead of every row), and each run's sums per code are one ``np.bincount``
-    (row order within the run: the very sums). A quarter of the cost at 10M rows."""
+    hundred rows instead of every row), and each run's sums are one ``np.bincount`` over the
+    joint codes of every key (``code_a * n_b + code_b``; a key's sums are its codes' sums over
+    the other keys' codes: the same counts, sums up to the last bits), one pair of bincounts
+    per bin instead of one per key (a quarter of the cost at 10M rows, and half of that)."""
     from pdprobe.analysis.row_slices import key_starts
     from pdprobe.analysis.sampling import floor_quotient
 
@@ -227,9 +251,14 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
     starts = key_starts(lambda at: np.clip(floor_quotient(ts[at] - start, step).astype(np.int64),
                                            0, n_bins - 1), n_bins, n)
     bounds = np.append(starts, n).tolist()
-    # one row per code and one (first) for the rows without a code
-    sums = [np.zeros((len(labels) + 1, n_bins)) for _codes, labels in keys]
-    counts = [np.zeros((len(labels) + 1, n_bins), dtype=np.int64) for _codes, labels in keys]
+    # one slot per code and one (first) for the rows without a code, per key
+    widths = [len(labels) + 1 for _codes, labels in keys]
+    if int(np.prod(widths)) > _JOINT_SLOTS_MAX:  # too many joint cells: key by key
+        return [_key_sums_by_runs(codes, width, values, bounds, n_bins)
+                for (codes, _labels), width in zip(keys, widths, strict=True)]
+    slots = int(np.prod(widths))
+    sums = np.zeros((n_bins, slots))
+    counts = np.zeros((n_bins, slots), dtype=np.int64)
     for b in range(n_bins):
         lo, hi = bounds[b], bounds[b + 1]
         if hi <= lo:
@@ -239,14 +268,48 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
         ok = ~nan if nan.any() else None
         if ok is not None:
             v = v[ok]
-        for (codes, labels), key_sums, key_counts in zip(keys, sums, counts, strict=True):
+        slot = np.zeros(v.size, dtype=np.intp)
+        for (codes, _labels), width in zip(keys, widths, strict=True):
             c = codes[lo:hi] if ok is None else codes[lo:hi][ok]
-            slot = c.astype(np.intp)
+            slot *= width
+            slot += c
             slot += 1
-            key_sums[:, b] = np.bincount(slot, weights=v, minlength=len(labels) + 1)
-            key_counts[:, b] = np.bincount(slot, minlength=len(labels) + 1)
-    return [(key_sums[1:].ravel(), key_counts[1:].ravel())
-            for key_sums, key_counts in zip(sums, counts, strict=True)]
+        sums[b] = np.bincount(slot, weights=v, minlength=slots)
+        counts[b] = np.bincount(slot, minlength=slots)
+    out = []
+    shape = (n_bins, *widths)
+    for k in range(len(keys)):
+        others = tuple(axis + 1 for axis in range(len(keys)) if axis != k)
+        key_sums = sums.reshape(shape).sum(axis=others)  # (bins, slots of key k)
+        key_counts = counts.reshape(shape).sum(axis=others)
+        out.append((key_sums.T[1:].ravel(), key_counts.T[1:].ravel()))
+    return out
+
+
+# Joint (code, code, ...) slots ``_cell_sums_by_runs`` counts per bin at most (two keys of
+# 120 and 40 instances: 5,000); more take a pass per key.
+_JOINT_SLOTS_MAX: Final = 1 << 16
+
+
+def _key_sums_by_runs(codes: np.ndarray, width: int, values: np.ndarray, bounds: list[int],
+                      n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_cell_sums_by_runs`` of one key whose joint slots would be too many."""
+    sums = np.zeros((width, n_bins))
+    counts = np.zeros((width, n_bins), dtype=np.int64)
+    for b in range(n_bins):
+        lo, hi = bounds[b], bounds[b + 1]
+        if hi <= lo:
+            continue
+        v = values[lo:hi]
+        nan = np.isnan(v)
+        c = codes[lo:hi]
+        if nan.any():
+            v, c = v[~nan], c[~nan]
+        slot = c.astype(np.intp)
+        slot += 1
+        sums[:, b] = np.bincount(slot, weights=v, minlength=width)
+        counts[:, b] = np.bincount(slot, minlength=width)
+    return sums[1:].ravel(), counts[1:].ravel()
 
 
 def _means(sums: np.ndarray, counts: np.ndarray, labels: list[str], n_bins: int, start: float,

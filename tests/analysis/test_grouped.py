@@ -544,3 +544,30 @@ def test_a_string_key_is_factorized_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert again[0] is grouped.table_key_codes(frame, "inst")[0]
     assert calls == ["inst", "cat"]
     np.testing.assert_array_equal(grouped.key_groups(frame, "inst").codes, [1, 0, -1, 2, 0])
+
+
+def test_figures_with_known_sums_are_the_measured_figures(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A sampled grouping's figures given each group's count and sum from another pass
+    (``known``): the measured ones (the mean to 1e-12), the maxima from the rows above the
+    samples' smallest maximum those of every row, zeros and NaN included."""
+    from pdprobe.analysis import row_slices
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 97)
+    rng = np.random.default_rng(21)
+    n = 3_001
+    codes = rng.integers(-1, 6, n).astype(np.int8)
+    for values in (rng.lognormal(size=n), np.where(rng.random(n) < 0.1, np.nan,
+                                                    rng.integers(0, 3, n) * 1.0)):
+        groups = Groups.of(codes, range(6), sample_max=40)
+        assert groups.sampled
+        want = GroupFigures.measure(groups, values)
+        count, total, _top = groups.moments(values)
+        got = GroupFigures.measure(groups, values, known=(count, total))
+        np.testing.assert_array_equal(got.count, want.count)
+        np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12)
+        for name in ("max", "median", "p50", "p90", "p99"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        floor = np.full(groups.n_groups, np.nan)
+        np.testing.assert_array_equal(groups.maxima_above(values, count, floor),
+                                      groups.maxima(values, count))

@@ -114,7 +114,7 @@ def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: 
     values = rng.lognormal(size=n)
     values[::13] = np.nan
     got = _binned_means_by_codes([(codes, ["a", "b", "c"])], ts, values, 0.0, 100.0, 15.0,
-                                 "s")[0]
+                                 "s")[0][0]
     frame = pd.DataFrame({"code": codes, "bin": np.clip((ts - 0.0) // 15.0, 0, 6), "v": values})
     frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
     want = frame.groupby(["code", "bin"])["v"].mean()
@@ -143,10 +143,12 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
     values = rng.lognormal(size=n)
     values[::11] = np.nan
     keys = [(first, ["a", "b", "c"]), (second, ["w", "x", "y", "z"])]
-    both = _binned_means_by_codes(keys, ts, values, 0.0, 100.0, 15.0, "s")
+    both, totals = _binned_means_by_codes(keys, ts, values, 0.0, 100.0, 15.0, "s")
+    assert totals == [None, None]  # (times missing: not every row counted)
     assert len(both) == 2
     for (codes, labels), got in zip(keys, both, strict=True):
-        alone = _binned_means_by_codes([(codes, labels)], ts, values, 0.0, 100.0, 15.0, "s")[0]
+        alone = _binned_means_by_codes([(codes, labels)], ts, values, 0.0, 100.0, 15.0,
+                                       "s")[0][0]
         assert got == alone
         frame = pd.DataFrame({"code": codes, "bin": np.clip(ts // 15.0, 0, 6), "v": values})
         frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
@@ -158,10 +160,13 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int) -> None:
-    """Arrivals in time order are summed bin run by bin run: to the bit the sums and counts of
-    the slice-by-slice pass (rows without a code or a value left out, empty bins, times past
-    the window's end clipped into the last bin, a bin edge hit exactly)."""
+def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrivals in time order are summed bin run by bin run: the counts of the slice-by-slice
+    pass and its sums (to the bit for one key or key by key, to 1e-12 over the joint codes of
+    two keys; rows without a code or a value left out, empty bins, times past the window's end
+    clipped into the last bin, a bin edge hit exactly)."""
+    from pdprobe.analysis import instances
     from pdprobe.analysis.instances import (
         _binned_means_by_codes,
         _cell_sums_by_runs,
@@ -185,13 +190,32 @@ def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int) -> None:
     slices = _cell_sums_by_slices(keys, ts, values, 0.0, 15.0, n_bins)
     for (run_sums, run_counts), (sums, counts) in zip(runs, slices, strict=True):
         assert run_sums.dtype == sums.dtype and run_counts.dtype == counts.dtype
-        assert np.array_equal(run_sums, sums) and np.array_equal(run_counts, counts)
+        np.testing.assert_allclose(run_sums, sums, rtol=1e-12)
+        assert np.array_equal(run_counts, counts)
         assert counts.sum() > 0
+    for key in keys:  # one key: its own bincounts, to the bit
+        (run_sums, run_counts), = _cell_sums_by_runs([key], ts, values, 0.0, 15.0, n_bins)
+        (sums, counts), = _cell_sums_by_slices([key], ts, values, 0.0, 15.0, n_bins)
+        assert np.array_equal(run_sums, sums) and np.array_equal(run_counts, counts)
+    with monkeypatch.context() as patch:  # too many joint slots: key by key, to the bit
+        patch.setattr(instances, "_JOINT_SLOTS_MAX", 100)
+        for (run_sums, run_counts), (sums, counts) in zip(
+                _cell_sums_by_runs(keys, ts, values, 0.0, 15.0, n_bins), slices, strict=True):
+            assert np.array_equal(run_sums, sums) and np.array_equal(run_counts, counts)
     # the dispatcher takes the runs for sorted times and the slices otherwise: the same series
     shuffled = rng.permutation(n)
-    a = _binned_means_by_codes(keys, ts, values, 0.0, 120.0, 15.0, "s")
+    a, totals = _binned_means_by_codes(keys, ts, values, 0.0, 120.0, 15.0, "s")
     b = _binned_means_by_codes([(c[shuffled], labels) for c, labels in keys], ts[shuffled],
-                               values[shuffled], 0.0, 120.0, 15.0, "s")
+                               values[shuffled], 0.0, 120.0, 15.0, "s")[0]
+    # in time order every row has a bin: per code, the non-NaN values and their sum
+    for (codes, labels), found in zip(keys, totals, strict=True):
+        assert found is not None
+        counts, sums = found
+        have = ~np.isnan(values)
+        for code in range(len(labels)):
+            rows = have & (codes == code)
+            assert counts[code] == rows.sum()
+            assert sums[code] == pytest.approx(values[rows].sum(), rel=1e-12)
     for x, y in zip(a, b, strict=True):
         assert x.keys() == y.keys()
         for name in x:
@@ -201,10 +225,10 @@ def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int) -> None:
     # an infinite last time is ascending but has no bin in the times' order: the slices
     infinite = np.append(ts[:-1], np.inf)
     with np.errstate(invalid="ignore"):  # (the infinite time's bin: a NaN cast, clipped)
-        via = _binned_means_by_codes(keys, infinite, values, 0.0, 120.0, 15.0, "s")
+        via = _binned_means_by_codes(keys, infinite, values, 0.0, 120.0, 15.0, "s")[0]
         want = _binned_means_by_codes([(c[shuffled], labels) for c, labels in keys],
                                       infinite[shuffled], values[shuffled], 0.0, 120.0, 15.0,
-                                      "s")
+                                      "s")[0]
     for x, y in zip(via, want, strict=True):
         assert x.keys() == y.keys()
         for name in x:
