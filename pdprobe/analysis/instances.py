@@ -247,6 +247,8 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
     from pdprobe.analysis.row_slices import key_starts
     from pdprobe.analysis.sampling import floor_quotient
 
+    if not keys:
+        return []
     n = len(ts)
     starts = key_starts(lambda at: np.clip(floor_quotient(ts[at] - start, step).astype(np.int64),
                                            0, n_bins - 1), n_bins, n)
@@ -257,6 +259,8 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
         return [_key_sums_by_runs(codes, width, values, bounds, n_bins)
                 for (codes, _labels), width in zip(keys, widths, strict=True)]
     slots = int(np.prod(widths))
+    # sum over the keys of (code + 1) * stride: the codes' combination plus one per stride
+    offset = sum(int(np.prod(widths[k + 1:])) for k in range(len(widths)))
     sums = np.zeros((n_bins, slots))
     counts = np.zeros((n_bins, slots), dtype=np.int64)
     for b in range(n_bins):
@@ -268,12 +272,16 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
         ok = ~nan if nan.any() else None
         if ok is not None:
             v = v[ok]
-        slot = np.zeros(v.size, dtype=np.intp)
+        slot = None
         for (codes, _labels), width in zip(keys, widths, strict=True):
             c = codes[lo:hi] if ok is None else codes[lo:hi][ok]
-            slot *= width
-            slot += c
-            slot += 1
+            if slot is None:
+                slot = c.astype(np.intp)
+            else:
+                slot *= width
+                slot += c
+        assert slot is not None
+        slot += offset  # every key's code + 1: slot 0 for none
         sums[b] = np.bincount(slot, weights=v, minlength=slots)
         counts[b] = np.bincount(slot, minlength=slots)
     out = []

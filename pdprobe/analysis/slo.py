@@ -16,8 +16,7 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import SloAttainment
-from pdprobe.analysis.grouped import category_mask
-from pdprobe.analysis.row_slices import chunks, has_values
+from pdprobe.analysis.row_slices import chunks, failed_mask, has_values
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 
@@ -59,7 +58,7 @@ def _from_requests(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float
     (``row_slices.chunks``): each share is a count over the rows, so the figures are those of
     one pass, without the full-length masks of every test (five 10 MB arrays at 10M rows)."""
     req = dataset.requests
-    failed = category_mask(req["status"], lambda s: s != "ok")
+    failed = failed_mask(req)  # (cached: the workload's completed rate reads it too)
     ttft: Maybe[float] = Missing("no TTFT SLO given" if slo_ttft_s is None else "no ttft_s column")
     tpot: Maybe[float] = Missing("no TPOT SLO given" if slo_tpot_s is None else "no tpot_s column")
     ttft_values = req["ttft_s"].to_numpy(dtype="float64") \
@@ -80,7 +79,10 @@ def _from_requests(dataset: Dataset, slo_ttft_s: float | None, slo_tpot_s: float
             tpot_ok = values <= slo_tpot_s
             assert outputs is not None
             # TPOT is undefined for one token: such a request without one met it
-            tpot_ok |= (outputs[part] <= 1) & np.isnan(values)
+            missing = np.isnan(values)
+            if missing.any():
+                missing &= outputs[part] <= 1
+                tpot_ok |= missing
             tpot_ok &= ok
             met_tpot += int(np.count_nonzero(tpot_ok))
             if ttft_ok is not None:

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
-from pdprobe.analysis.grouped import category_mask, chunks, column_values, quantile_rows
+from pdprobe.analysis.grouped import chunks, column_values, quantile_rows
 from pdprobe.analysis.length_shape import COUNTING_RANK_MAX, length_counts, length_distribution
 from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     category_count,
+    failed_mask,
     finite_ends,
     key_starts,
     take_rows,
@@ -106,7 +107,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     failed = 0
     if dataset.has_request_column("status"):
         failed = category_count(req, "status", lambda s: s != "ok") if every else \
-            int(np.count_nonzero(kept(category_mask(req["status"], lambda s: s != "ok"))))
+            int(np.count_nonzero(kept(failed_mask(req))))
 
     completed: Maybe[float] = Missing("no e2e_s column in request records")
     if dataset.has_request_column("e2e_s") and span > 0:
@@ -161,8 +162,7 @@ def _completed_rate(req: pd.DataFrame, start: float, end: float) -> Maybe[float]
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
     e2e = req["e2e_s"].to_numpy(dtype=np.float64)
     # the rows whose status is not "ok" (no status: not failed)
-    failed = category_mask(req["status"], lambda s: s != "ok") if "status" in req.columns \
-        else None
+    failed = failed_mask(req) if "status" in req.columns else None
     inside = 0
     for part in chunks(arrival.size):
         finish = arrival[part] + e2e[part]

@@ -361,3 +361,12 @@ def test_category_mask_is_the_test_of_every_row(categorical: bool, passing: set[
     assert got.dtype == bool
     want = np.array([v is not None and v in passing for v in values], dtype=bool)
     assert np.array_equal(got, want)
+
+
+def test_failed_mask_is_the_status_mask_cached_read_only() -> None:
+    import pandas as pd
+
+    table = pd.DataFrame({"status": pd.Categorical(["ok", "error", None, "timeout", "ok"])})
+    got = row_slices.failed_mask(table)
+    assert got.tolist() == [False, True, False, True, False]  # (no status: not failed)
+    assert row_slices.failed_mask(table) is got and not got.flags.writeable
