@@ -103,7 +103,7 @@ def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: 
     """Per-instance TTFT series from slices equal pandas' mean per (instance, bin), with rows
     missing their instance, time or TTFT left out."""
     from pdprobe.analysis import row_slices
-    from pdprobe.analysis.instances import _binned_means_by_codes
+    from pdprobe.analysis.instance_series import binned_means_by_codes
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(4)
@@ -113,7 +113,7 @@ def test_binned_ttft_means_equal_pandas(monkeypatch: pytest.MonkeyPatch, chunk: 
     ts[::17] = np.nan
     values = rng.lognormal(size=n)
     values[::13] = np.nan
-    got = _binned_means_by_codes([(codes, ["a", "b", "c"])], ts, values, 0.0, 100.0, 15.0,
+    got = binned_means_by_codes([(codes, ["a", "b", "c"])], ts, values, 0.0, 100.0, 15.0,
                                  "s")[0][0]
     frame = pd.DataFrame({"code": codes, "bin": np.clip((ts - 0.0) // 15.0, 0, 6), "v": values})
     frame = frame[(frame["code"] >= 0) & frame["bin"].notna() & frame["v"].notna()]
@@ -130,7 +130,7 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
     """Two role columns' TTFT series from one pass (bins computed once) are, to the bit, each
     column's own pass: rows without a code in one column still count in the other."""
     from pdprobe.analysis import row_slices
-    from pdprobe.analysis.instances import _binned_means_by_codes
+    from pdprobe.analysis.instance_series import binned_means_by_codes
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(9)
@@ -143,11 +143,11 @@ def test_binned_means_of_two_keys_in_one_pass_equal_each_alone(
     values = rng.lognormal(size=n)
     values[::11] = np.nan
     keys = [(first, ["a", "b", "c"]), (second, ["w", "x", "y", "z"])]
-    both, totals = _binned_means_by_codes(keys, ts, values, 0.0, 100.0, 15.0, "s")
+    both, totals = binned_means_by_codes(keys, ts, values, 0.0, 100.0, 15.0, "s")
     assert totals == [None, None]  # (times missing: not every row counted)
     assert len(both) == 2
     for (codes, labels), got in zip(keys, both, strict=True):
-        alone = _binned_means_by_codes([(codes, labels)], ts, values, 0.0, 100.0, 15.0,
+        alone = binned_means_by_codes([(codes, labels)], ts, values, 0.0, 100.0, 15.0,
                                        "s")[0][0]
         assert got == alone
         frame = pd.DataFrame({"code": codes, "bin": np.clip(ts // 15.0, 0, 6), "v": values})
@@ -166,11 +166,11 @@ def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int,
     pass and its sums (to the bit for one key or key by key, to 1e-12 over the joint codes of
     two keys; rows without a code or a value left out, empty bins, times past the window's end
     clipped into the last bin, a bin edge hit exactly)."""
-    from pdprobe.analysis import instances
-    from pdprobe.analysis.instances import (
-        _binned_means_by_codes,
+    from pdprobe.analysis import instance_series
+    from pdprobe.analysis.instance_series import (
         _cell_sums_by_runs,
         _cell_sums_by_slices,
+        binned_means_by_codes,
     )
 
     rng = np.random.default_rng(seed)
@@ -198,14 +198,14 @@ def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int,
         (sums, counts), = _cell_sums_by_slices([key], ts, values, 0.0, 15.0, n_bins)
         assert np.array_equal(run_sums, sums) and np.array_equal(run_counts, counts)
     with monkeypatch.context() as patch:  # too many joint slots: key by key, to the bit
-        patch.setattr(instances, "_JOINT_SLOTS_MAX", 100)
+        patch.setattr(instance_series, "_JOINT_SLOTS_MAX", 100)
         for (run_sums, run_counts), (sums, counts) in zip(
                 _cell_sums_by_runs(keys, ts, values, 0.0, 15.0, n_bins), slices, strict=True):
             assert np.array_equal(run_sums, sums) and np.array_equal(run_counts, counts)
     # the dispatcher takes the runs for sorted times and the slices otherwise: the same series
     shuffled = rng.permutation(n)
-    a, totals = _binned_means_by_codes(keys, ts, values, 0.0, 120.0, 15.0, "s")
-    b = _binned_means_by_codes([(c[shuffled], labels) for c, labels in keys], ts[shuffled],
+    a, totals = binned_means_by_codes(keys, ts, values, 0.0, 120.0, 15.0, "s")
+    b = binned_means_by_codes([(c[shuffled], labels) for c, labels in keys], ts[shuffled],
                                values[shuffled], 0.0, 120.0, 15.0, "s")[0]
     # in time order every row has a bin: per code, the non-NaN values and their sum
     for (codes, labels), found in zip(keys, totals, strict=True):
@@ -225,8 +225,8 @@ def test_cell_sums_of_times_in_order_are_the_sliced_sums(seed: int,
     # an infinite last time is ascending but has no bin in the times' order: the slices
     infinite = np.append(ts[:-1], np.inf)
     with np.errstate(invalid="ignore"):  # (the infinite time's bin: a NaN cast, clipped)
-        via = _binned_means_by_codes(keys, infinite, values, 0.0, 120.0, 15.0, "s")[0]
-        want = _binned_means_by_codes([(c[shuffled], labels) for c, labels in keys],
+        via = binned_means_by_codes(keys, infinite, values, 0.0, 120.0, 15.0, "s")[0]
+        want = binned_means_by_codes([(c[shuffled], labels) for c, labels in keys],
                                       infinite[shuffled], values[shuffled], 0.0, 120.0, 15.0,
                                       "s")[0]
     for x, y in zip(via, want, strict=True):
