@@ -96,10 +96,13 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     cached: Maybe[float] = Missing("no cached_tokens column in request records")
     if dataset.has_request_column("cached_tokens"):
         cached_tokens = kept(req["cached_tokens"].to_numpy(dtype=np.float64))
-        have = np.isfinite(cached_tokens)
-        if have.all():  # the very sums, without copying every row
-            denominator, hits = float(prompt.sum()), float(cached_tokens.sum())
+        hits = float(cached_tokens.sum())
+        if math.isfinite(hits):  # every value finite (a NaN or an infinity leaves the sum
+            # not finite): the very sums, without a finiteness mask or a copy of every row
+            denominator = float(prompt.sum() if prompt_counts is None else
+                                int(np.dot(prompt_counts, np.arange(prompt_counts.size))))
         else:
+            have = np.isfinite(cached_tokens)
             denominator, hits = float(prompt[have].sum()), float(cached_tokens[have].sum())
         cached = (hits / denominator if denominator > 0
                   else Missing("no prompt tokens in rows with cached_tokens"))
@@ -146,7 +149,7 @@ def _sampled(req: pd.DataFrame, column: str, rows: np.ndarray | None) -> np.ndar
     values = take_rows(column_values(req, column), sample)
     if rows is not None and not rows.all():  # (every row kept, as usual: no masked copy)
         values = values[rows[sample]]
-    return values.astype(np.float64)
+    return values  # (integer lengths as they are: ``length_distribution`` sorts them by counting)
 
 
 def _completed_rate(req: pd.DataFrame, start: float, end: float) -> Maybe[float]:
@@ -239,7 +242,7 @@ def _spearman(x: np.ndarray, y: np.ndarray,
     lookup_x = _rank_lookup(x, x_range, counts[0])
     lookup_y = _rank_lookup(y, y_range, counts[1])
     if len(chunks(x.size)) > 1 and lookup_x is not None and lookup_y is not None:
-        return _spearman_sliced(x, y, lookup_x, lookup_y)
+        return _spearman_sliced(x, y, lookup_x, lookup_y, counts)
     # (the lookups at the values are ``average_ranks``' very ranks)
     rx = average_ranks(x) if lookup_x is None else lookup_x[x]
     ry = average_ranks(y) if lookup_y is None else lookup_y[y]
@@ -249,10 +252,14 @@ def _spearman(x: np.ndarray, y: np.ndarray,
 
 
 def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
-                     lookup_y: np.ndarray) -> float:
+                     lookup_y: np.ndarray,
+                     counts: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+                     ) -> float:
     """Spearman's rho from each value's average rank (``_rank_lookup``), the rank sums and
     products added slice by slice: the same coefficient up to the last bits of the sums,
-    without two full-length rank arrays."""
+    without two full-length rank arrays. ``counts``: the rows per value of ``x`` and ``y``
+    (``length_counts``), when known: the squared deviations are then summed once per value
+    (weighted by its rows), and the pass over the rows adds the products alone."""
     n = x.size
     # each slice's ranks gathered into two reused buffers (np.take with an output: a third of
     # the cost of indexing, which allocates and checks every position)
@@ -270,16 +277,22 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
             sum_x += float(np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap").sum())
             sum_y += float(np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap").sum())
     mean_x, mean_y = sum_x / n, sum_y / n
+    # each value's rank less the mean, once per value: the very deviation of every row's rank
+    centred_x, centred_y = lookup_x - mean_x, lookup_y - mean_y
+    squares = [None if c is None else float(np.einsum("i,i,i->", c.astype(np.float64), d, d))
+               for c, d in zip(counts, (centred_x, centred_y), strict=True)]
     xy = xx = yy = 0.0
     for part in chunks(n):
         m = part.stop - part.start
-        rx = np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap")
-        rx -= mean_x
-        ry = np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap")
-        ry -= mean_y
+        rx = np.take(centred_x, x[part], out=buf_x[:m], mode="wrap")
+        ry = np.take(centred_y, y[part], out=buf_y[:m], mode="wrap")
         xy += float(np.einsum("i,i->", rx, ry))  # single-threaded, unlike BLAS
-        xx += float(np.einsum("i,i->", rx, rx))
-        yy += float(np.einsum("i,i->", ry, ry))
+        if squares[0] is None:
+            xx += float(np.einsum("i,i->", rx, rx))
+        if squares[1] is None:
+            yy += float(np.einsum("i,i->", ry, ry))
+    xx = xx if squares[0] is None else squares[0]
+    yy = yy if squares[1] is None else squares[1]
     return float(xy / math.sqrt(xx * yy))
 
 

@@ -435,7 +435,8 @@ def test_length_moments_from_counts_equal_the_sliced_ones(monkeypatch: pytest.Mo
                                                           dtype: type) -> None:
     """Above one slice the moments read off the rows per length (``length_counts``) are the
     sliced passes' figures: count, mean, max and quantiles exactly, CV and skewness to 1e-12;
-    and the Spearman coefficient from those counts is the one counted again."""
+    and the Spearman coefficient with the squared deviations summed per length is the one
+    summed per row (to 1e-12)."""
     from pdprobe.analysis import row_slices
     from pdprobe.analysis.length_shape import length_counts
     from pdprobe.analysis.workload import _spearman
@@ -451,5 +452,23 @@ def test_length_moments_from_counts_equal_the_sliced_ones(monkeypatch: pytest.Mo
     assert counted.quantiles == sliced.quantiles and counted.shape == sliced.shape
     assert counted.cv == pytest.approx(sliced.cv, rel=1e-12)
     assert counted.skewness == pytest.approx(sliced.skewness, rel=1e-12)
-    assert _spearman(x, y, (counts, length_counts(y))) == _spearman(x, y)
+    assert _spearman(x, y, (counts, length_counts(y))) == pytest.approx(_spearman(x, y),
+                                                                        rel=1e-12)
     assert length_counts(x - 1_000) is None and length_counts(x.astype(np.float64)) is None
+
+
+def test_length_quantiles_of_an_integer_sample_sorted_by_counting() -> None:
+    """An integer sample of counted lengths is sorted by counting its lengths: the very
+    quantiles of sorting it as floats."""
+    from pdprobe.analysis.length_shape import counted_sort, length_counts
+
+    rng = np.random.default_rng(13)
+    x = np.rint(rng.lognormal(5, 1.2, 20_000)).astype(np.int64)
+    sample = x[rng.random(x.size) < 0.1]
+    counts = length_counts(x)
+    assert counts is not None
+    np.testing.assert_array_equal(counted_sort(sample, counts.size),
+                                  np.sort(sample.astype(np.float64)))
+    got = _dist(length_distribution(x, sample, counts)).quantiles
+    want = _dist(length_distribution(x, sample.astype(np.float64))).quantiles
+    assert (got.p50, got.p90, got.p99) == (want.p50, want.p90, want.p99)
