@@ -18,7 +18,7 @@ from pdprobe.analysis.base import TimeSeries
 
 def binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
                            values: np.ndarray, start: float, end: float, step: float,
-                           unit: str) -> tuple[list[Mapping[str, TimeSeries]],
+                           unit: str, in_order: bool | None = None) -> tuple[list[Mapping[str, TimeSeries]],
                                                list[tuple[np.ndarray, np.ndarray] | None]]:
     """Per key (codes, labels): the mean of ``values`` per (code, time bin) over the rows with
     a code, a time and a value, as one regular series per code with a value: ``_binned_by`` on
@@ -27,12 +27,14 @@ def binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarr
     (``_cell_sums_by_slices``): the same sums up to the last bits.
 
     Also per key, when every row has a time (so a bin): the non-NaN values and their sum per
-    code over every row (None otherwise)."""
+    code over every row (None otherwise). ``in_order``: whether ``ts`` never decreases, when
+    the caller knows (``row_slices.column_ascending``)."""
     from pdprobe.analysis.row_slices import ascending, finite_ends
 
     n_bins = max(1, int(np.ceil((end - start) / step)))
     # (NaN times are not ascending; an infinite one has no bin of its own order)
-    by_runs = len(ts) > 0 and ascending(ts) and finite_ends(ts)
+    by_runs = len(ts) > 0 and (ascending(ts) if in_order is None else in_order) and \
+        finite_ends(ts)
     cells = (_cell_sums_by_runs if by_runs else _cell_sums_by_slices)(
         keys, ts, values, start, step, n_bins)
     series = [_means(key_sums, key_counts, labels, n_bins, start, step, unit)

@@ -16,7 +16,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import InstanceSummary, Quantiles, TimeSeries
 from pdprobe.analysis.instance_series import binned_means_by_codes
-from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.row_slices import column_ascending, has_values
 from pdprobe.analysis.stats import figure_quantiles, grouped_quantiles, series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
@@ -132,7 +132,8 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
     if roles and dataset.has_request_column("ttft_s"):
         ttft_series, totals = binned_means_by_codes(
             keys, req["arrival_ts"].to_numpy(dtype=np.float64),
-            req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s")
+            req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s",
+            column_ascending(req, "arrival_ts"))  # (cached: the workload asks it too)
         # the series' cells cover every row (every arrival in a bin): their counts and sums
         # per instance are the TTFT figures' own, so a sampled grouping's figures pass over
         # the rows for the maxima alone

@@ -166,6 +166,20 @@ def ascending(values: np.ndarray) -> bool:
                for lo in range(0, last, CHUNK_ROWS))
 
 
+def column_ascending(table: pd.DataFrame, column: str) -> bool:
+    """``ascending`` of ``table[column]`` as float64, cached per table under the key the
+    evidence reads (``("ascending", column)``): the workload, the instance series and the
+    evidence each ask whether the arrivals are in time order."""
+    from pdprobe.analysis.table_cache import table_cache
+
+    cache = table_cache(table)
+    key = ("ascending", column)
+    if key not in cache:
+        cache[key] = ascending(table[column].to_numpy(dtype=np.float64))
+    found: bool = cache[key]
+    return found
+
+
 def key_starts(key_at: Callable[[np.ndarray], np.ndarray], n_keys: int, n: int) -> np.ndarray:
     """For rows whose integer key never decreases (a floor division of sorted times, say),
     the first row whose key is at least ``k`` for each ``k`` in ``0..n_keys - 1`` (``n`` where

@@ -21,6 +21,7 @@ from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     category_count,
+    column_ascending,
     failed_mask,
     finite_ends,
     key_starts,
@@ -68,7 +69,7 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
     # arrivals in time order (the usual case) hold no NaN, so they are all finite when the
     # first and the last are: no finiteness mask of every row
-    in_order = ascending(arrival)
+    in_order = column_ascending(req, "arrival_ts")  # (cached: the evidence asks it too)
     every = in_order and finite_ends(arrival)
     ok_rows = None if every else np.isfinite(arrival)  # None: every row (no row dropped)
 
