@@ -16,8 +16,9 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import InstanceSummary, Quantiles, TimeSeries
 from pdprobe.analysis.instance_series import binned_means_by_codes
-from pdprobe.analysis.row_slices import column_ascending, has_values
+from pdprobe.analysis.row_slices import has_values
 from pdprobe.analysis.stats import figure_quantiles, grouped_quantiles, series_step
+from pdprobe.analysis.table_facts import column_ascending
 from pdprobe.analysis.tables import has_signal, signal_rows
 from pdprobe.dataset import Dataset
 from pdprobe.values import Missing

@@ -166,20 +166,6 @@ def ascending(values: np.ndarray) -> bool:
                for lo in range(0, last, CHUNK_ROWS))
 
 
-def column_ascending(table: pd.DataFrame, column: str) -> bool:
-    """``ascending`` of ``table[column]`` as float64, cached per table under the key the
-    evidence reads (``("ascending", column)``): the workload, the instance series and the
-    evidence each ask whether the arrivals are in time order."""
-    from pdprobe.analysis.table_cache import table_cache
-
-    cache = table_cache(table)
-    key = ("ascending", column)
-    if key not in cache:
-        cache[key] = ascending(table[column].to_numpy(dtype=np.float64))
-    found: bool = cache[key]
-    return found
-
-
 def key_starts(key_at: Callable[[np.ndarray], np.ndarray], n_keys: int, n: int) -> np.ndarray:
     """For rows whose integer key never decreases (a floor division of sorted times, say),
     the first row whose key is at least ``k`` for each ``k`` in ``0..n_keys - 1`` (``n`` where
@@ -354,21 +340,6 @@ def category_mask(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
     for code in passing:
         mask |= codes == code
     return mask
-
-
-def failed_mask(table: pd.DataFrame) -> np.ndarray:
-    """``category_mask(table["status"], lambda s: s != "ok")``, read-only and cached per table:
-    the workload's completed rate and the SLO attainment both leave out the failed requests (a
-    full pass over the status codes each, 10 MB of mask at 10M rows)."""
-    from pdprobe.analysis.table_cache import table_cache
-
-    cache = table_cache(table)
-    found: np.ndarray | None = cache.get("failed_mask")
-    if found is None:
-        found = category_mask(table["status"], lambda s: s != "ok")
-        found.setflags(write=False)  # shared by every reader of the cache
-        cache["failed_mask"] = found
-    return found
 
 
 # ``category_counts`` counts up to this many distinct values by comparing the codes with each

@@ -16,7 +16,8 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.analysis.base import SloAttainment
-from pdprobe.analysis.row_slices import chunks, failed_mask, has_values
+from pdprobe.analysis.row_slices import chunks, has_values
+from pdprobe.analysis.table_facts import failed_mask
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 

@@ -21,12 +21,11 @@ from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     category_count,
-    column_ascending,
-    failed_mask,
     finite_ends,
     key_starts,
     take_rows,
 )
+from pdprobe.analysis.table_facts import column_ascending, failed_mask
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 

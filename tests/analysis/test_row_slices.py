@@ -366,10 +366,12 @@ def test_category_mask_is_the_test_of_every_row(categorical: bool, passing: set[
 def test_failed_mask_is_the_status_mask_cached_read_only() -> None:
     import pandas as pd
 
+    from pdprobe.analysis.table_facts import failed_mask
+
     table = pd.DataFrame({"status": pd.Categorical(["ok", "error", None, "timeout", "ok"])})
-    got = row_slices.failed_mask(table)
+    got = failed_mask(table)
     assert got.tolist() == [False, True, False, True, False]  # (no status: not failed)
-    assert row_slices.failed_mask(table) is got and not got.flags.writeable
+    assert failed_mask(table) is got and not got.flags.writeable
 
 
 def test_column_ascending_is_ascending_cached_under_the_evidence_key() -> None:
@@ -377,11 +379,12 @@ def test_column_ascending_is_ascending_cached_under_the_evidence_key() -> None:
 
     from pdprobe.analysis.evidence.columns import arrivals_in_order
     from pdprobe.analysis.table_cache import table_cache
+    from pdprobe.analysis.table_facts import column_ascending
 
     for ts, want in (([1.0, 2.0, 2.0, 5.0], True), ([1.0, np.nan, 3.0], False),
                      ([3.0, 1.0], False)):
         table = pd.DataFrame({"arrival_ts": ts})
-        assert row_slices.column_ascending(table, "arrival_ts") is want
+        assert column_ascending(table, "arrival_ts") is want
         assert table_cache(table)[("ascending", "arrival_ts")] is want
 
         class _Ds:  # the evidence reads the very entry

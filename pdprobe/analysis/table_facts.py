@@ -1,0 +1,43 @@
+"""Facts of the request table that several analyses read, computed once and cached per table.
+
+The workload summary, the SLO attainment, the instance series and the evidence each ask the
+same questions of millions of request rows (which requests failed, whether the arrivals are in
+time order): each answer is one pass, kept in the table's cache (``table_cache``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pdprobe.analysis.row_slices import ascending, category_mask
+from pdprobe.analysis.table_cache import table_cache
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def failed_mask(table: pd.DataFrame) -> np.ndarray:
+    """``category_mask(table["status"], lambda s: s != "ok")``, read-only and cached per table:
+    the workload's completed rate and the SLO attainment both leave out the failed requests (a
+    full pass over the status codes each, 10 MB of mask at 10M rows)."""
+    cache = table_cache(table)
+    found: np.ndarray | None = cache.get("failed_mask")
+    if found is None:
+        found = category_mask(table["status"], lambda s: s != "ok")
+        found.setflags(write=False)  # shared by every reader of the cache
+        cache["failed_mask"] = found
+    return found
+
+
+def column_ascending(table: pd.DataFrame, column: str) -> bool:
+    """``ascending`` of ``table[column]`` as float64, cached per table under the key the
+    evidence reads (``("ascending", column)``): the workload, the instance series and the
+    evidence each ask whether the arrivals are in time order."""
+    cache = table_cache(table)
+    key = ("ascending", column)
+    if key not in cache:
+        cache[key] = ascending(table[column].to_numpy(dtype=np.float64))
+    found: bool = cache[key]
+    return found
