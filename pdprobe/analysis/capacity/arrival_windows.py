@@ -22,7 +22,7 @@ from pdprobe.analysis.capacity.arrivals import (
     SUB_BINS,
     LoadWindows,
     ProfilePlan,
-    _window_counts,
+    arrival_counts,
     arrival_profile,
     profile_finish,
     profile_plan,
@@ -53,8 +53,8 @@ def window_profiles(ts: np.ndarray, bounds: np.ndarray, timescale_s: float,
             out[w] = plan
         elif plan.n_win * SUB_BINS * ARRIVALS_PER_SEARCHED_BOUNDARY < len(part):
             plans.append((w, plan))
-        else:  # few arrivals per boundary: counted by a pass, as ``_window_counts`` does
-            _, whole, counts = _window_counts(part, plan.width_s, plan.n_win, keep=False)
+        else:  # few arrivals per boundary: counted by a pass, as ``arrival_counts`` does
+            _, whole, counts = arrival_counts(part, plan.width_s, plan.n_win, keep=False)
             out[w] = profile_finish(plan, None, whole, counts)
     if plans:
         firsts = np.array([int(bounds[w]) for w, _ in plans], dtype=np.int64)

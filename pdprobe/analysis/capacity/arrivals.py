@@ -92,7 +92,7 @@ ARRIVALS_PER_SEARCHED_BOUNDARY: Final = 64
 
 
 def _searched_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray, np.ndarray]:
-    """``_window_counts``' arrivals per window and per sub-bin, from the positions where each
+    """``arrival_counts``' arrivals per window and per sub-bin, from the positions where each
     window and sub-bin starts (the same floor divisions, at a few positions: they are
     monotone in the sorted arrivals), without a pass over every arrival."""
     t0, n = ts[0], len(ts)
@@ -105,8 +105,8 @@ def _searched_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray
     return counts_w.astype(np.int64), np.diff(sub_starts).astype(np.int64)
 
 
-def _window_counts(ts: np.ndarray, win: float, n_win: int, keep: bool = True
-                   ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+def arrival_counts(ts: np.ndarray, win: float, n_win: int, keep: bool = True
+                    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """Each sorted arrival's load window (the tail joins the last; None unless ``keep``),
     arrivals per window and arrivals per ``SUB_BINS`` sub-bin of each full window (int64,
     ``n_win * SUB_BINS``)."""
@@ -202,7 +202,7 @@ def arrival_profile(arrival_ts: np.ndarray, timescale_s: float, keep_windows: bo
     plan = profile_plan(ts, timescale_s)
     if not isinstance(plan, ProfilePlan):
         return plan
-    w_idx, whole, counts = _window_counts(ts, plan.width_s, plan.n_win, keep_windows)
+    w_idx, whole, counts = arrival_counts(ts, plan.width_s, plan.n_win, keep_windows)
     return profile_finish(plan, w_idx, whole, counts)
 
 
@@ -250,7 +250,7 @@ def profile_plan(ts: np.ndarray, timescale_s: float
 
 def profile_finish(plan: ProfilePlan, w_idx: np.ndarray | None, whole: np.ndarray,
                    counts: np.ndarray) -> tuple[float, str, LoadWindows]:
-    """``arrival_profile``'s answer from ``_window_counts``' counts in ``plan``'s windows."""
+    """``arrival_profile``'s answer from ``arrival_counts``' counts in ``plan``'s windows."""
     win, n_win, span = plan.width_s, plan.n_win, plan.span
     counts_w = whole.astype(np.float64)
     widths = np.full(n_win, win)

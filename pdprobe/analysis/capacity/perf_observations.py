@@ -225,13 +225,14 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         observed = usable
         rows = np.flatnonzero(usable)
     del usable
-    start, end, steps = decode_spans(cols, rows)
+    start, end, steps, tpot = _spans_and_tpot(cols, rows)
     codes = np.zeros(len(rows), dtype=np.int64) if group is None else group[rows]
     b, k = decode_concurrency(start, end, cols("prompt_tokens", rows), steps, codes)
-    # the fit's requests among rows (rows ascend: they come out in row order)
-    tpot = cols("tpot_s", rows)
-    kept = observed[rows] & (cols("output_tokens", rows) >= MIN_OUTPUT_FOR_TPOT) & \
-        np.isfinite(tpot)
+    # the fit's requests among rows (rows ascend: they come out in row order); the spans'
+    # steps and TPOT, not the columns gathered again: ``steps = max(output - 1, 0)`` reaches
+    # ``MIN_OUTPUT_FOR_TPOT - 1`` exactly where the output reaches ``MIN_OUTPUT_FOR_TPOT``
+    # (a subtraction of 1 is exact near 2 and monotone elsewhere; NaN fails both)
+    kept = observed[rows] & (steps >= MIN_OUTPUT_FOR_TPOT - 1) & np.isfinite(tpot)
     if "status" in req:
         kept &= status_ok(req, rows)
     return b[kept] * share, k[kept] * share, tpot[kept], how
@@ -242,6 +243,12 @@ def decode_spans(cols: FloatColumns, rows: slice | np.ndarray
     """(decode start, decode end, decode steps) of the requests at ``rows``: from the first
     token (``arrival + ttft_s``) for ``tpot_s · (output - 1)`` seconds, or placed back from
     the end (``arrival + e2e_s``) when there is no first-token time."""
+    return _spans_and_tpot(cols, rows)[:3]
+
+
+def _spans_and_tpot(cols: FloatColumns, rows: slice | np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``decode_spans`` and the TPOT it read (read only: a view of the column at a slice)."""
     steps = cols("output_tokens", rows)  # an array of its own: computed in place
     np.subtract(steps, 1.0, out=steps)
     np.maximum(steps, 0.0, out=steps)
@@ -257,7 +264,7 @@ def decode_spans(cols: FloatColumns, rows: slice | np.ndarray
         no_ttft = unplaced & np.isfinite(done)
         e = np.where(no_ttft, done, e)
         s = np.where(no_ttft, e - tpot * steps, s)
-    return s, e, steps
+    return s, e, steps, tpot
 
 
 def decode_metric_observations(dataset: Dataset, kv_capacity_tokens: int,

@@ -64,13 +64,34 @@ def window_bounds(sorted_ts: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], inner, [len(sorted_ts)]]).astype(np.int64)
 
 
-def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int | None]:
+def record_firsts(dataset: Dataset, edges: np.ndarray,
+                  known_sorted: np.ndarray | None = None) -> np.ndarray | None:
+    """The first request record at or after each edge when the records' arrivals are float64
+    and never decrease (each window's requests are then a run of rows), else None.
+    ``known_sorted``: arrivals known to be in order (a sampled mix's population): when they
+    are the records' own column, the check (a pass over every arrival) is not made again."""
+    arrival = dataset.requests.get("arrival_ts")
+    if arrival is None or arrival.dtype != np.float64:
+        return None
+    ts = arrival.to_numpy()  # a view, no copy
+    same = known_sorted is not None and len(known_sorted) == len(ts) and (
+        known_sorted is ts or (known_sorted.ctypes.data == ts.ctypes.data
+                               and known_sorted.strides == ts.strides))
+    if not (same or ascending(ts)):
+        return None
+    return np.searchsorted(ts, edges, side="left")
+
+
+def active_instances(dataset: Dataset, role: str, edges: np.ndarray,
+                     firsts: np.ndarray | str | None = "check") -> list[int | None]:
     """Per window: instances of ``role`` that reported samples or served requests in it.
 
     Metric samples count for instances known to have the role; request records name the
     instance directly. All windows at once: each source's labels become integer codes (a
     categorical column's own codes: no string per row) and (window, instance) pairs are marked
     in a presence table, never per-window scans; request records a chunk at a time.
+    ``firsts``: ``record_firsts(dataset, edges)`` when the caller has it (both roles share
+    it), else "check".
     """
     import pandas as pd
 
@@ -101,11 +122,10 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray) -> list[int
             codes, labels = pd.factorize(column.astype("string"))
         arrival = req["arrival_ts"]
         table = np.zeros((len(labels), n_win), dtype=bool)
-        ts = arrival.to_numpy() if arrival.dtype == np.float64 else None  # a view, no copy
-        runs = ts is not None and ascending(ts)
-        if runs and ts is not None:  # the usual case: each window's requests are a run of rows
-            _run_presence(table, codes, np.searchsorted(ts, edges, side="left"))
-        for lo in range(0, len(req), sampling.PASS_CHUNK) if not runs else ():
+        at = record_firsts(dataset, edges) if isinstance(firsts, str) else firsts
+        if at is not None:  # the usual case: each window's requests are a run of rows
+            _run_presence(table, codes, at)
+        for lo in range(0, len(req), sampling.PASS_CHUNK) if at is None else ():
             hi = lo + sampling.PASS_CHUNK
             win = window_index(arrival.iloc[lo:hi].to_numpy(dtype=np.float64,
                                                             na_value=np.nan), edges)

@@ -31,6 +31,7 @@ from pdprobe.analysis.capacity.window_counts import (
     active_instances,
     counter_served_rates,
     known_sum,
+    record_firsts,
     served_counts,
     window_bounds,
     window_edges,
@@ -122,8 +123,14 @@ def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prompt = run_sums(prompt, bounds) / count
         mean_output = run_sums(output, bounds) / count
-    active_p = active_instances(dataset, "prefill", edges) if dataset else [None] * n_win
-    active_d = active_instances(dataset, "decode", edges) if dataset else [None] * n_win
+    # each window's run of records, found once for both roles (a population's arrivals are
+    # in order: when they are the records' own, nothing is checked again)
+    firsts = record_firsts(dataset, edges, ts if pop is not None else None) \
+        if dataset and len(dataset.requests) else None
+    active_p = active_instances(dataset, "prefill", edges, firsts) if dataset \
+        else [None] * n_win
+    active_d = active_instances(dataset, "decode", edges, firsts) if dataset \
+        else [None] * n_win
     done = served_counts(dataset, edges) if dataset else None
     counted = counter_served_rates(dataset, edges) if dataset and done is None else None
     # a sampled mix's windows take the burstiness of all their arrivals: every window's

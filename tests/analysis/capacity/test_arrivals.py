@@ -28,7 +28,7 @@ def test_searched_counts_are_the_counts_of_the_pass(kind: str, win: float) -> No
     for n in (60, 5_000, 70_001):
         ts = _arrivals(kind, n, rng)
         n_win = max(1, min(int((ts[-1] - ts[0]) // win), 5_000))
-        _, per_window, per_sub = arrivals._window_counts(ts, win, n_win, keep=True)
+        _, per_window, per_sub = arrivals.arrival_counts(ts, win, n_win, keep=True)
         got_window, got_sub = arrivals._searched_counts(ts, win, n_win)
         assert got_window.dtype == np.int64 and got_sub.dtype == np.int64
         assert np.array_equal(got_window, per_window)

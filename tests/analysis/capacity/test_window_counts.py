@@ -15,6 +15,7 @@ from pdprobe.analysis.capacity import window_counts
 from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.window_counts import (
     active_instances,
+    record_firsts,
     served_counts,
     window_bounds,
     window_edges,
@@ -169,3 +170,14 @@ def test_active_instances_from_runs_of_sorted_arrivals_equal_the_indexed_pass(
     expected = [len({x for x, w in zip(named, win, strict=True) if w == k and x is not pd.NA})
                 or None for k in range(len(edges) - 1)]
     assert got == expected
+    # the records' own arrivals passed as known to be sorted: the same runs, unchecked; and
+    # the runs passed in (both roles share them) give the same presence
+    column = req["arrival_ts"].to_numpy()
+    firsts = record_firsts(sorted_ds, edges)
+    assert firsts is not None and firsts.tolist() == np.searchsorted(ts, edges).tolist()
+    monkeypatch.setattr(window_counts, "ascending", lambda _: pytest.fail("checked again"))
+    assert record_firsts(sorted_ds, edges, column).tolist() == firsts.tolist()
+    assert active_instances(sorted_ds, "prefill", edges, firsts) == expected
+    monkeypatch.undo()
+    assert record_firsts(shuffled, edges) is None
+    assert active_instances(shuffled, "prefill", edges, None) == expected
