@@ -122,6 +122,27 @@ def test_sort_by_group_is_the_stable_sort_by_group_then_value() -> None:
         assert np.array_equal(sort_by_group(codes, groups, values), expected)
 
 
+def test_event_order_is_the_sort_by_group_of_the_events() -> None:
+    """The sweep's events laid out per instance and sorted on their own: the permutation
+    (and times) of ``sort_by_group`` of ``[starts, ends]`` by instance, ties (starts before
+    ends, rows in order) and NaN included, for few and for many instances."""
+    from pdprobe.analysis.capacity.perf_observations import _event_order
+
+    rng = np.random.default_rng(4)
+    for groups in (1, 5, 300):
+        codes = np.sort(rng.integers(0, groups, 4000))
+        codes = np.unique(codes, return_inverse=True)[1]  # dense: no instance empty
+        s = np.round(rng.uniform(0, 50, len(codes)), 1)
+        e = s + np.round(rng.uniform(0, 5, len(codes)), 1) * (rng.random(len(codes)) > 0.1)
+        s[::211] = np.nan
+        heads = np.flatnonzero(np.diff(codes, prepend=-1))
+        order, times = _event_order(s, e, heads)
+        times_all = np.concatenate([s, e])
+        expected = sort_by_group(np.concatenate([codes, codes]), len(heads), times_all)
+        assert np.array_equal(order, expected)
+        assert np.array_equal(times, times_all[expected], equal_nan=True)
+
+
 def _chunk(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
     """Passes over every request in chunks of ``size`` (odd boundaries)."""
     from pdprobe.analysis.capacity import perf_busy, perf_observations
