@@ -9,7 +9,8 @@ length that ran in those windows in proportion. Each sampled request's figure st
 the reconstruction runs on every request of the same instance that overlaps a sampled one,
 which is everything its figure depends on. Prefill busy periods are sampled the same way
 above ``BUSY_SAMPLE_MAX_REQUESTS``. The capacity plan sizes on a proportional stratified
-sample of ``MIX_SAMPLE_REQUESTS`` (``stratified_sample``: arrival time × length octaves).
+sample of ``MIX_SAMPLE_REQUESTS`` (``strata.stratified_sample``: arrival time × length
+octaves).
 Counts and sums (rates, burstiness, load windows, window counts) keep using all rows, and
 the notes say what was sampled.
 """
@@ -228,8 +229,8 @@ def _chunks(intervals: Intervals, n_rows: int, valid: np.ndarray | None
 
 
 # Above this many requests the capacity plan sizes on a stratified sample of this many
-# (``stratified_sample``). Every sizing candidate evaluates every request of the mix (a pool
-# search is tens of passes over it, the band and the windows repeat it), so the plan's cost
+# (``strata.stratified_sample``). Every sizing candidate evaluates every request of the mix
+# (a pool search is tens of passes over it, the band and the windows repeat it), so the plan's cost
 # follows this number, not the capture: about 2.5 µs of CPU per sampled request for the whole
 # plan. 250,000 requests put the share of requests missing the TTFT objective, the quantity the
 # prefill count is searched on, within ±0.001 (two standard errors of a 10 % share, less after
@@ -237,121 +238,6 @@ def _chunks(intervals: Intervals, n_rows: int, valid: np.ndarray | None
 # a 10-million-request plan costs under a second. The bundled sample, the simulated scenarios
 # and the public traces are far below it: their plans use every request.
 MIX_SAMPLE_REQUESTS: Final = 250_000
-# Length strata are octaves (powers of two) of the prompt and of the output length, capped so
-# that the pair fits one small integer (a radix sort). 2^63 tokens is beyond any length.
-LENGTH_OCTAVES: Final = 64
-
-
-def length_strata(*lengths: np.ndarray) -> np.ndarray:
-    """Each request's length stratum: the octave of each length array, combined into one
-    integer code (two arrays give codes below 2^12, as int16: memory, a fifth of int64's)."""
-    n = len(lengths[0])
-    small = LENGTH_OCTAVES ** len(lengths) <= 2**15
-    code = np.zeros(n, dtype=np.int16 if small else np.int64)
-    for lo in range(0, n, PASS_CHUNK):  # chunks: no whole-size temporaries
-        part = np.zeros(min(PASS_CHUNK, n - lo), dtype=np.int64)
-        for values in lengths:
-            # v = m·2^e with m in [0.5, 1): e is the octave
-            octave = np.frexp(np.asarray(values[lo:lo + PASS_CHUNK], dtype=np.float64))[1]
-            np.clip(octave, 0, LENGTH_OCTAVES - 1, out=octave)
-            part *= LENGTH_OCTAVES
-            part += octave
-        code[lo:lo + PASS_CHUNK] = part
-    return code
-
-
-# Strata codes below this are counted in a table (``stratified_sample`` a chunk at a time).
-FEW_STRATA: Final = 1 << 15
-# ``stratified_sample`` keeps each chunk's counts for its second pass (instead of counting
-# the chunk again) while all of them hold at most this many cells (8 MB): length strata
-# (4,096 codes) at 10 million items are 625,000.
-STRATA_TABLE_CELLS: Final = 1 << 20
-
-
-def stratified_sample(strata: np.ndarray, size: int) -> np.ndarray | None:
-    """Positions (ascending) of a proportional stratified sample of ``size``, or None when
-    there are at most ``size`` items (then everything is used).
-
-    Items are taken in their given order (for requests: arrival order) within each stratum
-    (integer codes, e.g. ``length_strata``), strata one after another, and every
-    ``n / size``-th is kept (systematic selection from the middle of each step, so the same
-    input always gives the same sample). Every item has the same inclusion probability
-    ``size / n``, so unweighted means over the sample are unbiased; every stratum, and every
-    run of consecutive items within a stratum (a time window, when the order is arrival
-    order), holds its proportional share to within one item.
-
-    Memory: for small codes (``length_strata``'s) the items are ranked within their stratum a
-    chunk at a time from per-stratum counts, without the stable sort's int64 order of every
-    item (80 MB at 10 million).
-    """
-    codes = np.asarray(strata)
-    n = len(codes)
-    if n <= size:
-        return None
-    # the k-th kept position j (in stratum order) is the first where floor((j + 1)·f + 1/2)
-    # reaches k + 1, f = size / n: in integers, j = ceil((2k + 1)·n / (2·size)) - 1
-    k = np.arange(size, dtype=np.int64)
-    pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
-    del k
-    width = int(codes.max()) + 1  # per-stratum tables: the codes present, not FEW_STRATA
-    if not (codes.min() >= 0 and width <= FEW_STRATA):
-        order = np.argsort(codes, kind="stable")
-        return np.sort(order[pos])
-    counts = np.zeros(width, dtype=np.int64)
-    # per-stratum counts, a chunk at a time; each chunk's are kept for the second pass when
-    # their tables are small (``STRATA_TABLE_CELLS``), else counted again there
-    starts = range(0, n, PASS_CHUNK)
-    keep = width * len(starts) <= STRATA_TABLE_CELLS
-    per_chunk: list[np.ndarray] = []
-    for lo in starts:
-        here = np.bincount(codes[lo:lo + PASS_CHUNK], minlength=width)
-        counts += here
-        if keep:
-            per_chunk.append(here)
-    taken = counts.cumsum() - counts  # items of earlier strata (in stratum order), then seen
-    kept = []
-    for i, lo in enumerate(starts):
-        part = codes[lo:lo + PASS_CHUNK].astype(np.int16, copy=False)
-        order = np.argsort(part, kind="stable")  # a radix sort of small integers
-        here = per_chunk[i] if keep else np.bincount(part, minlength=width)
-        if 4 * size <= n:  # a sparse sample (the mix's): found per stratum
-            kept.append(_kept_of_runs(pos, order, here, taken) + lo)
-        else:  # a dense one (the prefill fit's, often): each item ranked and tested
-            rank = np.empty(len(part), dtype=np.int64)
-            # each item's place in stratum order: its stratum's items before this chunk,
-            # then its rank among the chunk's items of the stratum (its place in the sorted
-            # chunk less the chunk's items of smaller strata: a table lookup, not a search)
-            rank[order] = np.arange(len(part)) - (here.cumsum() - here)[part[order]]
-            rank += taken[part]
-            kept.append(np.flatnonzero(_is_kept(rank, n, size)) + lo)
-        taken += here
-    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
-
-
-def _kept_of_runs(pos: np.ndarray, order: np.ndarray, here: np.ndarray,
-                  taken: np.ndarray) -> np.ndarray:
-    """Of one chunk (``order`` its stable sort by stratum, ``here`` its items per stratum,
-    ``taken`` each stratum's earlier items in stratum order): the positions (ascending, in
-    the chunk) of the items at the kept positions ``pos``. A stratum's items in the chunk are
-    a run of the sorted chunk and a run of stratum order: the kept positions falling in that
-    run (a search per stratum present, not a test per item) name their places."""
-    present = np.flatnonzero(here)
-    first = (here.cumsum() - here)[present]
-    from_k = np.searchsorted(pos, taken[present])
-    many = np.searchsorted(pos, taken[present] + here[present]) - from_k
-    at = np.arange(int(many.sum())) + np.repeat(from_k - (many.cumsum() - many), many)
-    at = pos[at] - np.repeat(taken[present] - first, many)
-    return np.sort(order[at])
-
-
-def _is_kept(j: np.ndarray, n: int, size: int) -> np.ndarray:
-    """Whether position ``j`` (in stratum order) is one of ``stratified_sample``'s
-    ``ceil((2k + 1)·n / (2·size)) - 1``: whether ``(2·size·j, 2·size·(j + 1)]`` holds an odd
-    multiple ``(2k + 1)·n`` with ``k < size`` (integers: no search in the kept positions)."""
-    two_s = 2 * size
-    m = (two_s * (j + 1)) // n  # the largest multiple of n in the interval is m·n
-    q = m - 1 + (m & 1)  # the largest odd number <= m (m >= 0: its last bit is m % 2)
-    return (q >= 1) & (q * n > two_s * j) & (q < two_s)
 
 
 def _candidates(intervals: Intervals, valid: np.ndarray | None, maybe: np.ndarray,

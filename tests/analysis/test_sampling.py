@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import sample_runs, sampling
+from pdprobe.analysis import strata as stratamod
 from pdprobe.analysis.capacity.perf_observations import decode_concurrency
 from pdprobe.analysis.sampling import SAMPLE_BLOCK_S, time_sample
 
@@ -125,9 +126,9 @@ def _requests(n: int, seed: int = 5) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def test_inputs_at_or_below_the_size_are_not_sampled() -> None:
     _, prompt, output = _requests(5000)
-    strata = sampling.length_strata(prompt, output)
-    assert sampling.stratified_sample(strata, 5000) is None
-    assert sampling.stratified_sample(strata, 10_000) is None
+    strata = stratamod.length_strata(prompt, output)
+    assert stratamod.stratified_sample(strata, 5000) is None
+    assert stratamod.stratified_sample(strata, 10_000) is None
 
 
 def test_stratified_sample_holds_every_window_and_length_bin_in_proportion() -> None:
@@ -135,11 +136,11 @@ def test_stratified_sample_holds_every_window_and_length_bin_in_proportion() -> 
     to within one request, the total is exact, and the same input gives the same sample."""
     n, size = 200_000, 20_000
     ts, prompt, output = _requests(n)
-    strata = sampling.length_strata(prompt, output)
-    keep = sampling.stratified_sample(strata, size)
+    strata = stratamod.length_strata(prompt, output)
+    keep = stratamod.stratified_sample(strata, size)
     assert keep is not None and len(keep) == size
     assert np.all(np.diff(keep) > 0)  # ascending positions: arrival order kept
-    again = sampling.stratified_sample(sampling.length_strata(prompt, output), size)
+    again = stratamod.stratified_sample(stratamod.length_strata(prompt, output), size)
     assert again is not None and np.array_equal(keep, again)
     window = (ts // 10.0).astype(np.int64)
     cell = window * 4096 + strata
@@ -154,8 +155,24 @@ def test_stratified_sample_holds_every_window_and_length_bin_in_proportion() -> 
     assert held[per_bin * size / n >= 1.0].all()
 
 
+def test_octaves_are_frexp_exponents_clipped() -> None:
+    """The exponent field read as bits is ``np.frexp``'s exponent, clipped: integers, floats
+    of every magnitude and sign, zeros, subnormals, NaN and infinities."""
+    rng = np.random.default_rng(9)
+    floats = np.concatenate([
+        rng.uniform(-1e6, 1e6, 1000), 2.0 ** rng.integers(-1074, 1024, 1000),
+        np.array([0.0, -0.0, 5e-324, np.nan, np.inf, -np.inf, 1.0, 2.0, 2.0**63, 0.5, 1e308])])
+    ints = np.concatenate([rng.integers(-10, 2**62, 1000), [0, 1, 2, 3, 2**53 + 1, -(2**62)]])
+    with np.errstate(over="ignore"):  # (float32: the largest floats become infinities)
+        small = floats.astype(np.float32)
+    for values in (floats, ints, (ints % 2**31).astype(np.int32), small):
+        expected = np.clip(np.frexp(np.asarray(values, dtype=np.float64))[1], 0, 63)
+        assert np.array_equal(stratamod.octaves(values), expected)
+
+
 def test_length_strata_are_octaves_of_prompt_and_output() -> None:
-    codes = sampling.length_strata(np.array([1.0, 2.0, 3.0, 1024.0]), np.array([1.0, 1.0, 7.0, 8.0]))
+    codes = stratamod.length_strata(np.array([1.0, 2.0, 3.0, 1024.0]),
+                                    np.array([1.0, 1.0, 7.0, 8.0]))
     # prompt 1 -> octave 1, 2-3 -> 2, 1024 -> 11; output 1 -> 1, 7 -> 3, 8 -> 4
     assert codes.tolist() == [1 * 64 + 1, 2 * 64 + 1, 2 * 64 + 3, 11 * 64 + 4]
 
@@ -319,17 +336,23 @@ def test_stratified_sample_by_chunks_is_the_stable_sort_selection(
     sort of every code selects (codes too large for the counting table take that path), the
     chunks' counts kept from the first pass or counted again."""
     monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
-    monkeypatch.setattr(sampling, "STRATA_TABLE_CELLS", table_cells)
+    monkeypatch.setattr(stratamod, "STRATA_TABLE_CELLS", table_cells)
     _, prompt, output = _requests(n, seed=n)
-    strata = sampling.length_strata(prompt, output)
+    strata = stratamod.length_strata(prompt, output)
     assert strata.dtype == np.int16
-    keep = sampling.stratified_sample(strata, size)
+    keep = stratamod.stratified_sample(strata, size)
     k = np.arange(size, dtype=np.int64)
     pos = ((2 * k + 1) * n + 2 * size - 1) // (2 * size) - 1
     expected = np.sort(np.argsort(strata, kind="stable")[pos])
     assert keep is not None and np.array_equal(keep, expected)
-    large = sampling.stratified_sample(strata.astype(np.int64) + 2**40, size)
+    large = stratamod.stratified_sample(strata.astype(np.int64) + 2**40, size)
     assert large is not None and np.array_equal(large, expected)
+    # counted while the strata were made (the mix's way): the same sample, no counting pass
+    counted: list[np.ndarray] = []
+    again = stratamod.length_strata(prompt, output, counts=counted)
+    assert np.array_equal(again, strata) and len(counted) == len(range(0, n, chunk))
+    monkeypatch.setattr(np, "bincount", lambda *a, **k: pytest.fail("counted again"))
+    assert np.array_equal(stratamod.stratified_sample(strata, size, counted), expected)
 
 
 # --- floor_quotient: numpy's floor division, computed mostly by a division -------------------

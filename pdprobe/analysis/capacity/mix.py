@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis import sampling
+from pdprobe.analysis import sampling, strata
 from pdprobe.analysis.capacity.arrivals import LoadWindows, arrival_profile, window_of
 from pdprobe.analysis.capacity.population import (
     Population,
@@ -22,6 +22,9 @@ from pdprobe.analysis.capacity.population import (
     cached_in_range,
     record_numbers,
     usable_records,
+)
+from pdprobe.analysis.capacity.prefix_hits import (  # (the ratio service imports it here)
+    ideal_prefix_hits as ideal_prefix_hits,
 )
 from pdprobe.analysis.row_slices import ascending
 from pdprobe.errors import UsageError
@@ -227,8 +230,9 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     sampled = len(ts) > limit
     cv2, how, load = arrival_profile(ts, timescale_s, keep_windows=not sampled,
                                      ordered=ordered)
-    keep = sampling.stratified_sample(sampling.length_strata(prompt, output), limit) \
-        if sampled else None
+    counted: list[np.ndarray] = []  # (the strata's counts per chunk, made with them)
+    keep = strata.stratified_sample(strata.length_strata(prompt, output, counts=counted),
+                                    limit, counted) if sampled else None
     if keep is None:
         return WorkloadMix(np.array(prompt, dtype=np.float64), np.array(cached, dtype=np.float64),
                            np.array(output, dtype=np.float64), float(rate_rps), cv2, how,
@@ -379,34 +383,3 @@ def mix_from_histograms(dataset: Dataset, *, timescale_s: float) -> WorkloadMix 
     return WorkloadMix(prompt, np.maximum(cached, 0.0), output, count / span, 1.0,
                        "assumed Poisson (metrics carry no arrival times)",
                        "length histograms" + (f", prefix hit rate {h:.0%}" if h else ""))
-
-
-# Mooncake traces list 512-token prefix blocks per request (``hash_ids``).
-HASH_BLOCK_TOKENS: Final = 512
-
-
-def ideal_prefix_hits(offsets: np.ndarray, block_ids: np.ndarray,
-                      prompt_tokens: np.ndarray) -> np.ndarray:
-    """Cached tokens per request under one unbounded, shared prefix cache (an upper bound).
-
-    ``block_ids[offsets[i]:offsets[i+1]]`` are request ``i``'s prefix blocks, requests in
-    arrival order. A block hits when an earlier request held it; a prefix hits up to its first
-    miss. Per-instance caches with finite memory and non-affine routing reach less.
-    """
-    off = np.asarray(offsets, dtype=np.int64)
-    flat = np.asarray(block_ids, dtype=np.int64)
-    lengths = np.diff(off)
-    n = len(lengths)
-    if flat.size == 0:
-        return np.zeros(n)
-    owner = np.repeat(np.arange(n), lengths)
-    pos = np.arange(flat.size) - np.repeat(off[:-1], lengths)
-    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    hit = owner[first][inverse] < owner
-    miss_pos = np.where(hit, np.iinfo(np.int64).max, pos)
-    first_miss = np.zeros(n, dtype=np.int64)
-    nonempty = lengths > 0
-    first_miss[nonempty] = np.minimum.reduceat(miss_pos, off[:-1][nonempty])
-    leading = np.minimum(first_miss, lengths)
-    prompt = np.asarray(prompt_tokens, dtype=np.float64)
-    return np.clip(leading * float(HASH_BLOCK_TOKENS), 0.0, np.maximum(prompt - 1.0, 0.0))

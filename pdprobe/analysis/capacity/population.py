@@ -1,7 +1,7 @@
 """The requests a sampled workload mix stands for: what stays exact when the plan samples.
 
 Above ``sampling.MIX_SAMPLE_REQUESTS`` requests ``mix.mix_from_requests`` sizes on a
-proportional stratified sample (``sampling.stratified_sample``: by arrival time and by prompt
+proportional stratified sample (``strata.stratified_sample``: by arrival time and by prompt
 and output length). The arrival rate, the burstiness and the load windows are measured on
 every arrival before sampling; a ``Population`` keeps every request's arrival time and lengths
 so that what is a count or a sum stays exact where it is used later (the windows' request

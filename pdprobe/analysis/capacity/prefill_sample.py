@@ -7,7 +7,7 @@ for three coefficients that a few hundred thousand observations pin far below an
 noise. Above ``PREFILL_FIT_MAX_POINTS`` usable observations the fit therefore observes a
 proportional stratified sample of that many, chosen before any of them is gathered: one
 chunked pass over the candidates reads their validity and stratum (prefill instance ×
-octave of uncached tokens), ``sampling.stratified_sample`` picks the rows, and only those
+octave of uncached tokens), ``strata.stratified_sample`` picks the rows, and only those
 rows' columns are read. Within each stratum the candidates are taken in record order (arrival
 order), so every time window is represented in proportion too. Below the bound nothing is
 sampled and nothing changes.
@@ -25,12 +25,8 @@ from pdprobe.analysis.capacity.perf_columns import (
     instance_code_view,
     status_ok,
 )
-from pdprobe.analysis.sampling import (
-    LENGTH_OCTAVES,
-    PASS_CHUNK,
-    SAMPLED_MARK,
-    stratified_sample,
-)
+from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK
+from pdprobe.analysis.strata import LENGTH_OCTAVES, stratified_sample
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -23,7 +23,7 @@ from pdprobe.analysis.capacity.perf_fit import (
     prefill_observations,
 )
 from pdprobe.analysis.capacity.prefill_sample import sample_prefill_rows
-from pdprobe.analysis.sampling import LENGTH_OCTAVES
+from pdprobe.analysis.strata import LENGTH_OCTAVES
 from pdprobe.dataset import Dataset
 from pdprobe.values import Missing
 from tests.analysis.capacity._data import dataset
