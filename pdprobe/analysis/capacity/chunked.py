@@ -12,6 +12,7 @@ recursion is what ``np.sum`` gives for the same slice on its own.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -100,11 +101,20 @@ def tree_cv(values: Values, n: int) -> float:
     return math.sqrt(tree_sum(squares, n) / n) / mean
 
 
-def run_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+def run_sums(values: np.ndarray, bounds: np.ndarray,
+             chunk_sums: tuple[int, np.ndarray] | None = None) -> np.ndarray:
     """The sum of each run ``values[bounds[w]:bounds[w + 1]]`` as float64, added one value at a
     time from 0.0 in order, as ``np.bincount(window, weights=values)`` adds them (the same
-    bits), a chunk at a time."""
+    bits), a chunk at a time. ``chunk_sums``: ``(rows, sums)``, the sums of non-negative
+    integer ``values`` per run of ``rows`` rows from row 0 (``population.ChunkSums``): then
+    only the rows between each bound and the nearer end of its run are read."""
     out = np.zeros(len(bounds) - 1)
+    if chunk_sums is not None and values.dtype.kind in "iu" and \
+            int(np.sum(chunk_sums[1], dtype=object)) < FLOAT_EXACT_INTEGER:
+        # non-negative integers summing below 2^53: every partial sum in any order is exact,
+        # so the integer sums are the in-order float64 ones (no pass for the max either)
+        before = _sums_before(values, bounds, *chunk_sums)
+        return np.diff(before).astype(np.float64)
     if _exact_in_float(values):  # integers (token counts): every order gives the same sum
         for w in range(len(out)):  # loop over runs (windows), not values
             out[w] = float(np.add.reduce(values[int(bounds[w]):int(bounds[w + 1])]))
@@ -119,6 +129,23 @@ def run_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
             total = float(np.cumsum(part)[-1])  # a cumulative sum adds in order
         out[w] = total
     return out
+
+
+def _sums_before(values: np.ndarray, bounds: np.ndarray, rows: int,
+                 sums: np.ndarray) -> np.ndarray:
+    """The integer sum of ``values[:b]`` for each bound ``b`` (object integers: exact), from
+    the sums per run of ``rows`` rows and the rows between ``b`` and the nearer end of its
+    run."""
+    upto = [0, *itertools.accumulate(int(x) for x in sums)]  # before each run, exact
+    out = []
+    for b in (int(x) for x in bounds):  # loop over bounds (windows), not values
+        run = min(b // rows, len(sums) - 1) if len(sums) else 0
+        lo, hi = run * rows, min((run + 1) * rows, len(values))
+        if b - lo <= hi - b:
+            out.append(upto[run] + int(np.add.reduce(values[lo:b])))
+        else:
+            out.append(upto[run + 1] - int(np.add.reduce(values[b:hi])))
+    return np.array(out, dtype=object)
 
 
 # Integers up to this magnitude are exact in float64 (2^53), and so is every partial sum of

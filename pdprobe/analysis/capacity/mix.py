@@ -204,6 +204,7 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         arrival.to_numpy(dtype=np.float64, na_value=np.nan)
     column_ts = ts
     ok, scan = usable_records(ts, prompt, output, cached)
+    scanned = (prompt, output)  # (their chunk sums hold while the mix keeps these arrays)
     every_row = bool(ok.all())  # the usual case: no copies of the selection
     if not every_row:
         prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
@@ -242,7 +243,8 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     source = keep if order is None else order[keep]
     if not every_row:
         source = np.flatnonzero(ok)[source]
-    pop = Population(ts, prompt, cached, output, keep, source)
+    pop = Population(ts, prompt, cached, output, keep, source, scan.sums
+                     if prompt is scanned[0] and output is scanned[1] else None)
     if load is not None:
         load = replace(load, window_of=window_of(load, ts[keep], float(ts[0])))
     return WorkloadMix(np.asarray(prompt[keep], dtype=np.float64),

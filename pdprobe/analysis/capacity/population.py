@@ -38,6 +38,8 @@ class Population:
     output_tokens: np.ndarray  # >= 1
     rows: np.ndarray  # the sample: ascending positions in the arrays above
     source_rows: np.ndarray | None = None  # per sampled request: its row in the records
+    # integer lengths' sums per run of rows (``RecordScan.sums``, of these very arrays)
+    length_sums: ChunkSums | None = None
 
     @property
     def size(self) -> int:
@@ -62,13 +64,13 @@ class Population:
         src = self.source_rows[a:b] if self.source_rows is not None else None
         return Population(self.arrival_ts[lo:hi], self.prompt_tokens[lo:hi],
                           self.cached_tokens[lo:hi], self.output_tokens[lo:hi],
-                          self.rows[a:b] - lo, src), a, b
+                          self.rows[a:b] - lo, src), a, b  # (sums are of the whole)
 
     def clipped(self, max_prompt_tokens: float) -> Population:
         """Prompts capped at the context limit (as ``WorkloadMix.clipped`` caps the sample)."""
         p = np.minimum(self.prompt_tokens, max_prompt_tokens)
         return Population(self.arrival_ts, p, np.minimum(self.cached_tokens, p - 1.0),
-                          self.output_tokens, self.rows, self.source_rows)
+                          self.output_tokens, self.rows, self.source_rows)  # (sums changed)
 
 
 def record_numbers(requests: pd.DataFrame, name: str) -> np.ndarray:
@@ -81,6 +83,18 @@ def record_numbers(requests: pd.DataFrame, name: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class ChunkSums:
+    """Sums of integer prompt and output lengths per run of ``rows`` rows (from row 0): a sum
+    over any run of rows is then the runs' sums between its ends and the rows at its two
+    ends, not a pass over it (``chunked.run_sums``). A ``Population`` holds them only for
+    its own length arrays, every one at least 1 (every record usable, outputs positive)."""
+
+    rows: int
+    prompt: np.ndarray  # int64, one per run
+    output: np.ndarray
+
+
+@dataclass(frozen=True)
 class RecordScan:
     """What ``usable_records`` found of every row, besides which are usable: whether every
     output length is at least 1 (``at_least_one`` keeps them), every cached count already in
@@ -90,6 +104,7 @@ class RecordScan:
     outputs_positive: bool
     cached_as_is: bool
     ascending: bool
+    sums: ChunkSums | None = None  # integer prompt and output lengths' (None: not integers)
 
 
 def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
@@ -104,6 +119,9 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
     # integer lengths (the canonical dtype) hold no NaN: compared as they are, not as floats
     int_prompt, int_output = prompt.dtype.kind in "iu", output.dtype.kind in "iu"
     positive, as_is, rising = True, cached.dtype == np.float64, True
+    # integer lengths' sums per chunk, while the chunk is in the CPU cache (the windows' mean
+    # lengths are then read from them, not from a pass of their own)
+    sums: tuple[list[int], list[int]] | None = ([], []) if int_prompt and int_output else None
     for lo in range(0, n, PASS_CHUNK):  # chunks: no whole-size temporaries
         at = slice(lo, lo + PASS_CHUNK)
         part = ok[at]
@@ -117,7 +135,12 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
         as_is = as_is and _in_range(cached[at], prompt[at])
         # (each step to the next chunk's first included)
         rising = rising and ascending(ts[lo:min(lo + PASS_CHUNK, n - 1) + 1])
-    return ok, RecordScan(positive, as_is, rising)
+        if sums is not None:
+            sums[0].append(int(np.add.reduce(prompt[at])))
+            sums[1].append(int(np.add.reduce(output[at])))
+    chunk = ChunkSums(PASS_CHUNK, np.array(sums[0], dtype=np.int64),
+                      np.array(sums[1], dtype=np.int64)) if sums is not None else None
+    return ok, RecordScan(positive, as_is, rising, chunk)
 
 
 def _in_range(cached: np.ndarray, prompt: np.ndarray) -> bool:

@@ -121,8 +121,11 @@ def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
     prompt = pop.prompt_tokens if pop is not None else mix.prompt_tokens
     output = pop.output_tokens if pop is not None else mix.output_tokens
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_prompt = run_sums(prompt, bounds) / count
-        mean_output = run_sums(output, bounds) / count
+        sums = pop.length_sums if pop is not None else None  # (in-scan sums per chunk)
+        mean_prompt = run_sums(prompt, bounds, (sums.rows, sums.prompt) if sums else None) \
+            / count
+        mean_output = run_sums(output, bounds, (sums.rows, sums.output) if sums else None) \
+            / count
     # each window's run of records, found once for both roles (a population's arrivals are
     # in order: when they are the records' own, nothing is checked again)
     firsts = record_firsts(dataset, edges, ts if pop is not None else None) \

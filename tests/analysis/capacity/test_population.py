@@ -142,6 +142,36 @@ def test_windows_of_a_sampled_mix_count_every_request() -> None:
     assert all(not isinstance(w.recommended_prefill, Missing) for w in b)
 
 
+@pytest.mark.parametrize("chunk", [97, 1 << 16])
+def test_windows_mean_lengths_from_the_scans_chunk_sums_are_the_passes(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Records in order with clean integer lengths: the population keeps the scan's length
+    sums per chunk, and the windows' mean lengths read from them are the bits a pass over
+    each window gives; lengths the mix changed (unsorted records) keep none."""
+    from dataclasses import replace
+
+    from pdprobe.analysis.capacity import population
+
+    monkeypatch.setattr(population, "PASS_CHUNK", chunk)
+    frame = _frame(20_000).sort_values("arrival_ts", kind="stable").reset_index(drop=True)
+    sampled = mix_from_requests(frame, rate_rps=None, timescale_s=2.0, description="t",
+                                max_requests=2_000)
+    pop = sampled.population
+    assert pop is not None and pop.length_sums is not None and pop.length_sums.rows == chunk
+    starts = np.arange(0, 20_000, chunk)
+    assert pop.length_sums.prompt.tolist() == np.add.reduceat(
+        frame["prompt_tokens"].to_numpy(), starts).tolist()
+    ds = dataset(frame)
+    model, slo = simple_model(pb=2e-5), Slo(2.0, 0.1)
+    a = ratio_windows(ds, sampled, model, slo, 300.0)
+    plain = replace(sampled, population=replace(pop, length_sums=None))
+    b = ratio_windows(ds, plain, model, slo, 300.0)
+    assert [(w.mean_prompt_tokens, w.mean_output_tokens) for w in a] == \
+        [(w.mean_prompt_tokens, w.mean_output_tokens) for w in b]
+    _, _, unsorted = _mixes(20_000, 2_000)
+    assert unsorted.population is not None and unsorted.population.length_sums is None
+
+
 def test_a_window_with_too_few_sampled_requests_says_so() -> None:
     frame, _, sampled = _mixes(20_000, 200)
     ds = dataset(frame)

@@ -104,6 +104,12 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
     ints = rng.integers(1, 9000, n)
     assert run_sums(ints, bounds).tolist() == np.bincount(
         idx, weights=ints, minlength=len(edges) - 1).tolist()
+    # from the sums per run of rows (the mix's scan's): the same bits, for runs shorter and
+    # longer than the windows, bounds on and between the runs' ends
+    for rows in (1, 7, 256, n - 1, n, 4 * n):
+        sums = np.add.reduceat(ints, np.arange(0, n, rows))
+        for b in (bounds, np.array([0, rows, min(2 * rows, n), n]), np.array([0, n])):
+            assert run_sums(ints, b, (rows, sums)).tolist() == run_sums(ints, b).tolist()
     frame = pd.DataFrame({
         "arrival_ts": ts, "prompt_tokens": 100, "output_tokens": 10,
         "prefill_instance": rng.choice(["p0", "p1", "p2"], n),
