@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final
 
 from pdprobe import __version__
 from pdprobe.collectors.base import ReadContext
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
     from pdprobe.analysis.capacity.estimate import CapacityPlan
     from pdprobe.rules.base import Finding, Inconclusive, Rule, RuleContext
 
-T = TypeVar("T")
 
 DEFAULT_WINDOW_S = 300.0
 # What the evidence is computed with while the capacity model runs beside it (``analyse``).
@@ -102,7 +100,7 @@ def diagnose(request: DiagnoseRequest) -> Report:
 def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Report:
     """Analyses, capacity model and rules over a dataset, into a report."""
     from pdprobe.analysis.capacity import estimate_plan
-    from pdprobe.analysis.capacity.transfer import KvBytes, measured_kv_bytes
+    from pdprobe.analysis.capacity.transfer import measured_kv_bytes
     from pdprobe.analysis.evidence.build import compute_evidence
     from pdprobe.analysis.evidence.project import project_instances
     from pdprobe.analysis.instances import summarize_instances
@@ -113,25 +111,22 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
     from pdprobe.services.verify import capacity_options
 
     # Two threads share the work (numpy releases the GIL on whole-column work, so on 2 cores the
-    # wall time is about the longer of the two, not their sum). The pool thread summarises the
-    # workload, then runs the capacity model (it reads only the dataset and the workload): at
-    # 10M rows ~2.4 CPU-s, the longer half. This thread runs the instance summaries, SLO,
-    # evidence (it reads the workload once the pool has it, and carries the capacity result
-    # without reading it) and identity table: ~2.1 CPU-s there. The transfer-path series goes
-    # to whichever thread is free first: queued behind the capacity model, and taken back by
-    # this thread if the pool has not started it when the evidence is done. Every figure is
-    # computed as it would be one after the other.
+    # wall time is about the longer of the two, not their sum). The pool thread measures the
+    # records' KV bytes, summarises the workload, then runs the capacity model (it reads only
+    # the dataset, those bytes and the workload): at 10M rows ~1.6 CPU-s. This thread runs the
+    # instance summaries, SLO, evidence (it reads the workload once the pool has it, and
+    # carries the capacity result without reading it) and identity table: ~1.9 CPU-s there.
+    # The transfer-path series goes to whichever thread is free first: queued behind the
+    # capacity model, and taken back by this thread if the pool has not started it when the
+    # evidence is done. Every figure is computed as it would be one after the other.
     options = capacity_options(request)
-    kv_bytes: Future[KvBytes | str] = Future()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis") as pool:
+        # the pool runs one task at a time, in order: both are done before the plan starts
+        measured = pool.submit(measured_kv_bytes, dataset)
         summarized = pool.submit(summarize_workload, dataset)
-        # the pool runs one task at a time, in order: the workload is summarised before this
         planned = pool.submit(lambda: estimate_plan(dataset, summarized.result(), options,
-                                                    measured=kv_bytes.result()))
+                                                    measured=measured.result()))
         queued_series = pool.submit(transfer_path_series, dataset)
-        # the capacity model's one pass that needs no workload (~0.12 CPU-s at 10M rows),
-        # taken from the longer half while the pool summarises the workload
-        _settle(kv_bytes, lambda: measured_kv_bytes(dataset))
         instances = summarize_instances(dataset)
         # judged with the objectives the capacity model uses: the defaults where none is given
         slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s,
@@ -189,17 +184,6 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         series=series,
         identity=identity,
     )
-
-
-def _settle(future: Future[T], compute: Callable[[], T]) -> None:
-    """``future`` given ``compute()``'s value, or the exception it raised (re-raised where the
-    value is read, as a failure in the thread that reads it would be)."""
-    try:
-        future.set_result(compute())
-    except BaseException as exc:  # an interrupt too: a thread waiting on it must not hang
-        future.set_exception(exc)
-        if not isinstance(exc, Exception):
-            raise
 
 
 # What the check and the headroom set that no rule reads: a capacity differing from the one

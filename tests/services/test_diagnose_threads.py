@@ -55,7 +55,7 @@ def test_series_runs_on_the_thread_free_first(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_kv_bytes_measured_beside_the_plan_is_the_plans_own() -> None:
-    """``estimate_plan`` given ``measured_kv_bytes`` from the other thread plans as it does
+    """``estimate_plan`` given ``measured_kv_bytes`` from a task before it plans as it does
     measuring them itself (the bundled sample has measured transfers)."""
     from pdprobe.analysis.capacity.transfer import KvBytes, measured_kv_bytes
     from pdprobe.analysis.workload import summarize_workload
@@ -75,8 +75,8 @@ def test_kv_bytes_measured_beside_the_plan_is_the_plans_own() -> None:
 
 def test_a_failed_kv_measure_fails_the_plan_not_the_run(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
-    """An error measuring the KV bytes on this thread reaches the pool's plan (which waits for
-    it) and is raised where the plan is read, with no thread left waiting."""
+    """An error measuring the KV bytes (the pool's first task) reaches the plan that reads
+    them and is raised where the plan is read, with no thread left waiting."""
     import pdprobe.analysis.capacity.transfer as transfer
 
     def broken(dataset: Any) -> Any:
