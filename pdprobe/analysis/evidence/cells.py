@@ -125,6 +125,8 @@ class BinCells:
                 c = self._cells(part)
                 per_cell += np.bincount(c[c >= 0], minlength=n_cells)
         used = per_cell > 0
+        # the rows of every cell, which ``_cell_order`` reads when every row is read (no sample)
+        self._per_cell = per_cell
         # every cell has rows (the usual case): a cell is its own group, no lookup per row
         self._every_cell = bool(used.all())
         self.ids = np.flatnonzero(used)
@@ -239,13 +241,18 @@ class BinCells:
             starts = self._bin_picked[first:end + 1] - lo
         n_keys = self._n_keys
         out = np.empty(keys.size, dtype=index_dtype(keys.size))
-        per_cell = np.zeros((end - first) * n_keys, dtype=np.int64)
+        # without a sample these are the rows counted per cell already (a bincount per bin
+        # fewer: at 10M rows ~10 ms)
+        counted = self._rows is None
+        per_cell = self._per_cell[first * n_keys:end * n_keys] if counted else \
+            np.zeros((end - first) * n_keys, dtype=np.int64)
         for j, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)):
             if b > a:
                 out[a:b] = np.argsort(keys[a:b], kind="stable")
                 out[a:b] += a
-                per_cell[j * n_keys:(j + 1) * n_keys] = np.bincount(keys[a:b],
-                                                                    minlength=n_keys)
+                if not counted:
+                    per_cell[j * n_keys:(j + 1) * n_keys] = np.bincount(keys[a:b],
+                                                                        minlength=n_keys)
         return out, per_cell
 
     def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]:

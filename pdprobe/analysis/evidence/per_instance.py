@@ -19,6 +19,7 @@ from pdprobe.analysis.evidence.columns import (
     arrival_bins,
     merge_bins,
     reindex_bins,
+    transfer_seconds,
 )
 from pdprobe.analysis.evidence.registry import (
     COUNTERS,
@@ -62,6 +63,14 @@ _READ_FOR_ROLES: Final[Mapping[str, frozenset[str]]] = {
     "queue_s": frozenset({"prefill"})}
 # The columns whose per-instance mean is evidence (REQUEST_QUANTILES' "mean" statistics).
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
+# The columns whose per-instance p90 is evidence (REQUEST_QUANTILES' "p90" statistics).
+_P90_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "p90")
+# A per-instance p90 read only where the request records give no cluster figure: the transfer
+# time's (``xfer_s_p90``) is read as the cluster's p90 only when the records hold no transfer
+# time (``transfer_figures``), so with them it is not computed: the median alone is a
+# partition per instance, not a sort (at 10M rows the prefill instances' 6M sampled transfer
+# times, ~30 ms).
+_P90_UNREAD_WITH_RECORDS = frozenset({"kv_transfer_s"})
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose
 # instances PD601's persistence check compares in it). Only frames a rule reads, and only from
 # a role column naming some instance of that role (or of unknown role): each costs a gather of
@@ -129,6 +138,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         return column_values(req, c) if c in req.columns else None
 
     bin_of_row = arrival_bins(ds, window)
+    p90_unread = _P90_UNREAD_WITH_RECORDS if transfer_seconds(ds) is not None else frozenset()
     roles = pd.Series(cols.text["role"], index=cols.index)
     cached = has("cached_tokens")
     for role, col in ROLE_COLUMN.items():
@@ -153,12 +163,13 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             data = values(c)
             if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
                 continue
-            by_stat = _quantiles(req, col, c, data)
+            by_stat = _quantiles(req, col, c, data,
+                                 p90=c in _P90_INPUTS and c not in p90_unread)
             counted[c] = by_stat["count"]
             if not by_stat["count"].sum():
                 continue
             for s in REQUEST_QUANTILES:
-                if s.source == c:
+                if s.source == c and s.stat in by_stat:
                     cols.put(s.name, pd.Series(by_stat[s.stat][keep], index=index))
         if cached:
             ratio = _ratio(group_sums(req, col, "cached_tokens"),
@@ -194,9 +205,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         del cells
 
 
-def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column) -> dict[str, np.ndarray]:
-    """Per value of ``key``: ``count``, ``p50`` (the median), ``p90`` and, for a column whose
-    mean is evidence, ``mean`` of ``column`` (``data``: its values or a derived getter).
+def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column,
+               p90: bool = True) -> dict[str, np.ndarray]:
+    """Per value of ``key``: ``count``, ``p50`` (the median), ``p90`` (when ``p90`` or the
+    figures are shared) and, for a column whose mean is evidence, ``mean`` of ``column``
+    (``data``: its values or a derived getter).
 
     A column the instance summaries also summarise per value of ``key`` is read from their
     computation (``grouped.figures``, cached per table: whichever analysis asks first computes
@@ -211,8 +224,9 @@ def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column) -> dict[s
     if column in _MEAN_INPUTS or column in summarised.values():
         figs = figures(req, key, column, data, moments=column in _MEAN_INPUTS)
         return {"count": figs.count, "p50": figs.median, "p90": figs.p90, "mean": figs.mean}
-    found = quantile_figures(req, key, column, data)
-    return {"count": found["count"], "p50": found["median"], "p90": found["p90"]}
+    found = quantile_figures(req, key, column, data, p90=p90)
+    return {"count": found["count"], "p50": found["median"],
+            **({"p90": found["p90"]} if "p90" in found else {})}
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
