@@ -32,6 +32,7 @@ from pdprobe.analysis.row_slices import (
 )
 
 if TYPE_CHECKING:
+    from pdprobe.analysis.evidence.picks import GroupPicks
     from pdprobe.analysis.grouped import Groups
 
 
@@ -195,11 +196,14 @@ class BinCells:
             return self._cells(rows)
         return self._group[self._cells(rows)]  # cell -1 reads the trailing -1
 
-    def medians(self, values: Column) -> np.ndarray:
+    def medians(self, values: Column, picks: GroupPicks | None = None) -> np.ndarray:
         """``Groups.medians``: each cell's median of its sampled non-NaN ``values`` (NaN
         without values), a block of bins at a time (a cell's median reads only its own
-        values: the same figures)."""
+        values: the same figures). ``picks`` is handed every block's values when every row
+        is read (``picks.GroupPicks``: another grouping's rows from the same values)."""
         out = np.full(self.n_groups, np.nan)
+        if picks is not None and self._rows is not None:
+            picks.lose()  # a sample of the rows: not every block's values
         for first, end in row_slices.group_blocks(self._bin_picked):
             lo, hi = int(self._bin_picked[first]), int(self._bin_picked[end])
             g0, g1 = int(self._first_group[first]), int(self._first_group[end])
@@ -220,7 +224,13 @@ class BinCells:
             # thousands of pieces and copied each size's cells again into a matrix). A
             # cell's values in any order have the same order statistics: the same medians.
             order, per_cell = self._cell_order(rows, first, end, lo)
-            v = np.take(take(values, rows), order)
+            block = take(values, rows)
+            if picks is not None:
+                if isinstance(rows, slice):
+                    picks.put(lo, block)
+                else:
+                    picks.lose()
+            v = np.take(block, order)
             # the block's used cells (its groups), in order: the unused ones hold no rows
             sizes = per_cell[self.ids[g0:g1] - first * self._n_keys]
             out[g0:g1] = medians_of(v, sizes)

@@ -90,6 +90,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     import pandas as pd
 
     from pdprobe.analysis.evidence.cells import cell_groups
+    from pdprobe.analysis.evidence.picks import medians_with_cells
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
         Derived,
@@ -154,17 +155,38 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         keep = np.fromiter((name in allowed for name in groups.labels), dtype=bool,
                            count=groups.n_groups)
         index = pd.Index(labels[keep], dtype=object)
+        # the columns whose per-bin medians a rule compares among some of these instances
+        # (those of the frame's reader role, or of unknown role)
+        bin_read = {c for c, _name, reader in _REQUEST_BIN_MEDIANS
+                    if any(roles.get(label, "unknown") in (reader, "unknown")
+                           for label in groups.labels)}
         cols.put("req_count", pd.Series(counts[keep].astype(np.float64), index=index))
         cols.put("req_share", pd.Series(counts[keep] / float(counts.sum()), index=index))
         # the non-NaN values per group of each column summarised here (``Groups.counts``):
         # the per-bin medians below need only know whether any is left, not a pass to count
         counted: dict[str, np.ndarray] = {}
+        # Per-bin, per-instance series for persistence checks: one grouping of the cells.
+        n = groups.n_groups
+        cells = cell_groups(bin_of_row, groups, window.n_bins,
+                            sample_max(len(req), CELL_SAMPLE_MAX))
+        # the cells' medians of a derived column computed with the instances' (below)
+        early: dict[str, np.ndarray] = {}
         for c in _QUANTILE_INPUTS:
             data = values(c)
             if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
                 continue
-            by_stat = _quantiles(req, col, c, data,
-                                 p90=c in _P90_INPUTS and c not in p90_unread)
+            p90 = c in _P90_INPUTS and c not in p90_unread
+            if c in derived and groups.sampled and not p90 and c in bin_read:
+                # the derived column computed once for the cells' medians and the
+                # instances' (``picks``): the same values, so the same medians
+                counted[c] = groups.counts(data)
+                if not counted[c].sum():
+                    continue
+                per_group, early[c] = medians_with_cells(groups, cells, data)
+                by_stat = {"count": counted[c], "p50": per_group if per_group is not None
+                           else _quantiles(req, col, c, data, p90=False)["p50"]}
+            else:
+                by_stat = _quantiles(req, col, c, data, p90=p90)
             counted[c] = by_stat["count"]
             if not by_stat["count"].sum():
                 continue
@@ -175,25 +197,20 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             ratio = _ratio(group_sums(req, col, "cached_tokens"),
                            group_sums(req, col, "prompt_tokens"))
             cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
-        # Per-bin, per-instance series for persistence checks: one grouping of the cells.
-        n = groups.n_groups
-        cells = cell_groups(bin_of_row, groups, window.n_bins,
-                            sample_max(len(req), CELL_SAMPLE_MAX))
         bin_seen = np.zeros(window.n_bins, dtype=bool)
         bin_seen[cells.ids // n] = True
         sizes = _cell_frame(cells, cells.totals.astype(np.float64), n, window)
         sizes[bin_seen] = np.nan_to_num(sizes[bin_seen], nan=0.0)
         bins[ROLE_COUNT_BINS[role]] = _bins_frame(sizes, groups.labels, window)
-        for c, name, reader in _REQUEST_BIN_MEDIANS:
+        for c, name, _reader in _REQUEST_BIN_MEDIANS:
             data = values(c)
-            if not any(roles.get(label, "unknown") in (reader, "unknown")
-                       for label in groups.labels):
+            if c not in bin_read:
                 continue  # no instance a rule compares in this frame (e.g. TPOT per prefill)
             if data is None:
                 continue
             if not (counted[c] if c in counted else groups.counts(data)).sum():
                 continue  # (a count, no figures)
-            medians = cells.medians(data)
+            medians = early.pop(c) if c in early else cells.medians(data)
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
