@@ -89,6 +89,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     """
     import pandas as pd
 
+    from pdprobe.analysis.evidence.cell_sums import joint_cell_sums
     from pdprobe.analysis.evidence.cells import cell_groups
     from pdprobe.analysis.evidence.picks import medians_with_cells
     from pdprobe.analysis.grouped import (
@@ -142,6 +143,13 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     p90_unread = _P90_UNREAD_WITH_RECORDS if transfer_seconds(ds) is not None else frozenset()
     roles = pd.Series(cols.text["role"], index=cols.index)
     cached = has("cached_tokens")
+    # the prefix-hit cells' token sums of both role columns from one pass when exact
+    # (``cell_sums``), else a pass per role column (``sums_of`` below)
+    hit_sums = joint_cell_sums(
+        bin_of_row, window.n_bins, (key_groups(req, ROLE_COLUMN["prefill"]),
+                                    key_groups(req, ROLE_COLUMN["decode"])),
+        (column_values(req, "cached_tokens"), column_values(req, "prompt_tokens"))) \
+        if cached and all(has(c) for c in ROLE_COLUMN.values()) else None
     for role, col in ROLE_COLUMN.items():
         if not has(col):
             continue
@@ -214,8 +222,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
-            hit = _ratio(*cells.sums_of((column_values(req, "cached_tokens"),
-                                         column_values(req, "prompt_tokens"))))
+            hit = _ratio(*(cells.sums_of((column_values(req, "cached_tokens"),
+                                          column_values(req, "prompt_tokens")))
+                           if hit_sums is None else
+                           [per_cell[cells.ids] for per_cell
+                            in hit_sums[0 if role == "prefill" else 1]]))
             merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows)

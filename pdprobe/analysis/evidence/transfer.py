@@ -59,6 +59,7 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
     req = ds.requests
     cols = ds.request_columns
     out: dict[str, Any] = {}
+    bytes_total: float | None = None  # the records' KV bytes in total, once summed
     xfer = transfer_seconds(ds)
     if xfer is not None:
         # quantiles on every request, or on a sample of a very large table (grouped module)
@@ -76,10 +77,17 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
                 out["share_of_ttft_p50"] = median(ratio)
         if "kv_bytes" in cols and has_values(req, "kv_bytes"):
             kv = req["kv_bytes"].to_numpy(dtype="float64")
+            kv_nan = np.isnan(kv)
+            if req["kv_bytes"].dtype == np.float64:
+                # the bytes in total: pandas' ``Series.sum`` of a float64 column (NaN as 0,
+                # then numpy's sum of the array), read below without a second pass of pandas
+                bytes_total = float(kv.sum() if not kv_nan.any()
+                                    else np.where(kv_nan, 0.0, kv).sum())
             both = x_all > 0  # masks combined in place (NaN compares False)
-            both &= ~np.isnan(kv)
+            both &= ~kv_nan
+            del kv_nan
             if both.all():  # the very sums, without copying every row
-                kv_sum, x_sum = kv.sum(), x_all.sum()
+                kv_sum, x_sum = kv.sum() if bytes_total is None else bytes_total, x_all.sum()
             elif both.any():
                 kv_sum, x_sum = kv[both].sum(), x_all[both].sum()
             if both.any():
@@ -97,7 +105,9 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
                            latency_source="KV-transfer histograms",
                            transfers=int(hist.attrs.get("count", 0) or 0))
     if "kv_bytes" in cols and has_values(req, "kv_bytes"):
-        out.update(bytes_total=float(req["kv_bytes"].sum()), bytes_source="request records")
+        if bytes_total is None:
+            bytes_total = float(req["kv_bytes"].sum())
+        out.update(bytes_total=bytes_total, bytes_source="request records")
     elif "h_xfer_bytes_sum" in table.columns and table["h_xfer_bytes_sum"].notna().any():
         # A transfer is counted on both ends by some connectors: take the producer side.
         pre = table.loc[table["role"] == "prefill", "h_xfer_bytes_sum"]
