@@ -59,3 +59,23 @@ def test_merge_bins_is_combine_first(overlap: bool) -> None:
     assert bins["req_hit"] is first
     merge_bins(bins, "req_hit", later)
     pd.testing.assert_frame_equal(bins["req_hit"], first.combine_first(later), check_exact=True)
+
+
+@pytest.mark.parametrize("ends", [False, True])
+def test_arrival_bins_in_time_order_are_the_bins_of_every_arrival(ends: bool) -> None:
+    """Arrivals in time order: the bins as runs (each bin's first row by a binary search) are
+    ``Window.bin_of`` of every arrival, clipped ends and ties included."""
+    from pdprobe.analysis.evidence.columns import arrival_bins
+    from pdprobe.analysis.evidence.model import Window
+    from tests.rules.builders import make_dataset
+
+    rng = np.random.default_rng(9)
+    arrival = np.sort(rng.uniform(-30.0, 1_230.0, 5_000).round(1))  # ties; some outside
+    if ends:
+        arrival[0], arrival[-1] = -np.inf, np.inf
+    for window in (Window(0.0, 1_200.0, 60.0), Window(0.0, 1_199.5, 7.0)):
+        ds = make_dataset(pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": 100,
+                                        "output_tokens": 10}))
+        got = arrival_bins(ds, window)
+        want = window.bin_of(arrival)
+        assert got.dtype == want.dtype and np.array_equal(got, want)

@@ -56,3 +56,28 @@ def test_mix_split_of_arrivals_in_order_is_the_masked_split(monkeypatch) -> None
     assert got.prompt is not None and got.prompt_p_requests is not None
     monkeypatch.setattr(transfer, "arrivals_in_order", lambda ds: False)  # the masks
     assert transfer.mix_figures(ds, evidence.window, evidence.cluster) == got
+
+
+def test_bytes_in_total_are_pandas_sum_of_the_column() -> None:
+    """The records' KV bytes in total (summed once with the achieved bandwidth's sums) are
+    pandas' sum of the column, NaN rows and all."""
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.build import compute_evidence
+    from pdprobe.values import Missing
+    from tests.rules.builders import make_dataset
+
+    rng = np.random.default_rng(5)
+    n = 3_000
+    kv = rng.uniform(1e6, 1e9, n)
+    for nan_rows in (slice(0, 0), slice(None, None, 7)):
+        kv_bytes = kv.copy()
+        kv_bytes[nan_rows] = np.nan
+        ds = make_dataset(pd.DataFrame({"arrival_ts": np.sort(rng.uniform(0.0, 600.0, n)),
+                                        "prompt_tokens": 100, "output_tokens": 10,
+                                        "kv_transfer_s": rng.uniform(0.01, 0.5, n),
+                                        "kv_bytes": kv_bytes}))
+        got = compute_evidence(ds, workload=Missing("x"), slo=Missing("x"),
+                               capacity=Missing("x")).transfer
+        assert got.bytes_total == float(pd.Series(kv_bytes).sum())
+        assert got.achieved_bytes_per_s is not None
