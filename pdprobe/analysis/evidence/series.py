@@ -240,7 +240,12 @@ def _request_cells(ds: Dataset, window: Window, pos: Mapping[str, int],
 def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     """Arrivals, length means and latency medians per bin from request records: one grouping
     of the rows by bin, one sort per column and bin (``analysis.grouped``)."""
-    from pdprobe.analysis.evidence.bin_figures import bin_groups, sorted_figures, transfer_medians
+    from pdprobe.analysis.evidence.bin_figures import (
+        bin_groups,
+        run_counts_and_sums,
+        sorted_figures,
+        transfer_medians,
+    )
     from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, column_values, sample_max
 
     req = ds.requests
@@ -292,8 +297,8 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     if ttft_p90 is not None:  # set here: the frame's column order is unchanged
         out["ttft_p90"] = ttft_p90
     if kv is not None:
-        have = groups.counts(kv)
-        total = np.where(have > 0, groups.sums(kv), np.nan)  # sum(min_count=1)
+        have, sums = run_counts_and_sums(groups, kv)
+        total = np.where(have > 0, sums, np.nan)  # sum(min_count=1)
         out["kv_bytes_per_s"] = per_bin(total) / window.step_s
         if per_gb is not None:
             out["xfer_s_per_gb_p50"] = per_bin(per_gb)

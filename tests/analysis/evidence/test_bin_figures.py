@@ -88,3 +88,24 @@ def test_transfer_medians_are_the_medians_of_each_figure(monkeypatch: pytest.Mon
                           groups.medians(ratio), equal_nan=True)
     alone = transfer_medians(groups, seconds, None)
     assert alone[1] is None and np.array_equal(alone[0], want, equal_nan=True)
+
+
+@pytest.mark.parametrize("sample_max", [None, 50])
+def test_run_counts_and_sums_are_the_groupings(sample_max: int | None) -> None:
+    """Runs of rows: each run's non-NaN values counted and added in row order, the very
+    floats of ``Groups.sums`` (signed zeros, infinities and NaN included)."""
+    from pdprobe.analysis.evidence.bin_figures import run_counts_and_sums
+
+    rng = np.random.default_rng(11)
+    for trial in range(20):
+        n = int(rng.integers(1, 4_000))
+        bins = np.sort(rng.integers(0, 25, n)).astype(np.int16)
+        groups = bin_groups(bins, 25, sample_max)
+        assert groups.ordered
+        v = rng.choice([0.0, -0.0, 1.5, 1e300, np.nan, 3.25e-7, -2.0, np.inf], n) * rng.random(n)
+        if trial % 4 == 0:
+            v = rng.choice([0.0, -0.0, np.nan], n)
+        counts, sums = run_counts_and_sums(groups, v)
+        assert np.array_equal(counts, groups.counts(v))
+        assert np.array_equal(sums, groups.sums(v), equal_nan=True)
+        assert np.array_equal(np.signbit(sums), np.signbit(groups.sums(v)))
