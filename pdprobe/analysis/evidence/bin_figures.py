@@ -30,12 +30,52 @@ if TYPE_CHECKING:
     from pdprobe.analysis.grouped import Groups
 
 
-def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None) -> Groups:
+class BinSample:
+    """``bin_groups``' sample of the rows of bins that never decrease, drawn from the draws of
+    another sample of the same rows (``cells.BinCells``, which hands over each bin's draws in
+    row order: ``take``): one seeded stream, one float32 per row, so the very draws
+    ``bin_groups`` would make, made once for both samples (10M rows: ~18 ms). ``complete``
+    once every row's draw was handed over."""
+
+    def __init__(self, bins: np.ndarray, n_bins: int, sample_max: int) -> None:
+        n = bins.size
+        totals = np.diff(np.append(key_starts(lambda at: bins[at], n_bins, n), n))
+        # each bin's rate, as ``bin_groups`` computes it for the bins with rows
+        self._rate = np.minimum(1.0, sample_max / np.maximum(totals, 1)).astype(np.float32)
+        self._rows = np.empty(n, dtype=index_dtype(n))  # pages past the rows kept: untouched
+        self._kept = 0
+        self._next = 0  # the first row whose draw was not handed over
+        self._lost = False
+        self.fed = False
+
+    def take(self, b: int, lo: int, uniform: np.ndarray) -> None:
+        """The draws ``uniform`` of rows ``lo, lo + 1, ...`` of bin ``b``."""
+        self.fed = True
+        if lo != self._next:  # (rows were skipped: not this sample)
+            self._lost = True
+        hit = np.flatnonzero(uniform < self._rate[b])
+        np.add(hit, lo, out=self._rows[self._kept:self._kept + hit.size], casting="unsafe")
+        self._kept += hit.size
+        self._next = lo + uniform.size
+
+    @property
+    def complete(self) -> bool:
+        """Every row's draw handed over, in row order."""
+        return not self._lost and self._next == self._rows.size
+
+    def rows(self) -> np.ndarray:
+        """The rows sampled, ascending."""
+        return self._rows[:self._kept]
+
+
+def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None,
+               drawn: BinSample | None = None) -> Groups:
     """``Groups.of(bins, range(n_bins), sample_max=sample_max)``: when the bins never decrease
     (arrivals in time order) each bin's rows are one run, found by a binary search (no count
     of every row's code, no check of the order), and the sample is drawn run by run against
     each bin's rate (no rate looked up per row, no code gathered at the sampled rows): the
-    same draws, so the same rows. Other bins go to ``Groups.of``."""
+    same draws, so the same rows; or read from ``drawn``, the same sample drawn beside another
+    (``BinSample``, when complete). Other bins go to ``Groups.of``."""
     from pdprobe.analysis.grouped import SAMPLE_SEED, Groups
 
     n = bins.size
@@ -58,6 +98,10 @@ def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None) -> Groups:
     if sample_max is None or not (totals > sample_max).any():
         np.cumsum(totals, out=bounds[1:])
         return Groups(order=np.arange(n, dtype=index_dtype(n)), bounds=bounds, **common)
+    if drawn is not None and drawn.complete:
+        order = drawn.rows()
+        bounds[:] = np.searchsorted(order, starts)
+        return Groups(order=order, bounds=bounds, sampled=True, **common)
     rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
     # ``sample_rows``' draws: one float32 per row, a slice at a time, from one seeded stream
     rng = np.random.default_rng(SAMPLE_SEED)

@@ -27,13 +27,9 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     import pandas as pd
 
     from pdprobe.analysis.evidence.failures import failure_figures
+    from pdprobe.analysis.evidence.metric_figures import counter_figures, histogram_figures
     from pdprobe.analysis.evidence.network import event_counts, node_figures
-    from pdprobe.analysis.evidence.per_instance import (
-        counter_figures,
-        gauge_figures,
-        histogram_figures,
-        request_figures,
-    )
+    from pdprobe.analysis.evidence.per_instance import gauge_figures, request_figures
     from pdprobe.analysis.evidence.precedence import derive_and_choose
     from pdprobe.analysis.evidence.series import alive_bins, cluster_series
     from pdprobe.analysis.evidence.slo_miss import slo_miss_shape

@@ -54,17 +54,25 @@ class CellGroups(Protocol):
     def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]: ...
 
 
-def cell_groups(bins: np.ndarray, keys: Groups, n_bins: int,
-                sample_max: int | None) -> CellGroups:
+class BinDraws(Protocol):
+    """Another sample of the same rows drawn from ``BinCells``' draws (``bin_figures``)."""
+
+    def take(self, b: int, lo: int, uniform: np.ndarray) -> None: ...
+
+
+def cell_groups(bins: np.ndarray, keys: Groups, n_bins: int, sample_max: int | None,
+                beside: BinDraws | None = None) -> CellGroups:
     """The rows grouped by cell ``bin * n_keys + key`` (no cell where the key is missing), as
     ``Groups.of`` of those codes with ``sample_max``: by blocks of bins (``BinCells``) when the
     bins never decrease and the rows are more than one slice, else ``Groups.of`` itself
-    (``WholeCells``)."""
+    (``WholeCells``). ``beside`` takes the sample's draws of every bin's rows, when drawn bin
+    by bin (``BinCells._sample_by_bin``)."""
     from pdprobe.analysis.grouped import Groups
 
     n = keys.n_groups
     if bins.size > row_slices.CHUNK_ROWS and ascending(bins):
-        return BinCells(bins, keys.codes, n, n_bins, sample_max, complete=keys.complete)
+        return BinCells(bins, keys.codes, n, n_bins, sample_max, complete=keys.complete,
+                        beside=beside)
     cell_code = bins.astype(compact_dtype(n_bins * n))  # the smallest type holding the cells
     cell_code *= n
     cell_code += keys.codes
@@ -103,7 +111,8 @@ class BinCells:
     row) when a cell holds more than ``sample_max`` rows."""
 
     def __init__(self, bins: np.ndarray, keys: np.ndarray, n_keys: int, n_bins: int,
-                 sample_max: int | None, complete: bool = False) -> None:
+                 sample_max: int | None, complete: bool = False,
+                 beside: BinDraws | None = None) -> None:
         self._bins, self._keys, self._n_keys = bins, keys, n_keys
         # every key present (no -1): no row is left without a cell, so no mask per slice
         self._complete = complete
@@ -141,7 +150,7 @@ class BinCells:
             from pdprobe.analysis.grouped import SAMPLE_SEED
 
             rate = np.minimum(1.0, sample_max / self.totals).astype(np.float32)
-            self._rows: np.ndarray | None = self._sample_by_bin(rate, SAMPLE_SEED) \
+            self._rows: np.ndarray | None = self._sample_by_bin(rate, SAMPLE_SEED, beside) \
                 if complete else sample_rows(self._codes, rate, SAMPLE_SEED, n_rows=n_rows)
         else:  # every row with a cell: a block's rows are found when it is read, not held
             self._rows = None
@@ -154,11 +163,13 @@ class BinCells:
         """Cells with at least one row."""
         return int(self.ids.size)
 
-    def _sample_by_bin(self, rate: np.ndarray, seed: int) -> np.ndarray:
+    def _sample_by_bin(self, rate: np.ndarray, seed: int,
+                       beside: BinDraws | None = None) -> np.ndarray:
         """``sample_rows(self._codes, rate, seed)`` when every row has a key: the same draws
         (one float32 per row, a slice at a time, from one seeded stream) compared with each
         row's rate, looked up bin by bin from its key in that bin's rates (a bin's cells are
-        its keys) instead of from a cell computed for every row."""
+        its keys) instead of from a cell computed for every row. ``beside`` is handed each
+        bin's draws, in row order."""
         n_keys, n_rows = self._n_keys, self._bins.size
         per_cell = np.zeros(self._n_cells, dtype=np.float32)  # a cell without rows: never
         per_cell[self.ids] = rate
@@ -174,9 +185,12 @@ class BinCells:
                 if hi > lo:
                     threshold = np.take(per_cell[b * n_keys:(b + 1) * n_keys],
                                         self._keys[lo:hi])
-                    hit = np.flatnonzero(uniform[lo - part.start:hi - part.start] < threshold)
+                    drawn = uniform[lo - part.start:hi - part.start]
+                    hit = np.flatnonzero(drawn < threshold)
                     np.add(hit, lo, out=rows[kept:kept + hit.size], casting="unsafe")
                     kept += hit.size
+                    if beside is not None:
+                        beside.take(b, lo, drawn)
                 b += 1
         return rows[:kept]
 

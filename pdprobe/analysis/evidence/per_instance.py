@@ -1,8 +1,9 @@
-"""Per-instance evidence straight from the inputs: request records, gauges, counters, histograms.
+"""Per-instance evidence straight from the inputs: request records and gauges (counters and
+histograms: ``metric_figures``).
 
 Each producer fills the columns the registry declares for it (``REQUEST_QUANTILES``,
-``GAUGE_STATS``, ``COUNTERS``, ``HISTOGRAM_STATS`` ...) in one grouped pass over its input:
-a groupby on integer codes, never a loop over rows or samples.
+``GAUGE_STATS`` ...) in one grouped pass over its input: a groupby on integer codes, never a
+loop over rows or samples.
 """
 
 from __future__ import annotations
@@ -22,11 +23,8 @@ from pdprobe.analysis.evidence.columns import (
     transfer_seconds,
 )
 from pdprobe.analysis.evidence.registry import (
-    COUNTERS,
     GAUGE_BINS,
     GAUGE_STATS,
-    HISTOGRAM_COVERED_BY,
-    HISTOGRAM_STATS,
     KV_FULL_FRAC,
     KV_NEAR_FULL,
     REQUEST_QUANTILES,
@@ -89,17 +87,20 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     """
     import pandas as pd
 
+    from pdprobe.analysis.evidence.bin_figures import BinSample
     from pdprobe.analysis.evidence.cell_sums import joint_cell_sums
     from pdprobe.analysis.evidence.cells import cell_groups
     from pdprobe.analysis.evidence.picks import medians_with_cells
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
+        GROUP_SAMPLE_MAX,
         Derived,
         column_values,
         group_sums,
         key_groups,
         sample_max,
     )
+    from pdprobe.analysis.table_cache import table_cache
 
     req = ds.requests
     if req.empty:
@@ -143,6 +144,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     p90_unread = _P90_UNREAD_WITH_RECORDS if transfer_seconds(ds) is not None else frozenset()
     roles = pd.Series(cols.text["role"], index=cols.index)
     cached = has("cached_tokens")
+    # the cluster series' sample of each arrival bin (``series._request_series``), drawn
+    # from the draws of the first role column whose cells are sampled bin by bin
+    per_bin_max = sample_max(len(req), GROUP_SAMPLE_MAX)
+    bin_sample = None if per_bin_max is None else \
+        BinSample(bin_of_row, window.n_bins, per_bin_max)
     # the prefix-hit cells' token sums of both role columns from one pass when exact
     # (``cell_sums``), else a pass per role column (``sums_of`` below)
     hit_sums = joint_cell_sums(
@@ -176,7 +182,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         # Per-bin, per-instance series for persistence checks: one grouping of the cells.
         n = groups.n_groups
         cells = cell_groups(bin_of_row, groups, window.n_bins,
-                            sample_max(len(req), CELL_SAMPLE_MAX))
+                            sample_max(len(req), CELL_SAMPLE_MAX),
+                            beside=None if bin_sample is None or bin_sample.fed else bin_sample)
         # the cells' medians of a derived column computed with the instances' (below)
         early: dict[str, np.ndarray] = {}
         for c in _QUANTILE_INPUTS:
@@ -231,6 +238,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows)
         del cells
+    if bin_sample is not None and bin_sample.complete:
+        table_cache(req)[("bin_sample", window)] = bin_sample
 
 
 def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column,
@@ -338,63 +347,3 @@ def gauge_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         # unstack as before, so the frame's memory layout (and row sums over it) are unchanged
         bins[b.name] = reindex_bins(pd.Series(means[mine], index=index).unstack("instance"),
                                     window)
-
-
-def counter_figures(ds: Dataset, window: Window, cols: InstanceColumns) -> None:
-    """Increase of every declared counter per instance, in one grouped pass."""
-    from pdprobe.analysis.promql import counter_increase_by_instance
-
-    m = ds.metrics
-    if m.empty:
-        return
-    by_signal = {s.source: s.name for s in COUNTERS}
-    sub = m[(m["kind"] == S.COUNTER) & m["signal"].isin(list(by_signal))]
-    if sub.empty:
-        return
-    # One call for all signals: the signal becomes part of the series key.
-    sub = sub.assign(name=sub["signal"].map(by_signal), signal="*")
-    inc = counter_increase_by_instance(sub, "*", window.start_ts, window.end_ts,
-                                       key=["instance", "name"], from_zero=True)
-    for name in inc.index.get_level_values("name").unique():
-        cols.put(str(name), inc.xs(name, level="name"))
-
-
-def histogram_figures(ds: Dataset, window: Window, cols: InstanceColumns) -> None:
-    """Declared quantiles, sums and counts of the engine histograms, per instance.
-
-    A histogram whose figures the request records give exactly (``HISTOGRAM_COVERED_BY``)
-    is skipped.
-    """
-    import pandas as pd
-
-    from pdprobe.analysis.promql import histogram_quantiles_by_instance, histogram_window
-    from pdprobe.analysis.tables import signal_rows
-
-    m = ds.metrics
-    if m.empty:
-        return
-    req = ds.requests
-    covered = {c for c in ds.request_columns if c in req.columns and has_values(req, c)}
-    for signal in dict.fromkeys(s.source for s in HISTOGRAM_STATS):
-        if HISTOGRAM_COVERED_BY[signal] <= covered:
-            continue  # request records give the exact figure; the histogram adds nothing
-        if not signal_rows(m, signal)["kind"].isin([S.BUCKET, S.HCOUNT]).any():
-            continue
-        hist = histogram_window(m, signal, window.start_ts, window.end_ts, by_instance=True,
-                                from_zero=True)
-        attrs = dict(hist.attrs)
-        mine = [s for s in HISTOGRAM_STATS if s.source == signal]
-        if not hist.empty:
-            hist = hist.assign(instance=hist["instance"].astype(str))
-            for s in mine:
-                if s.stat in ("p50", "p90"):
-                    q = 0.5 if s.stat == "p50" else 0.9
-                    cols.put(s.name, histogram_quantiles_by_instance(hist, q))
-        for s in mine:
-            if s.stat not in ("sum", "count"):
-                continue
-            per = attrs.get(f"{s.stat}_by_instance", {})  # the attribute histogram_window sets
-            if per:
-                cols.put(s.name, pd.Series(
-                    np.fromiter(per.values(), dtype=np.float64, count=len(per)),
-                    index=pd.Index(list(per), dtype=object)))

@@ -247,13 +247,17 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         transfer_medians,
     )
     from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, column_values, sample_max
+    from pdprobe.analysis.table_cache import table_cache
 
     req = ds.requests
     if req.empty:
         return
     n = window.n_bins
     # medians and p90 on a sample of each bin's rows in a very large table
-    groups = bin_groups(arrival_bins(ds, window), n, sample_max(len(req), GROUP_SAMPLE_MAX))
+    # (drawn beside a role column's cells when it could be: ``request_figures``)
+    drawn = table_cache(req).pop(("bin_sample", window), None)
+    groups = bin_groups(arrival_bins(ds, window), n, sample_max(len(req), GROUP_SAMPLE_MAX),
+                        drawn=drawn)
     sizes = groups.totals.astype("float64")
 
     def per_bin(values: np.ndarray) -> np.ndarray:

@@ -109,3 +109,24 @@ def test_run_counts_and_sums_are_the_groupings(sample_max: int | None) -> None:
         assert np.array_equal(counts, groups.counts(v))
         assert np.array_equal(sums, groups.sums(v), equal_nan=True)
         assert np.array_equal(np.signbit(sums), np.signbit(groups.sums(v)))
+
+
+def test_bin_sample_drawn_beside_the_cells_is_bin_groups_own(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """The arrival bins' sample drawn from a role column's cell sample's draws (the same
+    seeded stream, one float32 per row) is the sample ``bin_groups`` draws itself."""
+    from pdprobe.analysis.evidence.bin_figures import BinSample
+    from pdprobe.analysis.evidence.cells import BinCells, cell_groups
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
+    rng = np.random.default_rng(12)
+    bins = np.sort(rng.integers(0, 9, 6_000)).astype(np.int8)
+    bins[bins == 3] = 4  # a bin without rows
+    keys = Groups.of(rng.integers(0, 5, bins.size).astype(np.int8), range(5))
+    sample = BinSample(bins, 9, 300)
+    cells = cell_groups(bins, keys, 9, 40, beside=sample)  # cells sampled bin by bin
+    assert isinstance(cells, BinCells) and sample.complete
+    _same_groups(bin_groups(bins, 9, 300, drawn=sample), bin_groups(bins, 9, 300))
+    # the cells' own sample is unchanged by it
+    values = rng.random(bins.size)
+    assert np.array_equal(cells.medians(values), cell_groups(bins, keys, 9, 40).medians(values))
