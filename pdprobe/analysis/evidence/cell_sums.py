@@ -1,4 +1,4 @@
-"""Per-(bin, instance) sums of whole-number columns for both role columns in one pass.
+"""Per-(bin, instance) rows and sums of whole-number columns for both role columns in one pass.
 
 The prefix-hit series (``req_hit``) sum the cached and the prompt tokens per (bin, instance)
 cell of the prefill and of the decode column: a weighted ``np.bincount`` per bin, column and
@@ -7,12 +7,16 @@ number from 0 up and no sum can reach 2**53, every partial sum is a whole number
 in float64, so the order of adding does not matter (as in ``analysis.joint_sums``): each bin's
 rows are added once into the slot of their (prefill, decode) pair, and each role column's
 cell sums are that table's sums over the other column: the very floats of a pass per role
-column. ``joint_cell_sums`` checks those conditions bin by bin and answers None (a pass per
-role column) as soon as one fails.
+column. ``joint_cells`` checks those conditions bin by bin and gives no sums (a pass per
+role column) as soon as one fails. The same pass counts each role column's rows per cell (a
+bincount of the pairs instead of one of each column's keys: ``cells.BinCells`` takes them)
+and each bin's sums (``series._request_series`` takes the prompt tokens': the very floats of
+the exact integer sums it adds, when every partial sum is exact).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -28,22 +32,36 @@ _EXACT: Final = 1 << 53
 _PAIRS_MAX: Final = np.iinfo(np.int16).max
 
 
-def joint_cell_sums(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
-                    columns: tuple[np.ndarray, ...]) -> list[list[np.ndarray]] | None:
-    """Per grouping, per column: each cell's (``bin * n_keys + key``, every cell, 0 without
-    rows) sum of the column's non-NaN values, what ``cells.cell_groups(...).sums_of`` gives
-    at the cells with rows; None unless the bins (each row's, below ``n_bins``) never
-    decrease, both groupings cover every row, their pairs fit an int16 and every value
-    (NaN counted as 0) is a whole number from 0 up whose sums stay below 2**53."""
+@dataclass(frozen=True)
+class JointCells:
+    """What one pass over the rows of two role columns' (bin, instance) cells gives: per
+    grouping, the rows of every cell (``bin * n_keys + key``, 0 without rows) and, when exact,
+    each column's sum per cell and per bin (else None)."""
+
+    counts: tuple[np.ndarray, np.ndarray]
+    sums: tuple[list[np.ndarray], list[np.ndarray]] | None
+    bin_sums: list[np.ndarray] | None
+
+
+def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
+                columns: tuple[np.ndarray, ...]) -> JointCells | None:
+    """The rows of each grouping's cells and, when exact, each column's sums per cell (what
+    ``cells.cell_groups(...).sums_of`` gives at the cells with rows: the sum of the non-NaN
+    values) and per bin, from one pass over each bin's rows; None unless the bins (each
+    row's, below ``n_bins``) never decrease, both groupings cover every row and their pairs
+    fit an int16. The sums are None unless every value (NaN counted as 0) is a whole number
+    from 0 up whose sums stay below 2**53."""
     first, second = groupings
     n_rows = bins.size
     n_a, n_b = first.n_groups, second.n_groups
     if not n_rows or n_a * n_b > _PAIRS_MAX or not (first.complete and second.complete) or \
-            any(c.dtype.kind not in "iuf" for c in columns) or bins[0] < 0 or \
-            bins[-1] >= n_bins or not ascending(bins):
+            bins[0] < 0 or bins[-1] >= n_bins or not ascending(bins):
         return None
     bounds = np.append(key_starts(lambda at: bins[at], n_bins, n_rows), n_rows).tolist()
-    sums = [[np.zeros(n_bins * n_a) for _ in columns], [np.zeros(n_bins * n_b) for _ in columns]]
+    counts = (np.zeros(n_bins * n_a, dtype=np.int64), np.zeros(n_bins * n_b, dtype=np.int64))
+    exact = all(c.dtype.kind in "iuf" for c in columns)
+    sums = ([np.zeros(n_bins * n_a) for _ in columns], [np.zeros(n_bins * n_b) for _ in columns])
+    bin_sums = [np.zeros(n_bins) for _ in columns]
     for b in range(n_bins):
         lo, hi = bounds[b], bounds[b + 1]
         if hi == lo:
@@ -51,14 +69,20 @@ def joint_cell_sums(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Grou
         pair = first.codes[lo:hi].astype(np.intp)
         pair *= n_b
         pair += second.codes[lo:hi]
-        for k, column in enumerate(columns):
+        table = np.bincount(pair, minlength=n_a * n_b).reshape(n_a, n_b)
+        counts[0][b * n_a:(b + 1) * n_a] = table.sum(axis=1)
+        counts[1][b * n_b:(b + 1) * n_b] = table.sum(axis=0)
+        for k, column in enumerate(columns if exact else ()):
             v = _whole(column[lo:hi], n_rows)
             if v is None:
-                return None
-            table = np.bincount(pair, weights=v, minlength=n_a * n_b).reshape(n_a, n_b)
-            sums[0][k][b * n_a:(b + 1) * n_a] = table.sum(axis=1)
-            sums[1][k][b * n_b:(b + 1) * n_b] = table.sum(axis=0)
-    return sums
+                exact = False
+                break
+            per_pair = np.bincount(pair, weights=v, minlength=n_a * n_b).reshape(n_a, n_b)
+            sums[0][k][b * n_a:(b + 1) * n_a] = per_pair.sum(axis=1)
+            sums[1][k][b * n_b:(b + 1) * n_b] = per_pair.sum(axis=0)
+            bin_sums[k][b] = per_pair.sum()
+    return JointCells(counts=counts, sums=sums if exact else None,
+                      bin_sums=bin_sums if exact else None)
 
 
 def _whole(v: np.ndarray, n_rows: int) -> np.ndarray | None:

@@ -61,18 +61,20 @@ class BinDraws(Protocol):
 
 
 def cell_groups(bins: np.ndarray, keys: Groups, n_bins: int, sample_max: int | None,
-                beside: BinDraws | None = None) -> CellGroups:
+                beside: BinDraws | None = None, counted: np.ndarray | None = None
+                ) -> CellGroups:
     """The rows grouped by cell ``bin * n_keys + key`` (no cell where the key is missing), as
     ``Groups.of`` of those codes with ``sample_max``: by blocks of bins (``BinCells``) when the
     bins never decrease and the rows are more than one slice, else ``Groups.of`` itself
     (``WholeCells``). ``beside`` takes the sample's draws of every bin's rows, when drawn bin
-    by bin (``BinCells._sample_by_bin``)."""
+    by bin (``BinCells._sample_by_bin``); ``counted``: the rows of every cell, when known
+    (``cell_sums.joint_cells``), for ``BinCells`` of keys that cover every row."""
     from pdprobe.analysis.grouped import Groups
 
     n = keys.n_groups
     if bins.size > row_slices.CHUNK_ROWS and ascending(bins):
         return BinCells(bins, keys.codes, n, n_bins, sample_max, complete=keys.complete,
-                        beside=beside)
+                        beside=beside, counted=counted)
     cell_code = bins.astype(compact_dtype(n_bins * n))  # the smallest type holding the cells
     cell_code *= n
     cell_code += keys.codes
@@ -112,7 +114,7 @@ class BinCells:
 
     def __init__(self, bins: np.ndarray, keys: np.ndarray, n_keys: int, n_bins: int,
                  sample_max: int | None, complete: bool = False,
-                 beside: BinDraws | None = None) -> None:
+                 beside: BinDraws | None = None, counted: np.ndarray | None = None) -> None:
         self._bins, self._keys, self._n_keys = bins, keys, n_keys
         # every key present (no -1): no row is left without a cell, so no mask per slice
         self._complete = complete
@@ -124,7 +126,9 @@ class BinCells:
         # each bin's first row (a binary search: no copy of the bins)
         self._bin_start = np.append(key_starts(lambda at: bins[at], n_bins, n_rows), n_rows)
         per_cell = np.zeros(n_cells, dtype=np.int64)
-        if complete:  # a bin's cells are its rows' keys: counted bin by bin, no cell per row
+        if complete and counted is not None:  # counted already (``cell_sums.joint_cells``)
+            per_cell = counted
+        elif complete:  # a bin's cells are its rows' keys: counted bin by bin, no cell per row
             bounds = self._bin_start.tolist()
             for b in range(n_bins):
                 if bounds[b + 1] > bounds[b]:

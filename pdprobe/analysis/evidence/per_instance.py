@@ -88,7 +88,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     import pandas as pd
 
     from pdprobe.analysis.evidence.bin_figures import BinSample
-    from pdprobe.analysis.evidence.cell_sums import joint_cell_sums
+    from pdprobe.analysis.evidence.cell_sums import joint_cells
     from pdprobe.analysis.evidence.cells import cell_groups
     from pdprobe.analysis.evidence.picks import medians_with_cells
     from pdprobe.analysis.grouped import (
@@ -149,13 +149,17 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     per_bin_max = sample_max(len(req), GROUP_SAMPLE_MAX)
     bin_sample = None if per_bin_max is None else \
         BinSample(bin_of_row, window.n_bins, per_bin_max)
-    # the prefix-hit cells' token sums of both role columns from one pass when exact
-    # (``cell_sums``), else a pass per role column (``sums_of`` below)
-    hit_sums = joint_cell_sums(
-        bin_of_row, window.n_bins, (key_groups(req, ROLE_COLUMN["prefill"]),
-                                    key_groups(req, ROLE_COLUMN["decode"])),
-        (column_values(req, "cached_tokens"), column_values(req, "prompt_tokens"))) \
-        if cached and all(has(c) for c in ROLE_COLUMN.values()) else None
+    # Both role columns' rows per cell and, when exact, the prefix-hit cells' token sums and
+    # each bin's prompt tokens from one pass (``cell_sums``); else a pass per role column
+    # (``cell_groups``, ``sums_of`` below) and per bin (``series``).
+    tokens = (column_values(req, "cached_tokens"), column_values(req, "prompt_tokens")) \
+        if cached else ()
+    joint = joint_cells(bin_of_row, window.n_bins, (key_groups(req, ROLE_COLUMN["prefill"]),
+                                                    key_groups(req, ROLE_COLUMN["decode"])),
+                        tokens) if all(has(c) for c in ROLE_COLUMN.values()) else None
+    hit_sums = None if joint is None or not tokens else joint.sums
+    if joint is not None and tokens and joint.bin_sums is not None:
+        table_cache(req)[("bin_sums", window, "prompt_tokens")] = joint.bin_sums[1]
     for role, col in ROLE_COLUMN.items():
         if not has(col):
             continue
@@ -183,7 +187,9 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         n = groups.n_groups
         cells = cell_groups(bin_of_row, groups, window.n_bins,
                             sample_max(len(req), CELL_SAMPLE_MAX),
-                            beside=None if bin_sample is None or bin_sample.fed else bin_sample)
+                            beside=None if bin_sample is None or bin_sample.fed else bin_sample,
+                            counted=None if joint is None else
+                            joint.counts[0 if role == "prefill" else 1])
         # the cells' medians of a derived column computed with the instances' (below)
         early: dict[str, np.ndarray] = {}
         for c in _QUANTILE_INPUTS:

@@ -269,11 +269,16 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         return column_values(req, name)  # the column's own array: no float copy of a token one
 
     out["arrivals"] = np.nan_to_num(per_bin(sizes), nan=0.0)
+    # each bin's prompt tokens summed beside the cells' when exact (``cell_sums``): the very
+    # floats of the exact sums ``Groups.sums`` adds
+    prompt_sums = table_cache(req).pop(("bin_sums", window, "prompt_tokens"), None)
     for name, col in (("prompt_tokens", "prompt_mean"), ("output_tokens", "output_mean")):
         values = column(name)
         counts = groups.counts(values)
+        sums = prompt_sums[groups.ids] if name == "prompt_tokens" and prompt_sums is not None \
+            else groups.sums(values)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[col] = per_bin(np.where(counts > 0, groups.sums(values) / counts, np.nan))
+            out[col] = per_bin(np.where(counts > 0, sums / counts, np.nan))
     cols = ds.request_columns
     ttft_p90 = None  # read off the TTFT's sort (one pass for both figures)
     for col, name in (("queue_s", "queue_s_p50"), ("ttft_s", "ttft_p50"),

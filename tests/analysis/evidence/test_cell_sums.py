@@ -1,4 +1,5 @@
-"""Both role columns' cell sums of whole-number columns from one pass: the very floats."""
+"""Both role columns' cell rows and sums of whole-number columns from one pass: the very
+floats."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
-from pdprobe.analysis.evidence.cell_sums import joint_cell_sums
-from pdprobe.analysis.evidence.cells import cell_groups
+from pdprobe.analysis.evidence.bin_figures import bin_groups
+from pdprobe.analysis.evidence.cell_sums import joint_cells
+from pdprobe.analysis.evidence.cells import BinCells, cell_groups
 from pdprobe.analysis.grouped import Groups
 
 
@@ -26,13 +28,22 @@ def _rows(seed: int, n: int) -> tuple[np.ndarray, Groups, Groups, np.ndarray, np
 def test_joint_cell_sums_are_each_role_columns_sums(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
     bins, first, second, cached, prompt = _rows(7, 5_000)
-    found = joint_cell_sums(bins, 9, (first, second), (cached, prompt))
-    assert found is not None
-    for groups, per_column in zip((first, second), found, strict=True):
+    found = joint_cells(bins, 9, (first, second), (cached, prompt))
+    assert found is not None and found.sums is not None and found.bin_sums is not None
+    for groups, counted, per_column in zip((first, second), found.counts, found.sums,
+                                           strict=True):
         cells = cell_groups(bins, groups, 9, None)
+        assert np.array_equal(counted[cells.ids], cells.totals)
+        assert not np.delete(counted, cells.ids).any()
+        assert isinstance(cells, BinCells)
+        given = cell_groups(bins, groups, 9, None, counted=counted)
+        assert np.array_equal(given.ids, cells.ids) and np.array_equal(given.totals, cells.totals)
         for got, want in zip(per_column, cells.sums_of((cached, prompt)), strict=True):
             assert np.array_equal(got[cells.ids], want)  # the same floats
             assert not np.delete(got, cells.ids).any()  # a cell without rows: 0
+    by_bin = bin_groups(bins, 9, None)
+    for got, column in zip(found.bin_sums, (cached, prompt), strict=True):
+        assert np.array_equal(got[by_bin.ids], by_bin.sums(column))
 
 
 @pytest.mark.parametrize("change", ["fraction", "negative", "huge", "unordered", "no key"])
@@ -50,4 +61,9 @@ def test_joint_cell_sums_refuse_what_is_not_exact(change: str) -> None:
         codes = first.codes.copy()
         codes[3] = -1
         first = Groups.of(codes, range(6))
-    assert joint_cell_sums(bins, 9, (first, second), (cached, prompt)) is None
+    found = joint_cells(bins, 9, (first, second), (cached, prompt))
+    if change in ("unordered", "no key"):
+        assert found is None
+    else:  # the rows per cell still counted
+        assert found is not None and found.sums is None and found.bin_sums is None
+        assert np.array_equal(found.counts[1], joint_cells(bins, 9, (first, second), ()).counts[1])
