@@ -204,14 +204,25 @@ def _no_kv_share(ds: Dataset) -> float | None:
     if req.empty or "kv_bytes" not in ds.request_columns:
         return None
     kv = req["kv_bytes"].to_numpy(dtype="float64")
-    done = np.isfinite(kv)
-    if "status" in ds.request_columns:
-        done &= category_mask(req["status"], lambda s: s.lower() == "ok")
-    n_done = int(np.count_nonzero(done))
+
+    def is_ok(s: str) -> bool:
+        return s.lower() == "ok"
+
+    with_status = "status" in ds.request_columns
+    finite = np.isfinite(kv)
+    if with_status and finite.all():  # every row's bytes known: the ok rows, per status value
+        n_done = category_count(req, "status", is_ok)
+    else:
+        done = finite & category_mask(req["status"], is_ok) if with_status else finite
+        n_done = int(np.count_nonzero(done))
     if not n_done:
         return None
-    none = kv <= 0  # the share among the done rows, without copying them
-    none &= done
+    # the rows without bytes (few, as a rule), tested alone: the same count as a mask of
+    # every row combined with the done rows'
+    rows = np.flatnonzero(kv <= 0)
+    none = finite[rows]
+    if with_status and rows.size:
+        none &= category_mask(req["status"].iloc[rows], is_ok)
     return float(np.count_nonzero(none) / n_done)
 
 

@@ -21,6 +21,14 @@ def test_no_kv_share_counts_completed_records_only() -> None:
     assert share == float((kv[done] <= 0).mean()) == 2 / 4
     none_done = requests.assign(status="error")
     assert _no_kv_share(make_dataset(none_done)) is None
+    # every record's bytes known (the done records counted per status value) or -inf; OK/ok
+    for third, want in ((3.0, 1 / 4), (-np.inf, 1 / 3)):
+        known = requests.assign(kv_bytes=[0.0, 10.0, third, 0.0, 5.0, 0.0, 7.0],
+                                status=["ok", "OK", "ok", "error", "ok", None, "timeout"])
+        kv_k, status_k = known["kv_bytes"].to_numpy(), known["status"].str.lower().to_numpy()
+        done = np.isfinite(kv_k) & (status_k == "ok")
+        for frame in (known, known.assign(status=known["status"].astype("category"))):
+            assert _no_kv_share(make_dataset(frame)) == float((kv_k[done] <= 0).mean()) == want
 
 
 def test_records_counts_errors_not_ok_and_hand_off_failures() -> None:
