@@ -67,7 +67,7 @@ _P90_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "p90")
 # time's (``xfer_s_p90``) is read as the cluster's p90 only when the records hold no transfer
 # time (``transfer_figures``), so with them it is not computed: the median alone is a
 # partition per instance, not a sort (at 10M rows the prefill instances' 6M sampled transfer
-# times, ~30 ms).
+# times, ~15 ms).
 _P90_UNREAD_WITH_RECORDS = frozenset({"kv_transfer_s"})
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose
 # instances PD601's persistence check compares in it). Only frames a rule reads, and only from

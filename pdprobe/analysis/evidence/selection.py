@@ -101,9 +101,9 @@ def quantile_figures(table: pd.DataFrame, key: str, column: str, values: Column,
 
     Without ``p90`` a sampled grouping's medians are each group partitioned at its middle
     (the same order statistics as a sort: the same medians), a column's a block of groups at
-    a time (``row_slices.blocked_medians``: each block's gather reuses the allocator's
-    memory, where every group's sampled rows at once were fresh pages; at 10M rows the
-    prefill instances' 6M sampled transfer times cost 85 ms sorted, 54 ms so)."""
+    a time (``row_slices.blocked_medians``: each block's gather stays in memory the
+    allocator reuses; at 10M rows the prefill instances' 6M sampled transfer times cost
+    62 ms sorted, 48 ms so, with the CLI's heap kept)."""
     from pdprobe.analysis.grouped import figures, key_groups
     from pdprobe.analysis.row_slices import blocked_medians
     from pdprobe.analysis.table_cache import table_cache
