@@ -22,7 +22,7 @@ import typer
 
 from pdprobe import __version__
 from pdprobe.cli.common import EXIT_UNKNOWN, mark_stdout_closed, remove_pending_temps
-from pdprobe.cli.heap import keep_freed_memory
+from pdprobe.heap import keep_freed_memory
 from pdprobe.redact import scrub
 from pdprobe.safe_text import clean
 

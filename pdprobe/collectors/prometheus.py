@@ -36,7 +36,6 @@ from pdprobe.collectors.prometheus_client import (
     display_url,
 )
 from pdprobe.collectors.prometheus_decode import HttpError, SeriesSet, TooLarge
-from pdprobe.collectors.prometheus_memory import reuse_freed_memory
 from pdprobe.collectors.prometheus_roles import behaviour_hints, frontend_hints, role_facts
 from pdprobe.collectors.prometheus_rows import (
     Groups,
@@ -61,6 +60,7 @@ from pdprobe.dataset import (
     SourceInfo,
 )
 from pdprobe.errors import InsufficientDataError, SourceError, UsageError
+from pdprobe.heap import keep_freed_memory
 from pdprobe.redact import redact as redact  # re-exported for callers of this module
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ SHOWN: Final = 5  # instances/names a warning lists
 def collect_partial(target: PrometheusTarget, ctx: ReadContext | None = None) -> LiveResult:
     """Query Prometheus and build the ``Partial`` (see the module docstring)."""
     ctx = ctx or ReadContext()
-    reuse_freed_memory()  # before the query threads' first allocation
+    keep_freed_memory()  # before the query threads' first allocation (once per process)
     session = Session(target, ctx)
     try:
         return _collect(session)

@@ -1,4 +1,4 @@
-"""``cli/heap.py``: the CLI's process keeps freed memory for reuse (glibc's ``mallopt``)."""
+"""``heap.py``: the process keeps freed memory for reuse (glibc's ``mallopt``), once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pdprobe.cli import heap
+from pdprobe import heap
 
 GLIBC = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 
@@ -16,7 +16,7 @@ GLIBC = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 # array was mmapped (hblkhd) and whether the heap still holds its pages after the free (arena).
 PROBE = """
 import ctypes, sys
-from pdprobe.cli.heap import keep_freed_memory
+from pdprobe.heap import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else False
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -53,8 +53,31 @@ def test_a_users_own_allocator_tuning_is_left_alone(name: str) -> None:
 
 
 def test_nothing_is_set_where_the_c_library_is_not_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "_applied", [])
     monkeypatch.setattr(heap.os, "confstr", lambda name: None)
     assert heap.keep_freed_memory() is False
+    assert heap._applied == [False]
+
+
+def test_once_per_process_the_first_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(heap, "_applied", [])
+    monkeypatch.setattr(heap, "_apply", lambda: calls.append(1) or True)
+    assert heap.keep_freed_memory() is True
+    assert heap.keep_freed_memory() is True
+    assert calls == [1]
+
+
+def test_a_live_collection_keeps_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Library callers of the live path get the settings too (before the query threads)."""
+    from pdprobe.collectors import prometheus
+
+    def stop() -> bool:
+        raise RuntimeError("kept first")
+
+    monkeypatch.setattr(prometheus, "keep_freed_memory", stop)
+    with pytest.raises(RuntimeError, match="kept first"):
+        prometheus.collect_partial(None)  # type: ignore[arg-type]
 
 
 def test_entry_keeps_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
