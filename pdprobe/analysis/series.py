@@ -122,16 +122,23 @@ def _bin_bounds(arrival: np.ndarray, start: float, step: float,
     return bounds, None if ascending(bins) else np.argsort(bins, kind="stable")
 
 
-def _group_quantile(seg: np.ndarray, q: float) -> float:
+# Only a bin's rows at or above its screen value are grouped by instance (``_bin_quantiles``):
+# the screen is the SCREEN_QUANTILE of every SCREEN_STRIDE-th row of the bin, below the p90 of
+# every instance not much faster than the rest of the bin (one that is has all the bin's rows
+# grouped instead). Bins of fewer than SCREEN_MIN_ROWS rows group every row.
+SCREEN_QUANTILE: Final = 0.75
+SCREEN_STRIDE: Final = 16
+SCREEN_MIN_ROWS: Final = 4096
+
+
+def _order_quantile(seg: np.ndarray, idx: int, frac: float) -> float:
     """pandas' linear quantile of one group (``group_quantile``) from the two order
-    statistics it reads; ``seg`` (a scratch copy) is partitioned in place, not sorted.
+    statistics it reads: rank ``idx`` of ``seg`` (a scratch copy, partitioned in place, not
+    sorted) and, when ``frac`` is not 0, the next one.
 
     One partition at the lower rank: the next order statistic is then the smallest value
     right of it (the same value a partition at both ranks puts there, at about half the
     cost: the tail past p90 is a tenth of the group)."""
-    q_idx = q * (seg.size - 1)
-    idx = int(q_idx)
-    frac = q_idx % 1
     seg.partition(idx)
     val = seg[idx]
     if frac == 0.0:
@@ -140,10 +147,41 @@ def _group_quantile(seg: np.ndarray, q: float) -> float:
     return float(val + (next_val - val) * frac)
 
 
+def _group_quantile(seg: np.ndarray, q: float) -> float:
+    """pandas' linear quantile ``q`` of one group (``seg``, a scratch copy)."""
+    q_idx = q * (seg.size - 1)
+    return _order_quantile(seg, int(q_idx), q_idx % 1)
+
+
+def _screen(v: np.ndarray) -> float:
+    """The bin's screen value (``SCREEN_QUANTILE`` of a strided sample of ``v``), -inf for a
+    bin too small to screen."""
+    if v.size < SCREEN_MIN_ROWS:
+        return -np.inf
+    sample = v[::SCREEN_STRIDE].copy()
+    rank = int(SCREEN_QUANTILE * (sample.size - 1))
+    sample.partition(rank)
+    return float(sample[rank])
+
+
+def _by_code(v: np.ndarray, c: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[int]]:
+    """``v`` grouped by code (a scratch copy: a stable sort of the codes, ~5 ns a row, the
+    costly step) and where each code's values end in it."""
+    grouped = v[np.argsort(c, kind="stable")]
+    return grouped, np.cumsum(np.bincount(c, minlength=n_codes)).tolist()
+
+
 def _bin_quantiles(values: np.ndarray, codes: np.ndarray, rows: slice | np.ndarray,
                    unknown: int, out: np.ndarray, b: int, seen: np.ndarray) -> None:
     """``out[code, b]``: the quantile of ``values[rows]`` per instance code (NaN values left
-    out; code -1 counted as ``unknown``); ``seen`` marks the codes that had a value."""
+    out; code -1 counted as ``unknown``); ``seen`` marks the codes that had a value.
+
+    Only the rows at or above the bin's screen value (``_screen``: about a quarter of them)
+    are grouped by code: each value below it is below every order statistic read, so rank
+    ``k`` of a code's values is rank ``k - below`` of its screened ones (``below``: its values
+    under the screen). When that rank is negative for a code (an instance much faster than
+    the rest of the bin), every row is grouped too. The same order statistics, so the very
+    figures, at about 60 % of the cost (10M rows in 91 bins: 0.12 -> 0.07 CPU-s)."""
     v = values[rows]
     c = codes[rows]
     ok = ~np.isnan(v)
@@ -153,13 +191,30 @@ def _bin_quantiles(values: np.ndarray, codes: np.ndarray, rows: slice | np.ndarr
         return
     n_codes = out.shape[0]
     # the smallest type for the stable radix sort: int8 codes are one pass instead of two
-    c = np.where(c < 0, unknown, c).astype(compact_dtype(n_codes))
-    grouped = v[np.argsort(c, kind="stable")]  # a scratch copy
+    dtype = compact_dtype(n_codes)
+    c = (np.where(c < 0, unknown, c) if c.min() < 0 else c).astype(dtype, copy=False)
     counts = np.bincount(c, minlength=n_codes)
-    ends = np.cumsum(counts)
     seen |= counts > 0
+    floor = _screen(v)
+    if floor > -np.inf:
+        # (positions, then two takes: a boolean mask's gather is ~4x slower at this density)
+        kept = np.flatnonzero(v >= floor)
+        grouped, ends = _by_code(v.take(kept), c.take(kept), n_codes)
+    else:
+        grouped, ends = _by_code(v, c, n_codes)
+    starts = [0, *ends[:-1]]
+    below = (counts - np.diff(ends, prepend=0)).tolist()
+    every: tuple[np.ndarray, list[int]] | None = None
     for g in np.flatnonzero(counts).tolist():
-        out[g, b] = _group_quantile(grouped[ends[g] - counts[g]:ends[g]], LATENCY_QUANTILE)
+        q_idx = LATENCY_QUANTILE * (int(counts[g]) - 1)
+        idx, frac = int(q_idx), q_idx % 1
+        if idx >= below[g]:
+            out[g, b] = _order_quantile(grouped[starts[g]:ends[g]], idx - below[g], frac)
+            continue
+        if every is None:  # the screen is above this code's rank: all the bin's rows
+            every = _by_code(v, c, n_codes)
+        end = every[1][g]
+        out[g, b] = _order_quantile(every[0][end - int(counts[g]):end], idx, frac)
 
 
 def _latency_from_requests(dataset: Dataset, start: float, step: float, n_bins: int,

@@ -179,3 +179,52 @@ def test_group_quantile_equals_pandas_linear_quantile(n: int) -> None:
     for values in (rng.lognormal(size=n), np.round(rng.lognormal(size=n), 1)):
         want = pd.Series(values).quantile(0.9)
         assert _group_quantile(values.copy(), 0.9) == want
+
+
+def _screened_frame(rng: np.random.Generator, n: int, fast: bool) -> pd.DataFrame:
+    """Bins big enough to be screened (``SCREEN_MIN_ROWS``): 30 instances of one latency
+    distribution, with ties, and with ``fast`` one instance ten times faster (its p90 below
+    the screen: read from every row)."""
+    names = [f"d{i}" for i in range(30)]
+    codes = rng.integers(0, len(names), size=n)
+    kv = np.round(rng.lognormal(-4, 1, size=n), 3)
+    if fast:
+        kv[codes == 7] /= 10
+    frame = pd.DataFrame({"arrival_ts": np.sort(rng.uniform(1000.0, 1600.0, size=n)),
+                          "kv_transfer_s": kv,
+                          "decode_instance": pd.Categorical.from_codes(codes, names)})
+    frame.loc[frame.index[::11], "decode_instance"] = None
+    frame.loc[frame.index[::13], "kv_transfer_s"] = np.nan
+    return frame
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_screened_bins_equal_the_pandas_groupby_quantile(fast: bool) -> None:
+    """Bins of thousands of rows group only the rows at or above their screen value; every
+    p90 is still pandas' to the bit, an instance whose p90 is below the screen included."""
+    from pdprobe.analysis import series
+    from pdprobe.analysis.series import SCREEN_MIN_ROWS, _latency_from_requests
+
+    rng = np.random.default_rng(5 + fast)
+    frame = _screened_frame(rng, 60_000, fast)
+    start, step, n_bins = 1000.0, 120.0, 5
+    assert len(frame) / n_bins > 2 * SCREEN_MIN_ROWS
+    edges = tuple(start + step * i for i in range(n_bins))
+    calls = []
+    real = series._by_code
+
+    def counted(v: np.ndarray, c: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[int]]:
+        calls.append(v.size)
+        return real(v, c, n_codes)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(series, "_by_code", counted)
+        got = _latency_from_requests(_Req(frame), start, step, n_bins, edges)  # type: ignore[arg-type]
+    want = _pandas_latency(frame, start, step, n_bins)
+    assert [dict(s.labels)["instance"] for s in got] == [k for k, _ in want]
+    for s, (_, row) in zip(got, want, strict=True):
+        assert np.array_equal(np.asarray(s.series.values, dtype=float), row, equal_nan=True)
+    # screened: about a quarter of each bin's rows grouped, plus every row where one
+    # instance's p90 is below the screen
+    assert len(calls) == n_bins * (2 if fast else 1)
+    assert min(calls) < len(frame) / n_bins / 3
