@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Final, Literal
 
-from pdprobe.rules.base import CAUSES, Evidence, Finding, Inconclusive, Severity
+from pdprobe.rules.base import CAUSES, Evidence, Finding, Inconclusive, RuleContext, Severity
 
 if TYPE_CHECKING:
-    from pdprobe.rules.base import Cause, RuleContext
+    from pdprobe.analysis.base import CapacityResult
+    from pdprobe.rules.base import Cause, RuleResult
 
 Condition = Literal["any", "overlap", "subset"]
 
@@ -113,24 +114,73 @@ _check_graph()
 
 def run_rules(ctx: RuleContext) -> tuple[tuple[Finding, ...], tuple[Inconclusive, ...]]:
     """Every rule of the catalog over ``ctx``: ranked findings, and what could not be judged."""
+    judged = judge_rules(ctx)
+    return judged.findings, judged.inconclusive
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the catalog's rules made of one context: the ranked findings, the rules not
+    judged, and per rule (catalog order) its own results and whether it read the quoted
+    capacity (``RuleContext.quoted``)."""
+
+    findings: tuple[Finding, ...]
+    inconclusive: tuple[Inconclusive, ...]
+    ctx: RuleContext
+    results: tuple[tuple[RuleResult, bool], ...]
+
+
+def judge_rules(ctx: RuleContext, earlier: Judgement | None = None) -> Judgement:
+    """Every rule of the catalog over ``ctx``, ranked.
+
+    ``earlier``: the judgement of a context differing from ``ctx`` in ``quoted_capacity``
+    only (the service quotes the checked capacity after judging the model as built). A rule
+    that did not read ``ctx.quoted`` there read nothing that differs, so its results are
+    taken as they were, not computed again: at 10M rows the costly rules (peer comparisons
+    over the instance table) quote no capacity, and the second pass is the few that do."""
     from pdprobe.rules.catalog import ALL_RULES
 
-    raw: list[Finding] = []
-    inconclusive: list[Inconclusive] = []
-    for rule_cls in ALL_RULES:
+    reuse = earlier is not None and len(earlier.results) == len(ALL_RULES) and \
+        _only_quote_differs(earlier.ctx, ctx)
+    results: list[tuple[RuleResult, bool]] = []
+    for i, rule_cls in enumerate(ALL_RULES):
+        if reuse and earlier is not None and not earlier.results[i][1]:
+            results.append(earlier.results[i])
+            continue
+        watched = _Watched(**{f.name: getattr(ctx, f.name) for f in fields(ctx)})
         try:
-            results = rule_cls().evaluate(ctx)
+            out = rule_cls().evaluate(watched)
         except Exception as exc:  # one broken rule must not hide every other finding
             if os.environ.get("PDPROBE_DEBUG"):
                 raise
-            inconclusive.append(Inconclusive(
+            out = [Inconclusive(
                 code=rule_cls.code, cause=rule_cls.cause,
                 needs=f"internal error in the rule ({type(exc).__name__}: {exc}); please "
-                      f"report it with PDPROBE_DEBUG=1 output"))
-            continue
-        for item in results:
-            (raw if isinstance(item, Finding) else inconclusive).append(item)  # type: ignore[arg-type]
-    return rank(raw), tuple(sorted(inconclusive, key=lambda i: i.code))
+                      f"report it with PDPROBE_DEBUG=1 output")]
+        results.append((out, watched.read_quoted[0]))
+    raw = [item for out, _ in results for item in out if isinstance(item, Finding)]
+    inconclusive = [item for out, _ in results for item in out
+                    if isinstance(item, Inconclusive)]
+    return Judgement(findings=rank(raw), ctx=ctx, results=tuple(results),
+                     inconclusive=tuple(sorted(inconclusive, key=lambda i: i.code)))
+
+
+def _only_quote_differs(a: RuleContext, b: RuleContext) -> bool:
+    """Whether two contexts hold the very same inputs but for the quoted capacity."""
+    return all(getattr(a, f.name) is getattr(b, f.name) for f in fields(a)
+               if f.name != "quoted_capacity")
+
+
+@dataclass(frozen=True)
+class _Watched(RuleContext):
+    """A rule's view of the context, noting whether it read the quoted capacity."""
+
+    read_quoted: list[bool] = field(default_factory=lambda: [False])
+
+    @property
+    def quoted(self) -> CapacityResult | None:
+        self.read_quoted[0] = True
+        return super().quoted
 
 
 def _strength(f: Finding) -> tuple[int, float, int, str]:

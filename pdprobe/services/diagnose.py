@@ -208,12 +208,14 @@ def judge(ctx: RuleContext, plan: CapacityPlan | Missing, request: DiagnoseReque
     only the quoted counts can change, so the findings the check was decided on are the
     report's. Judging the checked capacity instead would be circular: the SLO-miss guard
     raises a pool by one because a finding names it short, and the prefill rule would then
-    read that raise as the model's own evidence of a shortage.
+    read that raise as the model's own evidence of a shortage. The second pass computes
+    again only the rules that read the quoted capacity (``judge_rules``' ``earlier``).
     """
     from pdprobe.analysis.capacity.check import check_against_window, with_headroom
-    from pdprobe.rules.engine import run_rules
+    from pdprobe.rules.engine import judge_rules
 
-    findings, inconclusive = run_rules(ctx)
+    first = judge_rules(ctx)
+    findings, inconclusive = first.findings, first.inconclusive
     if isinstance(plan, Missing):
         return findings, inconclusive, plan
     slo = ctx.evidence.slo
@@ -224,7 +226,8 @@ def judge(ctx: RuleContext, plan: CapacityPlan | Missing, request: DiagnoseReque
     final = verified_final(with_headroom(checked, min_instances=request.min_instances,
                                          headroom=request.headroom), plan)
     if not same_for_rules(final, plan.result):
-        findings, inconclusive = run_rules(replace(ctx, quoted_capacity=final))
+        again = judge_rules(replace(ctx, quoted_capacity=final), earlier=first)
+        findings, inconclusive = again.findings, again.inconclusive
     return findings, inconclusive, final
 
 

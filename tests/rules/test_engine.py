@@ -148,3 +148,42 @@ def test_module_checks_reject_a_bad_graph(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(engine, "EXPLAINS", (engine.Edge("prefill-bound", "no-rdma", "any"),))
     with pytest.raises(RuntimeError, match="points up"):
         engine._check_graph()
+
+
+def test_a_second_pass_computes_only_the_rules_that_quote_the_capacity() -> None:
+    """The service's second pass (the checked capacity quoted): a rule that did not read
+    ``ctx.quoted`` in the first keeps its results; the ranked findings are those of judging
+    the quoting context afresh."""
+    from pdprobe.rules.engine import judge_rules
+    from tests.rules.builders import capacity
+
+    cap = capacity(rec_p=4, rec_d=4, dep_p=2, dep_d=4)
+    checked = dataclasses.replace(cap, recommended_prefill=6, recommended_decode=5,
+                                  needed_prefill=5, needed_decode=4)
+    ctx = scenario_context("prefill", capacity=cap)
+    first = judge_rules(ctx)
+    quoting = dataclasses.replace(ctx, quoted_capacity=checked)
+    again = judge_rules(quoting, earlier=first)
+    fresh = judge_rules(quoting)
+    assert (again.findings, again.inconclusive) == (fresh.findings, fresh.inconclusive)
+    assert again.findings != first.findings  # the quoted counts changed
+    read = [r for (_, r) in first.results]
+    assert any(read) and not all(read)
+    for (old, read_quoted), (new, _) in zip(first.results, again.results, strict=True):
+        assert (new is old) is not read_quoted  # computed again exactly when it quoted
+    # a context differing in anything else is judged afresh
+    other = dataclasses.replace(quoting, options=dataclasses.replace(ctx.options))
+    assert all(new is not old for (old, _), (new, _) in
+               zip(first.results, judge_rules(other, earlier=first).results, strict=True))
+
+
+def test_rules_read_the_quoted_capacity_only_through_ctx_quoted() -> None:
+    """``judge_rules`` notes the reads of ``RuleContext.quoted``: a rule reading the field
+    itself would keep a stale quote in the second pass."""
+    from pathlib import Path
+
+    import pdprobe.rules
+
+    for path in Path(pdprobe.rules.__file__).parent.glob("*.py"):
+        if path.name not in ("base.py", "engine.py"):
+            assert "quoted_capacity" not in path.read_text(), path.name

@@ -82,14 +82,14 @@ def test_no_headroom_leaves_the_findings_as_the_model_wrote_them() -> None:
     from pdprobe.rules import engine
 
     calls = []
-    original = engine.run_rules
+    original = engine.judge_rules
 
-    def counted(ctx: object) -> object:
+    def counted(ctx: object, earlier: object = None) -> object:
         calls.append(ctx)
-        return original(ctx)  # type: ignore[arg-type]
+        return original(ctx, earlier)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "run_rules", counted)
+        mp.setattr(engine, "judge_rules", counted)
         report = diagnose(DiagnoseRequest())
     assert len(calls) == 1
     assert quote_disagreements(report) == []
