@@ -24,6 +24,7 @@ from pdprobe.rules.common import (
     names,
     pct,
     rising,
+    role_rows,
     secs,
     series_trend,
     slo_collapsed,
@@ -129,7 +130,7 @@ class PrefillQueueGrowth(BaseRule):
 
     def _measure(self, f: ClusterEvidence) -> PrefillMeasure:
         """The prefill queue and wait trends, the standing queue, the model and decode's side."""
-        prefill, decode = f.role("prefill"), f.role("decode")
+        prefill, decode = role_rows(f, "prefill"), role_rows(f, "decode")
         cap = f.capacity
         queue_series = f.role_series("prefill_queue")
         tq = series_trend(queue_series)
@@ -300,7 +301,7 @@ class PrefillQueueGrowth(BaseRule):
             parts.append(f"the wait before prefill grew for {duration(rising_for)}")
         else:
             parts.append("most of the time to first token is spent queueing for prefill")
-        decode = f.role("decode")
+        decode = role_rows(f, "decode")
         kv = column(decode, "g_kv_usage_p90")
         if kv.notna().any() and float(kv.median()) < DECODE_KV_PRESSURE:
             parts.append(f"decode KV usage stayed under {pct(float(np.ceil(kv.max() * 20) / 20))}")

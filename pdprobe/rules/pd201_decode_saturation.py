@@ -22,6 +22,7 @@ from pdprobe.rules.common import (
     pct,
     remote_kv_dominates,
     rising,
+    role_rows,
     secs,
     series_trend,
     slo_collapsed,
@@ -113,7 +114,7 @@ class DecodeSaturation(BaseRule):
     @staticmethod
     def _measure(f: ClusterEvidence) -> _Saturation:
         """Each decode channel: KV full, preemptions, TPOT, admission queue, capacity model."""
-        decode = f.role("decode")
+        decode = role_rows(f, "decode")
         kv_full = column(decode, "g_kv_usage_full_frac")
         preempt = column(decode, "c_preemptions")
         retracted = column(decode, "g_retracted_mean")

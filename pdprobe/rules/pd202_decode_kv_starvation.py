@@ -24,6 +24,7 @@ from pdprobe.rules.common import (
     pct,
     remote_kv_dominates,
     rising,
+    role_rows,
     series_trend,
     slo_collapsed,
     slo_missed,
@@ -110,7 +111,7 @@ class DecodeKvStarvation(BaseRule):
     @staticmethod
     def _measure(f: ClusterEvidence) -> _Decode | None:
         """The decode side's queues and memory, None when the inputs carry neither."""
-        decode = f.role("decode")
+        decode = role_rows(f, "decode")
         prealloc = column(decode, "g_prealloc_mean")
         admission = column(decode, "admission_wait_mean")
         kv_p90 = column(decode, "g_kv_usage_p90")
@@ -210,7 +211,7 @@ class DecodeKvStarvation(BaseRule):
     @staticmethod
     def _prefill_blocked(f: ClusterEvidence, evidence: list[Evidence]) -> tuple[bool, int, int]:
         """The symptom upstream: prefill blocked behind decode (blocked, agreeing, channels)."""
-        prefill = f.role("prefill")
+        prefill = role_rows(f, "prefill")
         available, agree, blocked = 2, 0, False
         boot = column(prefill, "g_bootstrap_mean")
         tb = series_trend(f.role_series("prefill_bootstrap"))

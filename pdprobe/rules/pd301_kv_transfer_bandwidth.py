@@ -19,6 +19,7 @@ from pdprobe.rules.common import (
     names,
     pct,
     rate_bytes,
+    role_rows,
     secs,
     slo_collapsed,
     whole,
@@ -251,13 +252,13 @@ class KvTransferBandwidth(BaseRule):
             not util_high and not decode_pressure
         # Without the link rate and without decode KV usage, a long hand-off may be the link or
         # KV waiting for decode memory: say so, and be less sure.
-        blind = link is None and not column(f.role("decode"), "g_kv_usage_p90").notna().any()
+        blind = link is None and not column(role_rows(f, "decode"), "g_kv_usage_p90").notna().any()
         if blind:
             confidence = min(confidence, 0.45)
             if not (util_high or congested or cap_high):
                 severity = Severity.INFO  # a long hand-off, cause undetermined: say less
         instances = self._instances_on(f, util_nodes) if util_nodes else \
-            list(f.role("prefill").index.astype(str)) + list(f.role("decode").index.astype(str))
+            list(role_rows(f, "prefill").index.astype(str)) + list(role_rows(f, "decode").index.astype(str))
         summary = self._summary(util, util_nodes, share, congested, overhead,
                                 t.achieved_bytes_per_s, link, blind)
         steps = self._next_steps(overhead)
@@ -272,7 +273,7 @@ class KvTransferBandwidth(BaseRule):
     def _decode_pressure(f: ClusterEvidence) -> float:
         """Decode KV usage p90 (median over decode instances) when at DECODE_KV_PRESSURE or
         above, else 0."""
-        kv = column(f.role("decode"), "g_kv_usage_p90")
+        kv = column(role_rows(f, "decode"), "g_kv_usage_p90")
         if not kv.notna().any():
             return 0.0
         level = float(kv.median())
@@ -291,7 +292,7 @@ class KvTransferBandwidth(BaseRule):
         if not len(nodes) or link is None:
             # Request records: cluster demand over the prefill nodes' links.
             demand = f.role_series("kv_bytes_per_s")
-            n_nodes = len(set(f.role("prefill")["node"].dropna())) or None
+            n_nodes = len(set(role_rows(f, "prefill")["node"].dropna())) or None
             if demand is None or link is None or not n_nodes:
                 return None, [], link
             p90 = float(np.nanquantile(demand.to_numpy(dtype="float64"), 0.9))

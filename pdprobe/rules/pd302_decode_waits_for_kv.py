@@ -17,6 +17,7 @@ from pdprobe.rules.common import (
     prefill_backlog,
     remote_kv_dominates,
     rising,
+    role_rows,
     series_trend,
     slo_collapsed,
     whole,
@@ -111,7 +112,7 @@ class DecodeWaitsForKv(BaseRule):
     def _measure(f: ClusterEvidence) -> _Waits | None:
         """Requests waiting for remote KV per decode instance (vLLM logs: all waiting), their
         trend, decode KV memory and the prefill queue; None when the inputs carry no waits."""
-        decode = f.role("decode")
+        decode = role_rows(f, "decode")
         remote = column(decode, "remote_kv_wait_mean")
         ambiguous = not remote.notna().any()
         if ambiguous:
@@ -126,7 +127,7 @@ class DecodeWaitsForKv(BaseRule):
         tr = series_trend(series)
         kv = column(decode, "g_kv_usage_p90")
         held, _, admission = remote_kv_dominates(f)
-        queue = column(f.role("prefill"), "g_waiting_mean")
+        queue = column(role_rows(f, "prefill"), "g_waiting_mean")
         return _Waits(
             decode=decode, remote=remote, ambiguous=ambiguous, level=float(remote.median()),
             running=float(running.median()) if running.notna().any() else None,
@@ -186,7 +187,7 @@ class DecodeWaitsForKv(BaseRule):
                                  "waiters outnumber these"))
         if m.prefill_queue is not None:
             out.append(ev("prefill queue per instance", m.prefill_queue, "requests",
-                          instances=list(f.role("prefill").index), window=whole(f),
+                          instances=list(role_rows(f, "prefill").index), window=whole(f),
                           baseline=PREFILL_IDLE_QUEUE, source="requests_waiting"))
         return out
 

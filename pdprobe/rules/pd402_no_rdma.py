@@ -10,7 +10,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
-from pdprobe.rules.common import BaseRule, column, ev, names, pct, slo_collapsed, whole
+from pdprobe.rules.common import BaseRule, column, ev, names, pct, role_rows, slo_collapsed, whole
 
 # Share of the connector's KV bytes that went over TCP (Mooncake TENT transport=tcp) for KV to
 # count as "travelling over TCP".
@@ -251,7 +251,7 @@ class NoRdma(BaseRule):
     def _transfers_seen(f: ClusterEvidence) -> bool:
         t = f.transfer
         return bool((t.bytes_total or 0) > 0 or (t.transfers or 0) > 0
-                    or (len(f.role("prefill")) and len(f.role("decode"))))
+                    or (len(role_rows(f, "prefill")) and len(role_rows(f, "decode"))))
 
 
 @dataclass

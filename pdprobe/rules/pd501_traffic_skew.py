@@ -19,6 +19,8 @@ from pdprobe.rules.common import (
     evidence_confidence,
     names,
     pct,
+    role_names,
+    role_rows,
     slo_missed,
     whole,
 )
@@ -113,7 +115,7 @@ class TrafficSkew(BaseRule):
         judged = False
         skews: list[_RoleSkew] = []
         for role in ("decode", "prefill"):
-            rows = f.role(role)
+            rows = role_rows(f, role)
             rows = rows[column(rows, "traffic_share").notna()]
             if len(rows) < 2:
                 continue
@@ -223,7 +225,7 @@ class TrafficSkew(BaseRule):
         out = 0.0
         for inst in instances:
             role = str(table.loc[inst, "role"])
-            rows = f.role(role)
+            rows = role_rows(f, role)
             rows = rows[column(rows, "traffic_share").notna()]
             fair = self._fair_shares(f, role, rows)
             share = float(column(rows, "traffic_share")[inst])
@@ -240,7 +242,7 @@ class TrafficSkew(BaseRule):
         alive = f.bin("alive")
         if frame is None or alive is None or not over:
             return None
-        names_ = [c for c in f.names(role) if c in frame.columns and c in alive.columns]
+        names_ = [c for c in role_names(f, role) if c in frame.columns and c in alive.columns]
         if len(names_) < 2:
             return None
         sub = frame[names_].fillna(0.0)

@@ -19,6 +19,8 @@ from pdprobe.rules.common import (
     names,
     pct,
     prefill_backlog,
+    role_names,
+    role_rows,
     slo_missed,
     whole,
 )
@@ -83,7 +85,7 @@ class LowPrefixHitRouting(BaseRule):
         judged = False
         lows: list[_Low] = []
         for role in ("decode", "prefill"):
-            rows = f.role(role)
+            rows = role_rows(f, role)
             if column(rows, "hit_ratio").notna().sum() < 2:
                 continue
             judged = True
@@ -119,7 +121,7 @@ class LowPrefixHitRouting(BaseRule):
         evidence = [e for low in lows for e in low.evidence(f)]
         tq, what = prefill_backlog(f)
         if tq is not None:
-            evidence.append(ev(what, tq.hinge_end_level, "", instances=list(f.names("prefill")),
+            evidence.append(ev(what, tq.hinge_end_level, "", instances=list(role_names(f, "prefill")),
                                window=(tq.onset_ts, tq.end_ts), baseline=tq.onset_level,
                                source="trend since the onset (hinge fit)"))
         ttft_miss = slo_missed(f.slo.ttft_attainment)

@@ -12,7 +12,16 @@ from pdprobe.analysis.evidence.model import ClusterEvidence
 from pdprobe.analysis.evidence.registry import source_column
 from pdprobe.analysis.evidence.stats import OUTLIER_Z, leave_one_out_z, peer_median
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
-from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, secs, whole
+from pdprobe.rules.common import (
+    BaseRule,
+    column,
+    ev,
+    evidence_confidence,
+    names,
+    role_rows,
+    secs,
+    whole,
+)
 from pdprobe.rules.thresholds import PERSISTENT_BIN_SHARE, STRAGGLER_RATIO
 
 if TYPE_CHECKING:
@@ -109,7 +118,7 @@ class Straggler(BaseRule):
         judged = False
         found: list[_RoleSlow] = []
         for role, measures in MEASURES.items():
-            rows = f.role(role)
+            rows = role_rows(f, role)
             if len(rows) < 2:
                 continue
             for measure in measures:

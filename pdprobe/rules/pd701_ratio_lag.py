@@ -10,7 +10,7 @@ from typing import Final
 
 from pdprobe import signals as S
 from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
-from pdprobe.rules.common import BaseRule, duration, ev, evidence_confidence, pct, whole
+from pdprobe.rules.common import BaseRule, duration, ev, evidence_confidence, pct, role_names, whole
 from pdprobe.rules.ratio_lag_measure import (
     MIX_ALPHA,
     WORSE_AFTER,
@@ -215,7 +215,7 @@ class RatioLag(BaseRule):
         summary = (f"{subject} {verb} by {pct(abs(change))} at {iso_time(cp.ts)} ({levels}), "
                    f"moving the needed P/D ratio by {pct(abs(needed))}, and {follow}"
                    f"{pressure}: the scaling loop lags the workload")
-        instances = list(f.names(direction)) or list(f.names("prefill") + f.names("decode"))
+        instances = list(role_names(f, direction)) or list(role_names(f, "prefill") + role_names(f, "decode"))
         steps = ["Size each pool from the length mix (prefill demand from prompt tokens, "
                  "decode demand from output tokens x context), not from request counts."]
         cap = ctx.quoted  # the windows the report shows (re-planned when the check took it)

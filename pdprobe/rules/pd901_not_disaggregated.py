@@ -9,7 +9,16 @@ import numpy as np
 
 from pdprobe import signals as S
 from pdprobe.rules.base import Evidence, Inputs, Live, RuleContext, RuleResult, Severity
-from pdprobe.rules.common import BaseRule, column, ev, evidence_confidence, names, pct, whole
+from pdprobe.rules.common import (
+    BaseRule,
+    column,
+    ev,
+    evidence_confidence,
+    names,
+    pct,
+    role_rows,
+    whole,
+)
 from pdprobe.rules.thresholds import KV_FAILURE_SHARE_WARN
 
 if TYPE_CHECKING:
@@ -187,7 +196,7 @@ class NotDisaggregated(BaseRule):
 
     @staticmethod
     def _received(f: ClusterEvidence, s: _Signs) -> None:
-        decode = f.role("decode")
+        decode = role_rows(f, "decode")
         got = column(decode, "c_kv_received_tokens")
         prompt = column(decode, "c_prompt_tokens")
         gen = column(decode, "c_generation_tokens")
@@ -249,7 +258,7 @@ class NotDisaggregated(BaseRule):
 
     @staticmethod
     def _wrong_role(f: ClusterEvidence, s: _Signs) -> None:
-        prefill = f.role("prefill")
+        prefill = role_rows(f, "prefill")
         gen = column(prefill, "c_generation_tokens")
         fin = column(prefill, "c_finished")
         if not (gen.notna().any() and fin.notna().any()):

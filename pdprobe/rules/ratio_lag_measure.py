@@ -22,6 +22,7 @@ from pdprobe.rules.common import (
     ev,
     prefill_backlog,
     rising,
+    role_names,
     series_trend,
     slo_collapsed,
 )
@@ -227,7 +228,7 @@ def extra_instances(f: ClusterEvidence, cp: ChangePoint, needed: float) -> float
         before = f.cluster.index < cp.ts
         n_p, n_d = float(p[before].median()), float(d[before].median())
     if not (np.isfinite(n_p) and np.isfinite(n_d) and n_p > 0 and n_d > 0):
-        n_p, n_d = float(len(f.names("prefill"))), float(len(f.names("decode")))
+        n_p, n_d = float(len(role_names(f, "prefill"))), float(len(role_names(f, "decode")))
     if n_p <= 0 or n_d <= 0 or needed <= -1.0:
         return None
     if needed > 0:  # prefill short: P x (r1 / r0) prefill instances at the same decode count
@@ -274,7 +275,7 @@ def freed_instances(f: ClusterEvidence, shift: MixShift, direction: str) -> floa
     alive = f.cluster_column(f"{other}_alive")
     n = float(alive[f.cluster.index < cp.ts].median()) if alive is not None else float("nan")
     if not (np.isfinite(n) and n > 0):
-        n = float(len(f.names(other)))
+        n = float(len(role_names(f, other)))
     return n * (1.0 - cp.after / cp.before) if n > 0 else None
 
 
