@@ -70,6 +70,45 @@ def role_rows(feats: ClusterEvidence, role: str) -> pd.DataFrame:
     return rows
 
 
+def median(values: pd.Series | np.ndarray) -> float:
+    """pandas' median of a few values (NaN skipped; NaN when none): ``np.median`` of the
+    others, the same middle value or mean of the two, without the masked-array path
+    ``Series.median`` takes below 600 values (~1 ms a call)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if v.size else float("nan")
+
+
+def row_medians(values: np.ndarray) -> np.ndarray:
+    """Each row's median of its non-NaN values (NaN for none), as ``DataFrame.median(axis=1)``
+    gives it (the middle value, or the mean of the two), from one sort of the rows."""
+    ordered = np.sort(values, axis=1)  # NaN last
+    n = (~np.isnan(values)).sum(axis=1)
+    rows = np.arange(len(values))
+    low = ordered[rows, np.maximum((n - 1) // 2, 0)]
+    high = ordered[rows, np.maximum(n // 2, 0)]
+    return np.where(n == 0, np.nan, np.where(n % 2 == 1, low, (low + high) / 2))
+
+
+def against_peers(feats: ClusterEvidence, name: str, inst: str,
+                  members: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per bin of the per-bin frame ``name``, ``inst``'s value and the median of the other
+    ``members``' (NaN skipped), over the bins where both are known and the peers' is above
+    0; None when the frame lacks ``inst`` or any peer, or when fewer than 3 bins remain."""
+    frame = feats.bin_frame(name, members)
+    if frame is None or inst not in frame.columns or frame.shape[1] < 2:
+        return None
+    values = frame.to_numpy(dtype=np.float64)
+    at = frame.columns.get_loc(inst)
+    mine = values[:, at]
+    others = row_medians(np.delete(values, at, axis=1))
+    with np.errstate(invalid="ignore"):
+        ok = ~np.isnan(mine) & ~np.isnan(others) & (others > 0)
+    if int(ok.sum()) < 3:
+        return None
+    return mine[ok], others[ok]
+
+
 def role_names(feats: ClusterEvidence, role: str) -> tuple[str, ...]:
     """``feats.names(role)`` from the shared ``role_rows``."""
     return tuple(role_rows(feats, role).index.astype(str))
@@ -162,7 +201,7 @@ def rising(tr: Trend | None, min_growth: float, feats: ClusterEvidence) -> bool:
 def median_of(rows: pd.DataFrame, name: str) -> float | None:
     """Median of a declared per-instance column over ``rows``, None when none reports it."""
     values = column(rows, name)
-    return float(values.median()) if values.notna().any() else None
+    return median(values) if values.notna().any() else None
 
 
 def decode_kv_p90(feats: ClusterEvidence) -> float | None:
@@ -214,7 +253,7 @@ def remote_kv_dominates(feats: ClusterEvidence) -> tuple[bool, float, float]:
     remote = column(decode, "remote_kv_wait_mean")
     admission = column(decode, "admission_wait_mean")
     prealloc = column(decode, "g_prealloc_mean")
-    r = float(remote.median()) if remote.notna().any() else 0.0
-    a = max(float(admission.median()) if admission.notna().any() else 0.0,
-            float(prealloc.median()) if prealloc.notna().any() else 0.0)
+    r = median(remote) if remote.notna().any() else 0.0
+    a = max(median(admission) if admission.notna().any() else 0.0,
+            median(prealloc) if prealloc.notna().any() else 0.0)
     return r >= 1.0 and r >= REMOTE_DOMINANCE * max(a, 0.5), r, a

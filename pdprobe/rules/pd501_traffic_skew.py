@@ -17,6 +17,7 @@ from pdprobe.rules.common import (
     column,
     ev,
     evidence_confidence,
+    median,
     names,
     pct,
     role_names,
@@ -337,18 +338,18 @@ def _impact(f: ClusterEvidence, role: str, rows: pd.DataFrame, over: list[str],
             impact_known = True
             peers = kv.drop(index=inst).dropna()
             if kv[inst] >= KV_FULL_TIME_SHARE and (not len(peers)
-                                               or float(peers.median()) < KV_FULL_TIME_SHARE):
+                                               or median(peers) < KV_FULL_TIME_SHARE):
                 impact = True
                 evidence.append(ev(f"time with KV usage >= {pct(KV_NEAR_FULL)} on {inst}",
                                    100 * float(kv[inst]), "%", instances=[inst], window=whole(f),
-                                   baseline=100 * float(peers.median()) if len(peers) else None,
+                                   baseline=100 * median(peers) if len(peers) else None,
                                    source="peer median as baseline"))
     if under and not over:
         impact = slo_missed(f.slo.tpot_attainment if role == "decode"
                             else f.slo.ttft_attainment)
         if kv.notna().any():
             others = kv.drop(index=[u for u in under if u in kv.index]).dropna()
-            impact = impact or (len(others) > 0 and float(others.median()) >= KV_FULL_TIME_SHARE)
+            impact = impact or (len(others) > 0 and median(others) >= KV_FULL_TIME_SHARE)
     return impact, impact_known
 
 

@@ -13,6 +13,7 @@ from pdprobe.analysis.evidence.stats import peer_median
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
+    against_peers,
     column,
     ev,
     evidence_confidence,
@@ -154,16 +155,11 @@ class LowPrefixHitRouting(BaseRule):
     @staticmethod
     def _persistent(f: ClusterEvidence, inst: str, peers: list[str]) -> bool | None:
         for name in ("g_hit_gauge", "req_hit"):
-            frame = f.bin_frame(name, peers)
-            if frame is None or inst not in frame.columns or frame.shape[1] < 2:
+            found = against_peers(f, name, inst, peers)
+            if found is None:
                 continue
-            mine = frame[inst]
-            others = frame.drop(columns=[inst]).median(axis=1)
-            ok = mine.notna() & others.notna() & (others > 0)
-            if ok.sum() < 3:
-                continue
-            low = (mine[ok] <= LOW_HIT_FACTOR * others[ok]).mean()
-            return bool(low >= PERSISTENT_BIN_SHARE)
+            mine, others = found
+            return bool((mine <= LOW_HIT_FACTOR * others).mean() >= PERSISTENT_BIN_SHARE)
         return None
 
 

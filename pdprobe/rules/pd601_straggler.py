@@ -14,9 +14,11 @@ from pdprobe.analysis.evidence.stats import OUTLIER_Z, leave_one_out_z, peer_med
 from pdprobe.rules.base import Evidence, Finding, Inputs, Live, RuleContext, RuleResult, Severity
 from pdprobe.rules.common import (
     BaseRule,
+    against_peers,
     column,
     ev,
     evidence_confidence,
+    median,
     names,
     role_rows,
     secs,
@@ -183,7 +185,7 @@ class Straggler(BaseRule):
         mine = p90.reindex(r.slow).dropna()
         others = p90.drop(index=r.slow).dropna()
         return bool(len(mine) and len(others) and float(mine.max()) > slo >= float(
-            others.median()))
+            median(others)))
 
     def _judge(self, f: ClusterEvidence, role: str, rows: pd.DataFrame, values: pd.Series,
                measure: Measure) -> _RoleSlow | None:
@@ -241,10 +243,10 @@ class Straggler(BaseRule):
         for inst, ratio in zip(slow, ratios, strict=True):
             mine = float(means.get(inst, np.nan))
             peers = means.drop(index=inst).dropna()
-            if not (np.isfinite(mine) and len(peers) and float(peers.median()) > 0):
+            if not (np.isfinite(mine) and len(peers) and median(peers) > 0):
                 out.append((ratio, None))
                 continue
-            base = float(peers.median())
+            base = median(peers)
             out.append((mine / base, f"{secs(mine)} vs {secs(base)}, {mine / base:.1f}x"))
             src_col = f"{sev_col}_source"
             label = str(rows.loc[inst, src_col]) if src_col in rows.columns else sev_col
@@ -266,15 +268,11 @@ class Straggler(BaseRule):
                     members: list[str]) -> bool | None:
         if bins_name is None:
             return None
-        frame = f.bin_frame(bins_name, members)
-        if frame is None or inst not in frame.columns or frame.shape[1] < 2:
+        found = against_peers(f, bins_name, inst, members)
+        if found is None:
             return None
-        others = frame.drop(columns=[inst]).median(axis=1)
-        mine = frame[inst]
-        ok = mine.notna() & others.notna() & (others > 0)
-        if ok.sum() < 3:
-            return None
-        return bool((mine[ok] >= BIN_SLOW_RATIO * others[ok]).mean() >= PERSISTENT_BIN_SHARE)
+        mine, others = found
+        return bool((mine >= BIN_SLOW_RATIO * others).mean() >= PERSISTENT_BIN_SHARE)
 
 
 # (speed column, its p90 column when an SLO applies, label, per-bin frame, severity column)
@@ -316,4 +314,4 @@ def _kv_explains(kv: pd.Series, pos: int, inst: str) -> bool:
     if not (kv.notna().any() and np.isfinite(kv.iloc[pos])):
         return False
     others = kv.drop(index=inst).dropna()
-    return bool(len(others) and kv.iloc[pos] - float(others.median()) >= KV_EXPLAINS_GAP)
+    return bool(len(others) and kv.iloc[pos] - median(others) >= KV_EXPLAINS_GAP)
