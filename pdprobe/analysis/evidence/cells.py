@@ -263,6 +263,10 @@ class BinCells:
         each bin's rows stably sorted by key: a radix sort of the (int8) keys bin by bin,
         about 4x cheaper than sorting the block's int16 cells at once."""
         keys = self._keys[rows]
+        if keys.dtype.kind == "i":
+            # every key here is >= 0 (rows without one are left out; a sampled row has one):
+            # as unsigned the same order, and numpy's radix sort skips flipping the sign bit
+            keys = keys.view(f"u{keys.dtype.itemsize}")
         if isinstance(rows, np.ndarray) and self._rows is None:  # only the rows with a key
             starts = np.searchsorted(rows, self._bin_start[first:end + 1])
         else:  # every row of the bins, or the sample's: where each bin's own rows start

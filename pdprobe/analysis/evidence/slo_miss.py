@@ -21,7 +21,8 @@ from pdprobe.analysis.evidence.columns import arrivals_in_order
 from pdprobe.analysis.evidence.model import SloMissShape, StageExcess
 from pdprobe.analysis.evidence.selection import median
 from pdprobe.analysis.grouped import quantile_rows
-from pdprobe.analysis.row_slices import category_mask, has_values
+from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.table_facts import failed_mask
 
 if TYPE_CHECKING:
     from pdprobe.analysis.evidence.model import Slo, Window
@@ -62,12 +63,13 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
     cols = ds.request_columns
     assert slo.ttft_slo_s is not None
     ttft = req["ttft_s"].to_numpy(dtype="float64")
-    failed = category_mask(req["status"], lambda s: s != "ok")
+    # (read-only, cached per table: the SLO attainment found it already)
+    failed = failed_mask(req)
     known = np.isfinite(ttft)
     missed = ttft > slo.ttft_slo_s  # masks combined in place: no further full-length arrays
     missed |= failed
     missed &= known
-    met = np.logical_not(missed, out=failed)  # failed is not read again
+    met = np.logical_not(missed)
     met &= known
     n_known = int(np.count_nonzero(known))
     del known
