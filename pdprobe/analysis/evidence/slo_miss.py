@@ -65,14 +65,15 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None) -
     ttft = req["ttft_s"].to_numpy(dtype="float64")
     # (read-only, cached per table: the SLO attainment found it already)
     failed = failed_mask(req)
+    # met: known, within the objective and not failed; missed: known and not met. Masks
+    # combined in place, ``a & ~b`` as one comparison of bools (``a > b``): two full-length
+    # masks and six passes over the rows, where a mask per condition took three and seven
     known = np.isfinite(ttft)
-    missed = ttft > slo.ttft_slo_s  # masks combined in place: no further full-length arrays
-    missed |= failed
-    missed &= known
-    met = np.logical_not(missed)
-    met &= known
     n_known = int(np.count_nonzero(known))
-    del known
+    met = np.less_equal(ttft, slo.ttft_slo_s)
+    np.greater(met, failed, out=met)
+    met &= known
+    missed = np.greater(known, met, out=known)  # known is not read again
     tpot_missed = None
     if slo.tpot_slo_s is not None and "tpot_s" in cols:
         tpot = req["tpot_s"].to_numpy(dtype="float64")
