@@ -344,9 +344,9 @@ def test_sampled_figures_are_the_sorted_samples_figures(monkeypatch: pytest.Monk
 def test_medians_of_many_same_size_groups(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
     """Thousands of small groups (the evidence's (bin, instance) cells), partitioned a size
     at a time in blocks of any size, give pandas' grouped medians to the bit."""
-    import pdprobe.analysis.grouped as grouped
+    import pdprobe.analysis.groups as groups_module
 
-    monkeypatch.setattr(grouped, "MEDIAN_BLOCK_VALUES", block)
+    monkeypatch.setattr(groups_module, "MEDIAN_BLOCK_VALUES", block)
     rng = np.random.default_rng(3)
     n_groups, n = 3_000, 40_000
     codes = rng.integers(-1, n_groups, n).astype(np.int32)
@@ -363,7 +363,8 @@ def test_ordered_codes_group_without_a_sort(monkeypatch: pytest.MonkeyPatch,
                                             sample: int | None) -> None:
     """Codes that never decrease (time bins of arrivals in time order): the grouping is the
     sorted one, and integer sums are run sums equal to adding row by row in float64."""
-    from pdprobe.analysis import grouped, row_slices
+    from pdprobe.analysis import row_slices
+    from pdprobe.analysis.groups import _run_sums
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 64)
     rng = np.random.default_rng(5)
@@ -381,13 +382,13 @@ def test_ordered_codes_group_without_a_sort(monkeypatch: pytest.MonkeyPatch,
         np.testing.assert_array_equal(codes[groups.order], np.sort(codes[groups.order]))
     slow = groups._accumulate(tokens, np.add, 0.0, skip_nan=True)  # row by row
     np.testing.assert_array_equal(groups.sums(tokens), slow)
-    assert grouped._run_sums(tokens, groups.totals) is not None
+    assert _run_sums(tokens, groups.totals) is not None
     negative = tokens.copy()
     negative[3] = -7
-    assert grouped._run_sums(negative, groups.totals) is None  # added row by row
+    assert _run_sums(negative, groups.totals) is None  # added row by row
     np.testing.assert_array_equal(groups.sums(negative),
                                   groups._accumulate(negative, np.add, 0.0, skip_nan=True))
-    assert grouped._run_sums(np.full(4, 2 ** 52), np.array([4])) is None  # past 2**53
+    assert _run_sums(np.full(4, 2 ** 52), np.array([4])) is None  # past 2**53
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
