@@ -19,6 +19,7 @@ import numpy as np
 from pdprobe.analysis.grouped import Groups, column_values, group_sums, key_groups
 from pdprobe.analysis.row_slices import chunks
 from pdprobe.analysis.table_cache import table_cache
+from pdprobe.analysis.table_facts import know_whole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,7 +68,7 @@ def joint_sums(groupings: list[Groups], values: np.ndarray) -> list[np.ndarray] 
 def group_sums_each(table: pd.DataFrame, keys: list[str], column: str) -> list[np.ndarray]:
     """``grouped.group_sums(table, key, column)`` for each of ``keys``; those not cached yet
     from one pass over the rows when it gives the very same floats (``joint_sums``), else
-    one pass per key."""
+    one pass per key. A joint pass records the column's values as whole (``know_whole``)."""
     cache = table_cache(table)
     todo = [key for key in dict.fromkeys(keys) if ("sums", key, column) not in cache]
     if len(todo) > 1:
@@ -75,4 +76,6 @@ def group_sums_each(table: pd.DataFrame, keys: list[str], column: str) -> list[n
         if found is not None:
             for key, sums in zip(todo, found, strict=True):
                 cache[("sums", key, column)] = sums
+            # every value passed the test of a whole number from 0 up, sums below 2**53
+            know_whole(table, column)
     return [group_sums(table, key, column) for key in keys]

@@ -2,7 +2,8 @@
 
 The workload summary, the SLO attainment, the instance series and the evidence each ask the
 same questions of millions of request rows (which requests failed, whether the arrivals are in
-time order): each answer is one pass, kept in the table's cache (``table_cache``).
+time order): each answer is one pass, kept in the table's cache (``table_cache``). A fact
+another pass proves on its way (``know_whole``) is recorded for the later readers.
 """
 
 from __future__ import annotations
@@ -41,3 +42,17 @@ def column_ascending(table: pd.DataFrame, column: str) -> bool:
         cache[key] = ascending(table[column].to_numpy(dtype=np.float64))
     found: bool = cache[key]
     return found
+
+
+def know_whole(table: pd.DataFrame, column: str) -> None:
+    """Record that every value of ``table[column]`` is a whole number from 0 up (none NaN)
+    and ``len(table)`` times the largest stays below 2**53, as the instance summaries' token
+    sums (``joint_sums``) found on their way: the evidence's per-bin token sums
+    (``evidence.cell_sums``) then skip their own test of every value (a floor, a comparison,
+    a minimum and a maximum of each row)."""
+    table_cache(table)[("whole", column)] = True
+
+
+def known_whole(table: pd.DataFrame, column: str) -> bool:
+    """Whether ``know_whole(table, column)`` was recorded (False: not known, either way)."""
+    return bool(table_cache(table).get(("whole", column), False))

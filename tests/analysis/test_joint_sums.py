@@ -82,3 +82,22 @@ def test_group_sums_each_caches_the_sums_group_sums_gives() -> None:
         for key, sums in zip(["p", "d"], got, strict=True):
             np.testing.assert_array_equal(sums, group_sums(fresh, key, column))
             assert group_sums(table, key, column) is sums
+
+
+def test_a_joint_pass_records_the_column_as_whole() -> None:
+    """A column the joint pass sums is known whole (``table_facts.known_whole``); one it
+    declines (NaN, a fraction) is not, and neither is a column no joint pass read."""
+    from pdprobe.analysis.table_facts import known_whole
+
+    rng = np.random.default_rng(4)
+    n = 500
+    table = pd.DataFrame({"p": pd.Categorical(rng.choice(["a", "b"], n)),
+                          "d": pd.Categorical(rng.choice(["x", "y", "z"], n)),
+                          "tokens": rng.integers(0, 9_000, n).astype(np.float64),
+                          "gaps": np.where(np.arange(n) == 3, np.nan, 1.0),
+                          "halves": np.full(n, 0.5)})
+    for column in ("tokens", "gaps", "halves"):
+        group_sums_each(table, ["p", "d"], column)
+    assert known_whole(table, "tokens")
+    assert not known_whole(table, "gaps") and not known_whole(table, "halves")
+    assert not known_whole(table, "p")

@@ -44,13 +44,15 @@ class JointCells:
 
 
 def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
-                columns: tuple[np.ndarray, ...]) -> JointCells | None:
+                columns: tuple[np.ndarray, ...],
+                whole: tuple[bool, ...] = ()) -> JointCells | None:
     """The rows of each grouping's cells and, when exact, each column's sums per cell (what
     ``cells.cell_groups(...).sums_of`` gives at the cells with rows: the sum of the non-NaN
     values) and per bin, from one pass over each bin's rows; None unless the bins (each
     row's, below ``n_bins``) never decrease, both groupings cover every row and their pairs
     fit an int16. The sums are None unless every value (NaN counted as 0) is a whole number
-    from 0 up whose sums stay below 2**53."""
+    from 0 up whose sums stay below 2**53: not tested for a column ``whole`` marks so
+    (``table_facts.known_whole``: an earlier pass tested every value, none NaN)."""
     first, second = groupings
     n_rows = bins.size
     n_a, n_b = first.n_groups, second.n_groups
@@ -73,7 +75,7 @@ def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
         counts[0][b * n_a:(b + 1) * n_a] = table.sum(axis=1)
         counts[1][b * n_b:(b + 1) * n_b] = table.sum(axis=0)
         for k, column in enumerate(columns if exact else ()):
-            v = _whole(column[lo:hi], n_rows)
+            v = column[lo:hi] if k < len(whole) and whole[k] else _whole(column[lo:hi], n_rows)
             if v is None:
                 exact = False
                 break

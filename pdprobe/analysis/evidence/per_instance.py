@@ -101,6 +101,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         sample_max,
     )
     from pdprobe.analysis.table_cache import table_cache
+    from pdprobe.analysis.table_facts import known_whole
 
     req = ds.requests
     if req.empty:
@@ -152,11 +153,13 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     # Both role columns' rows per cell and, when exact, the prefix-hit cells' token sums and
     # each bin's prompt tokens from one pass (``cell_sums``); else a pass per role column
     # (``cell_groups``, ``sums_of`` below) and per bin (``series``).
-    tokens = (column_values(req, "cached_tokens"), column_values(req, "prompt_tokens")) \
-        if cached else ()
+    token_columns = ("cached_tokens", "prompt_tokens") if cached else ()
+    tokens = tuple(column_values(req, c) for c in token_columns)
+    # (the instance summaries' token sums tested every value: not again per bin)
     joint = joint_cells(bin_of_row, window.n_bins, (key_groups(req, ROLE_COLUMN["prefill"]),
                                                     key_groups(req, ROLE_COLUMN["decode"])),
-                        tokens) if all(has(c) for c in ROLE_COLUMN.values()) else None
+                        tokens, tuple(known_whole(req, c) for c in token_columns)) \
+        if all(has(c) for c in ROLE_COLUMN.values()) else None
     hit_sums = None if joint is None or not tokens else joint.sums
     if joint is not None and tokens and joint.bin_sums is not None:
         table_cache(req)[("bin_sums", window, "prompt_tokens")] = joint.bin_sums[1]

@@ -67,3 +67,20 @@ def test_joint_cell_sums_refuse_what_is_not_exact(change: str) -> None:
     else:  # the rows per cell still counted
         assert found is not None and found.sums is None and found.bin_sums is None
         assert np.array_equal(found.counts[1], joint_cells(bins, 9, (first, second), ()).counts[1])
+
+
+def test_joint_cell_sums_of_columns_known_whole_are_the_tested_ones() -> None:
+    """A column marked whole (an earlier pass tested every value) is summed untested: the
+    same floats as the tested pass."""
+    bins, first, second, cached, prompt = _rows(5, 3_000)
+    cached = np.nan_to_num(cached)  # a column known whole has no NaN
+    tested = joint_cells(bins, 9, (first, second), (cached, prompt))
+    known = joint_cells(bins, 9, (first, second), (cached, prompt), (True, True))
+    assert tested is not None and known is not None
+    assert tested.sums is not None and known.sums is not None
+    for want, got in zip(tested.sums, known.sums, strict=True):
+        for a, b in zip(want, got, strict=True):
+            assert np.array_equal(a, b)
+    assert tested.bin_sums is not None and known.bin_sums is not None
+    for a, b in zip(tested.bin_sums, known.bin_sums, strict=True):
+        assert np.array_equal(a, b)
