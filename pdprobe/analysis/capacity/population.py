@@ -122,6 +122,7 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
     # integer lengths' sums per chunk, while the chunk is in the CPU cache (the windows' mean
     # lengths are then read from them, not from a pass of their own)
     sums: tuple[list[int], list[int]] | None = ([], []) if int_prompt and int_output else None
+    peak = 0  # the largest length seen (the sums are kept only if no chunk's can wrap)
     for lo in range(0, n, PASS_CHUNK):  # chunks: no whole-size temporaries
         at = slice(lo, lo + PASS_CHUNK)
         part = ok[at]
@@ -138,8 +139,14 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
         if sums is not None:
             sums[0].append(int(np.add.reduce(prompt[at])))
             sums[1].append(int(np.add.reduce(output[at])))
+            peak = max(peak, int(np.maximum.reduce(prompt[at], initial=0)),
+                       int(np.maximum.reduce(output[at], initial=0)))
+    # an integer sum of a chunk wraps silently (int64) once it passes 2^63: kept only when
+    # no chunk's can (every chunk's at most peak * PASS_CHUNK; negative lengths make the
+    # records unusable as they are, so the sums go unread)
     chunk = ChunkSums(PASS_CHUNK, np.array(sums[0], dtype=np.int64),
-                      np.array(sums[1], dtype=np.int64)) if sums is not None else None
+                      np.array(sums[1], dtype=np.int64)) \
+        if sums is not None and peak * PASS_CHUNK < 2**63 else None
     return ok, RecordScan(positive, as_is, rising, chunk)
 
 

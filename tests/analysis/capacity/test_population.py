@@ -172,6 +172,31 @@ def test_windows_mean_lengths_from_the_scans_chunk_sums_are_the_passes(
     assert unsorted.population is not None and unsorted.population.length_sums is None
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_chunk_sums_that_could_wrap_are_not_kept(dtype: type) -> None:
+    """Integer lengths whose chunk sums pass 2^63 (int64 wraps them silently, uint64 does not
+    fit): the scan keeps no sums, so the windows' mean lengths come from passes over them;
+    lengths whose chunk sums cannot wrap keep exact ones."""
+    from pdprobe.analysis.capacity.population import usable_records
+
+    n = 3_000
+    frame = _frame(n).sort_values("arrival_ts", kind="stable").reset_index(drop=True)
+    frame["prompt_tokens"] = np.where(np.arange(n) % 2 == 0, 2**62, 3).astype(dtype)
+    frame["cached_tokens"] = 0.0
+    frame["output_tokens"] = frame["output_tokens"].astype(dtype)
+    ts, prompt, output, cached = (frame[c].to_numpy() for c in (
+        "arrival_ts", "prompt_tokens", "output_tokens", "cached_tokens"))
+    assert int(np.add.reduce(prompt)) != sum(int(x) for x in prompt)  # (it wraps)
+    ok, scan = usable_records(ts, prompt, output, cached)
+    assert ok.all() and scan.outputs_positive and scan.sums is None
+    sampled = mix_from_requests(frame, rate_rps=None, timescale_s=2.0, description="t",
+                                max_requests=500)
+    assert sampled.population is not None and sampled.population.length_sums is None
+    small = np.where(np.arange(n) % 2 == 0, 2**62 // sampling.PASS_CHUNK, 3).astype(dtype)
+    _, kept = usable_records(ts, small, output, cached)
+    assert kept.sums is not None and kept.sums.prompt.tolist() == [sum(int(x) for x in small)]
+
+
 def test_a_window_with_too_few_sampled_requests_says_so() -> None:
     frame, _, sampled = _mixes(20_000, 200)
     ds = dataset(frame)
