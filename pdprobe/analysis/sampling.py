@@ -46,7 +46,7 @@ SAMPLE_MAX_REQUESTS: Final = 400_000
 # a size, not a fraction of the capture, since the overlap test, the reconstruction and the
 # fit follow the sample while only the passes that find the valid rows and the candidates
 # read every prefill (at 10 million prefills the capacity stage cost 1.69 CPU-s with one
-# block in three, 1.34 with one in ten and 1.15 with one in twenty). Every bundled input,
+# block in three, 1.34 with one in ten and 1.15-1.22 with one in twenty). Every bundled input,
 # simulated scenario, public trace and the 1M bench capture is at or below the threshold
 # (exact). The prefill fit prefers requests that ran alone on their instance; under heavy
 # load they are rare, and when a sample holds too few the periods are rebuilt from every
