@@ -17,7 +17,7 @@ import numpy as np
 
 from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.perf_columns import category_codes, float_column, status_ok
-from pdprobe.analysis.row_slices import ascending
+from pdprobe.analysis.table_facts import column_ascending
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,22 +64,17 @@ def window_bounds(sorted_ts: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], inner, [len(sorted_ts)]]).astype(np.int64)
 
 
-def record_firsts(dataset: Dataset, edges: np.ndarray,
-                  known_sorted: np.ndarray | None = None) -> np.ndarray | None:
+def record_firsts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     """The first request record at or after each edge when the records' arrivals are float64
-    and never decrease (each window's requests are then a run of rows), else None.
-    ``known_sorted``: arrivals known to be in order (a sampled mix's population): when they
-    are the records' own column, the check (a pass over every arrival) is not made again."""
+    and never decrease (each window's requests are then a run of rows), else None. Whether
+    they are in order is ``table_facts.column_ascending``'s cached answer (the workload
+    summary asks it first on the same thread, so no pass over every arrival is made here)."""
     arrival = dataset.requests.get("arrival_ts")
     if arrival is None or arrival.dtype != np.float64:
         return None
-    ts = arrival.to_numpy()  # a view, no copy
-    same = known_sorted is not None and len(known_sorted) == len(ts) and (
-        known_sorted is ts or (known_sorted.ctypes.data == ts.ctypes.data
-                               and known_sorted.strides == ts.strides))
-    if not (same or ascending(ts)):
+    if not column_ascending(dataset.requests, "arrival_ts"):
         return None
-    return np.searchsorted(ts, edges, side="left")
+    return np.searchsorted(arrival.to_numpy(), edges, side="left")  # (a view, no copy)
 
 
 def active_instances(dataset: Dataset, role: str, edges: np.ndarray,

@@ -126,10 +126,8 @@ def window_frames(dataset: Dataset | None, mix: WorkloadMix, model: ModelInputs,
             / count
         mean_output = run_sums(output, bounds, (sums.rows, sums.output) if sums else None) \
             / count
-    # each window's run of records, found once for both roles (a population's arrivals are
-    # in order: when they are the records' own, nothing is checked again)
-    firsts = record_firsts(dataset, edges, ts if pop is not None else None) \
-        if dataset and len(dataset.requests) else None
+    # each window's run of records, found once for both roles
+    firsts = record_firsts(dataset, edges) if dataset and len(dataset.requests) else None
     active_p = active_instances(dataset, "prefill", edges, firsts) if dataset \
         else [None] * n_win
     active_d = active_instances(dataset, "decode", edges, firsts) if dataset \

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdprobe.analysis import sampling
+from pdprobe.analysis import sampling, table_facts
 from pdprobe.analysis.capacity import window_counts
 from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.window_counts import (
@@ -176,14 +176,14 @@ def test_active_instances_from_runs_of_sorted_arrivals_equal_the_indexed_pass(
     expected = [len({x for x, w in zip(named, win, strict=True) if w == k and x is not pd.NA})
                 or None for k in range(len(edges) - 1)]
     assert got == expected
-    # the records' own arrivals passed as known to be sorted: the same runs, unchecked; and
-    # the runs passed in (both roles share them) give the same presence
-    column = req["arrival_ts"].to_numpy()
+    # whether the records are in order is asked once per table (cached): the same runs,
+    # unchecked the second time; and the runs passed in (both roles share them) give the
+    # same presence
     firsts = record_firsts(sorted_ds, edges)
     assert firsts is not None and firsts.tolist() == np.searchsorted(ts, edges).tolist()
-    monkeypatch.setattr(window_counts, "ascending", lambda _: pytest.fail("checked again"))
-    assert record_firsts(sorted_ds, edges, column).tolist() == firsts.tolist()
-    assert active_instances(sorted_ds, "prefill", edges, firsts) == expected
-    monkeypatch.undo()
+    with monkeypatch.context() as m:  # (the parametrised patch stays)
+        m.setattr(table_facts, "ascending", lambda _: pytest.fail("checked again"))
+        assert record_firsts(sorted_ds, edges).tolist() == firsts.tolist()
+        assert active_instances(sorted_ds, "prefill", edges, firsts) == expected
     assert record_firsts(shuffled, edges) is None
     assert active_instances(shuffled, "prefill", edges, None) == expected
