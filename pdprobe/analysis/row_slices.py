@@ -186,6 +186,24 @@ def key_starts(key_at: Callable[[np.ndarray], np.ndarray], n_keys: int, n: int) 
     return lo
 
 
+def runs_key_starts(key_at: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                    targets: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``key_starts`` for many runs at once: per target ``i``, the first position ``p`` in
+    ``0..n[i] - 1`` whose key ``key_at(i, p)`` (non-decreasing in ``p``) is at least
+    ``targets[i]``, else ``n[i]`` (one halving step for every open target per round, so many
+    short runs cost the rounds of the longest, not a Python loop over runs)."""
+    lo = np.zeros(len(targets), dtype=np.int64)
+    hi = np.asarray(n, dtype=np.int64).copy()
+    open_ = np.flatnonzero(lo < hi)
+    while len(open_):
+        mid = (lo[open_] + hi[open_]) // 2
+        reached = key_at(open_, mid) >= targets[open_]
+        hi[open_[reached]] = mid[reached]
+        lo[open_[~reached]] = mid[~reached] + 1
+        open_ = open_[lo[open_] < hi[open_]]
+    return lo
+
+
 def compact_dtype(n_codes: int) -> type[np.signedinteger[Any]]:
     """The smallest signed integer type holding -1..n_codes (codes, a spare slot, -1)."""
     for dtype in (np.int8, np.int16, np.int32):

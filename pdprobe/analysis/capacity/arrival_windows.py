@@ -13,8 +13,6 @@ every figure made of them) are the per-window ones to the bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from pdprobe.analysis.capacity.arrivals import (
@@ -26,6 +24,7 @@ from pdprobe.analysis.capacity.arrivals import (
     arrival_profile,
     profile_finish,
     profile_plan,
+    searched_counts,
 )
 
 Profile = tuple[float, str, LoadWindows | None]
@@ -60,66 +59,9 @@ def window_profiles(ts: np.ndarray, bounds: np.ndarray, timescale_s: float,
         firsts = np.array([int(bounds[w]) for w, _ in plans], dtype=np.int64)
         sizes = np.array([int(bounds[w + 1]) - int(bounds[w]) for w, _ in plans],
                          dtype=np.int64)
+        width = np.array([p.width_s for _, p in plans], dtype=np.float64)
+        n_win_of = np.array([p.n_win for _, p in plans], dtype=np.int64)
         for (w, plan), (whole, counts) in zip(
-                plans, _searched_counts_many(ts, firsts, sizes, [p for _, p in plans]),
-                strict=True):
+                plans, searched_counts(ts, firsts, sizes, width, n_win_of), strict=True):
             out[w] = profile_finish(plan, None, whole, counts)
     return out
-
-
-def _searched_counts_many(ts: np.ndarray, firsts: np.ndarray, sizes: np.ndarray,
-                          plans: list[ProfilePlan]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``arrivals._searched_counts`` of each run ``ts[firsts[j]:firsts[j] + sizes[j]]`` in
-    ``plans[j]``'s windows: (arrivals per window, arrivals per sub-bin), int64."""
-    t0 = ts[firsts]
-    # the same Python arithmetic as ``_searched_counts``, one window at a time
-    width = np.array([p.width_s for p in plans], dtype=np.float64)
-    limit = np.array([p.n_win * p.width_s for p in plans], dtype=np.float64)
-    sub_width = np.array([p.width_s / SUB_BINS for p in plans], dtype=np.float64)
-    n_win = np.array([p.n_win for p in plans], dtype=np.int64)
-
-    def rel(j: np.ndarray, at: np.ndarray) -> np.ndarray:  # arrival ``at`` of run j, from t0
-        return ts[firsts[j] + at] - t0[j]
-
-    j_w, k_w = _targets(n_win)
-    starts = _first_reaching(lambda i, at: rel(j_w[i], at) // width[j_w[i]], k_w,
-                             sizes[j_w])
-    # the arrivals before the end of the last full window are a prefix
-    every = np.arange(len(plans))
-    inside = _first_reaching(lambda i, at: rel(i, at) >= limit[i], np.ones(len(plans)), sizes)
-    j_s, k_s = _targets(n_win * SUB_BINS + 1)
-    sub_starts = _first_reaching(lambda i, at: rel(j_s[i], at) // sub_width[j_s[i]], k_s,
-                                 inside[j_s])
-    out = []
-    cut_w = np.cumsum(n_win)[:-1]
-    cut_s = np.cumsum(n_win * SUB_BINS + 1)[:-1]
-    for j, (s_w, s_s) in zip(every, zip(np.split(starts, cut_w), np.split(sub_starts, cut_s),
-                                         strict=True), strict=True):
-        out.append((np.diff(np.append(s_w, sizes[j])).astype(np.int64),
-                    np.diff(s_s).astype(np.int64)))
-    return out
-
-
-def _targets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For runs wanting keys ``0..counts[j] - 1``: each target's run and key."""
-    run = np.repeat(np.arange(len(counts)), counts)
-    key = np.arange(len(run)) - np.repeat(np.cumsum(counts) - counts, counts)
-    return run, key
-
-
-def _first_reaching(key_at: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                    targets: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Per target ``i``: the first position ``p`` in ``0..n[i] - 1`` whose key
-    ``key_at(i, p)`` (non-decreasing in ``p``) is at least ``targets[i]``, else ``n[i]``:
-    ``row_slices.key_starts`` for many runs at once (one halving step for every open
-    target per round)."""
-    lo = np.zeros(len(targets), dtype=np.int64)
-    hi = np.asarray(n, dtype=np.int64).copy()
-    open_ = np.flatnonzero(lo < hi)
-    while len(open_):
-        mid = (lo[open_] + hi[open_]) // 2
-        reached = key_at(open_, mid) >= targets[open_]
-        hi[open_[reached]] = mid[reached]
-        lo[open_[~reached]] = mid[~reached] + 1
-        open_ = open_[lo[open_] < hi[open_]]
-    return lo

@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.analysis.row_slices import key_starts
+from pdprobe.analysis.row_slices import runs_key_starts
 
 # Below this many arrivals a squared-CV estimate is noise; Poisson (1.0) is assumed instead.
 MIN_ARRIVALS_FOR_CV2: Final = 50
@@ -93,16 +93,47 @@ ARRIVALS_PER_SEARCHED_BOUNDARY: Final = 64
 
 def _searched_counts(ts: np.ndarray, win: float, n_win: int) -> tuple[np.ndarray, np.ndarray]:
     """``arrival_counts``' arrivals per window and per sub-bin, from the positions where each
-    window and sub-bin starts (the same floor divisions, at a few positions: they are
-    monotone in the sorted arrivals), without a pass over every arrival."""
-    t0, n = ts[0], len(ts)
-    m, limit, sub_width = n_win * SUB_BINS, n_win * win, win / SUB_BINS
-    starts = key_starts(lambda i: (ts[i] - t0) // win, n_win, n)  # the first: 0
-    counts_w = np.diff(np.append(starts, n))
+    window and sub-bin starts, without a pass over every arrival (``searched_counts`` of
+    the one run)."""
+    return searched_counts(ts, np.zeros(1, dtype=np.int64), np.array([len(ts)]),
+                           np.array([win]), np.array([n_win]))[0]
+
+
+def searched_counts(ts: np.ndarray, firsts: np.ndarray, sizes: np.ndarray, width: np.ndarray,
+                    n_win: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per run ``j`` of sorted arrivals ``ts[firsts[j]:firsts[j] + sizes[j]]`` (non-empty) in
+    ``n_win[j]`` load windows of ``width[j]`` seconds from its first arrival:
+    ``arrival_counts``' arrivals per window and per sub-bin (int64), from the positions where
+    each window and sub-bin starts (the same floor divisions, at a few positions: they are
+    monotone in the sorted arrivals), every run's searches together."""
+    t0 = ts[firsts]
+    width = np.asarray(width, dtype=np.float64)
+    n_win = np.asarray(n_win, dtype=np.int64)
+    # (n_win is exact in float64: the products and quotients are the Python floats' bits)
+    limit, sub_width = n_win * width, width / SUB_BINS
+
+    def rel(j: np.ndarray, at: np.ndarray) -> np.ndarray:  # arrival ``at`` of run j, from t0
+        return ts[firsts[j] + at] - t0[j]
+
+    j_w, k_w = _targets(n_win)
+    starts = runs_key_starts(lambda i, at: rel(j_w[i], at) // width[j_w[i]], k_w, sizes[j_w])
     # the arrivals before the end of the last full window are a prefix (key 1: beyond it)
-    inside = int(key_starts(lambda i: ts[i] - t0 >= limit, 2, n)[1])
-    sub_starts = key_starts(lambda i: (ts[i] - t0) // sub_width, m + 1, inside)
-    return counts_w.astype(np.int64), np.diff(sub_starts).astype(np.int64)
+    inside = runs_key_starts(lambda i, at: rel(i, at) >= limit[i], np.ones(len(t0)), sizes)
+    j_s, k_s = _targets(n_win * SUB_BINS + 1)
+    sub_starts = runs_key_starts(lambda i, at: rel(j_s[i], at) // sub_width[j_s[i]], k_s,
+                                 inside[j_s])
+    cut_w = np.cumsum(n_win)[:-1]
+    cut_s = np.cumsum(n_win * SUB_BINS + 1)[:-1]
+    return [(np.diff(np.append(s_w, size)).astype(np.int64), np.diff(s_s).astype(np.int64))
+            for s_w, s_s, size in zip(np.split(starts, cut_w), np.split(sub_starts, cut_s),
+                                      sizes.tolist(), strict=True)]
+
+
+def _targets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For runs wanting keys ``0..counts[j] - 1``: each target's run and key."""
+    run = np.repeat(np.arange(len(counts)), counts)
+    key = np.arange(len(run)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return run, key
 
 
 def arrival_counts(ts: np.ndarray, win: float, n_win: int, keep: bool = True
