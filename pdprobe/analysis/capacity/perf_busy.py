@@ -1,6 +1,6 @@
 """Prefill busy periods: each instance's prefill intervals grouped into periods of overlapping
 (or touching, within ``BUSY_GAP_TOLERANCE_S``) ones, the requests that ran alone and segments
-of busy time (``busy_periods``, ``isolated_prefills``, ``busy_segments``). Above
+of busy time (``busy_periods``, ``isolated_rows``, ``busy_segments``). Above
 ``sampling.BUSY_SAMPLE_MAX_REQUESTS`` they are reconstructed around a time-block sample.
 Vectorised: no Python loop over requests.
 """
@@ -20,6 +20,7 @@ from pdprobe.analysis.capacity.perf_columns import (
     sort_by_group,
 )
 from pdprobe.analysis.capacity.perf_models import attention_tokens2
+from pdprobe.analysis.row_slices import index_dtype
 from pdprobe.analysis.sample_runs import RunRangesBuilder
 from pdprobe.analysis.sampling import PASS_CHUNK, TimeSample, positions, sample_intervals
 
@@ -158,29 +159,16 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
     return BusyPeriods(rows, s, e, period, g, observed, taken)
 
 
-def isolated_prefills(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
-    """Whether each request's prefill overlapped no other prefill on its instance."""
-    busy = periods if periods is not None else busy_periods(requests)
-    out = np.zeros(len(requests), dtype=bool)
-    out[_alone_rows(busy)] = True
-    return out
-
-
 def isolated_rows(requests: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
-    """Positions (ascending; int32 where they fit, as ``sampling.positions`` gives them) of
-    the requests ``isolated_prefills`` marks: from the busy periods' rows, without a mask of
-    every request and a pass over it (at 10 million requests 10 MB of fresh pages for a few
-    hundred thousand positions)."""
+    """Positions (ascending; ``row_slices.index_dtype`` integers, int32 where they fit) of the
+    requests whose prefill overlapped no other prefill on its instance (of the sample's
+    observed ones, when the periods are sampled: only their neighbours are all known). From
+    the busy periods' rows: no mask of every request (10 MB of fresh pages at 10 million
+    requests for a few hundred thousand positions)."""
     busy = periods if periods is not None else busy_periods(requests)
-    rows = np.sort(_alone_rows(busy))  # (each request is in at most one busy period)
-    return rows.astype(np.int32 if len(requests) < 2**31 else np.int64, copy=False)
-
-
-def _alone_rows(busy: BusyPeriods) -> np.ndarray:
-    """The rows (in the periods' order) of the requests alone in their busy period (of the
-    sample's observed ones, when sampled: only their neighbours are all known)."""
+    dtype = index_dtype(len(requests))
     if not len(busy):
-        return busy.row[:0]
+        return np.zeros(0, dtype=dtype)
     # periods are consecutive runs: alone where a period starts and the next one starts
     # right after (no count per period and gather of it per row)
     opens = np.empty(len(busy) + 1, dtype=bool)
@@ -189,7 +177,8 @@ def _alone_rows(busy: BusyPeriods) -> np.ndarray:
     alone = opens[:-1] & opens[1:]
     if busy.observed is not None:  # sampled: only the sample's neighbours are all known
         alone &= busy.observed
-    return busy.row[alone]
+    rows = np.sort(busy.row[alone])  # (each request is in at most one busy period)
+    return rows.astype(dtype, copy=False)
 
 
 def busy_segments(requests: pd.DataFrame, periods: BusyPeriods | None = None

@@ -33,7 +33,6 @@ from pdprobe.analysis.capacity.perf_observations import (
     decode_metric_observations,
     decode_observations,
     group_codes,
-    isolated_prefills,
     isolated_rows,
     sort_by_group,
 )
@@ -71,6 +70,6 @@ __all__ = [
     "FitResult", "PrefillModel", "RoleFit", "attention_tokens2", "busy_periods",
     "busy_segments", "decode_concurrency", "decode_from_profile", "decode_metric_observations",
     "decode_observations", "fit_decode", "fit_prefill", "fit_prefill_busy", "fit_sample",
-    "group_codes", "isolated_prefills", "isolated_rows", "nnls_relative", "nnls_triangular",
+    "group_codes", "isolated_rows", "nnls_relative", "nnls_triangular",
     "prefill_from_profile", "prefill_metric_scale", "prefill_observations", "sort_by_group",
 ]

@@ -1,11 +1,11 @@
 """What the fits observe in request records and metrics: busy periods, decode concurrency.
 
 Prefill: each instance's prefill intervals grouped into busy periods (``busy_periods``), the
-requests that ran alone (``isolated_prefills``) and segments of busy time against computed
-tokens (``busy_segments``), all in ``perf_busy.py`` and importable from here. Decode: the time-averaged batch and context every request saw,
-reconstructed from all requests on its instance (``decode_concurrency``), and per-minute
-(batch, context, ITL) points from metrics when there are no records. Vectorised: no Python
-loop over requests.
+requests that ran alone (``isolated_rows``) and segments of busy time against computed
+tokens (``busy_segments``), all in ``perf_busy.py`` and importable from here. Decode: the
+time-averaged batch and context every request saw, reconstructed from all requests on its
+instance (``decode_concurrency``), and per-minute (batch, context, ITL) points from metrics
+when there are no records. Vectorised: no Python loop over requests.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pdprobe.analysis.capacity.perf_busy import (
     BusyPeriods,
     busy_periods,
     busy_segments,
-    isolated_prefills,
     isolated_rows,
 )
 from pdprobe.analysis.capacity.perf_columns import (
@@ -51,7 +50,7 @@ __all__ = [
     "BUSY_SEGMENT_S", "FEW_GROUPS", "METRIC_FIT_STEP_S", "MIN_OUTPUT_FOR_TPOT",
     "SWEEP_BLOCK_REQUESTS", "BusyPeriods", "busy_periods", "busy_segments",
     "decode_concurrency", "decode_metric_observations", "decode_observations",
-    "float_column", "group_codes", "instance_codes", "isolated_prefills", "isolated_rows",
+    "float_column", "group_codes", "instance_codes", "isolated_rows",
     "sort_by_group",
     "status_ok",
 ]

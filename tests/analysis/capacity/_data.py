@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from pdprobe.analysis.capacity.mix import WorkloadMix
+from pdprobe.analysis.capacity.perf_busy import BUSY_GAP_TOLERANCE_S, BusyPeriods
 from pdprobe.analysis.capacity.perf_fit import DecodeModel, PrefillModel
 from pdprobe.analysis.capacity.rates import ModelInputs
 from pdprobe.analysis.capacity.transfer import KvBytes
@@ -85,3 +86,27 @@ def busy_prompts_mix(seed: int = 3, n: int = 4000) -> tuple[np.ndarray, Workload
     req = busy_prompts_requests(seed, n)
     return req["arrival_ts"].to_numpy(), mix_from_requests(
         req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+
+
+def alone_reference(req: pd.DataFrame, periods: BusyPeriods | None = None) -> np.ndarray:
+    """Which requests' prefills overlapped (or touched, within ``BUSY_GAP_TOLERANCE_S``) no
+    other on their instance, the plain pandas way (sort, running maximum, groupby), as a
+    mask of every request: the ground truth for ``perf_busy.isolated_rows``. With sampled
+    ``periods``, of their observed requests only (those whose neighbours are all known)."""
+    start = req["arrival_ts"].astype(float) + req["queue_s"].astype(float)
+    frame = pd.DataFrame({"inst": req["prefill_instance"].astype("string"), "start": start,
+                          "end": start + req["prefill_s"].astype(float),
+                          "row": np.arange(len(req))})
+    frame = frame.dropna().sort_values(["inst", "start"], kind="stable")
+    reach = frame.groupby("inst")["end"].cummax()
+    before = reach.groupby(frame["inst"]).shift(1)
+    # a start within the tolerance of the reach continues the period (timestamp rounding)
+    period = np.cumsum(before.isna() | (frame["start"] > before + BUSY_GAP_TOLERANCE_S))
+    sizes = frame.groupby(period.to_numpy())["row"].transform("size")
+    alone = np.zeros(len(req), dtype=bool)
+    alone[frame.loc[sizes.to_numpy() == 1, "row"].to_numpy()] = True
+    if periods is not None and periods.observed is not None:
+        observed = np.zeros(len(req), dtype=bool)
+        observed[periods.row[periods.observed]] = True
+        alone &= observed
+    return alone

@@ -13,9 +13,10 @@ from pdprobe.analysis.capacity.perf_busy import (
     BUSY_GAP_TOLERANCE_S,
     busy_periods,
     busy_segments,
-    isolated_prefills,
     isolated_rows,
 )
+
+from ._data import alone_reference
 
 EPOCH_S = 1.7e9  # epoch seconds today: float64 steps of ~2.4e-7 s
 
@@ -48,7 +49,7 @@ def test_back_to_back_prefills_with_rounded_timestamps_form_one_period() -> None
     assert (gap > 0).sum() > 10 and np.abs(gap).max() < 1e-6
     busy = busy_periods(req, sample=False)
     assert np.all(busy.period == 1)  # one period: every request but the first queued
-    assert not isolated_prefills(req, busy).any()
+    assert not isolated_rows(req, busy).size and not alone_reference(req).any()
 
 
 def test_a_real_idle_gap_opens_a_period() -> None:
@@ -59,7 +60,8 @@ def test_a_real_idle_gap_opens_a_period() -> None:
     assert req["queue_s"].iloc[3] == 0.0
     busy = busy_periods(req, sample=False)
     assert busy.period.tolist() == [1, 1, 1, 2, 3, 4]
-    assert isolated_prefills(req, busy).tolist() == [False] * 3 + [True] * 3
+    assert isolated_rows(req, busy).tolist() == [3, 4, 5]
+    assert alone_reference(req).tolist() == [False] * 3 + [True] * 3
     # the tolerance is what tells them apart: a gap of 5 ms is well beyond it
     assert 4 * BUSY_GAP_TOLERANCE_S < 0.005
 
@@ -84,13 +86,13 @@ def test_the_sampled_reconstruction_keeps_neighbours_within_the_tolerance(
     assert part.observed is not None and len(part) < 0.5 * len(full)
     observed = np.zeros(len(req), dtype=bool)
     observed[part.row[part.observed]] = True
-    alone = isolated_prefills(req, full)
+    alone = alone_reference(req)
     assert alone.all() if idle_s > BUSY_GAP_TOLERANCE_S else not alone.any()
-    assert np.array_equal(isolated_prefills(req, part), alone & observed)
-    for busy in (full, part):  # the positions of the same requests, without the mask
+    assert np.array_equal(alone_reference(req, part), alone & observed)
+    for busy in (full, part):  # exact for every request, or every sampled one
         rows = isolated_rows(req, busy)
         assert rows.dtype == np.int32
-        np.testing.assert_array_equal(rows, np.flatnonzero(isolated_prefills(req, busy)))
+        np.testing.assert_array_equal(rows, np.flatnonzero(alone_reference(req, busy)))
     # the periods' ends are the true ones (the tolerance only widened the overlap test)
     np.testing.assert_array_equal(
         part.end, (req["arrival_ts"] + req["queue_s"] + req["prefill_s"]).to_numpy()[part.row])

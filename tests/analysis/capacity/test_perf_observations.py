@@ -18,7 +18,7 @@ from pdprobe.analysis.capacity.perf_observations import (
     BUSY_SEGMENT_S,
     busy_periods,
     busy_segments,
-    isolated_prefills,
+    isolated_rows,
     sort_by_group,
 )
 from pdprobe.analysis.capacity.perf_policy import (
@@ -27,7 +27,7 @@ from pdprobe.analysis.capacity.perf_policy import (
     prefill_observations,
 )
 from pdprobe.profiles import DEFAULT_PROFILE, load_profile
-from tests.analysis.capacity._data import dataset
+from tests.analysis.capacity._data import alone_reference, dataset
 
 
 def _prefills(n: int, instances: int = 4, rate: float = 12.0, seed: int = 7,
@@ -68,12 +68,14 @@ def test_sampled_periods_keep_exact_isolation_for_the_sampled_requests(
     assert full.sample is None and full.observed is None
     assert part.sample is not None and part.observed is not None
     assert len(part) < 0.5 * len(full)
-    alone_full = isolated_prefills(req, full)
-    alone_part = isolated_prefills(req, part)
+    alone_full = alone_reference(req)
+    alone_part = np.zeros(len(req), dtype=bool)
+    alone_part[isolated_rows(req, part)] = True
     observed = np.zeros(len(req), dtype=bool)
     observed[part.row[part.observed]] = True
     assert alone_part.sum() > 20
     assert np.array_equal(alone_part, alone_full & observed)  # exact on the sample, nowhere else
+    assert np.flatnonzero(alone_full).tolist() == isolated_rows(req, full).tolist()
 
 
 def test_sampled_busy_segments_are_exact_ones_and_the_fit_agrees(
@@ -262,7 +264,7 @@ def test_prefill_observations_by_chunks_are_the_whole_column_reads(
     prompt = req["prompt_tokens"].to_numpy(dtype=float)
     cached = np.nan_to_num(req["cached_tokens"].to_numpy(dtype=float), nan=0.0)
     ok = np.isfinite(t) & (req["status"] == "ok").to_numpy()
-    alone = ok & isolated_prefills(req)
+    alone = ok & alone_reference(req)
     for keep, what in ((alone, "prefill_s of requests alone on their instance"),
                        (ok, BUSY_SEGMENTS)):
         obs = prefill_observations(ds)

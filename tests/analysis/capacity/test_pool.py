@@ -11,7 +11,7 @@ from pdprobe.analysis.capacity.perf_busy import BUSY_GAP_TOLERANCE_S
 from pdprobe.analysis.capacity.perf_fit import (
     DecodeModel,
     busy_segments,
-    isolated_prefills,
+    isolated_rows,
 )
 from pdprobe.analysis.capacity.pool import (
     NARROW_REQUESTS,
@@ -93,13 +93,13 @@ def test_arrival_profile_windows_and_within_burstiness() -> None:
     assert "within 10 s windows" in how
 
 
-def test_isolated_prefills_and_busy_segments() -> None:
+def test_isolated_rows_and_busy_segments() -> None:
     req = pd.DataFrame({
         "arrival_ts": [0.0, 0.5, 5.0, 0.0], "queue_s": [0.0, 0.0, 0.0, 0.0],
         "prefill_s": [1.0, 1.5, 1.0, 1.0], "prefill_instance": ["p0", "p0", "p0", "p1"],
         "prompt_tokens": [100, 200, 300, 400], "cached_tokens": [0.0, 50.0, 0.0, 0.0],
     })
-    assert isolated_prefills(req).tolist() == [False, False, True, True]
+    assert isolated_rows(req).tolist() == [2, 3]
     seg = busy_segments(req)
     assert seg is not None
     u, attn, busy = seg
@@ -169,7 +169,7 @@ def test_busy_periods_match_a_plain_groupby() -> None:
                         "cached_tokens": rng.integers(0, 9, n).astype(float)})
     alone, (u, attn, busy) = _busy_reference(req)
     assert 100 < alone.sum() < n  # both kinds occur
-    assert np.array_equal(isolated_prefills(req), alone)
+    assert isolated_rows(req).tolist() == np.flatnonzero(alone).tolist()
     seg = busy_segments(req)
     assert seg is not None
     assert seg[0] == pytest.approx(u, rel=1e-12)  # same segments, in the same order

@@ -19,7 +19,7 @@ from pdprobe.analysis.capacity.estimate import CapacityOptions
 from pdprobe.analysis.capacity.perf_fit import (
     BUSY_SEGMENTS,
     fit_prefill,
-    isolated_prefills,
+    isolated_rows,
     prefill_observations,
 )
 from pdprobe.analysis.capacity.prefill_sample import sample_prefill_rows
@@ -117,7 +117,7 @@ def test_sampled_observations_are_the_full_ones_at_the_sampled_rows() -> None:
     part = prefill_observations(ds, max_points=500)
     assert not isinstance(full, str) and not isinstance(part, str)
     assert part[3].startswith(f"{LONE} (a sample of 500 of {len(full[1]):,} requests, stratified")
-    alone = np.flatnonzero(isolated_prefills(ds.requests))
+    alone = isolated_rows(ds.requests)
     taken = sample_prefill_rows(ds.requests, alone, max_points=500)
     assert taken is not None
     at = np.searchsorted(alone, taken.rows)  # every lone request is usable here
