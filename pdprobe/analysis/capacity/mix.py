@@ -198,10 +198,15 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         else np.zeros(n_rows)
     arrival = requests["arrival_ts"]
     # a float64 column is read in place (its NaN are the missing ones): no 80 MB copy and
-    # missing-value pass at 10 million requests; a mix keeps it only in its population
-    # (read only), the small unsampled mix a copy
-    ts = arrival.to_numpy() if arrival.dtype == np.float64 else \
-        arrival.to_numpy(dtype=np.float64, na_value=np.nan)
+    # missing-value pass at 10 million requests; a mix keeps it only in its population, the
+    # small unsampled mix a copy. The view is made read-only (a view object of its own, so
+    # pandas' array keeps its flags): no in-place write through the population can reach the
+    # records the evidence reads on the other thread
+    if arrival.dtype == np.float64:
+        ts = arrival.to_numpy().view()
+        ts.flags.writeable = False
+    else:
+        ts = arrival.to_numpy(dtype=np.float64, na_value=np.nan)
     column_ts = ts
     ok, scan = usable_records(ts, prompt, output, cached)
     scanned = (prompt, output)  # (their chunk sums hold while the mix keeps these arrays)

@@ -197,6 +197,22 @@ def test_chunk_sums_that_could_wrap_are_not_kept(dtype: type) -> None:
     assert kept.sums is not None and kept.sums.prompt.tolist() == [sum(int(x) for x in small)]
 
 
+def test_a_population_holding_the_records_arrivals_cannot_write_into_them() -> None:
+    """A sampled mix of records in order keeps the records' own arrival column, read-only;
+    the frame's column itself keeps its flags."""
+    frame = _frame(5_000).sort_values("arrival_ts", kind="stable").reset_index(drop=True)
+    column = frame["arrival_ts"].to_numpy()
+    writeable = column.flags.writeable
+    sampled = mix_from_requests(frame, rate_rps=None, timescale_s=2.0, description="t",
+                                max_requests=500)
+    pop = sampled.population
+    assert pop is not None and np.shares_memory(pop.arrival_ts, column)
+    assert not pop.arrival_ts.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        pop.arrival_ts[0] = 0.0
+    assert frame["arrival_ts"].to_numpy().flags.writeable == column.flags.writeable == writeable
+
+
 def test_a_window_with_too_few_sampled_requests_says_so() -> None:
     frame, _, sampled = _mixes(20_000, 200)
     ds = dataset(frame)
