@@ -41,15 +41,27 @@ def octaves(values: np.ndarray) -> np.ndarray:
     return np.clip(bits, 0, LENGTH_OCTAVES - 1, out=bits)
 
 
+# Strata codes below this are counted in a table (``stratified_sample`` a chunk at a time).
+FEW_STRATA: Final = 1 << 15
+# ``stratified_sample`` keeps each chunk's counts for its second pass (instead of counting
+# the chunk again) while all of them hold at most this many cells (8 MB): length strata
+# (4,096 codes) at 10 million items are 625,000.
+STRATA_TABLE_CELLS: Final = 1 << 20
+
+
 def length_strata(*lengths: np.ndarray, counts: list[np.ndarray] | None = None
                   ) -> np.ndarray:
     """Each request's length stratum: the octave of each length array, combined into one
     integer code (two arrays give codes below 2^12, as int16: memory, a fifth of int64's).
-    ``counts``: each chunk's requests per stratum are appended to it (small codes only), for
-    ``stratified_sample``: counted while the chunk's codes are at hand, not in a pass of
-    their own."""
+    ``counts``: each chunk's requests per stratum are appended to it (small codes only, and
+    only while all the chunks' tables hold at most ``STRATA_TABLE_CELLS`` cells: beyond that
+    none is, and ``stratified_sample`` counts them itself), for ``stratified_sample``:
+    counted while the chunk's codes are at hand, not in a pass of their own."""
     n = len(lengths[0])
-    small = LENGTH_OCTAVES ** len(lengths) <= 2**15
+    cells = LENGTH_OCTAVES ** len(lengths)
+    small = cells <= 2**15
+    if counts is not None and -(-n // sampling.PASS_CHUNK) * cells > STRATA_TABLE_CELLS:
+        counts = None  # (memory: a table per chunk without bound)
     code = np.zeros(n, dtype=np.int16 if small else np.int64)
     for lo in range(0, n, sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         part = np.zeros(min(sampling.PASS_CHUNK, n - lo), dtype=np.int64)
@@ -59,16 +71,8 @@ def length_strata(*lengths: np.ndarray, counts: list[np.ndarray] | None = None
             part += octave
         code[lo:lo + sampling.PASS_CHUNK] = part
         if counts is not None and small:
-            counts.append(np.bincount(part, minlength=LENGTH_OCTAVES ** len(lengths)))
+            counts.append(np.bincount(part, minlength=cells))
     return code
-
-
-# Strata codes below this are counted in a table (``stratified_sample`` a chunk at a time).
-FEW_STRATA: Final = 1 << 15
-# ``stratified_sample`` keeps each chunk's counts for its second pass (instead of counting
-# the chunk again) while all of them hold at most this many cells (8 MB): length strata
-# (4,096 codes) at 10 million items are 625,000.
-STRATA_TABLE_CELLS: Final = 1 << 20
 
 
 def stratified_sample(strata: np.ndarray, size: int,
@@ -100,7 +104,9 @@ def stratified_sample(strata: np.ndarray, size: int,
     del k
     starts = range(0, n, sampling.PASS_CHUNK)
     if chunk_counts is not None and len(chunk_counts) == len(starts):  # (codes >= 0)
-        counts = np.sum(chunk_counts, axis=0)
+        counts = chunk_counts[0].copy()
+        for here in chunk_counts[1:]:  # (a running sum: no stack of every table)
+            counts += here
         width = int(np.flatnonzero(counts)[-1]) + 1  # the largest code's, as below
         return _systematic(codes, pos, counts[:width], [c[:width] for c in chunk_counts],
                            size)
