@@ -205,6 +205,8 @@ def row_hashes(chunk: pa.Array, out: np.ndarray | None = None) -> np.ndarray | N
     for a null id (an id's hash of 0 becomes 1), written into ``out`` (one row per id) when
     given; None when the chunk holds ids the hash does not take (not ASCII, longer than
     ``HASH_MAX_ID_BYTES``)."""
+    if not len(chunk):  # no ids: no hashes (None would mean ids the hash cannot take)
+        return np.zeros(0, np.uint64) if out is None else out
     nulls = chunk.null_count
     if out is None:
         out = np.zeros(len(chunk), np.uint64) if nulls else None

@@ -185,3 +185,26 @@ def test_ids_held_whole_are_hashed_on_two_cores_alike(monkeypatch: pytest.Monkey
     if odd_chunk is None:
         np.testing.assert_array_equal(both, single)
     assert count_duplicates(ids) == one_thread == _exact(ids)
+
+
+def test_an_empty_chunk_hashes_to_no_rows_not_to_unhashable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty chunk is zero hashes (None would mean "these ids cannot be hashed"): counting
+    among chosen rows with an empty chunk read again, and a batch's hashes past the reserved
+    rows (``into`` None), go on as without it."""
+    from pdprobe.collectors import request_id_hashes
+
+    empty = pa.array([], pa.string())
+    got = request_ids.row_hashes(empty)
+    assert got is not None and got.dtype == np.uint64 and got.size == 0
+    slot = np.zeros(0, np.uint64)
+    assert request_ids.row_hashes(empty, slot) is slot
+    values = ["a", "b", "a", None, "c", "b"]
+    chunks = [pa.array(values[:3]), empty, pa.array(values[3:], pa.string())]
+    hashes = np.concatenate([request_ids.row_hashes(c) for c in chunks])  # type: ignore[misc]
+    rows = np.array([True, True, True, True, False, True])
+    assert request_ids.count_hashed(hashes, rows, lambda: iter(chunks)) == (2, 4)
+    # a batch whose cleaning left an empty chunk, hashed past the reserved rows
+    monkeypatch.setattr(request_id_hashes, "cleaned_ids", lambda arr: [arr, empty])
+    parts = request_id_hashes.batch_hashes(pa.array(["x", "y"]))
+    assert parts is not None and [p.size for p in parts] == [2, 0]
