@@ -33,7 +33,6 @@ from pdprobe.collectors.request_columns import (
 from pdprobe.collectors.request_id_hashes import IdHashes, cleaned_ids
 from pdprobe.collectors.request_outputs import (
     OutputColumn,
-    _batch_floats,
     _Floats,
     _Ints,
     owned,
@@ -114,6 +113,12 @@ def _whole_tokens(canonical: str, t: pa.DataType, cmap: ColumnMap,
     return (canonical in _TOKEN_COLUMNS and pa.types.is_integer(t) and known is not None
             and not known.may_be_nan and cmap.scales.get(canonical, 1.0) == 1.0
             and known.within(0.0, _upper_bound(canonical)))
+
+
+def _trusted(known: Bounds | None, sink: _Floats | _Ints) -> Bounds | None:
+    """A footer's ``known`` bounds of a column, or None when the column held a null the footer
+    did not announce: its "no NaN" is wrong (and nothing else of it is trusted either)."""
+    return None if known is None or (sink.nulls and not known.may_be_nan) else known
 
 
 # Codes are held as int8 while a column has at most this many distinct values (pandas holds a
@@ -297,14 +302,13 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
 
                     factor = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[arrival_type.unit]
                     ints = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
-                    arrival_sink.add(np.asarray(ints, dtype=np.float64) * factor)
+                    arrival_sink.put(np.asarray(ints, dtype=np.float64) * factor)
                 else:
-                    arrival_sink.add(_batch_floats(col))
+                    arrival_sink.add(col)
             else:
                 arrival_sink.add(col)
             for canonical, sink in numeric.items():
-                col = batch.column(cmap.sources[canonical])
-                sink.add(_batch_floats(col) if isinstance(sink, _Floats) else col)  # _Ints: col
+                sink.add(batch.column(cmap.sources[canonical]))
             for canonical, csink in codes.items():
                 csink.add(batch.column(cmap.sources[canonical]))
             for canonical, tsink in text.items():
@@ -329,7 +333,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
         else:
             arrival, notes, arrival_bounds = numeric_arrival_bounded(
                 values, cmap, arrival_name, notes,
-                bounds.get(arrival_name) if bounds else None)
+                _trusted(bounds.get(arrival_name) if bounds else None, arrival_sink))
     else:
         arrival, notes, _ = _arrival_seconds(arrival_sink.column(arrival_type), cmap,
                                              arrival_name)
@@ -337,9 +341,11 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
     if bounds:
         if arrival_bounds is not None:
             out.bounds["arrival_ts"] = arrival_bounds  # scaled as the times were
-        out.bounds.update((canonical, bounds[cmap.sources[canonical]])
-                          for canonical, sink in numeric.items()
-                          if isinstance(sink, _Floats | _Ints) and cmap.sources[canonical] in bounds)
+        for canonical, sink in numeric.items():
+            known = (_trusted(bounds.get(cmap.sources[canonical]), sink)
+                     if isinstance(sink, _Floats | _Ints) else None)
+            if known is not None:
+                out.bounds[canonical] = known
     for canonical, sink in numeric.items():
         name = cmap.sources[canonical]
         if isinstance(sink, _Floats | _Ints):

@@ -63,13 +63,16 @@ def owned(values: np.ndarray) -> np.ndarray:
 
 
 class _Floats(OutputColumn):
-    """float64 values of a numeric-typed column."""
+    """float64 values of a numeric-typed column. ``nulls``: whether a batch held a null (a
+    footer that said none was wrong: ``request_assemble`` then drops its bounds)."""
 
     def __init__(self, rows: int | None) -> None:
         super().__init__(rows, np.float64)
+        self.nulls = False
 
-    def add(self, values: np.ndarray) -> None:
-        self.put(values)
+    def add(self, arr: pa.Array) -> None:
+        self.nulls = self.nulls or bool(arr.null_count)
+        self.put(_batch_floats(arr))
 
     def finish(self) -> np.ndarray:
         return owned(self.collected())
@@ -80,13 +83,16 @@ class _Ints(OutputColumn):
     (``request_assemble._whole_tokens``): the canonical int64 column written as read, not
     float64 that ``request_canonical`` turns back into int64 (two full-length conversions at
     10M rows). A batch with nulls all the same (a footer that lied) turns the column into
-    float64 with NaN, what ``_Floats`` would have held."""
+    float64 with NaN, what ``_Floats`` would have held, and sets ``nulls`` (the footer's
+    bounds are then dropped: their "no NaN" is wrong)."""
 
     def __init__(self, rows: int | None) -> None:
         super().__init__(rows, np.int64)
         self.rows = rows
+        self.nulls = False
 
     def add(self, arr: pa.Array) -> None:
+        self.nulls = self.nulls or bool(arr.null_count)
         view = values_view(arr) if self.dtype == np.int64 else None
         if view is None and self.dtype == np.int64:
             held = self.collected()  # float64 from here on, as _Floats holds them

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -95,19 +96,36 @@ def test_token_columns_the_footer_shows_in_range_are_read_as_int64(
 
 
 def test_a_null_the_footer_did_not_announce_turns_int64_tokens_into_floats() -> None:
+    """A footer that shows no null where there is one: the int64 tokens turn into float64 with
+    NaN, and the footer's bounds of every column where that happened (read as int64 or as
+    float64) are dropped, so the canonical step drops and warns about the row as without a
+    footer instead of trusting "no NaN" (NaN as int64 is -2**63)."""
     from pdprobe.collectors.request_bounds import Bounds
+    from pdprobe.collectors.request_canonical import _canonicalise
 
     table = pa.table({"arrival_ts": np.arange(6.0),
                       "prompt_tokens": pa.array([1, 2, 3, None, 5, 6], pa.int64()),
-                      "output_tokens": pa.array([1, 2, 3, 4, 5, 6], pa.int64())})
+                      "output_tokens": pa.array([1, 2, 3, 4, None, 6], pa.int64()),
+                      "ttft_s": pa.array([1, None, 3, 4, 5, 6], pa.int64())})
     cmap = map_columns(table.column_names)
-    lying = {"prompt_tokens": Bounds(1.0, 6.0, False), "output_tokens": Bounds(1.0, 6.0, False)}
-    got = assemble(table.to_batches(max_chunksize=2), table.schema, cmap, 6, bounds=lying)
-    plain = assemble(table.to_batches(max_chunksize=2), table.schema, cmap, 6)
+    lying = {"prompt_tokens": Bounds(1.0, 6.0, False),  # in range: read as int64 at first
+             "output_tokens": Bounds(1.0, 1e12, False),  # out of range: read as float64
+             "ttft_s": Bounds(1.0, 6.0, False), "arrival_ts": Bounds(0.0, 5.0, True)}
+
+    def read(bounds: dict[str, Bounds] | None) -> Any:
+        return assemble(table.to_batches(max_chunksize=2), table.schema, cmap, 6, bounds=bounds)
+
+    got, plain = read(lying), read(None)
     np.testing.assert_array_equal(got.numeric["prompt_tokens"][0],
                                   plain.numeric["prompt_tokens"][0])  # float64, NaN kept
     assert got.numeric["prompt_tokens"][0].dtype == np.float64
-    assert got.numeric["output_tokens"][0].dtype == np.int64
+    assert set(got.bounds) == {"arrival_ts"}  # footers that missed a null are not trusted
+    loaded, expect = (_canonicalise(Path("r.parquet"), a, cmap, "parquet", 0, False)
+                      for a in (read(lying), plain))
+    pd.testing.assert_frame_equal(loaded.frame, expect.frame)
+    assert loaded.rows == expect.rows == 4
+    assert loaded.warnings == expect.warnings and len(expect.warnings) == 2
+    assert loaded.frame["prompt_tokens"].min() == 1
 
 
 def test_text_in_a_numeric_column_is_converted_over_the_whole_column() -> None:
@@ -336,7 +354,7 @@ def test_numbers_and_dictionaries_are_read_without_importing_pandas() -> None:
     import sys
 
     code = ("import sys, numpy as np, pyarrow as pa\n"
-            "from pdprobe.collectors.request_assemble import _batch_floats, values_view\n"
+            "from pdprobe.collectors.request_outputs import _batch_floats, values_view\n"
             "def arr(t, values):  # pa.array would import pandas itself\n"
             "    return pa.Array.from_buffers(t, len(values), [None, pa.py_buffer(values)])\n"
             "out = [_batch_floats(arr(pa.float64(), np.arange(5.0))),\n"
