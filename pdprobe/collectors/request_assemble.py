@@ -32,9 +32,9 @@ from pdprobe.collectors.request_columns import (
 )
 from pdprobe.collectors.request_id_hashes import IdHashes, cleaned_ids
 from pdprobe.collectors.request_outputs import (
+    Floats,
+    Ints,
     OutputColumn,
-    _Floats,
-    _Ints,
     owned,
 )
 from pdprobe.collectors.request_values import (
@@ -44,8 +44,8 @@ from pdprobe.collectors.request_values import (
     _to_float,
     _to_text,
     _unknown_counts,
-    _upper_bound,
     numeric_arrival_bounded,
+    upper_bound,
     values_view,
 )
 from pdprobe.dataset import REQUEST_STATUSES
@@ -112,10 +112,10 @@ def _whole_tokens(canonical: str, t: pa.DataType, cmap: ColumnMap,
 
     return (canonical in _TOKEN_COLUMNS and pa.types.is_integer(t) and known is not None
             and not known.may_be_nan and cmap.scales.get(canonical, 1.0) == 1.0
-            and known.within(0.0, _upper_bound(canonical)))
+            and known.within(0.0, upper_bound(canonical)))
 
 
-def _trusted(known: Bounds | None, sink: _Floats | _Ints) -> Bounds | None:
+def _trusted(known: Bounds | None, sink: Floats | Ints) -> Bounds | None:
     """A footer's ``known`` bounds of a column, or None when the column held a null the footer
     did not announce: its "no NaN" is wrong (and nothing else of it is trusted either)."""
     return None if known is None or (sink.nulls and not known.may_be_nan) else known
@@ -253,17 +253,17 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
     arrival_type = types[arrival_name]
     arrival_plain = _plain_number(arrival_type)
     arrival_ts = pa.types.is_timestamp(arrival_type)
-    arrival_sink: _Floats | _Chunks = (_Floats(rows) if arrival_plain or arrival_ts
+    arrival_sink: Floats | _Chunks = (Floats(rows) if arrival_plain or arrival_ts
                                        else _Chunks())
-    numeric: dict[str, _Floats | _Ints | _Chunks] = {}
+    numeric: dict[str, Floats | Ints | _Chunks] = {}
     for canonical in NUMERIC_COLUMNS:
         name = cmap.sources.get(canonical)
         if name is None:
             continue
         if _whole_tokens(canonical, types[name], cmap, bounds.get(name) if bounds else None):
-            numeric[canonical] = _Ints(rows)
+            numeric[canonical] = Ints(rows)
         else:
-            numeric[canonical] = _Floats(rows) if _plain_number(types[name]) else _Chunks()
+            numeric[canonical] = Floats(rows) if _plain_number(types[name]) else _Chunks()
     codes: dict[str, _Codes | _Chunks] = {}
     text: dict[str, _Chunks] = {}
     id_sink: IdHashes | None = None
@@ -284,7 +284,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
 
     n = 0
     reserved = [sink.out for sink in (arrival_sink, *numeric.values())
-                if isinstance(sink, _Floats | _Ints) and sink.out is not None]
+                if isinstance(sink, Floats | Ints) and sink.out is not None]
     reserved += [sink.codes.out for sink in codes.values()
                  if isinstance(sink, _Codes) and sink.codes.out is not None]
     if id_sink is not None and id_sink.hashes is not None and id_sink.hashes.out is not None:
@@ -296,7 +296,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             if id_sink is not None:  # first: hashed while the other columns are converted
                 id_sink.add(batch.column(cmap.sources["request_id"]))
             col = batch.column(arrival_name)
-            if isinstance(arrival_sink, _Floats):
+            if isinstance(arrival_sink, Floats):
                 if arrival_ts:
                     import pyarrow.compute as pc
 
@@ -324,7 +324,7 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
 
     notes: list[str] = []
     arrival_bounds: Bounds | None = None
-    if isinstance(arrival_sink, _Floats):
+    if isinstance(arrival_sink, Floats):
         values = arrival_sink.finish()
         if arrival_ts:
             if arrival_type.tz is None:
@@ -343,12 +343,12 @@ def assemble(batches: Iterable[Any], schema: pa.Schema, cmap: ColumnMap,
             out.bounds["arrival_ts"] = arrival_bounds  # scaled as the times were
         for canonical, sink in numeric.items():
             known = (_trusted(bounds.get(cmap.sources[canonical]), sink)
-                     if isinstance(sink, _Floats | _Ints) else None)
+                     if isinstance(sink, Floats | Ints) else None)
             if known is not None:
                 out.bounds[canonical] = known
     for canonical, sink in numeric.items():
         name = cmap.sources[canonical]
-        if isinstance(sink, _Floats | _Ints):
+        if isinstance(sink, Floats | Ints):
             out.numeric[canonical] = (sink.finish(), 0)
         else:
             values, non_numeric = _to_float(sink.column(types[name]))

@@ -35,7 +35,7 @@ from pdprobe.collectors.request_ids import count_duplicates, count_hashed
 from pdprobe.collectors.request_values import (
     QUOTE_FIRST,
     _rows_hint,
-    _upper_bound,
+    upper_bound,
 )
 from pdprobe.collectors.validate import (
     MAX_KV_BYTES_PER_TOKEN,
@@ -138,11 +138,11 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
             values *= scale  # in place: the column is held once
         # the footer's range, when it has one and it is in range, answers the range check
         known = src.bounds.get(canonical)
-        if known is not None and known.within(0.0, _upper_bound(canonical), scale):
+        if known is not None and known.within(0.0, upper_bound(canonical), scale):
             # nothing out of range: a mask of the column's shape whose pages stay untouched
             out_of_range, why = np.zeros(values.shape, dtype=bool), ""
         else:
-            out_of_range, why = implausible(values, 0.0, _upper_bound(canonical))
+            out_of_range, why = implausible(values, 0.0, upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):
             # integers with no null and nothing out of range: no row is unusable, and every
             # value is whole already (rint would change nothing)
@@ -325,7 +325,7 @@ def _drop_unusable(values: np.ndarray, out_of_range: np.ndarray, why: str, valid
         unusable |= out_of_range
     newly = unusable & valid
     if newly.any():
-        bad = implausible(np.where(valid, values, np.nan), 0.0, _upper_bound(canonical))[1]
+        bad = implausible(np.where(valid, values, np.nan), 0.0, upper_bound(canonical))[1]
         parts = [p for p in (bad, f"{non_numeric} not numeric" if non_numeric else "") if p]
         warnings.append(
             f"{dropped} {int(newly.sum())} row(s) whose {name} is missing, not a "

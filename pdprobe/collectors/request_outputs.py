@@ -2,8 +2,8 @@
 
 Each canonical column is written into one array reserved for the rows the reader announced
 (the batch is then released), so a 10M-row read holds each column once plus one batch.
-Numeric columns are written as float64 (``_Floats``), or as int64 for token columns whose
-footer range makes the float64 detour useless (``_Ints``).
+Numeric columns are written as float64 (``Floats``), or as int64 for token columns whose
+footer range makes the float64 detour useless (``Ints``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def owned(values: np.ndarray) -> np.ndarray:
     return values if values.flags.writeable else values.copy()
 
 
-class _Floats(OutputColumn):
+class Floats(OutputColumn):
     """float64 values of a numeric-typed column. ``nulls``: whether a batch held a null (a
     footer that said none was wrong: ``request_assemble`` then drops its bounds)."""
 
@@ -71,19 +71,21 @@ class _Floats(OutputColumn):
         self.nulls = False
 
     def add(self, arr: pa.Array) -> None:
+        """One batch of the column (an Arrow array), converted and written."""
         self.nulls = self.nulls or bool(arr.null_count)
-        self.put(_batch_floats(arr))
+        self.put(batch_floats(arr))
 
     def finish(self) -> np.ndarray:
+        """Every batch's values in row order, writable."""
         return owned(self.collected())
 
 
-class _Ints(OutputColumn):
+class Ints(OutputColumn):
     """int64 values of an integer token column the footer shows null-free and in range
     (``request_assemble._whole_tokens``): the canonical int64 column written as read, not
     float64 that ``request_canonical`` turns back into int64 (two full-length conversions at
     10M rows). A batch with nulls all the same (a footer that lied) turns the column into
-    float64 with NaN, what ``_Floats`` would have held, and sets ``nulls`` (the footer's
+    float64 with NaN, what ``Floats`` would have held, and sets ``nulls`` (the footer's
     bounds are then dropped: their "no NaN" is wrong)."""
 
     def __init__(self, rows: int | None) -> None:
@@ -92,26 +94,28 @@ class _Ints(OutputColumn):
         self.nulls = False
 
     def add(self, arr: pa.Array) -> None:
+        """One batch of the column (an Arrow array), written as int64 while it has no null."""
         self.nulls = self.nulls or bool(arr.null_count)
         view = values_view(arr) if self.dtype == np.int64 else None
         if view is None and self.dtype == np.int64:
-            held = self.collected()  # float64 from here on, as _Floats holds them
+            held = self.collected()  # float64 from here on, as Floats holds them
             OutputColumn.__init__(self, self.rows, np.float64)
             self.put(held)
-        self.put(view if view is not None else _batch_floats(arr))
+        self.put(view if view is not None else batch_floats(arr))
 
     def finish(self) -> np.ndarray:
+        """Every batch's values in row order (int64, or float64 once a null came), writable."""
         return owned(self.collected())
 
 
-def _batch_floats(arr: pa.Array) -> np.ndarray:
+def batch_floats(arr: pa.Array) -> np.ndarray:
     """One batch of an integer or float column as numbers (NaN for null, no copy when the
     column is float64 or integers without nulls)."""
     import pyarrow as pa
 
     view = values_view(arr)
     if view is not None and (view.dtype == np.float64 or view.dtype.kind in "iu"):
-        return view  # integers -> float64 when written into _Floats, as Arrow casts them
+        return view  # integers -> float64 when written into Floats, as Arrow casts them
     import pyarrow.compute as pc
 
     # safe=False: int64 beyond 2**53 (epoch nanoseconds) rounds instead of failing

@@ -354,7 +354,7 @@ def _status_of(value: str | None) -> str | None:
     return None
 
 
-def _upper_bound(canonical: str) -> float:
+def upper_bound(canonical: str) -> float:
     """The largest value of a canonical numeric column a real request can have."""
     if canonical.endswith("_tokens"):
         return MAX_TOKENS

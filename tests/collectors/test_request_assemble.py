@@ -354,11 +354,11 @@ def test_numbers_and_dictionaries_are_read_without_importing_pandas() -> None:
     import sys
 
     code = ("import sys, numpy as np, pyarrow as pa\n"
-            "from pdprobe.collectors.request_outputs import _batch_floats, values_view\n"
+            "from pdprobe.collectors.request_outputs import batch_floats, values_view\n"
             "def arr(t, values):  # pa.array would import pandas itself\n"
             "    return pa.Array.from_buffers(t, len(values), [None, pa.py_buffer(values)])\n"
-            "out = [_batch_floats(arr(pa.float64(), np.arange(5.0))),\n"
-            "       _batch_floats(arr(pa.int64(), np.arange(5))),\n"
+            "out = [batch_floats(arr(pa.float64(), np.arange(5.0))),\n"
+            "       batch_floats(arr(pa.int64(), np.arange(5))),\n"
             "       values_view(arr(pa.int32(), np.arange(5, dtype=np.int32)))]\n"
             "from pdprobe.collectors.request_values import _dictionary_codes\n"
             "names = pa.StringArray.from_buffers(3, pa.py_buffer(np.array([0, 3, 4, 4],\n"
@@ -369,3 +369,21 @@ def test_numbers_and_dictionaries_are_read_without_importing_pandas() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split() == ["False", "[10.0,", "10.0,", "10.0]"]
+
+
+def test_the_output_columns_and_token_limit_shared_across_modules_are_public() -> None:
+    """``request_assemble`` and ``request_canonical`` use these names of other modules: they are
+    public there (no leading underscore), and no module imports the old private names."""
+    import ast
+
+    from pdprobe.collectors import request_outputs, request_values
+
+    for module, name in ((request_outputs, "Floats"), (request_outputs, "Ints"),
+                         (request_outputs, "batch_floats"), (request_values, "upper_bound")):
+        assert callable(getattr(module, name, None)), name
+    private = {"_batch_floats", "_Floats", "_Ints", "_upper_bound"}
+    root = Path(request_outputs.__file__).parent
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not private & {a.name for a in node.names}, path.name
