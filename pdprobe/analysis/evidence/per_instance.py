@@ -20,7 +20,6 @@ from pdprobe.analysis.evidence.columns import (
     arrival_bins,
     merge_bins,
     reindex_bins,
-    transfer_seconds,
 )
 from pdprobe.analysis.evidence.registry import (
     GAUGE_BINS,
@@ -63,12 +62,6 @@ _READ_FOR_ROLES: Final[Mapping[str, frozenset[str]]] = {
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
 # The columns whose per-instance p90 is evidence (REQUEST_QUANTILES' "p90" statistics).
 _P90_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "p90")
-# A per-instance p90 read only where the request records give no cluster figure: the transfer
-# time's (``xfer_s_p90``) is read as the cluster's p90 only when the records hold no transfer
-# time (``transfer_figures``), so with them it is not computed: the median alone is a
-# partition per instance, not a sort (at 10M rows the prefill instances' 6M sampled transfer
-# times, ~15 ms).
-_P90_UNREAD_WITH_RECORDS = frozenset({"kv_transfer_s"})
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose
 # instances PD601's persistence check compares in it). Only frames a rule reads, and only from
 # a role column naming some instance of that role (or of unknown role): each costs a gather of
@@ -142,7 +135,6 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         return column_values(req, c) if c in req.columns else None
 
     bin_of_row = arrival_bins(ds, window)
-    p90_unread = _P90_UNREAD_WITH_RECORDS if transfer_seconds(ds) is not None else frozenset()
     roles = pd.Series(cols.text["role"], index=cols.index)
     cached = has("cached_tokens")
     # the cluster series' sample of each arrival bin (``series._request_series``), drawn
@@ -199,7 +191,10 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             data = values(c)
             if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
                 continue
-            p90 = c in _P90_INPUTS and c not in p90_unread
+            # every declared p90, at every table size: the transfer time's is read only when
+            # the records hold none (``transfer_figures``), but left out with them it let the
+            # xfer_s_p90 choice fall back to a gauge on sampled tables alone
+            p90 = c in _P90_INPUTS
             if c in derived and groups.sampled and not p90 and c in bin_read:
                 # the derived column computed once for the cells' medians and the
                 # instances' (``picks``): the same values, so the same medians

@@ -12,11 +12,16 @@ from pdprobe.analysis.evidence.selection import quantile_figures
 
 
 @pytest.mark.parametrize("exact_rows", [1_000_000, 1_000])
+@pytest.mark.parametrize("chunk_rows", [1 << 20, 150])
 def test_quantile_figures_are_the_figures_of_grouped(monkeypatch: pytest.MonkeyPatch,
-                                                     exact_rows: int) -> None:
-    """On a sampled grouping (above ``QUANTILE_EXACT_ROWS``) and on every row: the counts,
-    medians and p90s ``grouped.figures`` gives, cached per table."""
+                                                     exact_rows: int, chunk_rows: int) -> None:
+    """On a sampled grouping (above ``QUANTILE_EXACT_ROWS``), sorted in one block or a block
+    of groups at a time, and on every row: the counts, medians and p90s ``grouped.figures``
+    gives, cached per table."""
+    from pdprobe.analysis import row_slices
+
     monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", exact_rows)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk_rows)
     monkeypatch.setattr(grouped, "GROUP_SAMPLE_MAX", 100)
     rng = np.random.default_rng(3)
     n = 5_000
