@@ -62,6 +62,10 @@ _READ_FOR_ROLES: Final[Mapping[str, frozenset[str]]] = {
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
 # The columns whose per-instance p90 is evidence (REQUEST_QUANTILES' "p90" statistics).
 _P90_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "p90")
+# Each summarised column's registered statistics: every path below must give them all.
+_STATS_OF: Final[Mapping[str, frozenset[str]]] = {
+    c: frozenset(s.stat for s in REQUEST_QUANTILES if s.source == c)
+    for c in {s.source for s in REQUEST_QUANTILES}}
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose
 # instances PD601's persistence check compares in it). Only frames a rule reads, and only from
 # a role column naming some instance of that role (or of unknown role): each costs a gather of
@@ -209,8 +213,13 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             counted[c] = by_stat["count"]
             if not by_stat["count"].sum():
                 continue
+            # a path that computes fewer statistics (the early medians above: no mean, no
+            # p90) must not silently leave a registered column out
+            if not _STATS_OF.get(c, frozenset()) <= by_stat.keys():
+                raise RuntimeError(f"{c}: no {sorted(_STATS_OF[c] - by_stat.keys())} per "
+                                   f"instance for the registered columns")
             for s in REQUEST_QUANTILES:
-                if s.source == c and s.stat in by_stat:
+                if s.source == c:
                     cols.put(s.name, pd.Series(by_stat[s.stat][keep], index=index))
         if cached:
             ratio = _ratio(group_sums(req, col, "cached_tokens"),
