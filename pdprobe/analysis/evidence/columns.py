@@ -155,17 +155,12 @@ def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
 
 def arrivals_in_order(ds: Dataset) -> bool:
     """Whether the requests' arrivals never decrease (``row_slices.ascending``: so they hold
-    no NaN), checked once per request table (cached): the burst bins, the alive cells and
-    the length mix's split each read runs of rows when they do."""
-    from pdprobe.analysis.row_slices import ascending
-    from pdprobe.analysis.table_cache import table_cache
+    no NaN), checked once per request table (``table_facts.column_ascending``, the entry the
+    workload and the instance series read too): the burst bins, the alive cells and the
+    length mix's split each read runs of rows when they do."""
+    from pdprobe.analysis.table_facts import column_ascending
 
-    cache = table_cache(ds.requests)
-    key = ("ascending", "arrival_ts")
-    if key not in cache:
-        cache[key] = ascending(ds.requests["arrival_ts"].to_numpy(dtype=np.float64))
-    found: bool = cache[key]
-    return found
+    return column_ascending(ds.requests, "arrival_ts")
 
 
 def merge_bins(bins: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
