@@ -21,14 +21,14 @@ def binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarr
                            unit: str, in_order: bool | None = None) -> tuple[list[Mapping[str, TimeSeries]],
                                                list[tuple[np.ndarray, np.ndarray] | None]]:
     """Per key (codes, labels): the mean of ``values`` per (code, time bin) over the rows with
-    a code, a time and a value, as one regular series per code with a value: ``_binned_by`` on
-    integer codes, with no full-length bin, cell or mask array. Arrivals in time order (the
-    usual case) are read bin by bin (``_cell_sums_by_runs``), others slice by slice
-    (``_cell_sums_by_slices``): the same sums up to the last bits.
+    a code, a time and a value, as one regular series per code with a value:
+    ``instances._binned_by`` on integer codes, with no full-length bin, cell or mask array.
+    Arrivals in time order (the usual case) are read bin by bin (``_cell_sums_by_runs``),
+    others slice by slice (``_cell_sums_by_slices``): the same sums up to the last bits.
 
     Also per key, when every row has a time (so a bin): the non-NaN values and their sum per
     code over every row (None otherwise). ``in_order``: whether ``ts`` never decreases, when
-    the caller knows (``row_slices.column_ascending``)."""
+    the caller knows (``table_facts.column_ascending``)."""
     from pdprobe.analysis.row_slices import ascending, finite_ends
 
     n_bins = max(1, int(np.ceil((end - start) / step)))

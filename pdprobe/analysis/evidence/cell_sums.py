@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 # Whole numbers below this are exact in float64, and so is every sum of them below it.
 _EXACT: Final = 1 << 53
-# The (prefill, decode) pairs held as int16 slots.
-_PAIRS_MAX: Final = np.iinfo(np.int16).max
+# The most (prefill, decode) pairs taken: each bin's rows are counted (and summed) into a table
+# of every pair (a bincount of intp pair indices, ``n_a * n_b`` slots per bin), kept small.
+_PAIRS_MAX: Final = np.iinfo(np.int16).max  # 32,767
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,10 @@ def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
     """The rows of each grouping's cells and, when exact, each column's sums per cell (what
     ``cells.cell_groups(...).sums_of`` gives at the cells with rows: the sum of the non-NaN
     values) and per bin, from one pass over each bin's rows; None unless the bins (each
-    row's, below ``n_bins``) never decrease, both groupings cover every row and their pairs
-    fit an int16. The sums are None unless every value (NaN counted as 0) is a whole number
-    from 0 up whose sums stay below 2**53: not tested for a column ``whole`` marks so
-    (``table_facts.known_whole``: an earlier pass tested every value, none NaN)."""
+    row's, below ``n_bins``) never decrease, both groupings cover every row and they make at
+    most ``_PAIRS_MAX`` pairs. The sums are None unless every value (NaN counted as 0) is a
+    whole number from 0 up whose sums stay below 2**53: not tested for a column ``whole``
+    marks so (``table_facts.known_whole``: an earlier pass tested every value, none NaN)."""
     first, second = groupings
     n_rows = bins.size
     n_a, n_b = first.n_groups, second.n_groups
