@@ -87,12 +87,12 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
                        values: np.ndarray, start: float, step: float,
                        n_bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """``_cell_sums_by_slices`` of times in ascending order: each bin's rows are one run, found
-    by a binary search of the bins (``row_slices.key_starts``: the same floor division at a few
+    by a binary search of the bins (``key_search.key_starts``: the same floor division at a few
     hundred rows instead of every row), and each run's sums are one ``np.bincount`` over the
     joint codes of every key (``code_a * n_b + code_b``; a key's sums are its codes' sums over
     the other keys' codes: the same counts, sums up to the last bits), one pair of bincounts
     per bin instead of one per key (a quarter of the cost at 10M rows, and half of that)."""
-    from pdprobe.analysis.row_slices import key_starts
+    from pdprobe.analysis.key_search import key_starts
     from pdprobe.analysis.sampling import floor_quotient
 
     if not keys:

@@ -14,6 +14,7 @@ import numpy as np
 from pdprobe import signals as S
 from pdprobe.analysis.base import LabeledSeries, TimeSeries
 from pdprobe.analysis.instances import window_of
+from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
@@ -21,7 +22,6 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     finite_ends,
     has_values,
-    key_starts,
 )
 from pdprobe.analysis.stats import series_step
 from pdprobe.analysis.tables import has_signal, signal_rows
@@ -108,7 +108,7 @@ def _bin_bounds(arrival: np.ndarray, start: float, step: float,
     read in (None: the table's own, each bin a slice of rows).
 
     Arrivals in time order (the usual case) never decrease in bin, so the bounds are a binary
-    search of the very bins (``row_slices.key_starts``: ``_bin_of`` at a few thousand rows
+    search of the very bins (``key_search.key_starts``: ``_bin_of`` at a few thousand rows
     instead of every row, and no full-length bin array: 0.15 of 0.34 CPU-s at 10M rows).
     Others are binned row by row and, out of order, sorted stably by bin."""
     # (NaN times are not ascending; an infinite one has no bin of its own order)

@@ -16,13 +16,13 @@ import numpy as np
 
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
 from pdprobe.analysis.grouped import chunks, column_values, quantile_rows
+from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.length_shape import COUNTING_RANK_MAX, length_counts, length_distribution
 from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
     ascending,
     category_count,
     finite_ends,
-    key_starts,
     take_rows,
 )
 from pdprobe.analysis.table_facts import column_ascending, failed_mask

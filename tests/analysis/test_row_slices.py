@@ -11,7 +11,6 @@ from pdprobe.analysis.row_slices import (
     chunks,
     compact_dtype,
     index_dtype,
-    key_starts,
     take,
 )
 
@@ -90,21 +89,6 @@ def test_ascending_across_chunk_edges(monkeypatch) -> None:
     nan[7] = np.nan
     assert not row_slices.ascending(nan)
     assert row_slices.ascending(np.array([1, 1, 1, 2], dtype=np.int16))
-
-
-@pytest.mark.parametrize("n_keys", [1, 2, 7, 40])
-def test_key_starts_is_searchsorted_of_every_key(n_keys: int) -> None:
-    keys = np.sort(np.random.default_rng(n_keys).integers(0, 30, 1_000))
-    calls: list[int] = []
-
-    def key_at(rows: np.ndarray) -> np.ndarray:
-        calls.append(rows.size)
-        return keys[rows]
-
-    got = key_starts(key_at, n_keys, keys.size)
-    np.testing.assert_array_equal(got, np.searchsorted(keys, np.arange(n_keys), side="left"))
-    assert sum(calls) <= n_keys * 12  # about log2(1000) rows per key, not every row
-    assert key_starts(key_at, 3, 0).tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("categorical", [True, False])

@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from pdprobe.analysis.row_slices import runs_key_starts
+from pdprobe.analysis.key_search import runs_key_starts
 
 # Below this many arrivals a squared-CV estimate is noise; Poisson (1.0) is assumed instead.
 MIN_ARRIVALS_FOR_CV2: Final = 50

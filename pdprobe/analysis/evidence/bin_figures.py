@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pdprobe.analysis.evidence.cells import medians_of
+from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.row_slices import (
     Column,
     ascending,
@@ -22,7 +23,6 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     group_slices,
     index_dtype,
-    key_starts,
     take,
 )
 

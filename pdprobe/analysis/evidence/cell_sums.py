@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.row_slices import ascending, key_starts
+from pdprobe.analysis.key_search import key_starts
+from pdprobe.analysis.row_slices import ascending
 
 if TYPE_CHECKING:
     from pdprobe.analysis.grouped import Groups

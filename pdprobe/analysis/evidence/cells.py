@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from pdprobe.analysis import row_slices
+from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.row_sample import sample_rows
 from pdprobe.analysis.row_slices import (
     Column,
@@ -27,7 +28,6 @@ from pdprobe.analysis.row_slices import (
     compact_dtype,
     index_dtype,
     integer_array,
-    key_starts,
     take,
 )
 

@@ -131,9 +131,10 @@ def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
     Arrivals in time order (``arrivals_in_order``) have bins that never decrease (a
     subtraction, a division by the positive step, a floor and a clip each keep the order), so
     each bin's rows are one run: its first row is found by a binary search of the very bins
-    (``row_slices.key_starts``) and the bins are the runs repeated, not a float division of
+    (``key_search.key_starts``) and the bins are the runs repeated, not a float division of
     every arrival (10M rows: ~25 ms -> ~5 ms)."""
-    from pdprobe.analysis.row_slices import compact_dtype, key_starts
+    from pdprobe.analysis.key_search import key_starts
+    from pdprobe.analysis.row_slices import compact_dtype
     from pdprobe.analysis.table_cache import table_cache
 
     cache = table_cache(ds.requests)

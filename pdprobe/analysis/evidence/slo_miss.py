@@ -225,7 +225,7 @@ def _bursts_sorted(arrival: np.ndarray, missed: np.ndarray,
     rows, found by searching where each bin starts (the same floor divisions, at a few rows:
     they never decrease), and the misses in the busiest bins are counted in their runs, so
     no pass bins every arrival."""
-    from pdprobe.analysis.row_slices import key_starts
+    from pdprobe.analysis.key_search import key_starts
 
     n = arrival.size
     n_missed = int(np.count_nonzero(missed))
