@@ -104,8 +104,16 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
     # one slot per code and one (first) for the rows without a code, per key
     widths = [len(labels) + 1 for _codes, labels in keys]
     if int(np.prod(widths)) > _JOINT_SLOTS_MAX:  # too many joint cells: key by key
-        return [_key_sums_by_runs(codes, width, values, bounds, n_bins)
-                for (codes, _labels), width in zip(keys, widths, strict=True)]
+        return [_joint_run_sums([key], [width], values, bounds, n_bins)[0]
+                for key, width in zip(keys, widths, strict=True)]
+    return _joint_run_sums(keys, widths, values, bounds, n_bins)
+
+
+def _joint_run_sums(keys: list[tuple[np.ndarray, list[str]]], widths: list[int],
+                    values: np.ndarray, bounds: list[int],
+                    n_bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each key's per-(code, bin) sums and counts of ``values`` from one bincount pair per
+    bin's run of rows (``bounds``) over the keys' joint codes; one key alone is its own codes."""
     slots = int(np.prod(widths))
     # sum over the keys of (code + 1) * stride: the codes' combination plus one per stride
     offset = sum(int(np.prod(widths[k + 1:])) for k in range(len(widths)))
@@ -145,27 +153,6 @@ def _cell_sums_by_runs(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
 # Joint (code, code, ...) slots ``_cell_sums_by_runs`` counts per bin at most (two keys of
 # 120 and 40 instances: 5,000); more take a pass per key.
 _JOINT_SLOTS_MAX: Final = 1 << 16
-
-
-def _key_sums_by_runs(codes: np.ndarray, width: int, values: np.ndarray, bounds: list[int],
-                      n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """``_cell_sums_by_runs`` of one key whose joint slots would be too many."""
-    sums = np.zeros((width, n_bins))
-    counts = np.zeros((width, n_bins), dtype=np.int64)
-    for b in range(n_bins):
-        lo, hi = bounds[b], bounds[b + 1]
-        if hi <= lo:
-            continue
-        v = values[lo:hi]
-        nan = np.isnan(v)
-        c = codes[lo:hi]
-        if nan.any():
-            v, c = v[~nan], c[~nan]
-        slot = c.astype(np.intp)
-        slot += 1
-        sums[:, b] = np.bincount(slot, weights=v, minlength=width)
-        counts[:, b] = np.bincount(slot, minlength=width)
-    return sums[1:].ravel(), counts[1:].ravel()
 
 
 def _means(sums: np.ndarray, counts: np.ndarray, labels: list[str], n_bins: int, start: float,
