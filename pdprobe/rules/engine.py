@@ -20,12 +20,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pdprobe.rules.base import CAUSES, Evidence, Finding, Inconclusive, RuleContext, Severity
 
 if TYPE_CHECKING:
-    from pdprobe.analysis.base import CapacityResult
     from pdprobe.rules.base import Cause, RuleResult
 
 Condition = Literal["any", "overlap", "subset"]
@@ -173,14 +172,15 @@ def _only_quote_differs(a: RuleContext, b: RuleContext) -> bool:
 
 @dataclass(frozen=True)
 class _Watched(RuleContext):
-    """A rule's view of the context, noting whether it read the quoted capacity."""
+    """A rule's view of the context, noting whether it read the quoted capacity: any read of
+    the ``quoted_capacity`` field, through ``quoted`` or not, marks it."""
 
     read_quoted: list[bool] = field(default_factory=lambda: [False])
 
-    @property
-    def quoted(self) -> CapacityResult | None:
-        self.read_quoted[0] = True
-        return super().quoted
+    def __getattribute__(self, name: str) -> Any:
+        if name == "quoted_capacity":
+            object.__getattribute__(self, "read_quoted")[0] = True
+        return object.__getattribute__(self, name)
 
 
 def _strength(f: Finding) -> tuple[int, float, int, str]:

@@ -187,3 +187,22 @@ def test_rules_read_the_quoted_capacity_only_through_ctx_quoted() -> None:
     for path in Path(pdprobe.rules.__file__).parent.glob("*.py"):
         if path.name not in ("base.py", "engine.py"):
             assert "quoted_capacity" not in path.read_text(), path.name
+
+
+def test_any_read_of_the_quoted_capacity_is_noted() -> None:
+    """A rule's view notes the field read directly as well as through ``quoted``; reading
+    the capacity as built (the same in both passes) is not a read of the quote."""
+    from pdprobe.rules.engine import _Watched
+    from tests.rules.builders import capacity
+
+    ctx = scenario_context("prefill", capacity=capacity(rec_p=4, rec_d=4, dep_p=2, dep_d=4))
+
+    def view() -> _Watched:
+        return _Watched(**{f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)})
+
+    built = view()
+    assert built.capacity is ctx.capacity and built.read_quoted == [False]
+    direct = view()
+    assert direct.quoted_capacity is None and direct.read_quoted == [True]
+    through = view()
+    assert through.quoted is ctx.capacity and through.read_quoted == [True]
