@@ -291,6 +291,8 @@ def instance_rows(frame: pd.DataFrame, names_: list[str]) -> np.ndarray:
     import pandas as pd
 
     pos = frame.columns.get_indexer(pd.Index(names_))
+    if not frame.shape[1]:  # no instance column at all: every name lacks one
+        return np.full((len(names_), len(frame)), np.nan)
     out = np.ascontiguousarray(frame.to_numpy(dtype=np.float64).T[pos])
     out[pos < 0] = np.nan
     return out

@@ -106,3 +106,17 @@ def test_chi_square_p_equals_scipy_stats_chisquare() -> None:
         expected = float(counts.sum()) * fair.to_numpy()
         want = float(stats.chisquare(counts.to_numpy(), f_exp=expected).pvalue)
         assert _chi_square_p(source, counts, fair) == want
+
+
+def test_instance_rows_of_a_frame_without_instance_columns_are_all_missing() -> None:
+    """A per-bin frame holding no instance column gives NaN rows (the even share follows),
+    as for a name the frame lacks, not an IndexError."""
+    import numpy as np
+    import pandas as pd
+
+    from pdprobe.rules.pd501_traffic_skew import instance_rows
+
+    empty = instance_rows(pd.DataFrame(index=[1.0, 2.0]), ["a", "b"])
+    assert empty.shape == (2, 2) and np.isnan(empty).all()
+    some = instance_rows(pd.DataFrame({"b": [1.0, 2.0]}, index=[1.0, 2.0]), ["a", "b"])
+    assert np.isnan(some[0]).all() and some[1].tolist() == [1.0, 2.0]
