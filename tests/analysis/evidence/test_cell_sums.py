@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
+from pdprobe.analysis.evidence import cell_sums
 from pdprobe.analysis.evidence.bin_figures import bin_groups
 from pdprobe.analysis.evidence.cell_sums import joint_cells
 from pdprobe.analysis.evidence.cells import BinCells, cell_groups
@@ -69,13 +70,16 @@ def test_joint_cell_sums_refuse_what_is_not_exact(change: str) -> None:
         assert np.array_equal(found.counts[1], joint_cells(bins, 9, (first, second), ()).counts[1])
 
 
-def test_joint_cell_sums_of_columns_known_whole_are_the_tested_ones() -> None:
+def test_joint_cell_sums_of_columns_known_whole_are_the_tested_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A column marked whole (an earlier pass tested every value) is summed untested: the
     same floats as the tested pass."""
     bins, first, second, cached, prompt = _rows(5, 3_000)
     cached = np.nan_to_num(cached)  # a column known whole has no NaN
     tested = joint_cells(bins, 9, (first, second), (cached, prompt))
-    known = joint_cells(bins, 9, (first, second), (cached, prompt), (True, True))
+    with monkeypatch.context() as m:  # the marked columns are not tested again
+        m.setattr(cell_sums, "_whole", lambda v, n: pytest.fail("a column known whole tested"))
+        known = joint_cells(bins, 9, (first, second), (cached, prompt), (True, True))
     assert tested is not None and known is not None
     assert tested.sums is not None and known.sums is not None
     for want, got in zip(tested.sums, known.sums, strict=True):
