@@ -62,10 +62,6 @@ _READ_FOR_ROLES: Final[Mapping[str, frozenset[str]]] = {
 _MEAN_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "mean")
 # The columns whose per-instance p90 is evidence (REQUEST_QUANTILES' "p90" statistics).
 _P90_INPUTS = frozenset(s.source for s in REQUEST_QUANTILES if s.stat == "p90")
-# Each summarised column's registered statistics: every path below must give them all.
-_STATS_OF: Final[Mapping[str, frozenset[str]]] = {
-    c: frozenset(s.stat for s in REQUEST_QUANTILES if s.source == c)
-    for c in {s.source for s in REQUEST_QUANTILES}}
 # Per-bin medians of request columns, per instance: (request column, bins name, the role whose
 # instances PD601's persistence check compares in it). Only frames a rule reads, and only from
 # a role column naming some instance of that role (or of unknown role): each costs a gather of
@@ -199,9 +195,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             # the records hold none (``transfer_figures``), but left out with them it let the
             # xfer_s_p90 choice fall back to a gauge on sampled tables alone
             p90 = c in _P90_INPUTS
-            if c in derived and groups.sampled and not p90 and c in bin_read:
+            if c in derived and groups.sampled and not p90 and c not in _MEAN_INPUTS \
+                    and c in bin_read:
                 # the derived column computed once for the cells' medians and the
-                # instances' (``picks``): the same values, so the same medians
+                # instances' (``picks``): the same values, so the same medians (a column
+                # whose p90 or mean is evidence takes the figures below, which give them)
                 counted[c] = groups.counts(data)
                 if not counted[c].sum():
                     continue
@@ -213,11 +211,6 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             counted[c] = by_stat["count"]
             if not by_stat["count"].sum():
                 continue
-            # a path that computes fewer statistics (the early medians above: no mean, no
-            # p90) must not silently leave a registered column out
-            if not _STATS_OF.get(c, frozenset()) <= by_stat.keys():
-                raise RuntimeError(f"{c}: no {sorted(_STATS_OF[c] - by_stat.keys())} per "
-                                   f"instance for the registered columns")
             for s in REQUEST_QUANTILES:
                 if s.source == c:
                     cols.put(s.name, pd.Series(by_stat[s.stat][keep], index=index))
