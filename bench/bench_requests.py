@@ -18,8 +18,9 @@ Usage (from the repository root)::
     /work/venv/bin/python bench/bench_requests.py --formats parquet --repeat 3 --steps
 
 Prints Markdown tables and writes bench/out/bench_requests_<rows>.json. DuckDB is a bench
-extra (``pip install pdprobe[bench]``); ``--engine duckdb`` has pdprobe read JSON Lines with it
-too (``PDPROBE_REQUEST_ENGINE``, docs/inputs/requests.md), and the table says which reader ran. The 10M-row CSV and JSON Lines files take 2 and 4 GB.
+extra (``pip install pdprobe[bench]``), so with it installed pdprobe reads JSON Lines files of
+32 MiB or more with DuckDB too; ``--engine pyarrow`` measures pyarrow's reader instead
+(``PDPROBE_REQUEST_ENGINE``, docs/inputs/requests.md), and the table says which reader ran. The 10M-row CSV and JSON Lines files take 2 and 4 GB.
 """
 
 from __future__ import annotations
@@ -293,10 +294,10 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the best is kept")
     parser.add_argument("--no-duckdb", action="store_true")
-    parser.add_argument("--engine", choices=("pyarrow", "duckdb"),
+    parser.add_argument("--engine", choices=("auto", "pyarrow", "duckdb"),
                         help="pdprobe's JSON Lines reader (sets PDPROBE_REQUEST_ENGINE for the "
                              "measured processes; default: as the environment says, else "
-                             "pyarrow)")
+                             "auto: DuckDB for a file of 32 MiB or more when installed)")
     parser.add_argument("--steps", action="store_true",
                         help="also time pdprobe's read/fuse/summary steps apart (a third process "
                              "per cell) and check that they agree with DuckDB's numbers")
@@ -339,7 +340,7 @@ def main() -> None:
                "platform": platform.platform(),
                "load_1min": f"{load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end",
                # the JSON Lines reader the pdprobe cells used (docs/inputs/requests.md)
-               "engine": os.environ.get("PDPROBE_REQUEST_ENGINE", "").strip() or "pyarrow"}
+               "engine": os.environ.get("PDPROBE_REQUEST_ENGINE", "").strip() or "auto"}
     name = "_".join(_label(n) for n in args.rows)
     (args.out / f"bench_requests_{name}.json").write_text(json.dumps(
         {"machine": machine, "results": results}, indent=2, default=str))
@@ -355,7 +356,7 @@ def markdown(results: list[dict[str, Any]], machine: dict[str, Any]) -> str:
     """The end-to-end table (and the step table when measured)."""
     lines = [f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
              f"load average {machine['load_1min']}; pdprobe's JSON Lines reader: "
-             f"{machine.get('engine', 'pyarrow')} (PDPROBE_REQUEST_ENGINE)",
+             f"{machine.get('engine', 'auto')} (PDPROBE_REQUEST_ENGINE)",
              "",
              "| rows | format | size | load | pdprobe diagnose wall | CPU | peak RSS | exit "
              "| DuckDB wall | CPU | peak RSS | pdprobe / DuckDB wall | CPU |",

@@ -209,7 +209,12 @@ def main(argv: list[str] | None = None) -> None:
 # them and 1.4-1.9 s without (wall 9.3-10.2 s against 8.1-8.6 s). The CLI owns its process,
 # so it sets numpy's documented switch before numpy is imported; a value the user exported
 # (NUMPY_MADVISE_HUGEPAGE=1) wins. Library callers keep numpy's own default.
-PROCESS_DEFAULTS: Final = (("NUMPY_MADVISE_HUGEPAGE", "0"),)
+# numpy and scipy each load their own OpenBLAS with a thread per core. After a BLAS call (the
+# capacity fits' products over a few hundred thousand sampled rows) those threads spin,
+# waiting for more, on the cores pdprobe's own threads and pyarrow's decode are using: a 10M
+# Parquet diagnose took 7.1 CPU-s with them and 6.7 without, wall 4.2-4.3 s against
+# 4.0-4.2 s (docs/performance.md, eighth session). One BLAS thread is what the CLI wants.
+PROCESS_DEFAULTS: Final = (("NUMPY_MADVISE_HUGEPAGE", "0"), ("OPENBLAS_NUM_THREADS", "1"))
 
 
 def set_process_defaults() -> None:

@@ -1,12 +1,17 @@
-"""JSON Lines request records read by DuckDB: an opt-in engine at about half pyarrow's cost.
+"""JSON Lines request records read by DuckDB: about half pyarrow's cost on a big file.
 
-``PDPROBE_REQUEST_ENGINE=duckdb`` (with ``pip install 'pdprobe[duckdb]'``) has DuckDB parse a
-JSON Lines file in C++ on every core and hand the mapped keys over as Arrow record batches of
-the schema pyarrow's reader would use; they go into ``request_assemble.assemble`` like
-pyarrow's. On well-formed files the frame is identical (docs/inputs/requests.md).
+When DuckDB is installed (``pip install 'pdprobe[duckdb]'``), a plain JSON Lines file of
+``AUTO_MIN_BYTES`` or more is parsed by DuckDB in C++ on every core, which hands the mapped
+keys over as Arrow record batches of the schema pyarrow's reader would use; they go into
+``request_assemble.assemble`` like pyarrow's. On well-formed files the frame is identical
+(docs/inputs/requests.md). ``PDPROBE_REQUEST_ENGINE`` chooses otherwise: ``pyarrow`` always
+pyarrow, ``duckdb`` DuckDB whatever the size (an error when it is not installed), ``auto``
+(the default) as above. At 10M rows (4.1 GB) a whole ``diagnose`` takes 9.6 s with DuckDB
+against 13.4 s with pyarrow (docs/performance.md); below ``AUTO_MIN_BYTES`` the two cost
+about the same and pyarrow's stricter reading is kept.
 
-It is not the default because DuckDB's JSON reader accepts what pyarrow's refuses, and pyarrow
-skips such a line with a warning where DuckDB reads it: a number written as a string
+The engines differ only where DuckDB's JSON reader accepts a line pyarrow's refuses (pyarrow
+skips it with a warning, DuckDB reads it): a number written as a string
 (``"2.5"``) or a boolean in a number key (read as 2.5, 1.0), a trailing comma (``{"a": 1,}``),
 and ``nan``/``inf``/``1e999`` in keys pdprobe does not read. Checking each number's JSON type
 in SQL makes the read as expensive as pyarrow's (measured in docs/performance.md), so only the
@@ -33,9 +38,15 @@ from pdprobe.errors import InputError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# The switch: unset or "pyarrow" reads with pyarrow; "duckdb" with DuckDB where it applies.
+# The switch: "auto" (or unset) reads a big file with DuckDB when it is installed, "pyarrow"
+# always with pyarrow, "duckdb" with DuckDB wherever it applies.
 ENGINE_ENV: Final = "PDPROBE_REQUEST_ENGINE"
-ENGINES: Final = ("pyarrow", "duckdb")
+ENGINES: Final = ("auto", "pyarrow", "duckdb")
+# The size from which "auto" reads with DuckDB. Measured (docs/performance.md, eighth
+# session): at 16 MB both read in ~0.58 s with their imports, at 64 MB DuckDB 0.64-0.71 s
+# against 0.75-0.96 s, at 4.1 GB 6.8 s against 11-12 s; below it nothing is gained and
+# pyarrow's stricter reading (module docstring) is kept.
+AUTO_MIN_BYTES: Final = 32 << 20
 # Rows per Arrow batch handed to assemble: ~15 MB of columns at a time (DuckDB's own
 # buffers, ~150 MB whatever the file's size, hold the parsing ahead of it).
 DUCKDB_BATCH_ROWS: Final = 1 << 17
@@ -49,22 +60,26 @@ _QUOTE: Final = 34
 
 
 def engine() -> str:
-    """The request-reading engine ``PDPROBE_REQUEST_ENGINE`` asks for (``pyarrow`` when unset)."""
-    value = os.environ.get(ENGINE_ENV, "").strip().lower() or "pyarrow"
+    """The request-reading engine ``PDPROBE_REQUEST_ENGINE`` asks for (``auto`` when unset)."""
+    value = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
     if value not in ENGINES:
         raise InputError(f"{ENGINE_ENV}={value!r} is not one of {', '.join(ENGINES)}",
-                         hint=f"unset {ENGINE_ENV} to read request files with pyarrow")
+                         hint=f"unset {ENGINE_ENV} to have pdprobe choose the reader")
     return value
 
 
-def wanted() -> bool:
-    """Whether DuckDB is to read request files: asked for, and installed (else an
-    ``InputError`` saying how to install it)."""
-    if engine() != "duckdb":
+def wanted(size: int) -> bool:
+    """Whether DuckDB is to read a request file of ``size`` bytes: asked for (and then
+    installed, else an ``InputError`` saying how to install it), or left to ``auto`` with
+    the file at least ``AUTO_MIN_BYTES`` and DuckDB installed."""
+    chosen = engine()
+    if chosen == "pyarrow" or (chosen == "auto" and size < AUTO_MIN_BYTES):
         return False
     try:
         import duckdb  # noqa: F401
     except ImportError as exc:
+        if chosen == "auto":
+            return False
         raise InputError(f"{ENGINE_ENV}=duckdb but DuckDB is not installed",
                          hint="pip install 'pdprobe[duckdb]', or unset "
                               f"{ENGINE_ENV}") from exc
@@ -140,6 +155,9 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
     done = 0  # rows handed over: both readers skip the same blank lines, so row i is line i's
     con = duckdb.connect(config={"preserve_insertion_order": True})  # rows in file order
     try:
+        # DuckDB draws a progress bar on a terminal's stderr after 2 s; pdprobe's output is
+        # its own (a session setting: a connection's config refuses it)
+        con.execute("SET enable_progress_bar = false")
         relation = con.sql(_query(path, schema))
         # duckdb 2 names it to_arrow_reader, 1.x fetch_arrow_reader
         reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader

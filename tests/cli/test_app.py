@@ -207,17 +207,51 @@ def test_process_defaults_turn_numpy_hugepages_off_unless_exported(
     assert _in_fresh_process(code, **env) == expected
 
 
+_OPENBLAS_THREADS = """
+import ctypes
+from pdprobe.cli.app import set_process_defaults
+set_process_defaults()
+import numpy
+paths = sorted({w for w in open("/proc/self/maps").read().split() if "openblas" in w})
+for path in paths:
+    lib = ctypes.CDLL(path)
+    for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                 "openblas_get_num_threads64_", "openblas_get_num_threads"):
+        if hasattr(lib, name):
+            print(getattr(lib, name)())
+            break
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+@pytest.mark.parametrize(("exported", "expected"), [(None, "1"), ("2", "2")])
+def test_process_defaults_give_openblas_one_thread_unless_exported(
+        exported: str | None, expected: str) -> None:
+    """``entry`` keeps numpy's OpenBLAS to one thread (its idle threads spin on the cores
+    pdprobe's own threads use; docs/performance.md); a user's export wins."""
+    env = {} if exported is None else {"OPENBLAS_NUM_THREADS": exported}
+    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", _OPENBLAS_THREADS], capture_output=True,
+                          text=True, env={**environ, **env}, check=True, timeout=60)
+    counts = proc.stdout.split()
+    if not counts:
+        pytest.skip("numpy is not linked with OpenBLAS here")
+    assert set(counts) == {expected}
+
+
 def test_entry_applies_the_process_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     from pdprobe.cli import app as app_module
 
     def leave(code: int) -> None:
         raise SystemExit(code)
 
-    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "")  # recorded, so undone after the test
-    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE")
+    for name in ("NUMPY_MADVISE_HUGEPAGE", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(name, "")  # recorded, so undone after the test
+        monkeypatch.delenv(name)
     monkeypatch.setattr(app_module, "run", lambda: 0)
     monkeypatch.setattr(app_module, "keep_freed_memory", lambda: True)  # not in pytest's process
     monkeypatch.setattr(app_module.os, "_exit", leave)
     with pytest.raises(SystemExit):
         app_module.entry()
     assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0"
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"

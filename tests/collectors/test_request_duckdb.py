@@ -249,12 +249,17 @@ def test_after_drops_the_rows_already_handed_over() -> None:
         assert got == list(range(skip, 12))
 
 
+@duckdb_only
 def test_the_engine_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    big, small = request_duckdb.AUTO_MIN_BYTES, request_duckdb.AUTO_MIN_BYTES - 1
     monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
-    assert request_duckdb.engine() == "pyarrow"
-    assert not request_duckdb.wanted()
+    assert request_duckdb.engine() == "auto"
+    assert request_duckdb.wanted(big) and not request_duckdb.wanted(small)
+    monkeypatch.setenv(request_duckdb.ENGINE_ENV, "pyarrow")
+    assert not request_duckdb.wanted(big)
     monkeypatch.setenv(request_duckdb.ENGINE_ENV, " DuckDB ")
     assert request_duckdb.engine() == "duckdb"
+    assert request_duckdb.wanted(small) and request_duckdb.wanted(0)
     monkeypatch.setenv(request_duckdb.ENGINE_ENV, "polars")
     with pytest.raises(InputError, match="PDPROBE_REQUEST_ENGINE='polars' is not one of"):
         request_duckdb.engine()
@@ -265,8 +270,31 @@ def test_asking_for_duckdb_without_it_says_how_to_install_it(
     monkeypatch.setenv(request_duckdb.ENGINE_ENV, "duckdb")
     monkeypatch.setitem(sys.modules, "duckdb", None)  # import fails
     with pytest.raises(InputError, match="not installed") as info:
-        request_duckdb.wanted()
+        request_duckdb.wanted(0)
     assert "pdprobe[duckdb]" in (info.value.hint or "")
+
+
+def test_auto_without_duckdb_reads_with_pyarrow_without_a_word(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # import fails
+    assert not request_duckdb.wanted(request_duckdb.AUTO_MIN_BYTES * 4)
+
+
+@duckdb_only
+def test_auto_reads_a_big_file_with_duckdb_and_a_small_one_with_pyarrow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, _records())
+    size = path.stat().st_size
+    monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
+    spy = _Spy(monkeypatch)
+    small = read_requests(path, ReadContext())
+    assert spy.batches == 0
+    monkeypatch.setattr(request_duckdb, "AUTO_MIN_BYTES", size)
+    big = read_requests(path, ReadContext())
+    assert spy.batches > 0 and spy.resumed == 0 and spy.whole == 0
+    _same(big, small)
 
 
 def test_the_query_quotes_names_and_paths() -> None:
