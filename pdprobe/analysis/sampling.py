@@ -4,7 +4,7 @@ Reconstructing the decode batch every request shared sorts every start and end e
 capture: at 10 million requests that is most of a diagnosis, while a fit of three coefficients
 is settled by a few hundred thousand observations. Above ``SAMPLE_MAX_REQUESTS`` the fit
 observes the requests that *start* in evenly spread time blocks (every ``k``-th block of
-``SAMPLE_BLOCK_S``): a sample stratified by time window, holding every instance and every
+``SAMPLE_BLOCK_S``, about ``DECODE_SAMPLE_REQUESTS`` of them): a sample stratified by time window, holding every instance and every
 length that ran in those windows in proportion. Each sampled request's figure stays exact:
 the reconstruction runs on every request of the same instance that overlaps a sampled one,
 which is everything its figure depends on. Prefill busy periods are sampled the same way
@@ -41,6 +41,16 @@ from pdprobe.analysis.sample_runs import (
 # that many events cost under a second on one core. Every bundled input, simulated scenario
 # and public trace is below it, so their reports are exact.
 SAMPLE_MAX_REQUESTS: Final = 400_000
+# Above that threshold the decode sample holds about this many requests (one block in
+# ``ceil(n / that)``): a size, not a fraction of the capture, as for the busy periods below.
+# The overlap test, the sweep and the fit follow the sample (the passes finding the usable
+# rows read every request): at 10 million requests the capacity stage cost 1.15-1.19 CPU-s
+# with 400,000 (one block in 25) and 0.99-1.00 with 200,000 (one in 50), while the decode
+# figures moved by 9e-7 relative (the fit's R² 0.463 -> 0.459, rejected either way; the
+# profile's scale, a median of 400,000 or 200,000 ratios, 0.9967 both) and no count moved
+# (docs/model.md, "Sampled reconstructions"). The NNLS fit's first passes use 100,000 anyway
+# (perf_solver.NNLS_MAX_POINTS).
+DECODE_SAMPLE_REQUESTS: Final = 200_000
 # Prefill busy periods are sampled above this many prefills (more than decode's), and the
 # sample then holds about ``BUSY_SAMPLE_REQUESTS`` of them (one block in ``ceil(n / that)``):
 # a size, not a fraction of the capture, since the overlap test, the reconstruction and the

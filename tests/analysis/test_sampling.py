@@ -114,6 +114,57 @@ def test_sampled_fit_agrees_with_the_full_fit_on_simulated_scenarios(
         float(m_full.step_s(b_med, k_med)), rel=PRED_REL)
 
 
+def _decode_load(n: int, seed: int = 4, hours: float = 6.0, instances: int = 6
+                 ) -> dict[str, object]:
+    """Requests whose TPOT follows the batch and context they shared: ``0.012 + 2e-8·ctx +
+    4e-4·batch`` seconds, ±3 % noise (a fixed point of the reconstruction, four rounds)."""
+    rng = np.random.default_rng(seed)
+    arrival = 1.7e9 + np.sort(rng.uniform(0, hours * 3600, n))
+    ttft = rng.uniform(0.05, 0.5, n)
+    out = rng.integers(2, 600, n)
+    prompt = rng.integers(10, 6000, n)
+    inst = rng.integers(0, instances, n)
+    noise = rng.uniform(0.97, 1.03, n)
+    tpot = np.full(n, 0.03)
+    start = arrival + ttft
+    for _ in range(4):  # the TPOT from the batch, the batch from the TPOT (test data only)
+        b, k = decode_concurrency(start, start + tpot * (out - 1), prompt.astype(float),
+                                  (out - 1).astype(float), inst)
+        tpot = (0.012 + 2e-8 * k + 4e-4 * b) * noise
+    return {"arrival_ts": arrival, "prompt_tokens": prompt, "output_tokens": out,
+            "ttft_s": ttft, "tpot_s": tpot, "decode_instance": [f"d{i}" for i in inst]}
+
+
+def test_a_bounded_decode_sample_keeps_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``SAMPLE_MAX_REQUESTS`` the decode sample is a size (``DECODE_SAMPLE_REQUESTS``),
+    not a fraction: forced to a quarter and a twentieth of 40,000 requests (one block in
+    twenty: 200,000 of 10 million is one in fifty) the fitted step time at the median batch
+    stays within 1 % of the full fit's at the 10th, 50th and 90th percentile batch and
+    context (measured: -0.11 % to +0.06 %, 1,974 observations)."""
+    from pdprobe.analysis.capacity.perf_observations import decode_observations
+    from pdprobe.analysis.capacity.perf_policy import fit_decode
+    from pdprobe.profiles import DEFAULT_PROFILE, load_profile
+    from tests.analysis.capacity._data import dataset
+
+    n = 40_000
+    ds = dataset(_decode_load(n))
+    profile = load_profile(DEFAULT_PROFILE)
+    fits = {}
+    for limit, size in ((10**9, 10**9), (n // 4, n // 20)):
+        monkeypatch.setattr(sampling, "SAMPLE_MAX_REQUESTS", limit)
+        monkeypatch.setattr(sampling, "DECODE_SAMPLE_REQUESTS", size)
+        obs = decode_observations(ds)
+        assert not isinstance(obs, str)
+        fits[size] = (fit_decode(obs[0], obs[1], obs[2], profile)[0], obs)
+    (full, f_obs), (part, p_obs) = fits[10**9], fits[n // 20]
+    assert "a sample of" not in f_obs[3] and "one 60 s block in every 20;" in p_obs[3]
+    assert 0.03 * n <= len(p_obs[0]) <= 0.07 * n  # about the size asked for
+    assert full.source.startswith("fit") and part.source.startswith("fit")
+    # at the 10th, 50th and 90th percentile batch and context of the full data
+    b_q, k_q = np.percentile(f_obs[0], [10, 50, 90]), np.percentile(f_obs[1], [10, 50, 90])
+    assert part.step_s(b_q, k_q) == pytest.approx(full.step_s(b_q, k_q), rel=0.01)
+
+
 # --- the capacity mix's stratified sample (stratified_sample, length_strata) -----------------
 
 def _requests(n: int, seed: int = 5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis import sampling
+
 # The busy periods and the column helpers live in their own modules; their names stay
 # importable from here.
 from pdprobe.analysis.capacity.perf_busy import (
@@ -248,7 +250,8 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
         how = (f"pool total split evenly over {pool} decode instances" if pool else
                "whole pool as one instance (no decode_instance column and no instance count)")
     sample = sample_intervals(lambda at: decode_spans(cols, at)[:2], n,
-                              None if usable.all() else usable, group, runs=runs.done())
+                              None if usable.all() else usable, group, runs=runs.done(),
+                              size=sampling.DECODE_SAMPLE_REQUESTS)
     if sample is not None:  # exact figures for the sampled requests, from their overlaps
         observed = sample.observed
         rows = np.flatnonzero(sample.needed)
