@@ -46,7 +46,7 @@ SAMPLE_MAX_REQUESTS: Final = 400_000
 # The overlap test, the sweep and the fit follow the sample (the passes finding the usable
 # rows read every request): at 10 million requests the capacity stage cost 1.15-1.19 CPU-s
 # with 400,000 (one block in 25) and 0.99-1.00 with 200,000 (one in 50), while the decode
-# figures moved by 9e-7 relative (the fit's R² 0.463 -> 0.459, rejected either way; the
+# figures moved by at most 1.4e-6 relative (the fit's R² 0.463 -> 0.459, rejected either way; the
 # profile's scale, a median of 400,000 or 200,000 ratios, 0.9967 both) and no count moved
 # (docs/model.md, "Sampled reconstructions"). The NNLS fit's first passes use 100,000 anyway
 # (perf_solver.NNLS_MAX_POINTS).
@@ -56,14 +56,15 @@ DECODE_SAMPLE_REQUESTS: Final = 200_000
 # a size, not a fraction of the capture, since the overlap test, the reconstruction and the
 # fit follow the sample while only the passes that find the valid rows and the candidates
 # read every prefill (at 10 million prefills the capacity stage cost 1.69 CPU-s with one
-# block in three, 1.34 with one in ten and 1.15-1.22 with one in twenty). Every bundled input,
-# simulated scenario, public trace and the 1M bench capture is at or below the threshold
-# (exact). The prefill fit prefers requests that ran alone on their instance; under heavy
-# load they are rare, and when a sample holds too few the periods are rebuilt from every
-# prefill (``model_build.too_thin``, at the sample's cost on top). The 10M bench capture
-# keeps 215,090 lone requests in its one-in-twenty sample (a fit needs 30).
+# block in three, 1.34 with one in ten and 1.15-1.22 with one in twenty; with the decode
+# sample bounded too, 1.00-1.02 with one in twenty and 0.96-0.98 with one in forty, 250,000).
+# Every bundled input, simulated scenario, public trace and the 1M bench capture is at or
+# below the threshold (exact). The prefill fit prefers requests that ran alone on their
+# instance; under heavy load they are rare, and when a sample holds too few the periods are
+# rebuilt from every prefill (``model_build.too_thin``, at the sample's cost on top). The 10M
+# bench capture keeps 101,623 lone requests in its one-in-forty sample (a fit needs 30).
 BUSY_SAMPLE_MAX_REQUESTS: Final = 1_000_000
-BUSY_SAMPLE_REQUESTS: Final = 500_000
+BUSY_SAMPLE_REQUESTS: Final = 250_000
 # Length of a sampled time block: a minute holds many decode lifetimes (seconds to a minute),
 # so a block's overlap margin stays small against the block, and it is short against a capture
 # of hours, so the blocks fall in every phase of the load.

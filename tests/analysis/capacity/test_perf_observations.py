@@ -276,14 +276,16 @@ def test_prefill_observations_by_chunks_are_the_whole_column_reads(
         monkeypatch.setattr(perf_policy, "MIN_FIT_POINTS", int(alone.sum()) + 1)
 
 
+@pytest.mark.parametrize("size, every", [(2_500, 20), (1_250, 40)])
 def test_a_bounded_busy_sample_gives_the_full_fit_and_counts(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, size: int, every: int) -> None:
     """Above ``BUSY_SAMPLE_MAX_REQUESTS`` the busy-period sample is a size
-    (``BUSY_SAMPLE_REQUESTS``), not a fraction: forced to 5,000 and 2,500 of 50,000 prefills
-    (one block in twenty, as 1M and 500k are at 10 million) the plan keeps the full data's
-    recommended counts and its prefill fit (predicted alone time within 1 % at 500, 2,000 and
-    8,000 tokens, ±3 % service noise in the data; measured: 0.02-0.16 %, the same 2P/1D,
-    prefill service time +0.09 %, TTFT p90 estimate +0.26 %)."""
+    (``BUSY_SAMPLE_REQUESTS``), not a fraction: forced to 5,000 and 2,500 or 1,250 of 50,000
+    prefills (one block in twenty or forty, as 1M and 500k or 250k are at 10 million) the plan
+    keeps the full data's recommended counts and its prefill fit (predicted alone time within
+    1 % at 500, 2,000 and 8,000 tokens, ±3 % service noise in the data; measured: 0.02-0.16 %
+    and -0.02-+0.03 %, the same 2P/1D, prefill service time +0.09 % and +0.03 %, TTFT p90
+    estimate +0.26 % and +0.05 %)."""
     from pdprobe.analysis.capacity.estimate import CapacityOptions, estimate_capacity
     from pdprobe.analysis.capacity.mix import mix_from_requests
     from pdprobe.analysis.capacity.model_build import build_model
@@ -296,11 +298,11 @@ def test_a_bounded_busy_sample_gives_the_full_fit_and_counts(
     full_model = build_model(ds, mix, profile)
     full = estimate_capacity(ds, Missing("none"), options)
     monkeypatch.setattr(sampling, "BUSY_SAMPLE_MAX_REQUESTS", 5_000)
-    monkeypatch.setattr(sampling, "BUSY_SAMPLE_REQUESTS", 2_500)
+    monkeypatch.setattr(sampling, "BUSY_SAMPLE_REQUESTS", size)
     part_model = build_model(ds, mix, profile)
     part = estimate_capacity(ds, Missing("none"), options)
     assert not isinstance(full, Missing) and not isinstance(part, Missing)
-    assert any("busy periods are reconstructed around a sample" in n and "every 20" in n
+    assert any("busy periods are reconstructed around a sample" in n and f"every {every};" in n
                for n in part.notes)
     assert not any("busy periods are reconstructed around a sample" in n for n in full.notes)
     assert "alone on their instance" in part_model.inputs.prefill.source
