@@ -17,7 +17,7 @@ import numpy as np
 
 from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.perf_columns import category_codes, float_column, status_ok
-from pdprobe.analysis.table_facts import column_ascending
+from pdprobe.analysis.table_facts import column_ascending, failed_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -206,32 +206,35 @@ def _served_by_place(req: pd.DataFrame, edges: np.ndarray, has_status: bool) -> 
     """``served_counts`` of float64 columns and a categorical (or no) status: ``k`` =
     ``searchsorted(edges, t, "right")`` is window ``k - 1`` for ``1 <= k < len(edges)``
     (``window_index``'s windows; NaN sorts after every edge, -inf before), and 0 for a
-    request not ``ok``.
+    request not ``ok`` (``table_facts.failed_mask``).
 
     A run of ``PLACE_RUN`` completions whose earliest and latest share a place all have it
     (the search is monotone): the run's ``ok`` ones are counted there at once. A run holding
     a NaN (its minimum and maximum are NaN) or straddling an edge is placed one by one.
     """
     arrival, e2e = req["arrival_ts"].to_numpy(), req["e2e_s"].to_numpy()  # views, no copies
+    # the requests not ``ok`` (a missing status is ok): the table's cached mask, which the
+    # workload summary made on this thread already, not a test of each chunk's status codes
+    failed = failed_mask(req) if has_status else None
     places = np.zeros(len(edges) + 1, dtype=np.int64)
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         hi = lo + sampling.PASS_CHUNK
         t = np.add(arrival[lo:hi], e2e[lo:hi])
-        ok = status_ok(req, slice(lo, hi)) if has_status else None  # (its codes' chunk)
+        bad = failed[lo:hi] if failed is not None else None
         at = np.arange(0, len(t), PLACE_RUN)
         lowest = np.minimum.reduceat(t, at)  # (NaN when the run holds one: never whole)
         first = np.searchsorted(edges, lowest, side="right")
         last = np.searchsorted(edges, np.maximum.reduceat(t, at), side="right")
         whole = (first == last) & ~np.isnan(lowest)
-        counted = np.add.reduceat(ok.view(np.uint8), at, dtype=np.int64) if ok is not None \
-            else np.diff(np.append(at, len(t)))
+        sizes = np.diff(np.append(at, len(t)))
+        counted = sizes - np.add.reduceat(bad.view(np.uint8), at, dtype=np.int64) \
+            if bad is not None else sizes
         np.add.at(places, first[whole], counted[whole])
         if not whole.all():
-            sizes = np.diff(np.append(at, len(t)))
             each = np.repeat(~whole, sizes)
             k = np.searchsorted(edges, t[each], side="right")
-            if ok is not None:
-                k *= ok[each]
+            if bad is not None:
+                k[bad[each]] = 0
             places += np.bincount(k, minlength=len(edges) + 1)
     return places[1:len(edges)]
 
