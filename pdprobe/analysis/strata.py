@@ -58,21 +58,44 @@ def length_strata(*lengths: np.ndarray, counts: list[np.ndarray] | None = None
     none is, and ``stratified_sample`` counts them itself), for ``stratified_sample``:
     counted while the chunk's codes are at hand, not in a pass of their own."""
     n = len(lengths[0])
-    cells = LENGTH_OCTAVES ** len(lengths)
-    small = cells <= 2**15
-    if counts is not None and -(-n // sampling.PASS_CHUNK) * cells > STRATA_TABLE_CELLS:
-        counts = None  # (memory: a table per chunk without bound)
-    code = np.zeros(n, dtype=np.int16 if small else np.int64)
+    codes = StrataCodes(n, len(lengths), counts)
     for lo in range(0, n, sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
-        part = np.zeros(min(sampling.PASS_CHUNK, n - lo), dtype=np.int64)
-        for values in lengths:
-            octave = octaves(values[lo:lo + sampling.PASS_CHUNK])
+        codes.add(lo, *(values[lo:lo + sampling.PASS_CHUNK] for values in lengths))
+    return codes.code
+
+
+class StrataCodes:
+    """``length_strata`` built a chunk at a time by a caller's own pass over the lengths
+    (``population.usable_records``: each chunk's lengths are read once while they are in the
+    CPU cache, not again in a pass of their own): ``add`` each chunk of rows in turn, then
+    read ``code`` (and the ``counts`` list given, as ``length_strata`` fills it)."""
+
+    def __init__(self, n: int, arrays: int, counts: list[np.ndarray] | None = None) -> None:
+        self.cells = LENGTH_OCTAVES ** arrays
+        self.small = self.cells <= 2**15
+        if counts is not None and -(-n // sampling.PASS_CHUNK) * self.cells > \
+                STRATA_TABLE_CELLS:
+            counts = None  # (memory: a table per chunk without bound)
+        self.counts = counts if self.small else None
+        self.code = np.zeros(n, dtype=np.int16 if self.small else np.int64)
+
+    def add(self, lo: int, *lengths: np.ndarray) -> None:
+        """The codes of rows ``lo..lo + len - 1`` from their lengths (one array each)."""
+        part = octaves(lengths[0])  # (an array of its own: the first octave is the code so far)
+        for values in lengths[1:]:
             part *= LENGTH_OCTAVES
-            part += octave
-        code[lo:lo + sampling.PASS_CHUNK] = part
-        if counts is not None and small:
-            counts.append(np.bincount(part, minlength=cells))
-    return code
+            part += octaves(values)
+        hi = lo + len(part)
+        self.code[lo:hi] = part
+        if self.counts is None:
+            return
+        if lo % sampling.PASS_CHUNK or not (hi - lo == sampling.PASS_CHUNK or hi == len(self.code)):
+            # counts are per chunk of ``sampling.PASS_CHUNK`` rows (``stratified_sample``
+            # reads them so): chunks of another size leave it to count them itself
+            self.counts.clear()
+            self.counts = None
+            return
+        self.counts.append(np.bincount(part, minlength=self.cells))
 
 
 def stratified_sample(strata: np.ndarray, size: int,

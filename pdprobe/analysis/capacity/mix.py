@@ -208,7 +208,12 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     else:
         ts = arrival.to_numpy(dtype=np.float64, na_value=np.nan)
     column_ts = ts
-    ok, scan = usable_records(ts, prompt, output, cached)
+    limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
+    # the sample's length strata are found in the same pass as the usable rows (used when
+    # every row is usable as it is, in arrival order: the usual case)
+    counted: list[np.ndarray] = []  # (the strata's counts per chunk, made with them)
+    codes = strata.StrataCodes(n_rows, 2, counted) if n_rows > limit else None
+    ok, scan = usable_records(ts, prompt, output, cached, codes)
     scanned = (prompt, output)  # (their chunk sums hold while the mix keeps these arrays)
     every_row = bool(ok.all())  # the usual case: no copies of the selection
     if not every_row:
@@ -218,7 +223,6 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     cached = cached if every_row and scan.cached_as_is else cached_in_range(cached, prompt)
     if len(prompt) == 0:
         raise ValueError("no request has a prompt length, output length and arrival time")
-    limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
     order = None
     if not (scan.ascending if every_row else ascending(ts)):  # records are usually in order
         order = np.argsort(ts, kind="stable")
@@ -236,9 +240,15 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     sampled = len(ts) > limit
     cv2, how, load = arrival_profile(ts, timescale_s, keep_windows=not sampled,
                                      ordered=ordered)
-    counted: list[np.ndarray] = []  # (the strata's counts per chunk, made with them)
-    keep = strata.stratified_sample(strata.length_strata(prompt, output, counts=counted),
-                                    limit, counted) if sampled else None
+    code = None
+    if sampled and codes is not None and every_row and scan.outputs_positive and order is None:
+        code = codes.code  # the scan's: of these very arrays, in this order
+    elif sampled:  # (rows left out, outputs raised to 1 or sorted: strata of the arrays now)
+        counted = []
+        code = strata.length_strata(prompt, output, counts=counted)
+    del codes
+    keep = strata.stratified_sample(code, limit, counted) if code is not None else None
+    del code  # (memory: two bytes per request)
     if keep is None:
         return WorkloadMix(np.array(prompt, dtype=np.float64), np.array(cached, dtype=np.float64),
                            np.array(output, dtype=np.float64), float(rate_rps), cv2, how,

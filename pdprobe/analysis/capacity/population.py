@@ -18,6 +18,7 @@ import numpy as np
 
 from pdprobe.analysis.row_slices import ascending
 from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK
+from pdprobe.analysis.strata import StrataCodes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,12 +109,15 @@ class RecordScan:
 
 
 def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
-                   cached: np.ndarray) -> tuple[np.ndarray, RecordScan]:
+                   cached: np.ndarray, codes: StrataCodes | None = None
+                   ) -> tuple[np.ndarray, RecordScan]:
     """Which requests the mix can use (a finite arrival, a prompt of at least one token,
     finite lengths) and, of every row, what ``at_least_one``, ``cached_in_range`` and
     ``ascending`` would check (``RecordScan``): one pass a chunk at a time, each chunk's
     columns read once while they are in the CPU cache, instead of a pass per check (when
-    every row is usable the checks are of the very arrays the mix keeps)."""
+    every row is usable the checks are of the very arrays the mix keeps). ``codes``: every
+    row's length strata of ``prompt`` and ``output`` are added to it in the same pass (the
+    mix's sample when every row is usable as it is, in order)."""
     n = len(ts)
     ok = np.empty(n, dtype=bool)
     # integer lengths (the canonical dtype) hold no NaN: compared as they are, not as floats
@@ -136,6 +140,8 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
         as_is = as_is and _in_range(cached[at], prompt[at])
         # (each step to the next chunk's first included)
         rising = rising and ascending(ts[lo:min(lo + PASS_CHUNK, n - 1) + 1])
+        if codes is not None:
+            codes.add(lo, prompt[at], output[at])
         if sums is not None:
             sums[0].append(int(np.add.reduce(prompt[at])))
             sums[1].append(int(np.add.reduce(output[at])))

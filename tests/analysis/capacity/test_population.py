@@ -368,3 +368,33 @@ def test_usable_records_scan_is_what_the_helpers_find(monkeypatch: pytest.Monkey
         assert scan.cached_as_is <= (cached_in_range(cached, prompt) is cached), name
         assert scan.cached_as_is == (name not in ("neg_zero", "cached_high", "cached_nan",
                                                  "no_prompt")), name  # (0 <= prompt - 1)
+
+
+@pytest.mark.parametrize("flaw", ["clean", "unsorted", "zero_output", "nan_prompt"])
+@pytest.mark.parametrize("chunk, scan_chunk", [(1 << 16, 1 << 16), (64, 64), (1 << 16, 7)])
+def test_the_scans_strata_draw_the_sample_of_the_mixs_own_lengths(
+        monkeypatch: pytest.MonkeyPatch, flaw: str, chunk: int, scan_chunk: int) -> None:
+    """The sample's length strata are made in the usable-rows scan when every row is usable
+    as it is and in order, else from the lengths kept: either way the sample is the one
+    ``length_strata`` of the mix's own lengths draws (the scan's chunks of another size than
+    ``sampling.PASS_CHUNK``, its per-chunk counts left unused)."""
+    from pdprobe.analysis import strata as stratamod
+    from pdprobe.analysis.capacity import population
+
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(population, "PASS_CHUNK", scan_chunk)
+    frame = _frame(20_000).sort_values("arrival_ts", kind="stable").reset_index(drop=True)
+    if flaw == "unsorted":
+        frame = frame.sample(frac=1.0, random_state=5).reset_index(drop=True)
+    elif flaw == "zero_output":
+        frame.loc[7, "output_tokens"] = 0
+    elif flaw == "nan_prompt":
+        frame["prompt_tokens"] = frame["prompt_tokens"].astype(np.float64)
+        frame.loc[9, "prompt_tokens"] = np.nan
+    mix = mix_from_requests(frame, rate_rps=None, timescale_s=2.0, description="t",
+                            max_requests=2_000)
+    pop = mix.population
+    assert pop is not None and len(pop.rows) == 2_000
+    want = stratamod.stratified_sample(
+        stratamod.length_strata(pop.prompt_tokens, pop.output_tokens), 2_000)
+    np.testing.assert_array_equal(pop.rows, want)
