@@ -35,47 +35,83 @@ def joint_sums(groupings: list[Groups], values: np.ndarray) -> list[np.ndarray] 
     every row) from one pass over the rows, or None where that would not give the very same
     floats: a value that is NaN, infinite, negative or not a whole number, sums that could
     reach 2**53, a row without a group, or more cells than an int16 holds."""
+    return joint_sums_columns(groupings, [values])[0]
+
+
+def joint_sums_columns(groupings: list[Groups],
+                       columns: list[np.ndarray]) -> list[list[np.ndarray] | None]:
+    """``joint_sums(groupings, values)`` for each of ``columns`` from one pass over the rows:
+    each slice's cells are computed once for every column (a third of a column's cost)."""
     shape = tuple(g.n_groups for g in groupings)
-    n = values.size
+    n = columns[0].size if columns else 0
     if len(groupings) < 2 or not n or not all(g.complete for g in groupings) or \
-            int(np.prod(shape)) > _CELLS_MAX or values.dtype.kind not in "iuf":
-        return None
-    whole = values.dtype.kind in "iu"
-    cells = np.zeros(int(np.prod(shape)), dtype=np.int64 if whole else np.float64)
+            int(np.prod(shape)) > _CELLS_MAX:
+        return [None for _ in columns]
+    whole = [values.dtype.kind in "iu" for values in columns]
+    cells: list[np.ndarray | None] = [
+        np.zeros(int(np.prod(shape)), dtype=np.int64 if w else np.float64)
+        if values.dtype.kind in "iuf" else None for values, w in zip(columns, whole, strict=True)]
     for part in chunks(n):
-        v = values[part]
-        low, high = v.min(), v.max()  # (NaN: both NaN, so the test below fails)
-        # every value at most the largest, so every partial sum below 2**53 (Python ints:
-        # no overflow; a float product rounds to 2**53 or above when the true one is)
-        top = int(high) if whole else float(high)
-        if not (low >= 0 and top * n < _EXACT):
-            return None
-        if whole:
-            v = v.astype(np.int64, copy=False)  # (uint64 below 2**53: the same values)
-        elif not np.array_equal(v, np.floor(v)):
-            return None
+        if not any(c is not None for c in cells):
+            break
         cell = groupings[0].codes[part].astype(np.int16)
         for g, size in zip(groupings[1:], shape[1:], strict=True):
             cell *= size
             cell += g.codes[part]
-        np.add.at(cells, cell, v)
-    table = cells.reshape(shape)
+        for k, (values, is_whole, found) in enumerate(zip(columns, whole, cells, strict=True)):
+            if found is None:
+                continue
+            v = _exact(values[part], is_whole, n)
+            if v is None:
+                cells[k] = None
+                continue
+            np.add.at(found, cell, v)
     axes = range(len(shape))
-    return [table.sum(axis=tuple(a for a in axes if a != k)).astype(np.float64)
-            for k in axes]
+    return [None if found is None else
+            [found.reshape(shape).sum(axis=tuple(a for a in axes if a != k)).astype(np.float64)
+             for k in axes] for found in cells]
+
+
+def _exact(v: np.ndarray, whole: bool, n: int) -> np.ndarray | None:
+    """A slice ``v`` of a column of ``n`` values as added into its cells (int64 for an integer
+    column), or None unless each value is a whole number from 0 up and ``n`` of the largest
+    stay below 2**53."""
+    low, high = v.min(), v.max()  # (NaN: both NaN, so the test below fails)
+    # every value at most the largest, so every partial sum below 2**53 (Python ints: no
+    # overflow; a float product rounds to 2**53 or above when the true one is)
+    top = int(high) if whole else float(high)
+    if not (low >= 0 and top * n < _EXACT):
+        return None
+    if whole:
+        return v.astype(np.int64, copy=False)  # (uint64 below 2**53: the same values)
+    if not np.array_equal(v, np.floor(v)):
+        return None
+    return v
 
 
 def group_sums_each(table: pd.DataFrame, keys: list[str], column: str) -> list[np.ndarray]:
     """``grouped.group_sums(table, key, column)`` for each of ``keys``; those not cached yet
     from one pass over the rows when it gives the very same floats (``joint_sums``), else
     one pass per key. A joint pass records the column's values as whole (``know_whole``)."""
+    return group_sums_columns(table, keys, [column])[0]
+
+
+def group_sums_columns(table: pd.DataFrame, keys: list[str],
+                       columns: list[str]) -> list[list[np.ndarray]]:
+    """``group_sums_each(table, keys, column)`` for each of ``columns``, the joint passes of
+    every column at once (``joint_sums_columns``: each slice's cells computed once)."""
     cache = table_cache(table)
-    todo = [key for key in dict.fromkeys(keys) if ("sums", key, column) not in cache]
-    if len(todo) > 1:
-        found = joint_sums([key_groups(table, key) for key in todo], column_values(table, column))
-        if found is not None:
-            for key, sums in zip(todo, found, strict=True):
-                cache[("sums", key, column)] = sums
+    todo = [key for key in dict.fromkeys(keys)]
+    pending = [column for column in dict.fromkeys(columns)
+               if any(("sums", key, column) not in cache for key in todo)]
+    if len(todo) > 1 and pending:
+        found = joint_sums_columns([key_groups(table, key) for key in todo],
+                                   [column_values(table, column) for column in pending])
+        for column, sums in zip(pending, found, strict=True):
+            if sums is None:
+                continue
+            for key, key_sums in zip(todo, sums, strict=True):
+                cache.setdefault(("sums", key, column), key_sums)
             # every value passed the test of a whole number from 0 up, sums below 2**53
             know_whole(table, column)
-    return [group_sums(table, key, column) for key in keys]
+    return [[group_sums(table, key, column) for key in keys] for column in columns]
