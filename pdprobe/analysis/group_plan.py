@@ -40,17 +40,25 @@ class GroupPlan:
     rate: np.ndarray | None  # float32 per group; None: every row
 
     @classmethod
-    def of(cls, codes: np.ndarray, labels: Any, sample_max: int | None) -> GroupPlan:
-        """Count the rows per code, drop the unused codes and pick the sampling rates."""
+    def of(cls, codes: np.ndarray, labels: Any, sample_max: int | None,
+           counts: np.ndarray | None = None) -> GroupPlan:
+        """Count the rows per code, drop the unused codes and pick the sampling rates.
+
+        ``counts``: the rows per code (one per label) when another pass counted them over
+        every row (``grouped.know_code_counts``); taken only when they add up to every row (so
+        no row is without a code), instead of a count of every row (13 ms per 10M rows)."""
         raw = np.asarray(codes)
         if raw.dtype.kind not in "iu":
             raw = raw.astype(np.int64)
         names = [str(x) for x in labels]
         n = len(names)
-        per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
-        for part in chunks(raw.size):
-            np.add.at(per_code, raw[part], 1)  # (compact codes: ``moments``)
-        totals = per_code[:n]
+        if counts is not None and len(counts) == n and int(counts.sum()) == raw.size:
+            totals = np.asarray(counts, dtype=np.int64)
+        else:
+            per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
+            for part in chunks(raw.size):
+                np.add.at(per_code, raw[part], 1)  # (compact codes: ``moments``)
+            totals = per_code[:n]
         used = totals > 0
         ids = np.flatnonzero(used)
         if not used.all():  # renumber the used groups 0..k-1; unused and -1 rows go to -1
@@ -67,6 +75,16 @@ class GroupPlan:
             rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
         return cls(raw=raw, names=names, ids=ids, totals=totals, n_missing=n_missing,
                    ordered=ordered, rate=rate)
+
+    def draws(self) -> tuple[np.ndarray | int, np.ndarray]:
+        """What ``row_sample.sample_rows`` draws this plan's sample from: ``(raw, rate)``, or
+        ``(rows, rate[:1])`` when every row has a group and every group the same rate (a
+        round-robin router's instances): the same rows (one draw per row compared with the
+        same rate) without looking up each row's rate (a gather per row, 1 ms per million)."""
+        assert self.rate is not None
+        if not self.n_missing and self.rate.size and bool((self.rate == self.rate[0]).all()):
+            return self.raw.size, self.rate[:1]
+        return self.raw, self.rate
 
     def fields(self, rows: np.ndarray | None) -> dict[str, Any]:
         """``Groups``' fields, ordered on the sampled ``rows`` (when ``rate`` is set) or on

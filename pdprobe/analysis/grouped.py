@@ -118,9 +118,10 @@ def key_groupings(table: pd.DataFrame, keys: list[str]) -> list[Groups]:
     cache = table_cache(table)
     todo = [key for key in dict.fromkeys(keys) if ("groups", key) not in cache]
     per_group = sample_max(len(table), GROUP_SAMPLE_MAX)
-    plans = [GroupPlan.of(*table_key_codes(table, key), sample_max=per_group) for key in todo]
+    plans = [GroupPlan.of(*table_key_codes(table, key), sample_max=per_group,
+                          counts=cache.get(("code_counts", key))) for key in todo]
     samples: list[tuple[np.ndarray | int, np.ndarray]] = [
-        (plan.raw, plan.rate) for plan in plans if plan.rate is not None]
+        plan.draws() for plan in plans if plan.rate is not None]
     column_sample = bool(samples) and len(table) > QUANTILE_EXACT_ROWS and \
         "quantile_rows" not in cache
     if column_sample:
@@ -141,9 +142,18 @@ def key_groups(table: pd.DataFrame, key: str) -> Groups:
     cache = table_cache(table)
     if ("groups", key) not in cache:
         cache[("groups", key)] = Groups.of(*table_key_codes(table, key),
-                                           sample_max=sample_max(len(table), GROUP_SAMPLE_MAX))
+                                           sample_max=sample_max(len(table), GROUP_SAMPLE_MAX),
+                                           counts=cache.get(("code_counts", key)))
     found: Groups = cache[("groups", key)]
     return found
+
+
+def know_code_counts(table: pd.DataFrame, key: str, counts: np.ndarray) -> None:
+    """Record the rows of ``table`` per code of ``key`` (every label of ``table_key_codes``)
+    as another pass over every row counted them (the instance summaries' TTFT series): the
+    grouping of ``key`` made later (``key_groupings``) takes them instead of counting every
+    row again, when they add up to every row."""
+    table_cache(table)[("code_counts", key)] = counts
 
 
 def table_key_codes(table: pd.DataFrame, key: str) -> tuple[np.ndarray, list[str]]:

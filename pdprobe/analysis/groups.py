@@ -63,16 +63,18 @@ class Groups:
     ordered: bool = False
 
     @classmethod
-    def of(cls, codes: np.ndarray, labels: Any, sample_max: int | None = None) -> Groups:
+    def of(cls, codes: np.ndarray, labels: Any, sample_max: int | None = None,
+           counts: np.ndarray | None = None) -> Groups:
         """Group rows by ``codes`` (-1 for none) into ``labels[code]``; groups without rows are
         dropped (as a groupby with ``observed=True``).
 
         With ``sample_max``, a group of more rows is ordered on a fixed-seed random
         ``sample_max / rows`` of them (a Bernoulli sample per row: a round-robin router's period
-        cannot alias it), and only those rows are sorted.
+        cannot alias it), and only those rows are sorted. ``counts``: the rows per code, when
+        known (``GroupPlan.of``).
         """
-        plan = GroupPlan.of(codes, labels, sample_max)
-        rows = None if plan.rate is None else sample_rows(plan.raw, plan.rate, SAMPLE_SEED)
+        plan = GroupPlan.of(codes, labels, sample_max, counts)
+        rows = None if plan.rate is None else sample_rows(*plan.draws(), SAMPLE_SEED)
         return cls(**plan.fields(rows))
 
     @property

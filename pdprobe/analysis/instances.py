@@ -113,6 +113,7 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
         figures,
         group_sums,
         key_groupings,
+        know_code_counts,
         know_sums,
         table_key_codes,
     )
@@ -125,28 +126,34 @@ def _from_requests(dataset: Dataset, fields: dict[str, dict[str, Any]], start: f
              if dataset.has_request_column(column) and has_values(req, column)]
     # (cached: a string key factorized once, here and for its grouping)
     keys = [table_key_codes(req, column) for column, _latencies in roles]
-    # every role column's grouping at once (shared with the evidence): their samples and the
-    # whole-column sample drawn from one stream
-    groupings = key_groupings(req, [column for column, _latencies in roles])
     # every role column's TTFT series in one pass: the rows' bins are computed once for all
     ttft_series: list[Mapping[str, TimeSeries]] = [{} for _ in roles]
+    totals: list[tuple[np.ndarray, np.ndarray] | None] = [None for _ in roles]
     if roles and dataset.has_request_column("ttft_s"):
         ttft_series, totals = binned_means_by_codes(
             keys, req["arrival_ts"].to_numpy(dtype=np.float64),
             req["ttft_s"].to_numpy(dtype=np.float64), start, end, step, "s",
             column_ascending(req, "arrival_ts"))  # (cached: the workload asks it too)
-        # the series' cells cover every row (every arrival in a bin): their counts and sums
-        # per instance are the TTFT figures' own, so a sampled grouping's figures pass over
-        # the rows for the maxima alone
-        for (column, _latencies), groups, found in zip(roles, groupings, totals, strict=True):
-            if found is not None and groups.sampled:
-                know_sums(req, column, "ttft_s", *found)
+        # the series' cells cover every row (every arrival in a bin): when every row has a
+        # TTFT and an instance, their counts are the groupings' rows per instance (made next,
+        # without a count of their own)
+        for (column, _latencies), found in zip(roles, totals, strict=True):
+            if found is not None:
+                know_code_counts(req, column, found[0])
+    # every role column's grouping at once (shared with the evidence): their samples and the
+    # whole-column sample drawn from one stream
+    groupings = key_groupings(req, [column for column, _latencies in roles])
+    # the series' counts and sums per instance are the TTFT figures' own, so a sampled
+    # grouping's figures pass over the rows for the maxima alone
+    for (column, _latencies), groups, found in zip(roles, groupings, totals, strict=True):
+        if found is not None and groups.sampled:
+            know_sums(req, column, "ttft_s", *found)
     with_hits = dataset.has_request_column("cached_tokens") and has_values(req, "cached_tokens")
-    if with_hits:  # each column's sums of every role at once (when exact: ``joint_sums``)
-        from pdprobe.analysis.joint_sums import group_sums_each
+    if with_hits:  # both columns' sums of every role at once (when exact: ``joint_sums``)
+        from pdprobe.analysis.joint_sums import group_sums_columns
 
-        for source_col in ("cached_tokens", "prompt_tokens"):
-            group_sums_each(req, [column for column, _latencies in roles], source_col)
+        group_sums_columns(req, [column for column, _latencies in roles],
+                           ["cached_tokens", "prompt_tokens"])
     for (column, latencies), (_codes, labels), series_of, groups in zip(
             roles, keys, ttft_series, groupings, strict=True):
         # value_counts: every category (unused ones count 0), else every value present; the
