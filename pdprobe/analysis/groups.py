@@ -166,19 +166,34 @@ class Groups:
         sums = np.zeros(self.n_groups + 1)
         top = np.full(self.n_groups + 1, -np.inf)
         bar = _bar(floor)
+        # Until a slice holds a NaN, each slice is added without a NaN test: a NaN would make
+        # its group's sum NaN, so a sum that turns NaN has the slice added again as before
+        # (from the sums before it), and so is every later slice. The very sums, without a
+        # NaN mask of every row of a column without NaN (6 ms per 10M rows).
+        nan_seen = False
         for part in chunks(self.codes.size):
             v = take(values, part)
             # the compact codes themselves: ufunc.at widens its indices a buffer at a time,
             # cheaper than a widened copy of the slice (int8 codes of 120 instances at 10M
             # rows: 22 ms an add, where the copy and the add took 37 ms)
             codes = self.codes[part]
-            nan = np.isnan(v) if has_nan else None
-            if nan is not None and not nan.any():
-                nan = None
+            nan = None
+            if has_nan and not nan_seen:
+                before = sums.copy()
+                np.add.at(sums, codes, v)
+                if np.isnan(sums).any():  # a NaN (or inf - inf): added again, tested
+                    sums[:] = before
+                    nan_seen = True
+            if has_nan and nan_seen:
+                nan = np.isnan(v)
+                if not nan.any():
+                    nan = None
+                np.add.at(sums, codes, v if nan is None else np.where(nan, 0.0, v))
+            elif not has_nan:
+                np.add.at(sums, codes, v)
             counted = nan if probe is values else np.isnan(take(probe, part))
             if counted is not None and counted.any():
                 np.add.at(nan_rows, codes[counted], 1)
-            np.add.at(sums, codes, v if nan is None else np.where(nan, 0.0, v))
             if bar is None:
                 np.fmax.at(top, codes, v)
             else:  # (NaN is never above the bar)

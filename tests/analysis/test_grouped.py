@@ -437,6 +437,77 @@ def test_moments_in_one_pass_are_counts_sums_and_maxima(monkeypatch: pytest.Monk
     assert groups.ordered  # the sorted codes: integer sums per run
 
 
+def test_moments_of_infinities_of_both_signs_are_counts_sums_and_maxima(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sum that turns NaN without a NaN value (inf - inf) in an early slice, NaN in a later
+    one: ``moments`` adds the slices again as tested, to the bit ``counts``, ``sums`` and
+    ``maxima``."""
+    from pdprobe.analysis import row_slices
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 40)
+    rng = np.random.default_rng(31)
+    n = 400
+    codes = rng.integers(0, 4, n).astype(np.int8)
+    values = rng.normal(size=n)
+    values[[3, 5]] = [np.inf, -np.inf]
+    codes[[3, 5]] = 1
+    values[300] = np.nan
+    groups = Groups.of(codes, range(4))
+    for column in (values, np.where(np.isnan(values), 1.0, values)):
+        with np.errstate(invalid="ignore"):  # inf - inf
+            count, total, top = groups.moments(column)
+            want_total = groups.sums(column)
+        want = groups.counts(column)
+        np.testing.assert_array_equal(count, want)
+        np.testing.assert_array_equal(total, want_total)
+        np.testing.assert_array_equal(top, groups.maxima(column, want))
+    clean = rng.normal(size=n)
+    clean[250] = np.nan  # NaN in a later slice only
+    count, total, _top = groups.moments(clean)
+    np.testing.assert_array_equal(total, groups.sums(clean))
+    np.testing.assert_array_equal(count, groups.counts(clean))
+
+
+def test_known_code_counts_and_one_rate_draws_give_the_same_grouping(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grouping given its rows per code (``know_code_counts``) is the one that counts them,
+    and one whose groups share a sampling rate draws the same rows with that one rate;
+    counts that miss rows (a row without a key) are not taken."""
+    from pdprobe.analysis import grouped, row_slices
+    from pdprobe.analysis.group_plan import GroupPlan
+
+    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 1_000)
+    monkeypatch.setattr(grouped, "GROUP_SAMPLE_MAX", 300)
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 777)
+    n = 4_000
+    frame = pd.DataFrame({"rr": pd.Categorical.from_codes(np.arange(n) % 8,
+                                                          categories=list("abcdefgh")),
+                          "gap": pd.Categorical.from_codes(np.where(np.arange(n) % 9 == 0, -1,
+                                                                    np.arange(n) % 4),
+                                                           categories=list("wxyz"))})
+    plan = GroupPlan.of(*grouped.table_key_codes(frame, "rr"), sample_max=300)
+    assert isinstance(plan.draws()[0], int)  # one rate: no codes read
+    gap_plan = GroupPlan.of(*grouped.table_key_codes(frame, "gap"), sample_max=300)
+    assert not isinstance(gap_plan.draws()[0], int)  # rows without a key: never drawn
+    told = frame.copy()
+    grouped.know_code_counts(told, "rr", np.bincount(np.arange(n) % 8))
+    gap_codes = grouped.table_key_codes(frame, "gap")[0]
+    # the true rows per code miss the rows without a key: not taken
+    grouped.know_code_counts(told, "gap", np.bincount(gap_codes[gap_codes >= 0], minlength=4))
+    for key in ("rr", "gap"):
+        want = Groups.of(*grouped.table_key_codes(frame, key), sample_max=300,
+                         counts=None)
+        for got in (grouped.key_groupings(told, [key])[0], grouped.key_groups(frame, key)):
+            for field in ("order", "bounds", "totals", "ids", "codes"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    # the sample drawn with one rate is the one drawn with each row's rate
+    from pdprobe.analysis.row_sample import sample_rows
+
+    assert plan.rate is not None
+    np.testing.assert_array_equal(sample_rows(*plan.draws(), grouped.SAMPLE_SEED),
+                                  sample_rows(plan.raw, plan.rate, grouped.SAMPLE_SEED))
+
+
 def test_groupings_drawn_together_are_each_drawn_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Several keys' sampled groupings and the whole-column sample drawn from one stream are,
     to the row, those drawn one by one (slices, rows without a key, an unsampled key)."""

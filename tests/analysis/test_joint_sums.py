@@ -8,7 +8,12 @@ import pytest
 
 from pdprobe.analysis import row_slices
 from pdprobe.analysis.grouped import Groups, group_sums
-from pdprobe.analysis.joint_sums import group_sums_each, joint_sums
+from pdprobe.analysis.joint_sums import (
+    group_sums_columns,
+    group_sums_each,
+    joint_sums,
+    joint_sums_columns,
+)
 
 
 def _groupings(rng: np.random.Generator, n: int) -> list[Groups]:
@@ -101,3 +106,33 @@ def test_a_joint_pass_records_the_column_as_whole() -> None:
     assert known_whole(table, "tokens")
     assert not known_whole(table, "gaps") and not known_whole(table, "halves")
     assert not known_whole(table, "p")
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+def test_group_sums_columns_are_each_columns_sums(monkeypatch: pytest.MonkeyPatch,
+                                                  chunk: int) -> None:
+    """Several columns in one pass (the cells computed once): each column's sums are those of
+    its own pass, a column declined in a later slice (a NaN, a fraction) summed key by key
+    while the others stay joint, a key already cached kept."""
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(chunk + 5)
+    n = 1_500
+    table = pd.DataFrame({"p": pd.Categorical(rng.choice(["a", "b", "c"], n)),
+                          "d": pd.Categorical(rng.choice(["x", "y"], n)),
+                          "tokens": rng.integers(0, 9_000, n),
+                          "cached": rng.integers(0, 900, n).astype(np.float64),
+                          "late_nan": np.where(np.arange(n) == n - 3, np.nan, 2.0),
+                          "late_half": np.where(np.arange(n) == n - 2, 0.5, 1.0)})
+    columns = ["tokens", "cached", "late_nan", "late_half"]
+    fresh = table.copy()
+    early = group_sums(table, "d", "tokens")  # cached before: kept
+    got = group_sums_columns(table, ["p", "d"], columns)
+    assert got[0][1] is early
+    for column, sums in zip(columns, got, strict=True):
+        for key, key_sums in zip(["p", "d"], sums, strict=True):
+            np.testing.assert_array_equal(key_sums, group_sums(fresh, key, column))
+            assert group_sums(table, key, column) is key_sums
+    groupings = [Groups.of(np.asarray(table[k].array.codes), range(3)) for k in ("p", "d")]
+    joint = joint_sums_columns(groupings, [table[c].to_numpy() for c in columns])
+    assert joint[2] is None and joint[3] is None and joint[0] is not None
+    assert joint_sums_columns(groupings[:1], [table["tokens"].to_numpy()]) == [None]

@@ -374,3 +374,17 @@ def test_column_ascending_is_ascending_cached_under_the_evidence_key() -> None:
         class _Ds:  # the evidence reads the very entry
             requests = table
         assert arrivals_in_order(_Ds()) is want  # type: ignore[arg-type]
+
+
+def test_stable_take_of_many_rows_of_a_few_groups_by_short_slices() -> None:
+    """Above ``CHUNK_ROWS`` rows of a few groups the slices are ``_STABLE_SLICE_ROWS`` long:
+    the same stable order and counts (several slices, a partial last one)."""
+    rng = np.random.default_rng(9)
+    n = row_slices.CHUNK_ROWS + 3 * row_slices._STABLE_SLICE_ROWS + 17
+    codes = rng.integers(0, 7, n).astype(np.int8)
+    values = np.arange(n, dtype=np.int32)
+    taken, sizes = row_slices.stable_take_counted(codes, 7, values)
+    np.testing.assert_array_equal(taken, np.argsort(codes, kind="stable"))
+    np.testing.assert_array_equal(sizes, np.bincount(codes, minlength=7))
+    np.testing.assert_array_equal(row_slices.stable_order(codes, 7),
+                                  np.argsort(codes, kind="stable"))
