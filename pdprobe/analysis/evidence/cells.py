@@ -241,27 +241,28 @@ class BinCells:
             # one gather (each bin's rows are a few MB; ``Groups.medians`` gathered them in
             # thousands of pieces and copied each size's cells again into a matrix). A
             # cell's values in any order have the same order statistics: the same medians.
-            order, per_cell = self._cell_order(rows, first, end, lo)
             block = take(values, rows)
             if picks is not None:
                 if isinstance(rows, slice):
                     picks.put(lo, block)
                 else:
                     picks.lose()
-            v = np.take(block, order)
+            v, per_cell = self._in_cell_order(block, rows, first, end, lo)
             # the block's used cells (its groups), in order: the unused ones hold no rows
             sizes = per_cell[self.ids[g0:g1] - first * self._n_keys]
             out[g0:g1] = medians_of(v, sizes)
         return out
 
-    def _cell_order(self, rows: slice | np.ndarray, first: int, end: int, lo: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """``stable_order`` of the cells of ``rows`` (the rows of bins ``first..end - 1`` with
-        a cell, starting at ``lo``): positions into ``rows`` in cell order, equal cells in row
-        order; and the rows of each cell of those bins (``(end - first) * n_keys`` of them,
-        used or not). The rows are in bin order and a cell is a (bin, key) pair, so this is
-        each bin's rows stably sorted by key: a radix sort of the (int8) keys bin by bin,
-        about 4x cheaper than sorting the block's int16 cells at once."""
+    def _in_cell_order(self, block: np.ndarray, rows: slice | np.ndarray, first: int, end: int,
+                       lo: int) -> tuple[np.ndarray, np.ndarray]:
+        """``block`` (the values of ``rows``: the rows of bins ``first..end - 1`` with a cell,
+        starting at ``lo``) in ``stable_order`` of their cells (equal cells in row order); and
+        the rows of each cell of those bins (``(end - first) * n_keys`` of them, used or not).
+        The rows are in bin order and a cell is a (bin, key) pair, so this is each bin's
+        values stably sorted by key: a radix sort of the (int8) keys bin by bin, about 4x
+        cheaper than sorting the block's int16 cells at once, each bin's values gathered
+        from its own sort's positions (a bin's values stay in cache; no block-long positions
+        array shifted and gathered from again: at 10M rows ~30 ms less)."""
         keys = self._keys[rows]
         if keys.dtype.kind == "i":
             # every key here is >= 0 (rows without one are left out; a sampled row has one):
@@ -272,7 +273,7 @@ class BinCells:
         else:  # every row of the bins, or the sample's: where each bin's own rows start
             starts = self._bin_picked[first:end + 1] - lo
         n_keys = self._n_keys
-        out = np.empty(keys.size, dtype=index_dtype(keys.size))
+        out = np.empty(keys.size, dtype=np.float64)
         # without a sample these are the rows counted per cell already (a bincount per bin
         # fewer: at 10M rows ~10 ms)
         counted = self._rows is None
@@ -280,8 +281,9 @@ class BinCells:
             np.zeros((end - first) * n_keys, dtype=np.int64)
         for j, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)):
             if b > a:
-                out[a:b] = np.argsort(keys[a:b], kind="stable")
-                out[a:b] += a
+                # wrap: the positions are valid; no buffered copy of the output
+                np.take(block[a:b], np.argsort(keys[a:b], kind="stable"), out=out[a:b],
+                        mode="wrap")
                 if not counted:
                     per_cell[j * n_keys:(j + 1) * n_keys] = np.bincount(keys[a:b],
                                                                         minlength=n_keys)

@@ -87,8 +87,8 @@ def test_bin_cells_with_every_key_and_every_cell(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("sample_max", [None, 40])
 def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyPatch,
                                                      sample_max: int | None) -> None:
-    """Each block's rows sorted by key bin by bin are the stable order of their cells (rows
-    without a key, bins and cells without rows included)."""
+    """Each block's values sorted by key bin by bin are its values in the stable order of
+    their cells (rows without a key, bins and cells without rows included)."""
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
     n_bins, n_keys = 12, 7
     bins, keys, _codes = _rows(4, 6_000, n_bins, n_keys)
@@ -98,7 +98,8 @@ def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyP
         lo, hi = int(cells._bin_picked[first]), int(cells._bin_picked[end])
         rows = cells._rows[lo:hi] if cells._rows is not None else \
             np.flatnonzero(keys.codes[lo:hi] >= 0) + lo
-        got, per_cell = cells._cell_order(rows, first, end, lo)
+        block = np.arange(rows.size, dtype=np.float64)  # each value its position in the block
+        got, per_cell = cells._in_cell_order(block, rows, first, end, lo)
         want = row_slices.stable_order(cells._codes(rows).astype(np.int64), cells.n_groups)
         assert np.array_equal(got, want)
         # and the rows of every cell of the block's bins, used or not
@@ -107,7 +108,8 @@ def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyP
     complete = cell_groups(bins, Groups.of(np.abs(keys.codes), range(n_keys)), n_bins, None)
     assert isinstance(complete, BinCells)
     end = int(complete._bin_start[2])  # a run of rows: the first two bins'
-    got, _per_cell = complete._cell_order(slice(0, end), 0, 2, 0)
+    got, _per_cell = complete._in_cell_order(np.arange(end, dtype=np.float64), slice(0, end),
+                                             0, 2, 0)
     assert np.array_equal(got, row_slices.stable_order(
         complete._codes(slice(0, end)).astype(np.int64), complete.n_groups))
 
