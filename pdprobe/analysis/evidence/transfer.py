@@ -49,9 +49,12 @@ def ttft_sample(ds: Dataset) -> np.ndarray | None:
 
 
 def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
-                     cluster: pd.DataFrame, ttft: np.ndarray | None = None) -> Transfer:
+                     cluster: pd.DataFrame, ttft: np.ndarray | None = None,
+                     sampled: dict[str, np.ndarray] | None = None) -> Transfer:
     """Cluster KV-transfer latency, share of TTFT, bandwidth, volume and congestion test
-    (``ttft``: ``ttft_sample(ds)`` when the caller has it)."""
+    (``ttft``: ``ttft_sample(ds)`` when the caller has it). The transfer times at the rows
+    whole-column quantiles read are left in ``sampled`` (as ``kv_transfer_s``) for later
+    figures."""
     from pdprobe.analysis.evidence.stats import spearman
     from pdprobe.analysis.promql import histogram_quantile, histogram_window
     from pdprobe.analysis.tables import has_signal
@@ -65,9 +68,11 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
         # quantiles on every request, or on a sample of a very large table (grouped module)
         x_all = xfer.to_numpy(dtype="float64")
         at_sample = for_quantiles(req, x_all)  # gathered once: the ratio below reads it too
+        if sampled is not None:
+            sampled["kv_transfer_s"] = at_sample
         p50, p90 = median_and_quantile(at_sample[np.isfinite(at_sample)], 0.9)
-        out.update(latency_p50_s=p50, latency_p90_s=p90, latency_source="request records",
-                   transfers=int(np.count_nonzero(np.isfinite(x_all))))
+        out.update(latency_p50_s=p50, latency_p90_s=p90, latency_source="request records")
+        transfers = None  # the finite times, counted below unless the sums prove them all so
         ttft = ttft_sample(ds) if ttft is None else ttft
         if ttft is not None:
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -77,22 +82,37 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
                 out["share_of_ttft_p50"] = median(ratio)
         if "kv_bytes" in cols and has_values(req, "kv_bytes"):
             kv = req["kv_bytes"].to_numpy(dtype="float64")
-            kv_nan = np.isnan(kv)
+            # A finite sum of every value has no NaN (nor infinity) to look for: the masks
+            # below only when it is not (at 10M rows a NaN test, a comparison with 0 and
+            # their combination: ~15 ms), each figure the very sum it would be.
+            kv_all = kv.sum()
+            kv_nan = None if np.isfinite(kv_all) else np.isnan(kv)
             if req["kv_bytes"].dtype == np.float64:
                 # the bytes in total: pandas' ``Series.sum`` of a float64 column (NaN as 0,
                 # then numpy's sum of the array), read below without a second pass of pandas
-                bytes_total = float(kv.sum() if not kv_nan.any()
+                bytes_total = float(kv_all if kv_nan is None or not kv_nan.any()
                                     else np.where(kv_nan, 0.0, kv).sum())
-            both = x_all > 0  # masks combined in place (NaN compares False)
-            both &= ~kv_nan
+            # every time above 0 (the smallest is; NaN would make it NaN) and no NaN bytes:
+            # every row has both, without a mask
+            every = kv_nan is None and bool(x_all.min() > 0)
+            both = None
+            if not every:
+                both = x_all > 0  # masks combined in place (NaN compares False)
+                if kv_nan is not None:
+                    both &= ~kv_nan
+                every = bool(both.all())
             del kv_nan
-            if both.all():  # the very sums, without copying every row
-                kv_sum, x_sum = kv.sum() if bytes_total is None else bytes_total, x_all.sum()
-            elif both.any():
+            if every:  # the very sums, without copying every row
+                kv_sum, x_sum = kv_all if bytes_total is None else bytes_total, x_all.sum()
+                if np.isfinite(x_sum):  # every time above 0, none infinite: all finite
+                    transfers = x_all.size
+            elif both is not None and both.any():
                 kv_sum, x_sum = kv[both].sum(), x_all[both].sum()
-            if both.any():
+            if every or (both is not None and both.any()):
                 out.update(achieved_bytes_per_s=float(kv_sum / x_sum),
                            achieved_source="kv_bytes / kv_transfer_s in request records")
+        out["transfers"] = int(np.count_nonzero(np.isfinite(x_all))) if transfers is None \
+            else transfers
     elif not ds.metrics.empty and has_signal(ds.metrics, S.KV_TRANSFER_S):
         hist = histogram_window(ds.metrics, S.KV_TRANSFER_S, window.start_ts, window.end_ts,
                                 from_zero=True)
@@ -192,16 +212,20 @@ def arrival_rate(workload: WorkloadSummary | Missing, ds: Dataset, window: Windo
     return None
 
 
-def queue_share(ds: Dataset, ttft: np.ndarray | None = None
+def queue_share(ds: Dataset, ttft: np.ndarray | None = None,
+                sampled: dict[str, np.ndarray] | None = None
                 ) -> tuple[float | None, float | None]:
     """Median per-request queue_s / ttft_s and the p90 of queue_s (None without them;
-    ``ttft``: ``ttft_sample(ds)`` when the caller has it)."""
+    ``ttft``: ``ttft_sample(ds)`` when the caller has it). The waits at the rows whole-column
+    quantiles read are left in ``sampled`` (as ``queue_s``) for later figures."""
     req = ds.requests
     cols = ds.request_columns
     if "queue_s" not in cols or not has_values(req, "queue_s"):
         return None, None
     # gathered once for the p90 and the ratio
     queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
+    if sampled is not None:
+        sampled["queue_s"] = queue
     q90 = quantile(queue, 0.9)
     ttft = ttft_sample(ds) if ttft is None else ttft
     if ttft is None:
