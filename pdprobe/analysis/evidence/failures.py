@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe import signals as S
+from pdprobe.analysis.evidence.columns import column_sum
 from pdprobe.analysis.row_slices import category_count, category_mask
 
 if TYPE_CHECKING:
@@ -209,9 +210,13 @@ def _no_kv_share(ds: Dataset) -> float | None:
         return s.lower() == "ok"
 
     with_status = "status" in ds.request_columns
-    finite = np.isfinite(kv)
-    if with_status and finite.all():  # every row's bytes known: the ok rows, per status value
-        n_done = category_count(req, "status", is_ok)
+    # a finite sum of every row's bytes (cached: the transfer figures add them) has no NaN
+    # or infinity in it: no test of every row for one
+    finite = None if np.isfinite(column_sum(ds, "kv_bytes")) else np.isfinite(kv)
+    if with_status and (finite is None or finite.all()):
+        n_done = category_count(req, "status", is_ok)  # every row's bytes known: per status
+    elif finite is None:  # (no status: every row)
+        n_done = kv.size
     else:
         done = finite & category_mask(req["status"], is_ok) if with_status else finite
         n_done = int(np.count_nonzero(done))
@@ -220,7 +225,7 @@ def _no_kv_share(ds: Dataset) -> float | None:
     # the rows without bytes (few, as a rule), tested alone: the same count as a mask of
     # every row combined with the done rows'
     rows = np.flatnonzero(kv <= 0)
-    none = finite[rows]
+    none = np.ones(rows.size, dtype=bool) if finite is None else finite[rows]
     if with_status and rows.size:
         none &= category_mask(req["status"].iloc[rows], is_ok)
     return float(np.count_nonzero(none) / n_done)
