@@ -165,13 +165,15 @@ def transfer_medians(groups: Groups, seconds: np.ndarray, kv_bytes: np.ndarray |
     return median, per_gb
 
 
-def run_counts_and_sums(groups: Groups, values: Column) -> tuple[np.ndarray, np.ndarray]:
+def run_counts_and_sums(groups: Groups, values: Column, no_nan: bool = False
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """``groups.counts(values)`` and ``groups.sums(values)``; for groups that are runs of
     rows (``Groups.ordered``: arrival bins in time order) and float64 values, from one pass
     over each run: its NaN counted, then its values (NaN as 0) added one after the other by
     ``np.cumsum`` (``Groups.sums`` adds them one by one from 0.0 with ``np.add.at``: the same
     additions in the same order, so the same floats; + 0.0 gives a sum of zeros the sign of
-    0.0 + each). At 10M rows ~45 -> ~30 ms."""
+    0.0 + each). At 10M rows ~45 -> ~30 ms. ``no_nan``: the caller knows no value is NaN
+    (a finite sum of the column): no NaN test of each run (~10 ms less)."""
     if not (groups.ordered and isinstance(values, np.ndarray) and values.dtype == np.float64):
         return groups.counts(values), groups.sums(values)
     counts = groups.totals.copy()
@@ -180,9 +182,9 @@ def run_counts_and_sums(groups: Groups, values: Column) -> tuple[np.ndarray, np.
     for g, size in enumerate(groups.totals.tolist()):
         v = values[start:start + size]
         start += size
-        nan = np.isnan(v)
-        n_nan = int(np.count_nonzero(nan))
-        if n_nan:
+        nan = None if no_nan else np.isnan(v)
+        n_nan = 0 if nan is None else int(np.count_nonzero(nan))
+        if nan is not None and n_nan:
             counts[g] -= n_nan
             v = np.where(nan, 0.0, v)
         sums[g] = np.cumsum(v)[-1] + 0.0 if size else 0.0

@@ -85,7 +85,9 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None,
     if slo.tpot_slo_s is not None and "tpot_s" in cols:
         tpot = req["tpot_s"].to_numpy(dtype="float64")
         over = tpot > slo.tpot_slo_s
-        over &= np.isfinite(tpot)
+        # finite: below +inf, the values above the objective (neither NaN nor -inf) being
+        # finite exactly when they are (one comparison; numpy's finite test costs two here)
+        over &= tpot < np.inf
         tpot_missed = int(np.count_nonzero(over))
         del over
     columns = {stage: req[column].to_numpy(dtype="float64") for stage, column, _signal in STAGES
