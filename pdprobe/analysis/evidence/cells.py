@@ -49,7 +49,7 @@ class CellGroups(Protocol):
     @property
     def n_groups(self) -> int: ...
 
-    def medians(self, values: Column) -> np.ndarray: ...
+    def medians(self, values: Column, *, no_nan: bool = False) -> np.ndarray: ...
 
     def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]: ...
 
@@ -97,8 +97,8 @@ class WholeCells:
         """Cells with at least one row."""
         return self.groups.n_groups
 
-    def medians(self, values: Column) -> np.ndarray:
-        """``Groups.medians`` of ``values``."""
+    def medians(self, values: Column, *, no_nan: bool = False) -> np.ndarray:
+        """``Groups.medians`` of ``values`` (``no_nan``: read by ``BinCells`` alone)."""
         return row_slices.blocked_medians(self.groups, values)
 
     def sums_of(self, columns: tuple[Column, ...]) -> list[np.ndarray]:
@@ -214,11 +214,13 @@ class BinCells:
             return self._cells(rows)
         return self._group[self._cells(rows)]  # cell -1 reads the trailing -1
 
-    def medians(self, values: Column, picks: GroupPicks | None = None) -> np.ndarray:
+    def medians(self, values: Column, picks: GroupPicks | None = None, *,
+                no_nan: bool = False) -> np.ndarray:
         """``Groups.medians``: each cell's median of its sampled non-NaN ``values`` (NaN
         without values), a block of bins at a time (a cell's median reads only its own
         values: the same figures). ``picks`` is handed every block's values when every row
-        is read (``picks.GroupPicks``: another grouping's rows from the same values)."""
+        is read (``picks.GroupPicks``: another grouping's rows from the same values).
+        ``no_nan``: the caller counted no NaN among the values (``medians_of``)."""
         out = np.full(self.n_groups, np.nan)
         if picks is not None and self._rows is not None:
             picks.lose()  # a sample of the rows: not every block's values
@@ -250,7 +252,7 @@ class BinCells:
             v, per_cell = self._in_cell_order(block, rows, first, end, lo)
             # the block's used cells (its groups), in order: the unused ones hold no rows
             sizes = per_cell[self.ids[g0:g1] - first * self._n_keys]
-            out[g0:g1] = medians_of(v, sizes)
+            out[g0:g1] = medians_of(v, sizes, no_nan)
         return out
 
     def _in_cell_order(self, block: np.ndarray, rows: slice | np.ndarray, first: int, end: int,
@@ -337,14 +339,16 @@ def _weights(values: Column, rows: slice) -> np.ndarray:
     return np.where(nan, 0.0, v) if nan.any() else v
 
 
-def medians_of(v: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def medians_of(v: np.ndarray, sizes: np.ndarray, no_nan: bool = False) -> np.ndarray:
     """Each group's median of its non-NaN values, group ``g`` being the next ``sizes[g]``
     values of ``v`` (partitioned in place): ``Groups.medians``' figures (the value at rank
     ``n // 2`` of its ``n`` values, averaged with the largest value left of it when ``n`` is
     even; NaN without values). One in-place partition per group of a few thousand values (a
-    cell), where ``Groups.medians`` first copies each size's groups into a matrix."""
-    missing = np.isnan(v)
-    if missing.any():
+    cell), where ``Groups.medians`` first copies each size's groups into a matrix.
+    ``no_nan``: the caller knows no value is NaN (it counted them): no NaN test of every
+    value (at 10M values ~7 ms)."""
+    missing = None if no_nan else np.isnan(v)
+    if missing is not None and missing.any():
         where = np.repeat(np.arange(sizes.size), sizes)[missing]
         sizes = sizes - np.bincount(where, minlength=sizes.size)
         v = v[~missing]

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from pdprobe.analysis.evidence.cells import CellGroups
     from pdprobe.analysis.evidence.model import Window
-    from pdprobe.analysis.grouped import Column, Rows
+    from pdprobe.analysis.grouped import Column, Groups, Rows
     from pdprobe.dataset import Dataset
 
 # Request-record columns summarised per instance (one is derived per request below), in the
@@ -206,7 +206,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                 counted[c] = groups.counts(data)
                 if not counted[c].sum():
                     continue
-                per_group, early[c] = medians_with_cells(groups, cells, data)
+                per_group, early[c] = medians_with_cells(groups, cells, data,
+                                                         no_nan=_no_nan(groups, counted[c]))
                 by_stat = {"count": counted[c], "p50": per_group if per_group is not None
                            else _quantiles(req, col, c, data, p90=False)["p50"]}
             else:
@@ -232,9 +233,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                 continue  # no instance a rule compares in this frame (e.g. TPOT per prefill)
             if data is None:
                 continue
-            if not (counted[c] if c in counted else groups.counts(data)).sum():
+            count = counted[c] if c in counted else groups.counts(data)
+            if not count.sum():
                 continue  # (a count, no figures)
-            medians = early.pop(c) if c in early else cells.medians(data)
+            medians = early.pop(c) if c in early else \
+                cells.medians(data, no_nan=_no_nan(groups, count))
             merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
                                                groups.labels, window))
         if cached:
@@ -273,6 +276,13 @@ def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column,
     found = quantile_figures(req, key, column, data, p90=p90)
     return {"count": found["count"], "p50": found["median"],
             **({"p90": found["p90"]} if "p90" in found else {})}
+
+
+def _no_nan(groups: Groups, count: np.ndarray) -> bool:
+    """Whether a column whose non-NaN values per group of ``groups`` are ``count`` has no NaN
+    at all: the groups cover every row and count every one (the cells' medians then skip
+    their NaN test of every value)."""
+    return groups.complete and int(count.sum()) == groups.codes.size
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

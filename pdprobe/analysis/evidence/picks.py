@@ -60,17 +60,18 @@ class GroupPicks:
         return not self._lost and self._next == self._ends
 
 
-def medians_with_cells(groups: Groups, cells: CellGroups, values: Column
-                       ) -> tuple[np.ndarray | None, np.ndarray]:
+def medians_with_cells(groups: Groups, cells: CellGroups, values: Column,
+                       no_nan: bool = False) -> tuple[np.ndarray | None, np.ndarray]:
     """``cells.medians(values)`` and, from the same computation of ``values``, each group's
     median of its (sampled) non-NaN values: ``Groups.medians``' figures (``cells.medians_of``),
-    or None when the cells did not read every row as runs (then ask ``Groups``)."""
+    or None when the cells did not read every row as runs (then ask ``Groups``).
+    ``no_nan``: the caller counted no NaN among the values (``cells.medians_of``)."""
     from pdprobe.analysis.evidence.cells import BinCells, medians_of
 
     if not isinstance(cells, BinCells):
-        return None, cells.medians(values)
+        return None, cells.medians(values, no_nan=no_nan)
     picks = GroupPicks(groups.order, groups.bounds)
-    per_cell = cells.medians(values, picks)
+    per_cell = cells.medians(values, picks, no_nan=no_nan)
     if not picks.complete:
         return None, per_cell
-    return medians_of(picks.values, np.diff(groups.bounds)), per_cell
+    return medians_of(picks.values, np.diff(groups.bounds), no_nan), per_cell

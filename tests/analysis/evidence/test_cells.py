@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
-from pdprobe.analysis.evidence.cells import BinCells, WholeCells, cell_groups
+from pdprobe.analysis.evidence.cells import BinCells, WholeCells, cell_groups, medians_of
 from pdprobe.analysis.grouped import Groups
 
 
@@ -173,3 +173,12 @@ def test_medians_of_consecutive_groups_are_those_of_groups() -> None:
     assert medians_of(np.array([]), np.array([], dtype=np.int64)).size == 0
     assert np.array_equal(medians_of(np.array([]), np.zeros(3, dtype=np.int64)),
                           np.full(3, np.nan), equal_nan=True)
+
+
+def test_medians_of_values_known_without_nan_are_the_tested_ones() -> None:
+    """``no_nan`` skips the NaN test only: values without NaN give the same medians."""
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(0, 9, 40)
+    values = rng.choice([0.0, 1.0, 2.5, -3.0, np.inf], int(sizes.sum()))
+    want = medians_of(values.copy(), sizes)
+    assert np.array_equal(medians_of(values.copy(), sizes, no_nan=True), want, equal_nan=True)

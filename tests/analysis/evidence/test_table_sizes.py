@@ -70,7 +70,7 @@ def _shortcut_run(monkeypatch: pytest.MonkeyPatch, cluster: Cluster,
         if not shortcuts:
             m.setattr(cell_sums, "joint_cells", lambda *args: None)
             m.setattr(picks, "medians_with_cells",
-                      lambda groups, cells, values: (None, cells.medians(values)))
+                      lambda groups, cells, values, no_nan=False: (None, cells.medians(values)))
             m.setattr(grouped, "know_sums", lambda *args: None)
             m.setattr(bin_figures.BinSample, "complete", property(lambda self: False))
         ds = cluster.dataset()
@@ -98,8 +98,8 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
     def recorded(owner, name):  # type: ignore[no-untyped-def]
         real = getattr(owner, name)
 
-        def wrapper(*args):  # type: ignore[no-untyped-def]
-            out = real(*args)
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            out = real(*args, **kwargs)
             found.setdefault(name, []).append(out)
             return out
         monkeypatch.setattr(owner, name, wrapper)
