@@ -100,7 +100,7 @@ def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None,
         return Groups(order=np.arange(n, dtype=index_dtype(n)), bounds=bounds, **common)
     if drawn is not None and drawn.complete:
         order = drawn.rows()
-        bounds[:] = np.searchsorted(order, starts)
+        bounds[:] = np.searchsorted(order, starts.astype(order.dtype))  # (no int64 copy)
         return Groups(order=order, bounds=bounds, sampled=True, **common)
     rate = np.minimum(1.0, sample_max / totals).astype(np.float32)
     # ``sample_rows``' draws: one float32 per row, a slice at a time, from one seeded stream
@@ -119,7 +119,7 @@ def bin_groups(bins: np.ndarray, n_bins: int, sample_max: int | None,
             np.add(hit, a, out=rows[kept:kept + hit.size], casting="unsafe")
             kept += hit.size
     order = rows[:kept]
-    bounds[:] = np.searchsorted(order, starts)
+    bounds[:] = np.searchsorted(order, starts.astype(order.dtype))  # (no int64 copy)
     return Groups(order=order, bounds=bounds, sampled=True, **common)
 
 

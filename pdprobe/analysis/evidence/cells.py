@@ -271,7 +271,7 @@ class BinCells:
             # as unsigned the same order, and numpy's radix sort skips flipping the sign bit
             keys = keys.view(f"u{keys.dtype.itemsize}")
         if isinstance(rows, np.ndarray) and self._rows is None:  # only the rows with a key
-            starts = np.searchsorted(rows, self._bin_start[first:end + 1])
+            starts = np.searchsorted(rows, self._bin_start[first:end + 1].astype(rows.dtype))
         else:  # every row of the bins, or the sample's: where each bin's own rows start
             starts = self._bin_picked[first:end + 1] - lo
         n_keys = self._n_keys

@@ -37,8 +37,11 @@ class GroupPicks:
     def put(self, lo: int, block: np.ndarray) -> None:
         """Pick the grouping's rows among table rows ``lo .. lo + block.size - 1`` from
         ``block``, their values (blocks come in ascending row order)."""
-        hi = lo + block.size
         order, out = self._order, self.values
+        # the bound in the positions' own type: a Python int made numpy search a converted
+        # (int64) copy of each group's positions (~18 us a call, ~1 us so; at 10M rows 1,320
+        # calls: ~20 ms)
+        hi = order.dtype.type(lo + block.size)
         for g, (a, end) in enumerate(zip(self._next, self._ends, strict=True)):
             if a == end:
                 continue
