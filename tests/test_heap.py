@@ -94,3 +94,42 @@ def test_entry_keeps_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SystemExit):
         app_module.entry()
     assert calls == ["kept"]
+
+
+def test_collection_paused_turns_the_collector_back_on_only_if_it_was_on() -> None:
+    import gc
+
+    from pdprobe.heap import collection_paused
+
+    assert gc.isenabled()
+    with collection_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collection_paused():
+        raise RuntimeError("the block failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
+
+
+def test_load_dataset_reads_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from pdprobe.services import diagnose
+
+    seen: list[bool] = []
+
+    def read(*args: object, **kwargs: object) -> object:
+        seen.append(gc.isenabled())
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("pdprobe.collectors.files.read_paths", read)
+    with pytest.raises(RuntimeError, match="stop here"):
+        diagnose.load_dataset(diagnose.DiagnoseRequest())
+    assert seen == [False]
+    assert gc.isenabled()
