@@ -16,6 +16,7 @@ from pdprobe.collectors.base import ReadContext, reader_for
 from pdprobe.collectors.fuse import fuse
 from pdprobe.collectors.identity import AliasMap
 from pdprobe.collectors.io import Sniffed, sniff
+from pdprobe.collectors.prefetch import imports_welcome
 from pdprobe.collectors.roles import RoleOptions
 from pdprobe.collectors.validate import checked_partial
 from pdprobe.collectors.walk import (  # noqa: F401  (expand_paths, walk_paths: public here)
@@ -115,8 +116,10 @@ def read_paths(
         planned.append((path, kind))
     # Logs last: their year may come from the others' time span. The partials keep the order
     # of the inputs, so reports list sources as given.
-    datasets, pushdowns = _read_datasets(found, ctx, errors, skipped_files)
     order = sorted(range(len(planned)), key=lambda i: planned[i][1].kind == "engine-log")
+    if found.datasets or not order or not _parquet_requests(planned[order[0]][1]):
+        imports_welcome()  # nothing holds the GIL first: imports meanwhile may start now
+    datasets, pushdowns = _read_datasets(found, ctx, errors, skipped_files)
     total = sum(_size(p) for p, _ in planned) or 1
     done = 0
     read: dict[int, Partial] = {}
@@ -173,6 +176,13 @@ def read_paths(
     if notes:
         dataset = dataset.with_notes(*notes)
     return dataset
+
+
+def _parquet_requests(kind: Sniffed) -> bool:
+    """Whether a file sniffed as ``kind`` is read by the Parquet request loop, which holds the
+    GIL most of its time and lets imports meanwhile start once it ends
+    (``requests_file._read_records``)."""
+    return kind.kind == "requests" and kind.format == "parquet"
 
 
 def _read_datasets(found: Found, ctx: ReadContext, errors: list[InputError],

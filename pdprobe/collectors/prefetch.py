@@ -14,7 +14,13 @@ cannot block, the source iterator is closed in the worker's thread and the worke
 no thread outlives the iteration.
 
 ``imported_meanwhile`` imports modules ahead of their use the same way: in a thread, while the
-caller's block runs.
+caller's block runs. A block that needs the GIL between many short calls (the Parquet reading
+loop) runs under ``imports_held``: the importing thread, which holds the GIL all the time,
+waits until it ends (the module being imported goes on). Beside the loop it kept the loop
+waiting for the GIL while the decode's cores idled (at 10M rows ~1.6 cores busy while the
+imports ran, against ~1.9 after); after it, it overlaps the row checks instead (whole-column
+numpy work that releases the GIL). ``imported_meanwhile(deferred=True)`` starts held, until
+the block calls ``imports_welcome``: a reader that knows no such loop comes calls it at once.
 """
 
 from __future__ import annotations
@@ -111,6 +117,63 @@ def _prefetched(items: Iterable[T], depth: int) -> Iterator[T]:
         worker.shutdown()
 
 
+class _Held:
+    """Whether ``imported_meanwhile``'s imports must wait: how many ``imports_held`` blocks
+    run, whether a deferred start is not yet welcome, and the condition a change notifies."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.deferred = False
+        self.changed = threading.Condition()
+
+    def update(self, count: int = 0, deferred: bool | None = None) -> None:
+        """Add ``count`` held blocks, set ``deferred`` (unless None), wake the waiting."""
+        with self.changed:
+            self.count += count
+            if deferred is not None:
+                self.deferred = deferred
+            self.changed.notify_all()
+
+    def wait_free(self, ended: threading.Event) -> None:
+        """Until nothing holds the imports, or ``ended`` (the caller's block is over: its
+        thread is being joined, and a hold around that block must not keep it waiting)."""
+        with self.changed:
+            self.changed.wait_for(
+                lambda: ended.is_set() or (self.count == 0 and not self.deferred))
+
+
+_HELD: Final = _Held()
+
+
+@contextmanager
+def imports_held() -> Iterator[None]:
+    """``imported_meanwhile``'s imports paused while the block runs (the module being imported
+    goes on; the next waits for the block to end): for a block that needs the GIL most of its
+    time."""
+    _HELD.update(count=1)
+    try:
+        yield
+    finally:
+        _HELD.update(count=-1)
+
+
+def imports_welcome() -> None:
+    """Let a deferred ``imported_meanwhile`` start its imports now (no-op otherwise): called by
+    a reader once it knows the GIL is no longer wanted most of the time."""
+    _HELD.update(deferred=False)
+
+
+def _import_when_free(modules: list[str], ended: threading.Event,
+                      failed: threading.Event) -> None:
+    """``import_quietly`` of each module once no ``imports_held`` block runs and a deferred
+    start is welcome (or the caller's block has ended); none after the block has failed."""
+    for module in modules:
+        _HELD.wait_free(ended)
+        if failed.is_set():
+            return
+        import_quietly(module)
+
+
 def import_quietly(*modules: str) -> None:
     """Import ``modules`` now; a failure is left for the real import to report."""
     for module in modules:
@@ -121,20 +184,35 @@ def import_quietly(*modules: str) -> None:
 
 
 @contextmanager
-def imported_meanwhile(*modules: str) -> Iterator[None]:
+def imported_meanwhile(*modules: str, deferred: bool = False) -> Iterator[None]:
     """``modules`` imported in a thread of its own while the block runs (joined when the block
     ends, whatever happens); no thread when they are all imported already. For modules needed
     after a long step that releases the GIL (pyarrow's decode): their import overlaps the step
-    instead of following it. A failed import is left for the real one to report."""
+    instead of following it; they wait while an ``imports_held`` block runs. ``deferred``: they
+    start only once the block calls ``imports_welcome`` (or ends), for a block that may start
+    by holding the GIL. A block that raises stops them (the module being imported goes on, no
+    other starts): the modules are for what would have followed it (``pdprobe diagnose`` of
+    a missing file then ends in ~0.2 s, not after the analysis modules' ~0.4 s of imports).
+    A failed import is left for the real one to report."""
     wanted = [m for m in modules if m not in sys.modules]
     if not wanted:
         yield
         return
 
-    thread = threading.Thread(target=import_quietly, args=wanted, name="pdprobe-import",
-                              daemon=True)
+    if deferred:
+        _HELD.update(deferred=True)
+    ended, failed = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_import_when_free, args=(wanted, ended, failed),
+                              name="pdprobe-import", daemon=True)
     thread.start()
     try:
         yield
+    except BaseException:
+        failed.set()
+        raise
     finally:
+        if deferred:
+            imports_welcome()
+        ended.set()  # whatever holds the imports now, the thread imports and is joined
+        _HELD.update()
         thread.join()

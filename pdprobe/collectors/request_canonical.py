@@ -85,7 +85,6 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
     """The canonical frame of a source ``table`` (or of its columns already assembled batch by
     batch, ``request_assemble.assemble``): rows checked, dropped or sorted, warnings and notes.
     Every column is held once: values are fixed in place and copied only to drop rows."""
-    import pandas as pd
     import pyarrow as pa
 
     if not isinstance(table, Assembled):
@@ -285,6 +284,10 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
                          f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
     # One Series per column, put together without a copy: numeric columns are the arrays
     # above, categorical ones built from their codes (no string per row).
+    # imported here, not above: the checks above are numpy work that may run while another
+    # thread imports pandas (``requests_file._read_records``)
+    import pandas as pd
+
     strings = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}.get
     series: dict[str, Any] = {}
     for canonical, dtype in REQUEST_COLUMNS.items():

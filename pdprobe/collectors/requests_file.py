@@ -28,7 +28,7 @@ import numpy as np
 from pdprobe.collectors import request_canonical
 from pdprobe.collectors.base import ReadContext
 from pdprobe.collectors.io import open_binary, read_all_bytes, sniff
-from pdprobe.collectors.prefetch import imported_meanwhile
+from pdprobe.collectors.prefetch import imported_meanwhile, imports_held, imports_welcome
 from pdprobe.collectors.request_assemble import Assembled, assemble
 from pdprobe.collectors.request_blocks import distinct_in_order
 from pdprobe.collectors.request_canonical import (
@@ -97,10 +97,9 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
 
 
 
-# What the canonical frame needs and the reading loop does not (the analysis modules imported
-# meanwhile by services.diagnose do not import pandas either): imported in a thread while the
-# batches are assembled (pyarrow's decode releases the GIL), not after them. At 10M rows the
-# ~0.15 s of pandas' import ran after the read with the other core idle.
+# What the canonical frame needs and the reading loop does not: imported in a thread while the
+# batches of a text file are assembled (pyarrow's parsers run in threads of their own), not
+# after them. (A Parquet read holds imports during its loop instead: ``_read_records``.)
 CANONICAL_MODULES: Final = ("pandas",)
 
 
@@ -115,10 +114,20 @@ def _read_records(path: Path, fmt: str, compression: str | None, want_hash_ids: 
         repaired = _Repaired(batches.batches)
         # many ids (released once checked): hashed as they are read instead of held
         many = batches.rows is not None and batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
-        with imported_meanwhile(*CANONICAL_MODULES):
-            assembled = assemble(repaired, batches.schema, cmap, batches.rows, want_hash_ids,
-                                 ids_again=_repaired_ids(batches.ids_again) if many else None,
-                                 prefault=True, bounds=batches.bounds)  # the footer's row count: every row is written
+        # The loop holds the GIL between its many short calls: modules imported in a thread
+        # meanwhile (the analysis modules, ``services.diagnose``) wait until it ends and are
+        # imported beside the row checks (whole-column numpy work) instead; pandas is left to
+        # that thread or to ``_canonicalise``, which imports it where it builds the frame.
+        # (At 10M rows the read with the imports beside its loop took 1.81-2.01 s, no less than
+        # the imports and then the read: 0.39 + 1.35 s; the cores idled while they took turns.)
+        try:
+            with imports_held():
+                assembled = assemble(repaired, batches.schema, cmap, batches.rows,
+                                     want_hash_ids,
+                                     ids_again=_repaired_ids(batches.ids_again) if many else None,
+                                     prefault=True, bounds=batches.bounds)  # the footer's row count: every row is written
+        finally:
+            imports_welcome()  # the row checks next are whole-column numpy work
     else:
         data = _content(path, compression)
         if _is_blank(data):

@@ -32,9 +32,11 @@ DEFAULT_WINDOW_S = 300.0
 PENDING: Final = Missing("the capacity model runs beside the evidence; set once it returns")
 # What the analysis imports: about half a second of CPU (scipy.special ~0.3 of it; the live path
 # never imports scipy.stats: evidence/rank_tests.py). A live collection loads them while its
-# queries run (the main thread only waits then), instead of after.
+# queries run (the main thread only waits then), instead of after. pandas first: the request
+# reader's canonical frame needs it before the analysis does (a Parquet read lets this thread
+# start only once its reading loop is done: ``collectors.prefetch.imports_held``).
 ANALYSIS_MODULES: Final = (
-    "scipy.special", "pdprobe.analysis.workload", "pdprobe.analysis.instances",
+    "pandas", "scipy.special", "pdprobe.analysis.workload", "pdprobe.analysis.instances",
     "pdprobe.analysis.slo", "pdprobe.analysis.series", "pdprobe.analysis.capacity",
     "pdprobe.rules.engine", "pdprobe.rules.catalog", "pdprobe.analysis.evidence.build",
 )
@@ -76,11 +78,13 @@ def load_dataset(request: DiagnoseRequest) -> tuple[Dataset, str]:
     paths = request.paths or (bundled_sample(),)
     # The analysis modules are imported in a thread while the files are read: reading is
     # mostly pyarrow and numpy work that releases the GIL, and one core is often idle then
-    # (at 10M rows the id check's sort runs alone), so the imports' ~0.5 CPU-s overlap it
-    # instead of following it. Joined before returning: no thread outlives the read. No cyclic
-    # collection meanwhile: the imports create ~0.3M objects that all live on, and the read
-    # creates few (``heap.collection_paused``).
-    with collection_paused(), imported_meanwhile(*ANALYSIS_MODULES):
+    # (at 10M rows the id check's sort runs alone), so the imports' ~0.4 CPU-s overlap it
+    # instead of following it. Deferred: they start once the reader says the GIL is free
+    # (``collectors.prefetch.imports_welcome``: a Parquet request file after its reading loop,
+    # anything else once the inputs are sniffed). Joined before returning: no thread outlives
+    # the read. No cyclic collection meanwhile: the imports create ~0.3M objects that all
+    # live on, and the read creates few (``heap.collection_paused``).
+    with collection_paused(), imported_meanwhile(*ANALYSIS_MODULES, deferred=True):
         dataset = read_paths(paths, request.read, request.roles, request.aliases,
                              exclude=request.exclude)
     if not request.paths:

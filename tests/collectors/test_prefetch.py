@@ -138,9 +138,47 @@ def test_imported_meanwhile_imports_in_a_thread_joined_at_the_end() -> None:
         assert not [t for t in threading.enumerate() if t.name == "pdprobe-import"]
 
 
-def test_a_parquet_read_imports_pandas_while_the_batches_are_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The canonical frame's pandas is imported in a thread during the read (the reading
-    loop itself needs no pandas), not after it."""
+def test_deferred_imports_wait_for_the_welcome_and_for_a_held_block() -> None:
+    import sys
+    import time
+
+    from pdprobe.collectors.prefetch import imported_meanwhile, imports_held, imports_welcome
+
+    name = "tests.collectors._imported_meanwhile_probe"
+    sys.modules.pop(name, None)
+    with imported_meanwhile(name, deferred=True):
+        time.sleep(0.05)
+        assert name not in sys.modules  # not welcome yet
+        with imports_held():
+            imports_welcome()
+            time.sleep(0.05)
+            assert name not in sys.modules  # welcome, but held
+        deadline = time.monotonic() + 10
+        while name not in sys.modules and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert name in sys.modules  # imported once the hold ended, before the block did
+    assert sys.modules[name].IMPORTED_IN.startswith("pdprobe-import")
+
+
+def test_imports_are_joined_whatever_holds_them_when_the_block_ends() -> None:
+    """A block that ends while a hold is active (or before its welcome) still gets its
+    imports and its thread joined: no deadlock, no thread left."""
+    import sys
+
+    from pdprobe.collectors.prefetch import imported_meanwhile, imports_held
+
+    name = "tests.collectors._imported_meanwhile_probe"
+    sys.modules.pop(name, None)
+    with imports_held(), imported_meanwhile(name, deferred=True):
+        pass
+    assert name in sys.modules
+    assert not [t for t in threading.enumerate() if t.name == "pdprobe-import"]
+
+
+def test_a_parquet_read_lets_deferred_imports_start_after_its_reading_loop(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Modules imported meanwhile (deferred, as ``services.diagnose`` does) start once the
+    Parquet reading loop is done, not beside it; pandas is imported by the first of that
+    thread and the canonical step, after the loop."""
     import subprocess
     import sys
 
@@ -155,16 +193,37 @@ def test_a_parquet_read_imports_pandas_while_the_batches_are_read(tmp_path) -> N
                              "decode_instance": pa.array([f"d{i % 3}" for i in range(n)])}), path)
     code = (
         "import sys, threading\n"
-        "where = []\n"
+        "events = []\n"
         "def hook(event, args):\n"
         "    if event == 'import' and str(args[0]).split('.')[0] == 'pandas':\n"
-        "        where.append(threading.current_thread().name)\n"
+        "        events.append('pandas')\n"
         "sys.addaudithook(hook)\n"
         "from pathlib import Path\n"
+        "from pdprobe.collectors import requests_file\n"
         "from pdprobe.collectors.base import ReadContext\n"
-        "from pdprobe.collectors.requests_file import read_requests\n"
-        f"part = read_requests(Path({str(path)!r}), ReadContext())\n"
-        "print(where[0], len(part.requests))\n")
+        "from pdprobe.collectors.prefetch import imported_meanwhile\n"
+        "assemble = requests_file.assemble\n"
+        "def assembled(*a, **k):\n"
+        "    out = assemble(*a, **k)\n"
+        "    events.append('loop done')\n"
+        "    return out\n"
+        "requests_file.assemble = assembled\n"
+        "with imported_meanwhile('pandas', deferred=True):\n"
+        f"    part = requests_file.read_requests(Path({str(path)!r}), ReadContext())\n"
+        "print(events[0], len(part.requests))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
-    assert done.stdout.split() == ["pdprobe-import", str(n)]
+    assert done.stdout.split("\n")[0] == f"loop done {n}"
+
+
+def test_a_failed_block_starts_no_more_imports() -> None:
+    import sys
+
+    from pdprobe.collectors.prefetch import imported_meanwhile
+
+    name = "tests.collectors._imported_meanwhile_probe"
+    sys.modules.pop(name, None)
+    with pytest.raises(RuntimeError), imported_meanwhile(name, deferred=True):
+        raise RuntimeError("the read failed")
+    assert name not in sys.modules  # never welcome, then the block failed: not imported
+    assert not [t for t in threading.enumerate() if t.name == "pdprobe-import"]
