@@ -17,9 +17,12 @@ and ``nan``/``inf``/``1e999`` in keys pdprobe does not read. Checking each numbe
 in SQL makes the read as expensive as pyarrow's (measured in docs/performance.md), so only the
 cheap checks are made: a text key must hold a JSON string, a number must be finite (DuckDB
 reads ``1e400`` as inf). Where DuckDB refuses a line or a check fails, pyarrow's streamed
-reader takes over from the row DuckDB stopped at (both skip the same blank lines), and that
-reader reads the file whole on what it words (``request_stream.Fallback``): warnings, line
-numbers and exit codes as before, memory one piece. Compressed files, ids written as numbers,
+reader takes over from the row DuckDB stopped at (both skip the same blank lines), skipping
+and noting broken lines piece by piece as it does without DuckDB (a capture whose last line
+is cut off costs one more parse, not a whole-file read); the file is read whole
+(``request_stream.Fallback``) only where pyarrow's streamed reader would be, or where it
+skipped a line before that row that DuckDB had read. Warnings, line numbers and exit codes
+as with pyarrow alone, memory one piece. Compressed files, ids written as numbers,
 booleans and Mooncake ``hash_ids`` keep pyarrow; so do CSV/TSV (DuckDB's ``read_csv`` into
 Arrow is hardly cheaper than pyarrow's reader, and it reads ``1.5``, ``1e3``, ``+7``,
 ``1_000`` into integer columns).
@@ -77,10 +80,10 @@ def wanted(size: int) -> bool:
         return False
     try:
         import duckdb  # noqa: F401
-    except ImportError as exc:
+    except Exception as exc:  # not installed, or an install that fails to load
         if chosen == "auto":
             return False
-        raise InputError(f"{ENGINE_ENV}=duckdb but DuckDB is not installed",
+        raise InputError(f"{ENGINE_ENV}=duckdb but DuckDB is not installed or fails to load",
                          hint="pip install 'pdprobe[duckdb]', or unset "
                               f"{ENGINE_ENV}") from exc
     return True
@@ -132,12 +135,11 @@ def read_jsonl(path: Path, schema: pa.Schema, size: int, head_bytes: int, head_l
                resume: Callable[[], Iterator[Any]]) -> Batches:
     """The mapped keys of JSON Lines ``path`` as ``Batches`` of ``schema`` (module docstring).
     Where DuckDB stops (a line it refuses, a check that fails), the rest comes from
-    ``resume()``, pyarrow's streamed batches of the whole file, from that row on: they raise
-    ``request_stream.Fallback`` on what pyarrow words, and memory stays one piece whatever
-    happens. ``head_lines`` line ends in the leading ``head_bytes`` size the row estimate."""
+    ``resume()``, pyarrow's streamed batches of the whole file with its broken lines skipped
+    and noted, from that row on (``_after`` checks the seam); memory stays one piece. ``head_lines`` line ends in the leading ``head_bytes`` size the row estimate."""
     capacity = (int(size / head_bytes * head_lines * CAPACITY_MARGIN) + head_lines + 1024
                 if head_bytes > 0 else None)
-    return Batches(schema, _batches(path, schema, resume), capacity=capacity)
+    return Batches(schema, _batches(path, schema, resume), capacity=capacity, parser="duckdb")
 
 
 class _Refused(Exception):
@@ -153,6 +155,7 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
     floats = [f.name for f in schema if pa.types.is_float64(f.type)]
     texts = [i for i, f in enumerate(schema) if pa.types.is_string(f.type)]
     done = 0  # rows handed over: both readers skip the same blank lines, so row i is line i's
+    last = None  # the last row handed over, to check the seam with (``_after``)
     con = duckdb.connect(config={"preserve_insertion_order": True})  # rows in file order
     try:
         # DuckDB draws a progress bar on a terminal's stderr after 2 s; pdprobe's output is
@@ -167,24 +170,40 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
             # pyarrow's reader refuses a number beyond float64 (1e400); DuckDB gives inf
             if any(pc.any(pc.is_inf(batch.column(n))).as_py() for n in floats):
                 raise _Refused
-            yield _owned_text(batch, texts)
+            owned = _owned_text(batch, texts)
+            if owned.num_rows:
+                last = owned.slice(owned.num_rows - 1, 1)
+            yield owned
             done += batch.num_rows
         return
     except (duckdb.Error, pa.ArrowException, OSError, UnicodeError, _Refused):
         pass
     finally:
         con.close()  # DuckDB's buffers go before pyarrow reads on
-    yield from _after(resume(), done)
+    yield from _after(resume(), done, last)
 
 
-def _after(batches: Iterator[Any], skip: int) -> Iterator[Any]:
-    """``batches`` without their first ``skip`` rows."""
+def _after(batches: Iterator[Any], skip: int, last: Any = None) -> Iterator[Any]:
+    """``batches`` without their first ``skip`` rows, the rows DuckDB handed over.
+
+    ``batches`` (pyarrow's reading of the whole file in pieces) skip the broken lines they
+    word; pyarrow's row ``skip - 1`` must then be ``last``, the last row DuckDB gave. It is
+    not when pyarrow skipped a line before the seam that DuckDB read (a number written as a
+    string, ...): the rows would be shifted, so ``request_stream.Fallback`` is raised and
+    the file is read whole, every line worded."""
+    from pdprobe.collectors.request_stream import Fallback  # (it imports this module)
+
     for batch in batches:
+        if skip and last is not None and skip <= batch.num_rows \
+                and not batch.slice(skip - 1, 1).equals(last):
+            raise Fallback
         if skip >= batch.num_rows:
             skip -= batch.num_rows
             continue
         yield batch.slice(skip) if skip else batch
         skip = 0
+    if skip:  # pyarrow gave fewer rows than DuckDB had: it skipped lines DuckDB read
+        raise Fallback
 
 
 def _owned_text(batch: pa.RecordBatch, texts: list[int]) -> pa.RecordBatch:

@@ -70,6 +70,8 @@ class Batches:
     ids_again: Callable[[], Iterator[Any]] | None = None
     # source column -> the range of its values, from a Parquet footer (``request_bounds``)
     bounds: dict[str, Bounds] | None = None
+    # the parser that read the rows: "duckdb" for request_duckdb's, noted in the source
+    parser: str = "pyarrow"
 
     @property
     def reserve(self) -> int | None:

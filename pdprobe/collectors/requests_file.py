@@ -93,9 +93,14 @@ def _load(path: Path, want_hash_ids: bool = False) -> _Loaded:
     loaded.warnings[:0] = warnings
     if sniffed.compression:
         loaded.notes.insert(0, f"{sniffed.compression}-compressed {fmt}")
+    if repaired.parser == "duckdb":  # it reads some lines pyarrow skips: say which one ran
+        loaded.notes.insert(0, DUCKDB_NOTE)
     return loaded
 
 
+# The note of a file whose rows DuckDB parsed (collectors/request_duckdb.py).
+DUCKDB_NOTE: Final = ("parsed by DuckDB (a line with a number written as a string is read, not "
+                      "skipped; PDPROBE_REQUEST_ENGINE=pyarrow reads with pyarrow)")
 
 # What the canonical frame needs and the reading loop does not: imported in a thread while the
 # batches of a text file are assembled (pyarrow's parsers run in threads of their own), not
@@ -143,7 +148,7 @@ def _read_records(path: Path, fmt: str, compression: str | None, want_hash_ids: 
                     lines = MalformedRows(path)
                     batches, cmap = stream_delimited(path, source, data, delimiter,
                                                      want_hash_ids, lines)
-                repaired = _Repaired(batches.batches)
+                repaired = _Repaired(batches.batches, batches.parser)
                 with imported_meanwhile(*CANONICAL_MODULES):
                     assembled = assemble(repaired, batches.schema, cmap, batches.reserve,
                                          want_hash_ids)
@@ -189,9 +194,10 @@ def _repaired_ids(again: Callable[[], Iterable[Any]] | None
 class _Repaired:
     """The batches with invalid UTF-8 repaired (``_repair_utf8``), counting the bad values."""
 
-    def __init__(self, batches: Iterable[Any]) -> None:
+    def __init__(self, batches: Iterable[Any], parser: str = "pyarrow") -> None:
         self.batches = batches
         self.invalid_utf8 = 0
+        self.parser = parser  # ``Batches.parser``
 
     def __iter__(self) -> Iterator[Any]:
         import pyarrow as pa

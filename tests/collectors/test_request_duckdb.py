@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +76,10 @@ class _Spy:
         after = request_duckdb._after
         whole = requests_file.read_jsonl
 
-        def resumed(batches: Any, skip: int) -> Any:
+        def resumed(batches: Any, skip: int, *rest: Any) -> Any:
             self.resumed += 1
             self.skipped = skip
-            return after(batches, skip)
+            return after(batches, skip, *rest)
 
         def counted(*args: Any) -> Any:
             for batch in batches(*args):
@@ -95,12 +96,23 @@ class _Spy:
 
 
 def _same(a: Partial, b: Partial) -> None:
+    """The same frame, warnings and source, but for the note that DuckDB parsed the rows."""
     assert a.requests is not None and b.requests is not None
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    assert a.source == b.source
+    assert a.source is not None and b.source is not None
+    assert replace(a.source, notes=_without_duckdb(a.source.notes)) == \
+        replace(b.source, notes=_without_duckdb(b.source.notes))
     assert a.warnings == b.warnings
     assert a.request_columns == b.request_columns
     assert a.role_hints == b.role_hints
+
+
+def _without_duckdb(notes: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n for n in notes if n != requests_file.DUCKDB_NOTE)
+
+
+def _parsed_by_duckdb(p: Partial) -> bool:
+    return p.source is not None and requests_file.DUCKDB_NOTE in p.source.notes
 
 
 duckdb_only = pytest.mark.skipif(importlib.util.find_spec("duckdb") is None,
@@ -160,15 +172,62 @@ def test_clean_files_read_by_duckdb_give_pyarrows_frame(
     '[1, 2]\n',  # not an object
     "{'request_id': 'x'}\n",  # not JSON
 ])
-def test_what_duckdb_reads_otherwise_falls_back_to_pyarrow_with_the_same_warnings(
+def test_what_duckdb_refuses_pyarrow_reads_on_with_the_same_warnings(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """A line DuckDB refuses: pyarrow's pieces go on from there, skipping and wording what
+    they skip as pyarrow alone does, and read the file whole only where pyarrow alone does
+    (not for a broken line: a capture whose last line is cut off stays one piece)."""
     path = _records_with_line_1501(tmp_path, bad)
+    alone = _Spy(monkeypatch)
     expect = _read(path, "pyarrow", monkeypatch)
     spy = _Spy(monkeypatch)
     got = _read(path, "duckdb", monkeypatch)
-    assert spy.whole == 1  # read again by pyarrow, every case worded as before
+    assert spy.resumed == 1
+    assert spy.whole == alone.whole
+    if "arrival_ts\": \n" in bad:  # broken JSON: skipped piece by piece, never whole
+        assert spy.whole == 0
     _same(got, expect)
     assert any("line 1501" in w for w in got.warnings)
+
+
+@duckdb_only
+@pytest.mark.usefixtures("small_batches")
+def test_a_cut_off_last_line_costs_no_whole_read(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture still being written: DuckDB reads every row but the last, pyarrow's pieces
+    word the cut-off line; the file is not read whole (at 10M rows that would be GBs)."""
+    path = tmp_path / "r.jsonl"
+    _write(path, _records())
+    with path.open("ab") as f:
+        f.write(b'{"request_id": "late", "arrival_ts": 1.75')
+    expect = _read(path, "pyarrow", monkeypatch)
+    spy = _Spy(monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert spy.resumed == 1 and spy.whole == 0  # (DuckDB may stop before handing a row)
+    _same(got, expect)
+    assert any(f"line {ROWS + 1}" in w for w in got.warnings)
+
+
+@duckdb_only
+@pytest.mark.usefixtures("small_batches")
+def test_a_line_only_duckdb_read_before_where_it_stops_reads_the_file_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyarrow skips a line DuckDB read (a number written as a string) before the row where
+    DuckDB stops (its check refuses an infinite number in DuckDB's 6th batch, after 5 were
+    handed over): pyarrow's rows are shifted at the seam, so the file is read whole (the seam
+    check), and the rows are pyarrow's own."""
+    path = tmp_path / "r.jsonl"
+    records = _records()
+    records[300]["ttft_ms"] = "2.5"
+    records[1500]["ttft_ms"] = float("inf")  # written as Infinity
+    _write(path, records)
+    expect = _read(path, "pyarrow", monkeypatch)
+    spy = _Spy(monkeypatch)
+    got = _read(path, "duckdb", monkeypatch)
+    assert spy.resumed == 1 and spy.skipped == 5 * 256 and spy.whole == 1
+    _same(got, expect)
+    assert not _parsed_by_duckdb(got)  # every row pyarrow's
+    assert any("line 301" in w for w in got.warnings)
 
 
 @pytest.fixture
@@ -209,7 +268,7 @@ def test_where_duckdb_stops_pyarrow_streams_on_from_that_row(
 @duckdb_only
 def test_known_difference_a_number_written_as_a_string_is_read_not_skipped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Why the engine is opt-in (module docstring): pyarrow skips the line, DuckDB reads 2.5."""
+    """Where the readers differ (module docstring): pyarrow skips the line, DuckDB reads 2.5."""
     path = tmp_path / "r.jsonl"
     records = _records()
     records[1500]["ttft_ms"] = "2.5"
@@ -243,23 +302,30 @@ def test_compressed_and_glob_named_files_keep_pyarrow(
 def test_after_drops_the_rows_already_handed_over() -> None:
     import pyarrow as pa
 
+    from pdprobe.collectors.request_stream import Fallback
+
     batches = [pa.record_batch({"a": list(range(i, i + 4))}) for i in (0, 4, 8)]
-    for skip in (0, 3, 4, 9, 12, 20):
-        got = [v for b in request_duckdb._after(iter(batches), skip) for v in b["a"].to_pylist()]
-        assert got == list(range(skip, 12))
+    for skip in (0, 3, 4, 9, 12):
+        last = pa.record_batch({"a": [skip - 1]})
+        for seam in (None, last):
+            got = [v for b in request_duckdb._after(iter(batches), skip, seam)
+                   for v in b["a"].to_pylist()]
+            assert got == list(range(skip, 12))
+    for skip, seam in ((20, None), (3, pa.record_batch({"a": [7]})),
+                       (4, pa.record_batch({"a": [2]}))):
+        with pytest.raises(Fallback):  # fewer rows than DuckDB gave, or a shifted seam
+            list(request_duckdb._after(iter(batches), skip, seam))
 
 
-@duckdb_only
 def test_the_engine_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    big, small = request_duckdb.AUTO_MIN_BYTES, request_duckdb.AUTO_MIN_BYTES - 1
+    big = request_duckdb.AUTO_MIN_BYTES
     monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
     assert request_duckdb.engine() == "auto"
-    assert request_duckdb.wanted(big) and not request_duckdb.wanted(small)
+    assert not request_duckdb.wanted(big - 1)  # small: pyarrow, DuckDB not even imported
     monkeypatch.setenv(request_duckdb.ENGINE_ENV, "pyarrow")
     assert not request_duckdb.wanted(big)
     monkeypatch.setenv(request_duckdb.ENGINE_ENV, " DuckDB ")
     assert request_duckdb.engine() == "duckdb"
-    assert request_duckdb.wanted(small) and request_duckdb.wanted(0)
     monkeypatch.setenv(request_duckdb.ENGINE_ENV, "polars")
     with pytest.raises(InputError, match="PDPROBE_REQUEST_ENGINE='polars' is not one of"):
         request_duckdb.engine()
@@ -274,11 +340,38 @@ def test_asking_for_duckdb_without_it_says_how_to_install_it(
     assert "pdprobe[duckdb]" in (info.value.hint or "")
 
 
-def test_auto_without_duckdb_reads_with_pyarrow_without_a_word(
+@duckdb_only
+def test_auto_and_duckdb_want_duckdb_where_it_is_installed(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    big = request_duckdb.AUTO_MIN_BYTES
     monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
-    monkeypatch.setitem(sys.modules, "duckdb", None)  # import fails
-    assert not request_duckdb.wanted(request_duckdb.AUTO_MIN_BYTES * 4)
+    assert request_duckdb.wanted(big) and not request_duckdb.wanted(big - 1)
+    monkeypatch.setenv(request_duckdb.ENGINE_ENV, "duckdb")
+    assert request_duckdb.wanted(big - 1) and request_duckdb.wanted(0)
+
+
+@pytest.mark.parametrize("broken", [None, RuntimeError("a broken install")])
+def test_auto_without_duckdb_reads_with_pyarrow_without_a_word(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: Exception | None) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, _records(300))
+    expect = _read(path, "pyarrow", monkeypatch)
+    monkeypatch.delenv(request_duckdb.ENGINE_ENV, raising=False)
+    monkeypatch.setattr(request_duckdb, "AUTO_MIN_BYTES", 1)  # the file counts as big
+    if broken is None:
+        monkeypatch.setitem(sys.modules, "duckdb", None)  # import fails: not installed
+    else:
+        def fails(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "duckdb":
+                raise broken
+            return real(name, *args, **kwargs)
+
+        import builtins
+        real = builtins.__import__
+        monkeypatch.setattr(builtins, "__import__", fails)
+    assert not request_duckdb.wanted(path.stat().st_size)
+    got = read_requests(path, ReadContext())
+    _same(got, expect)
 
 
 @duckdb_only
@@ -295,6 +388,7 @@ def test_auto_reads_a_big_file_with_duckdb_and_a_small_one_with_pyarrow(
     big = read_requests(path, ReadContext())
     assert spy.batches > 0 and spy.resumed == 0 and spy.whole == 0
     _same(big, small)
+    assert _parsed_by_duckdb(big) and not _parsed_by_duckdb(small)  # the source says which
 
 
 def test_the_query_quotes_names_and_paths() -> None:
