@@ -186,10 +186,9 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     Above ``max_requests`` (default ``sampling.MIX_SAMPLE_REQUESTS``) the lengths are a
     stratified sample of that many (``Population``); rate and burstiness use every arrival.
 
-    Memory: the population of a sampled mix is the record columns themselves where they need
-    no change (every row usable, in arrival order, lengths and cached tokens in range: the
-    usual case), not float64 copies (three 80 MB arrays and an int64 window per arrival at 10
-    million requests); only the sample is float64.
+    Memory: a sampled mix's population is the record columns themselves where they need no
+    change (every row usable, in arrival order and in range: the usual case), not float64
+    copies (three 80 MB arrays, an int64 window per arrival at 10M): only the sample is float64.
     """
     n_rows = len(requests)
     prompt, output = record_numbers(requests, "prompt_tokens"), \
@@ -197,11 +196,10 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     cached = record_numbers(requests, "cached_tokens") if "cached_tokens" in requests \
         else np.zeros(n_rows)
     arrival = requests["arrival_ts"]
-    # a float64 column is read in place (its NaN are the missing ones): no 80 MB copy and
-    # missing-value pass at 10 million requests; a mix keeps it only in its population, the
-    # small unsampled mix a copy. The view is made read-only (a view object of its own, so
-    # pandas' array keeps its flags): no in-place write through the population can reach the
-    # records the evidence reads on the other thread
+    # a float64 column is read in place (its NaN are the missing ones: no 80 MB copy and NaN
+    # pass at 10M), kept by a sampled mix's population only (an unsampled mix copies it), and
+    # read-only through a view of its own (pandas' array keeps its flags): no write through
+    # the population can reach the records the evidence reads on the other thread
     if arrival.dtype == np.float64:
         ts = arrival.to_numpy().view()
         ts.flags.writeable = False
@@ -209,8 +207,7 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
         ts = arrival.to_numpy(dtype=np.float64, na_value=np.nan)
     column_ts = ts
     limit = sampling.MIX_SAMPLE_REQUESTS if max_requests is None else max_requests
-    # the sample's length strata are found in the same pass as the usable rows (used when
-    # every row is usable as it is, in arrival order: the usual case)
+    # the sample's length strata, made by the usable-rows scan (kept when all are, in order)
     counted: list[np.ndarray] = []  # (the strata's counts per chunk, made with them)
     codes = strata.StrataCodes(n_rows, 2, counted) if n_rows > limit else None
     ok, scan = usable_records(ts, prompt, output, cached, codes)
@@ -243,10 +240,10 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     code = None
     if sampled and codes is not None and every_row and scan.outputs_positive and order is None:
         code = codes.code  # the scan's: of these very arrays, in this order
-    elif sampled:  # (rows left out, outputs raised to 1 or sorted: strata of the arrays now)
+    del codes  # (memory: the scan's codes go before the fallback makes its own, 20 MB at 10M)
+    if sampled and code is None:  # rows left out, outputs raised to 1 or sorted: strata now
         counted = []
         code = strata.length_strata(prompt, output, counts=counted)
-    del codes
     keep = strata.stratified_sample(code, limit, counted) if code is not None else None
     del code  # (memory: two bytes per request)
     if keep is None:
