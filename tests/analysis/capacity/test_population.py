@@ -371,13 +371,15 @@ def test_usable_records_scan_is_what_the_helpers_find(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize("flaw", ["clean", "unsorted", "zero_output", "nan_prompt"])
-@pytest.mark.parametrize("chunk, scan_chunk", [(1 << 16, 1 << 16), (64, 64), (1 << 16, 7)])
+@pytest.mark.parametrize("chunk, scan_chunk", [(1 << 16, 1 << 16), (64, 64), (1 << 16, 7),
+                                              (10_000, 15_000)])
 def test_the_scans_strata_draw_the_sample_of_the_mixs_own_lengths(
         monkeypatch: pytest.MonkeyPatch, flaw: str, chunk: int, scan_chunk: int) -> None:
     """The sample's length strata are made in the usable-rows scan when every row is usable
     as it is and in order, else from the lengths kept: either way the sample is the one
     ``length_strata`` of the mix's own lengths draws (the scan's chunks of another size than
-    ``sampling.PASS_CHUNK``, its per-chunk counts left unused)."""
+    ``sampling.PASS_CHUNK``, its per-chunk counts left unused; (10_000, 15_000): as many
+    chunks as ``PASS_CHUNK``'s but of other sizes, which only ``StrataCodes``' guard catches)."""
     from pdprobe.analysis import strata as stratamod
     from pdprobe.analysis.capacity import population
 
