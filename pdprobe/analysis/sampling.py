@@ -4,15 +4,14 @@ Reconstructing the decode batch every request shared sorts every start and end e
 capture: at 10 million requests that is most of a diagnosis, while a fit of three coefficients
 is settled by a few hundred thousand observations. Above ``SAMPLE_MAX_REQUESTS`` the fit
 observes the requests that *start* in evenly spread time blocks (every ``k``-th block of
-``SAMPLE_BLOCK_S``, about ``DECODE_SAMPLE_REQUESTS`` of them): a sample stratified by time window, holding every instance and every
-length that ran in those windows in proportion. Each sampled request's figure stays exact:
-the reconstruction runs on every request of the same instance that overlaps a sampled one,
-which is everything its figure depends on. Prefill busy periods are sampled the same way
-above ``BUSY_SAMPLE_MAX_REQUESTS``. The capacity plan sizes on a proportional stratified
-sample of ``MIX_SAMPLE_REQUESTS`` (``strata.stratified_sample``: arrival time × length
-octaves).
-Counts and sums (rates, burstiness, load windows, window counts) keep using all rows, and
-the notes say what was sampled.
+``SAMPLE_BLOCK_S``, at most about ``DECODE_SAMPLE_REQUESTS`` of them): a sample stratified by
+time window, holding every instance and every length that ran in those windows in proportion.
+Each sampled request's figure stays exact: the reconstruction runs on every request of the same
+instance that overlaps a sampled one, which is everything its figure depends on. Prefill busy
+periods are sampled the same way above ``BUSY_SAMPLE_MAX_REQUESTS``. The capacity plan sizes on
+a proportional stratified sample of ``MIX_SAMPLE_REQUESTS`` (``strata.stratified_sample``:
+arrival time × length octaves). Counts and sums (rates, burstiness, load windows, window
+counts) keep using all rows, and the notes say what was sampled.
 """
 
 from __future__ import annotations
@@ -35,14 +34,18 @@ from pdprobe.analysis.sample_runs import (
     sampled_around,
 )
 
-# Above this many requests the reconstructions run on a sample. 400,000 observations pin a
-# three-coefficient fit far below the noise of any capture (the NNLS fit itself already
-# samples 100,000 for its first passes, perf_solver.NNLS_MAX_POINTS), and the sorts over about
-# that many events cost under a second on one core. Every bundled input, simulated scenario
-# and public trace is below it, so their reports are exact.
+# Above this many requests the reconstructions run on a sample. Up to it the exact
+# reconstruction is cheap (the sorts over 400,000 requests' events cost under a second on one
+# core), and every bundled input, simulated scenario and public trace is below it, so their
+# reports are exact. Above it the decode sample holds at most about
+# ``DECODE_SAMPLE_REQUESTS`` (one block in three or more), which pins a three-coefficient fit
+# far below the noise of any capture (the NNLS fit itself samples 100,000 for its first
+# passes, perf_solver.NNLS_MAX_POINTS).
 SAMPLE_MAX_REQUESTS: Final = 400_000
-# Above that threshold the decode sample holds about this many requests (one block in
-# ``ceil(n / that)``): a size, not a fraction of the capture, as for the busy periods below.
+# Above that threshold the decode sample holds at most about this many requests (one block
+# in ``ceil(n / that)``: 133,000-200,000 from 400,000 to 600,000 requests, one block in three,
+# closer to 200,000 the larger the capture): a size, not a fraction of the capture, as for
+# the busy periods below.
 # The overlap test, the sweep and the fit follow the sample (the passes finding the usable
 # rows read every request): at 10 million requests the capacity stage cost 1.15-1.19 CPU-s
 # with 400,000 (one block in 25) and 0.99-1.00 with 200,000 (one in 50), while the decode

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Above this many usable observations the prefill fit observes a stratified sample of this
-# many. The same size as the decode fit's time sample (``sampling.SAMPLE_MAX_REQUESTS``): four
-# times what the solver's first reweighting passes already use (``perf_solver``'s
+# many. The same number as the decode reconstruction's sampling threshold
+# (``sampling.SAMPLE_MAX_REQUESTS``; its sample is ``DECODE_SAMPLE_REQUESTS``): four times
+# what the solver's first reweighting passes already use (``perf_solver``'s
 # ``NNLS_MAX_POINTS``), so a three-coefficient fit's sampling error (a fraction of a percent
 # on the quadratic term, measured in docs/model.md, "Bounded prefill fit") stays well below
 # the difference between two captures, while the fit's transient memory is ~45 MB instead of
