@@ -107,7 +107,10 @@ def for_quantiles(table: pd.DataFrame, values: Any) -> Any:
     rows = quantile_rows(table)
     if rows is None:
         return values
-    # (np.take's wrap mode reads the valid positions as indexing does, a fifth cheaper)
+    # np.take's wrap mode reads the valid positions as indexing does, a fifth cheaper, but
+    # wraps an out-of-range one where indexing raised: the rows are the table's, so
+    # ``values`` must be as long as the table for each position to be the row meant
+    assert np.shape(values)[0] == len(table), "values not aligned with the table's rows"
     return values.iloc[rows] if hasattr(values, "iloc") else \
         np.take(np.asarray(values), rows, axis=0, mode="wrap")
 

@@ -63,7 +63,9 @@ def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
     a positions array to intp before it gathers, a fresh 48 MB for 6M int32 positions (about
     20 ms of page faults on a VM), where a slice's widening reuses the allocator's memory.
     ``np.take``'s ``wrap`` mode reads a valid position (negative ones from the end) as
-    indexing does, without the default mode's buffered copy of the output."""
+    indexing does, without the default mode's buffered copy of the output; ``rows`` must
+    hold valid positions only (``-len(array) <= p < len(array)``): an out-of-range one is
+    wrapped silently where indexing raised IndexError."""
     if rows.size <= CHUNK_ROWS:
         return np.take(array, rows, mode="wrap")  # (a fifth cheaper than indexing)
     out = np.empty(rows.size, dtype=array.dtype)
@@ -78,7 +80,11 @@ def take(values: Column, rows: Rows) -> np.ndarray:
     A getter is called ``CHUNK_ROWS`` positions at a time into one output array: its
     temporaries (each input column gathered at the rows) stay a slice long, where a
     derived column gathered at 10M sampled rows would hold three 80 MB arrays at once. A row
-    getter computes each row from that row alone, so the values are the same."""
+    getter computes each row from that row alone, so the values are the same.
+
+    Integer ``rows`` must be valid positions of ``values``: an array is gathered with
+    ``np.take``'s wrap mode (``take_rows``), which wraps an out-of-range position silently
+    where indexing raised IndexError."""
     if callable(values):
         if isinstance(rows, np.ndarray) and rows.size > CHUNK_ROWS:
             out = np.empty(rows.size, dtype=np.float64)
