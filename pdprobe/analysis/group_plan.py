@@ -53,7 +53,9 @@ class GroupPlan:
         names = [str(x) for x in labels]
         n = len(names)
         if counts is not None and len(counts) == n and int(counts.sum()) == raw.size:
-            totals = np.asarray(counts, dtype=np.int64)
+            # a copy (a few labels long): the caller's array stays in the table cache and the
+            # instance series, and Groups.totals must not share it with them
+            totals = np.array(counts, dtype=np.int64)
         else:
             per_code = np.zeros(n + 1, dtype=np.int64)  # the last slot counts the -1 rows
             for part in chunks(raw.size):
