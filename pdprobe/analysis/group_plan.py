@@ -80,7 +80,7 @@ class GroupPlan:
 
     def draws(self) -> tuple[np.ndarray | int, np.ndarray]:
         """What ``row_sample.sample_rows`` draws this plan's sample from: ``(raw, rate)``, or
-        ``(rows, rate[:1])`` when every row has a group and every group the same rate (a
+        ``(n_rows, rate[:1])`` (the row count) when every row has a group and every group the same rate (a
         round-robin router's instances): the same rows (one draw per row compared with the
         same rate) without looking up each row's rate (a gather per row, 1 ms per million)."""
         assert self.rate is not None

@@ -73,7 +73,6 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     share, q90 = queue_share(ds, ttft, sampled)
     slo_fig = slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table, ttft)
     transfer = transfer_figures(ds, window, table, cluster, ttft, sampled)
-    del ttft
     slo_miss = slo_miss_shape(ds, slo_fig, window, sampled)
     del sampled
     return ClusterEvidence(

@@ -139,7 +139,7 @@ class BinCells:
                 c = self._cells(part)
                 per_cell += np.bincount(c[c >= 0], minlength=n_cells)
         used = per_cell > 0
-        # the rows of every cell, which ``_cell_order`` reads when every row is read (no sample)
+        # the rows of every cell, which ``_in_cell_order`` reads when every row is read (no sample)
         self._per_cell = per_cell
         # every cell has rows (the usual case): a cell is its own group, no lookup per row
         self._every_cell = bool(used.all())
