@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.exact_sums import exact_addends
 from pdprobe.analysis.grouped import Groups, column_values, group_sums, key_groups
 from pdprobe.analysis.row_slices import chunks
 from pdprobe.analysis.table_cache import table_cache
@@ -24,8 +25,6 @@ from pdprobe.analysis.table_facts import know_whole
 if TYPE_CHECKING:
     import pandas as pd
 
-# Whole numbers below this are exact in float64, and so is every sum of them below it.
-_EXACT: Final = 1 << 53
 # The cells of every grouping at once, held as int16 codes (one slot update per row).
 _CELLS_MAX: Final = np.iinfo(np.int16).max
 
@@ -61,32 +60,17 @@ def joint_sums_columns(groupings: list[Groups],
         for k, (values, is_whole, found) in enumerate(zip(columns, whole, cells, strict=True)):
             if found is None:
                 continue
-            v = _exact(values[part], is_whole, n)
+            v = exact_addends(values[part], n)
             if v is None:
                 cells[k] = None
                 continue
+            if is_whole:
+                v = v.astype(np.int64, copy=False)  # (uint64 below 2**53: the same values)
             np.add.at(found, cell, v)
     axes = range(len(shape))
     return [None if found is None else
             [found.reshape(shape).sum(axis=tuple(a for a in axes if a != k)).astype(np.float64)
              for k in axes] for found in cells]
-
-
-def _exact(v: np.ndarray, whole: bool, n: int) -> np.ndarray | None:
-    """A slice ``v`` of a column of ``n`` values as added into its cells (int64 for an integer
-    column), or None unless each value is a whole number from 0 up and ``n`` of the largest
-    stay below 2**53."""
-    low, high = v.min(), v.max()  # (NaN: both NaN, so the test below fails)
-    # every value at most the largest, so every partial sum below 2**53 (Python ints: no
-    # overflow; a float product rounds to 2**53 or above when the true one is)
-    top = int(high) if whole else float(high)
-    if not (low >= 0 and top * n < _EXACT):
-        return None
-    if whole:
-        return v.astype(np.int64, copy=False)  # (uint64 below 2**53: the same values)
-    if not np.array_equal(v, np.floor(v)):
-        return None
-    return v
 
 
 def group_sums_each(table: pd.DataFrame, keys: list[str], column: str) -> list[np.ndarray]:

@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.exact_sums import exact_addends
 from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.row_slices import ascending
 
 if TYPE_CHECKING:
     from pdprobe.analysis.grouped import Groups
 
-# Whole numbers below this are exact in float64, and so is every sum of them below it.
-_EXACT: Final = 1 << 53
 # The most (prefill, decode) pairs taken: each bin's rows are counted (and summed) into a table
 # of every pair (a bincount of intp pair indices, ``n_a * n_b`` slots per bin), kept small.
 _PAIRS_MAX: Final = np.iinfo(np.int16).max  # 32,767
@@ -81,7 +80,8 @@ def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
         counts[0][b * n_a:(b + 1) * n_a] = table.sum(axis=1)
         counts[1][b * n_b:(b + 1) * n_b] = table.sum(axis=0)
         for k, column in enumerate(columns if exact else ()):
-            v = column[lo:hi] if k < len(whole) and whole[k] else _whole(column[lo:hi], n_rows)
+            v = column[lo:hi] if k < len(whole) and whole[k] else \
+                exact_addends(column[lo:hi], n_rows, nan_as_zero=True)
             if v is None:
                 exact = False
                 break
@@ -91,20 +91,3 @@ def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
             bin_sums[k][b] = per_pair.sum()
     return JointCells(counts=counts, sums=sums if exact else None,
                       bin_sums=bin_sums if exact else None)
-
-
-def _whole(v: np.ndarray, n_rows: int) -> np.ndarray | None:
-    """``v`` with NaN as 0 when every value is a whole number from 0 up and ``n_rows`` of
-    the largest stay below 2**53 (each partial sum of the column exact), else None."""
-    if v.dtype.kind == "f":
-        nan = np.isnan(v)
-        if nan.any():
-            v = np.where(nan, 0.0, v)
-    low, high = v.min(), v.max()
-    # (a float product rounds to 2**53 or above when the true one is; Python ints: exact)
-    top = int(high) if v.dtype.kind in "iu" else float(high)
-    if not (low >= 0 and top * n_rows < _EXACT):
-        return None
-    if v.dtype.kind == "f" and not np.array_equal(v, np.floor(v)):
-        return None
-    return v
