@@ -56,3 +56,22 @@ def know_whole(table: pd.DataFrame, column: str) -> None:
 def known_whole(table: pd.DataFrame, column: str) -> bool:
     """Whether ``know_whole(table, column)`` was recorded (False: not known, either way)."""
     return bool(table_cache(table).get(("whole", column), False))
+
+
+def column_sum(table: pd.DataFrame, name: str) -> float:
+    """numpy's sum of ``table[name]`` as float64 (NaN or infinite when a value is NaN or
+    infinite), cached per table: the transfer figures add the KV bytes, and a finite total
+    tells them, the failure figures and the per-bin series that no value needs a NaN test
+    (``column_finite``; a pass of every row each)."""
+    cache = table_cache(table)
+    key = ("column_sum", name)
+    if key not in cache:
+        cache[key] = table[name].to_numpy(dtype="float64").sum()
+    found: float = cache[key]
+    return found
+
+
+def column_finite(table: pd.DataFrame, name: str) -> bool:
+    """Whether ``column_sum(table, name)`` is finite: then no value of the column is NaN or
+    infinite (either makes the sum so), and a reader skips its test of every row for one."""
+    return bool(np.isfinite(column_sum(table, name)))

@@ -124,21 +124,6 @@ def transfer_seconds(ds: Dataset) -> pd.Series | None:
     return request_column(ds, "kv_transfer_s")
 
 
-def column_sum(ds: Dataset, name: str) -> float:
-    """numpy's sum of request column ``name`` as float64 (NaN or infinite when a value is
-    NaN or infinite), cached per request table: the transfer figures add the KV bytes, and
-    a finite total tells them and the failure figures that no value needs a NaN test (a
-    pass of every row each)."""
-    from pdprobe.analysis.table_cache import table_cache
-
-    cache = table_cache(ds.requests)
-    key = ("column_sum", name)
-    if key not in cache:
-        cache[key] = ds.requests[name].to_numpy(dtype="float64").sum()
-    found: float = cache[key]
-    return found
-
-
 def arrival_bins(ds: Dataset, window: Window) -> np.ndarray:
     """The bin of every request's arrival (``window.bin_of``), computed once per request table
     and window (read-only).

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.columns import column_sum
 from pdprobe.analysis.row_slices import category_count, category_mask
+from pdprobe.analysis.table_facts import column_finite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -212,7 +212,7 @@ def _no_kv_share(ds: Dataset) -> float | None:
     with_status = "status" in ds.request_columns
     # a finite sum of every row's bytes (cached: the transfer figures add them) has no NaN
     # or infinity in it: no test of every row for one
-    finite = None if np.isfinite(column_sum(ds, "kv_bytes")) else np.isfinite(kv)
+    finite = None if column_finite(req, "kv_bytes") else np.isfinite(kv)
     if with_status and (finite is None or finite.all()):
         n_done = category_count(req, "status", is_ok)  # every row's bytes known: per status
     elif finite is None:  # (no status: every row)

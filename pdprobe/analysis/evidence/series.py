@@ -17,11 +17,11 @@ from pdprobe.analysis.evidence.columns import (
     ROLE_COLUMN,
     arrival_bins,
     arrivals_in_order,
-    column_sum,
     request_column,
     transfer_seconds,
 )
 from pdprobe.analysis.row_slices import blocked_medians, has_values
+from pdprobe.analysis.table_facts import column_finite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -308,8 +308,8 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         out["ttft_p90"] = ttft_p90
     if kv is not None:
         # (the column's sum, cached for the transfer figures: finite, no value is NaN)
-        have, sums = run_counts_and_sums(groups, kv, no_nan=kv.dtype == np.float64 and bool(
-            np.isfinite(column_sum(ds, "kv_bytes"))))
+        have, sums = run_counts_and_sums(groups, kv, no_nan=kv.dtype == np.float64 and
+                                         column_finite(req, "kv_bytes"))
         total = np.where(have > 0, sums, np.nan)  # sum(min_count=1)
         out["kv_bytes_per_s"] = per_bin(total) / window.step_s
         if per_gb is not None:

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.columns import arrivals_in_order, column_sum, transfer_seconds
+from pdprobe.analysis.evidence.columns import arrivals_in_order, transfer_seconds
 from pdprobe.analysis.evidence.model import Mix, Slo, Transfer
 from pdprobe.analysis.evidence.selection import median, median_and_quantile, quantile
 from pdprobe.analysis.evidence.stats import ChangePoint
 from pdprobe.analysis.grouped import column_values, for_quantiles
 from pdprobe.analysis.row_slices import has_values
+from pdprobe.analysis.table_facts import column_finite, column_sum
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
             # A finite sum of every value has no NaN (nor infinity) to look for: the masks
             # below only when it is not (at 10M rows a NaN test, a comparison with 0 and
             # their combination: ~15 ms), each figure the very sum it would be.
-            kv_all = column_sum(ds, "kv_bytes")  # (kv.sum(), cached: the failures read it)
-            kv_nan = None if np.isfinite(kv_all) else np.isnan(kv)
+            kv_all = column_sum(req, "kv_bytes")  # (kv.sum(), cached: the failures read it)
+            kv_nan = None if column_finite(req, "kv_bytes") else np.isnan(kv)
             if req["kv_bytes"].dtype == np.float64:
                 # the bytes in total: pandas' ``Series.sum`` of a float64 column (NaN as 0,
                 # then numpy's sum of the array), read below without a second pass of pandas
