@@ -1,4 +1,4 @@
-"""Per-group sums of one whole-number column under several groupings at once.
+"""Per-group sums of whole-number columns under several groupings at once.
 
 The instance summaries (and the evidence) sum the prompt and cached tokens per prefill and
 per decode instance: a ``ufunc.at`` pass over every row per grouping and column (22 ms per
@@ -6,8 +6,9 @@ per decode instance: a ``ufunc.at`` pass over every row per grouping and column 
 from 0 up and every sum stays below 2**53, each partial sum is a whole number held exactly
 in float64, so row order does not matter: one pass adds each row into its cell of every
 grouping at once (``code_a * n_b + code_b``) and each grouping's sums are its cells' sums,
-the very floats a pass per grouping adds. ``joint_sums`` checks those conditions slice by
-slice and answers None (sum each grouping alone) as soon as one fails.
+the very floats a pass per grouping adds. ``joint_sums_columns`` checks those conditions
+slice by slice (``exact_sums``) and answers None for a column (sum each grouping alone) as
+soon as one fails.
 """
 
 from __future__ import annotations
@@ -29,18 +30,15 @@ if TYPE_CHECKING:
 _CELLS_MAX: Final = np.iinfo(np.int16).max
 
 
-def joint_sums(groupings: list[Groups], values: np.ndarray) -> list[np.ndarray] | None:
-    """``[g.sums(values) for g in groupings]`` (groupings of one table's rows, each covering
-    every row) from one pass over the rows, or None where that would not give the very same
-    floats: a value that is NaN, infinite, negative or not a whole number, sums that could
-    reach 2**53, a row without a group, or more cells than an int16 holds."""
-    return joint_sums_columns(groupings, [values])[0]
-
-
 def joint_sums_columns(groupings: list[Groups],
                        columns: list[np.ndarray]) -> list[list[np.ndarray] | None]:
-    """``joint_sums(groupings, values)`` for each of ``columns`` from one pass over the rows:
-    each slice's cells are computed once for every column (a third of a column's cost)."""
+    """``[g.sums(values) for g in groupings]`` (groupings of one table's rows, each covering
+    every row) for each ``values`` of ``columns``, from one pass over the rows (each slice's
+    cells computed once for every column: a third of a column's cost); None for a column
+    where that would not give the very same floats: a value that is NaN, infinite, negative
+    or not a whole number, or sums that could reach 2**53 (``exact_sums``); None for every
+    column for a row without a group, fewer than two groupings or more cells than an int16
+    holds."""
     shape = tuple(g.n_groups for g in groupings)
     n = columns[0].size if columns else 0
     if len(groupings) < 2 or not n or not all(g.complete for g in groupings) or \
@@ -73,17 +71,13 @@ def joint_sums_columns(groupings: list[Groups],
              for k in axes] for found in cells]
 
 
-def group_sums_each(table: pd.DataFrame, keys: list[str], column: str) -> list[np.ndarray]:
-    """``grouped.group_sums(table, key, column)`` for each of ``keys``; those not cached yet
-    from one pass over the rows when it gives the very same floats (``joint_sums``), else
-    one pass per key. A joint pass records the column's values as whole (``know_whole``)."""
-    return group_sums_columns(table, keys, [column])[0]
-
-
 def group_sums_columns(table: pd.DataFrame, keys: list[str],
                        columns: list[str]) -> list[list[np.ndarray]]:
-    """``group_sums_each(table, keys, column)`` for each of ``columns``, the joint passes of
-    every column at once (``joint_sums_columns``: each slice's cells computed once)."""
+    """``[[grouped.group_sums(table, key, column) for key in keys] for column in columns]``:
+    the sums from one pass over every key's rows when it gives the very same floats
+    (``joint_sums_columns``: every column at once, each slice's cells computed once), else
+    a pass per key and column; the sums cached before are kept. The joint pass records each
+    column it sums as whole (``know_whole``)."""
     cache = table_cache(table)
     todo = [key for key in dict.fromkeys(keys)]
     pending = [column for column in dict.fromkeys(columns)

@@ -8,12 +8,17 @@ import pytest
 
 from pdprobe.analysis import row_slices
 from pdprobe.analysis.grouped import Groups, group_sums
-from pdprobe.analysis.joint_sums import (
-    group_sums_columns,
-    group_sums_each,
-    joint_sums,
-    joint_sums_columns,
-)
+from pdprobe.analysis.joint_sums import group_sums_columns, joint_sums_columns
+
+
+def joint_sums(groupings: list[Groups], values: np.ndarray) -> list[np.ndarray] | None:
+    """One column's joint sums (``joint_sums_columns`` of that column alone)."""
+    return joint_sums_columns(groupings, [values])[0]
+
+
+def group_sums_each(table: pd.DataFrame, keys: list[str], column: str) -> list[np.ndarray]:
+    """One column's sums per key (``group_sums_columns`` of that column alone)."""
+    return group_sums_columns(table, keys, [column])[0]
 
 
 def _groupings(rng: np.random.Generator, n: int) -> list[Groups]:
@@ -136,3 +141,4 @@ def test_group_sums_columns_are_each_columns_sums(monkeypatch: pytest.MonkeyPatc
     joint = joint_sums_columns(groupings, [table[c].to_numpy() for c in columns])
     assert joint[2] is None and joint[3] is None and joint[0] is not None
     assert joint_sums_columns(groupings[:1], [table["tokens"].to_numpy()]) == [None]
+
