@@ -74,13 +74,15 @@ def joint_sums_columns(groupings: list[Groups],
 def group_sums_columns(table: pd.DataFrame, keys: list[str],
                        columns: list[str]) -> list[list[np.ndarray]]:
     """``[[grouped.group_sums(table, key, column) for key in keys] for column in columns]``:
-    the sums from one pass over every key's rows when it gives the very same floats
+    the sums not cached yet from one pass over the rows when it gives the very same floats
     (``joint_sums_columns``: every column at once, each slice's cells computed once), else
-    a pass per key and column; the sums cached before are kept. The joint pass records each
-    column it sums as whole (``know_whole``)."""
+    a pass per key and column. The joint pass reads only the keys with a sum still missing
+    (two or more), and records each column it sums as whole (``know_whole``)."""
     cache = table_cache(table)
-    todo = [key for key in dict.fromkeys(keys)]
-    pending = [column for column in dict.fromkeys(columns)
+    unique = list(dict.fromkeys(columns))
+    todo = [key for key in dict.fromkeys(keys)
+            if any(("sums", key, column) not in cache for column in unique)]
+    pending = [column for column in unique
                if any(("sums", key, column) not in cache for key in todo)]
     if len(todo) > 1 and pending:
         found = joint_sums_columns([key_groups(table, key) for key in todo],

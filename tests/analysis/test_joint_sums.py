@@ -142,3 +142,37 @@ def test_group_sums_columns_are_each_columns_sums(monkeypatch: pytest.MonkeyPatc
     assert joint[2] is None and joint[3] is None and joint[0] is not None
     assert joint_sums_columns(groupings[:1], [table["tokens"].to_numpy()]) == [None]
 
+
+def test_the_joint_pass_reads_only_the_keys_still_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key whose sums are all cached is left out of the joint pass (its sums kept); the
+    keys still missing are summed jointly when two or more remain, else alone."""
+    from pdprobe.analysis import joint_sums as module
+
+    rng = np.random.default_rng(6)
+    n = 900
+    table = pd.DataFrame({"p": pd.Categorical(rng.choice(["a", "b", "c"], n)),
+                          "d": pd.Categorical(rng.choice(["x", "y"], n)),
+                          "e": pd.Categorical(rng.choice(["u", "v", "w", "z"], n)),
+                          "tokens": rng.integers(0, 9_000, n)})
+    fresh = table.copy()
+    seen: list[int] = []
+    real = module.joint_sums_columns
+
+    def spy(groupings: list[Groups], columns: list[np.ndarray]) -> list[list[np.ndarray] | None]:
+        seen.append(len(groupings))
+        return real(groupings, columns)
+
+    monkeypatch.setattr(module, "joint_sums_columns", spy)
+    early = group_sums(table, "d", "tokens")
+    got = group_sums_columns(table, ["p", "d", "e"], ["tokens"])[0]
+    assert seen == [2]  # p and e, not d
+    assert got[1] is early
+    for key, sums in zip(["p", "d", "e"], got, strict=True):
+        np.testing.assert_array_equal(sums, group_sums(fresh, key, "tokens"))
+    seen.clear()
+    group_sums(table, "p", "tokens")
+    other = table.assign(more=table["tokens"] + 1)
+    group_sums(other, "p", "more")
+    group_sums(other, "d", "more")
+    group_sums_columns(other, ["p", "d", "e"], ["more"])
+    assert seen == []  # one key missing: summed alone
