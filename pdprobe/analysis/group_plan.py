@@ -19,10 +19,9 @@ from pdprobe.analysis.row_slices import (
     chunks,
     compact_dtype,
     index_dtype,
-    stable_order,
-    stable_take_counted,
     take_rows,
 )
+from pdprobe.analysis.stable_order import stable_order, stable_take_counted
 
 
 @dataclass(frozen=True)

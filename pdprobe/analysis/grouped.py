@@ -44,9 +44,9 @@ from pdprobe.analysis.row_slices import (
     column_values,
     compact_dtype,
     key_codes,
-    stable_order,
     take,
 )
+from pdprobe.analysis.stable_order import stable_order
 from pdprobe.analysis.table_cache import table_cache
 
 # the row helpers the analyses import from here with the groupings

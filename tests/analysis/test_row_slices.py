@@ -24,6 +24,8 @@ def test_chunks_cover_every_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("n", "dtype"), [(0, np.int8), (126, np.int8), (127, np.int16),
                                           (32_766, np.int16), (32_767, np.int32)])
+
+
 def test_compact_dtype_holds_codes_a_spare_slot_and_minus_one(n: int, dtype: type) -> None:
     assert compact_dtype(n) is dtype
     assert np.iinfo(dtype).max > n and np.iinfo(dtype).min <= -1
@@ -132,24 +134,6 @@ def test_take_calls_a_getter_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) 
     got = rs.take(getter, rows)
     np.testing.assert_array_equal(got, base[rows] / 3.0)
     assert max(sizes) <= 7 and sum(sizes) == 50
-
-
-@pytest.mark.parametrize("n_groups", [1, 3, 20, 200, 40_000])
-def test_stable_order_by_slices_is_one_stable_sort_in_int32(monkeypatch: pytest.MonkeyPatch,
-                                                            n_groups: int) -> None:
-    # slices of 1,000 rows (11 slices) and at most 64 (slice, group) copies: 3 groups copy
-    # block by block, 20 scatter, 200 and 40,000 (a count table beyond CHUNK_ROWS) sort at
-    # once; every one the positions of numpy's stable argsort
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
-    monkeypatch.setattr(row_slices, "_SLICE_COPIES_MAX", 64)
-    rng = np.random.default_rng(3)
-    codes = rng.integers(0, n_groups, 10_500).astype(np.int32)
-    codes[:2_000] = 0  # a run of one code across a slice edge
-    got = row_slices.stable_order(codes, n_groups)
-    assert got.dtype == np.int32  # not numpy's int64: half the memory of the answer
-    assert np.array_equal(got, np.argsort(codes, kind="stable"))
-    if n_groups <= 127:  # a key's own int8 codes: sorted as unsigned bytes, the same order
-        assert np.array_equal(row_slices.stable_order(codes.astype(np.int8), n_groups), got)
 
 
 def test_blocked_medians_are_the_medians_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch
@@ -279,33 +263,6 @@ def test_take_of_many_positions_is_indexing(monkeypatch: pytest.MonkeyPatch) -> 
     assert row_slices.take_rows(np.arange(5.0), rows[:0]).size == 0
 
 
-@pytest.mark.parametrize("n_groups", [1, 5, 127, 128, 40_000])
-def test_stable_take_is_the_values_in_stable_order(monkeypatch: pytest.MonkeyPatch,
-                                                   n_groups: int) -> None:
-    """``stable_take`` gathers each slice's values within the slice: ``values[stable_order]``,
-    and ``code_counts`` a slice at a time is one bincount (int8 codes: the 8-bit radix sort)."""
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
-    rng = np.random.default_rng(n_groups)
-    codes = rng.integers(0, n_groups, 10_500)
-    if n_groups <= 127:
-        codes = codes.astype(np.int8)
-    values = np.sort(rng.integers(0, 1 << 30, codes.size)).astype(np.int32)
-    got = row_slices.stable_take(codes, n_groups, values)
-    assert got.dtype == np.int32
-    np.testing.assert_array_equal(got, values[np.argsort(codes, kind="stable")])
-    np.testing.assert_array_equal(row_gather.code_counts(codes, n_groups),
-                                  np.bincount(codes, minlength=n_groups))
-    one = row_slices.stable_take(codes[:900], n_groups, values[:900])  # one slice
-    np.testing.assert_array_equal(one, values[:900][np.argsort(codes[:900], kind="stable")])
-    # the counted variant: the same order and the rows per code it counted on the way
-    # (several slices: by group copies or by scatter; one slice; none)
-    for n in (10_500, 900, 0):
-        taken, sizes = row_slices.stable_take_counted(codes[:n], n_groups, values[:n])
-        np.testing.assert_array_equal(taken,
-                                      values[:n][np.argsort(codes[:n], kind="stable")])
-        np.testing.assert_array_equal(sizes, np.bincount(codes[:n], minlength=n_groups))
-
-
 @pytest.mark.parametrize("n", [0, 1, 5, 2_500])
 def test_any_value_is_notna_any(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """``has_values``' slice-by-slice test with an early stop is ``notna().any()``: categorical
@@ -331,6 +288,8 @@ def test_any_value_is_notna_any(monkeypatch: pytest.MonkeyPatch, n: int) -> None
 @pytest.mark.parametrize("categorical", [True, False])
 @pytest.mark.parametrize("passing", [set(), {"ok"}, {"error", "aborted"},
                                      {"ok", "error", "aborted", "x", "y"}])
+
+
 def test_category_mask_is_the_test_of_every_row(categorical: bool, passing: set[str]) -> None:
     """Compared code by code (a few passing values) or looked up (more): ``test`` of every
     row's value, False where the value is missing."""
@@ -374,17 +333,3 @@ def test_column_ascending_is_ascending_cached_under_the_evidence_key() -> None:
         class _Ds:  # the evidence reads the very entry
             requests = table
         assert arrivals_in_order(_Ds()) is want  # type: ignore[arg-type]
-
-
-def test_stable_take_of_many_rows_of_a_few_groups_by_short_slices() -> None:
-    """Above ``CHUNK_ROWS`` rows of a few groups the slices are ``_STABLE_SLICE_ROWS`` long:
-    the same stable order and counts (several slices, a partial last one)."""
-    rng = np.random.default_rng(9)
-    n = row_slices.CHUNK_ROWS + 3 * row_slices._STABLE_SLICE_ROWS + 17
-    codes = rng.integers(0, 7, n).astype(np.int8)
-    values = np.arange(n, dtype=np.int32)
-    taken, sizes = row_slices.stable_take_counted(codes, 7, values)
-    np.testing.assert_array_equal(taken, np.argsort(codes, kind="stable"))
-    np.testing.assert_array_equal(sizes, np.bincount(codes, minlength=7))
-    np.testing.assert_array_equal(row_slices.stable_order(codes, 7),
-                                  np.argsort(codes, kind="stable"))

@@ -258,7 +258,7 @@ class BinCells:
     def _in_cell_order(self, block: np.ndarray, rows: slice | np.ndarray, first: int, end: int,
                        lo: int) -> tuple[np.ndarray, np.ndarray]:
         """``block`` (the values of ``rows``: the rows of bins ``first..end - 1`` with a cell,
-        starting at ``lo``) in ``stable_order`` of their cells (equal cells in row order); and
+        starting at ``lo``) in ``stable_order.stable_order`` of their cells (equal cells in row order); and
         the rows of each cell of those bins (``(end - first) * n_keys`` of them, used or not).
         The rows are in bin order and a cell is a (bin, key) pair, so this is each bin's
         values stably sorted by key: a radix sort of the (int8) keys bin by bin, about 4x

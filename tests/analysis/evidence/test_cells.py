@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdprobe.analysis import row_slices
+from pdprobe.analysis import row_slices, stable_order
 from pdprobe.analysis.evidence.cells import BinCells, WholeCells, cell_groups, medians_of
 from pdprobe.analysis.grouped import Groups
 
@@ -100,7 +100,7 @@ def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyP
             np.flatnonzero(keys.codes[lo:hi] >= 0) + lo
         block = np.arange(rows.size, dtype=np.float64)  # each value its position in the block
         got, per_cell = cells._in_cell_order(block, rows, first, end, lo)
-        want = row_slices.stable_order(cells._codes(rows).astype(np.int64), cells.n_groups)
+        want = stable_order.stable_order(cells._codes(rows).astype(np.int64), cells.n_groups)
         assert np.array_equal(got, want)
         # and the rows of every cell of the block's bins, used or not
         cell_of = bins[rows].astype(np.int64) * n_keys + keys.codes[rows] - first * n_keys
@@ -110,7 +110,7 @@ def test_cell_order_is_the_stable_order_of_the_cells(monkeypatch: pytest.MonkeyP
     end = int(complete._bin_start[2])  # a run of rows: the first two bins'
     got, _per_cell = complete._in_cell_order(np.arange(end, dtype=np.float64), slice(0, end),
                                              0, 2, 0)
-    assert np.array_equal(got, row_slices.stable_order(
+    assert np.array_equal(got, stable_order.stable_order(
         complete._codes(slice(0, end)).astype(np.int64), complete.n_groups))
 
 
