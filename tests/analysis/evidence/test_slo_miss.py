@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis.evidence.model import Window
-from pdprobe.analysis.evidence.slo_miss import REST, _bursts, _excess, _few_as_positions
+from pdprobe.analysis.evidence.slo_miss import (
+    _TTFT,
+    REST,
+    _bursts,
+    _excess,
+    _few_as_positions,
+)
 
 
 def _columns(seed: int, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -46,6 +52,27 @@ def test_excess_equals_the_whole_column_figures(sampled: bool, objective: float)
            _excess(ttft, columns, missed, met, sample)}
     want = _reference(ttft, columns, missed, met, sample)
     assert got == want  # the very same floats
+
+
+@pytest.mark.parametrize("keys", [("queue", "prefill", "kv-transfer", _TTFT), ("prefill",),
+                                  ("queue", _TTFT)])
+@pytest.mark.parametrize("objective", [0.8, 3.0])
+def test_excess_reads_the_values_at_the_sample_as_the_columns_there(keys: tuple[str, ...],
+                                                                    objective: float) -> None:
+    """``at_sample`` (some stages' and the TTFT's values at the sample's rows, as the figures
+    gathered them) gives the very figures of reading the columns at those rows, and is read:
+    other values there change the medians."""
+    ttft, columns = _columns(3, 3_000)
+    missed = np.isfinite(ttft) & (ttft > objective)
+    met = np.isfinite(ttft) & ~missed
+    sample = np.arange(1, ttft.size, 3)
+    whole = {**columns, _TTFT: ttft}
+    at_sample = {key: whole[key][sample] for key in keys}
+    want = _excess(ttft, columns, missed, met, sample)
+    assert want  # figures to compare
+    assert _excess(ttft, columns, missed, met, sample, at_sample) == want
+    shifted = {key: values + 1.0 for key, values in at_sample.items()}
+    assert _excess(ttft, columns, missed, met, sample, shifted) != want
 
 
 @pytest.mark.parametrize("chunk", [13, 1 << 20])
