@@ -1,8 +1,10 @@
-"""The length-mix rank test on a bounded sample (evidence/transfer.py)."""
+"""The length-mix rank test on a bounded sample and the transfer figures from request records (evidence/transfer.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+import pytest
 from scipy import stats
 
 from pdprobe.analysis.evidence.transfer import MIX_RANK_TEST_MAX, rank_sample
@@ -81,3 +83,51 @@ def test_bytes_in_total_are_pandas_sum_of_the_column() -> None:
                                capacity=Missing("x")).transfer
         assert got.bytes_total == float(pd.Series(kv_bytes).sum())
         assert got.achieved_bytes_per_s is not None
+
+
+_KV_CASES = {"finite": None, "nan": np.nan, "inf": np.inf}
+_X_CASES = {"positive": None, "zero": 0.0, "negative": -0.5, "nan": np.nan, "inf": np.inf,
+            "sum_inf": "sum_inf"}
+
+
+@pytest.mark.parametrize("x_case", list(_X_CASES))
+@pytest.mark.parametrize("kv_case", list(_KV_CASES))
+def test_transfer_bytes_rate_and_count_are_the_masked_figures(kv_case: str,
+                                                              x_case: str) -> None:
+    """The bytes in total, the achieved rate and the transfers counted, taken from the
+    column's sums when every row has both (``every``) and from masks otherwise: the very
+    figures of the masked computation (pandas' NaN-skipping sum; both > 0 and bytes known;
+    finite times), with bytes finite, NaN or infinite and times above 0, 0, below 0, NaN,
+    infinite or summing to infinity."""
+    from pdprobe.analysis.evidence.model import Window
+    from pdprobe.analysis.evidence.transfer import transfer_figures
+    from tests.rules.builders import make_dataset
+
+    rng = np.random.default_rng(7)
+    n = 400
+    kv = rng.integers(1, 1 << 30, n).astype(np.float64)
+    x = rng.uniform(0.01, 0.2, n)
+    if _KV_CASES[kv_case] is not None:
+        kv[[5, 77]] = _KV_CASES[kv_case]
+    bad = _X_CASES[x_case]
+    if bad == "sum_inf":
+        x[:] = 1e307  # each finite, their sum infinite
+    elif bad is not None:
+        x[[9, 123]] = bad
+    requests = pd.DataFrame({"arrival_ts": np.arange(n, dtype=np.float64), "prompt_tokens": 10,
+                             "output_tokens": 5, "kv_bytes": kv, "kv_transfer_s": x,
+                             "ttft_s": x + 0.5})
+    ds = make_dataset(requests)
+    table = pd.DataFrame({c: pd.Series(dtype="float64") for c in
+                          ("xfer_bytes_per_s", "xfer_s_p50", "xfer_s_p90")})
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = transfer_figures(ds, Window(0.0, float(n), 10.0), table, pd.DataFrame())
+        both = (x > 0) & ~np.isnan(kv)
+        want_rate = float(kv[both].sum() / x[both].sum()) if both.any() else None
+    assert got.bytes_total == float(pd.Series(kv).sum()) or (
+        np.isnan(got.bytes_total) and np.isnan(pd.Series(kv).sum()))
+    assert got.transfers == int(np.count_nonzero(np.isfinite(x)))
+    if want_rate is None or got.achieved_bytes_per_s is None:
+        assert got.achieved_bytes_per_s is want_rate is None
+    else:
+        assert np.array_equal(got.achieved_bytes_per_s, want_rate, equal_nan=True)
