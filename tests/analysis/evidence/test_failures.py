@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from pdprobe.analysis.evidence.failures import _no_kv_share
 from tests.rules.builders import make_dataset
@@ -29,6 +30,35 @@ def test_no_kv_share_counts_completed_records_only() -> None:
         done = np.isfinite(kv_k) & (status_k == "ok")
         for frame in (known, known.assign(status=known["status"].astype("category"))):
             assert _no_kv_share(make_dataset(frame)) == float((kv_k[done] <= 0).mean()) == want
+
+
+@pytest.mark.parametrize("with_status", [True, False])
+@pytest.mark.parametrize("kv_case", ["finite", "nan", "inf", "-inf", "none_done"])
+def test_no_kv_share_is_the_masked_share(kv_case: str, with_status: bool) -> None:
+    """The share of done records (bytes finite; status ok when there is a status column)
+    without bytes (at most 0): the very share of masking every row, with bytes finite, NaN
+    or infinite, zeros and negatives among them, and no status column (every row done when
+    every value is finite: the sum proves it)."""
+    rng = np.random.default_rng(5)
+    n = 300
+    kv = rng.integers(1, 1 << 20, n).astype(np.float64)
+    kv[rng.random(n) < 0.2] = 0.0
+    kv[[3, 50]] = -1.0
+    if kv_case in ("nan", "inf", "-inf"):
+        kv[[7, 8, 200]] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}[kv_case]
+    if kv_case == "none_done":
+        kv[:] = np.nan
+    status = rng.choice(["ok", "OK", "error", "timeout"], n)
+    requests = pd.DataFrame({"arrival_ts": np.arange(n, dtype=np.float64),
+                             "prompt_tokens": 10, "output_tokens": 5, "kv_bytes": kv})
+    if with_status:
+        requests["status"] = status
+    done = np.isfinite(kv)
+    if with_status:
+        done &= np.char.lower(status.astype(str)) == "ok"
+    want = float(np.count_nonzero(done & (kv <= 0)) / np.count_nonzero(done)) \
+        if done.any() else None
+    assert _no_kv_share(make_dataset(requests)) == want
 
 
 def test_records_counts_errors_not_ok_and_hand_off_failures() -> None:
