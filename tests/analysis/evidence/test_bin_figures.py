@@ -109,6 +109,12 @@ def test_run_counts_and_sums_are_the_groupings(sample_max: int | None) -> None:
         assert np.array_equal(counts, groups.counts(v))
         assert np.array_equal(sums, groups.sums(v), equal_nan=True)
         assert np.array_equal(np.signbit(sums), np.signbit(groups.sums(v)))
+        # no_nan (a finite sum of the column: no NaN, no infinity): no NaN test, the same
+        finite = np.where(np.isfinite(v), v, 2.5)
+        counts, sums = run_counts_and_sums(groups, finite, no_nan=True)
+        assert np.array_equal(counts, groups.counts(finite))
+        assert np.array_equal(sums, groups.sums(finite))
+        assert np.array_equal(np.signbit(sums), np.signbit(groups.sums(finite)))
 
 
 def test_bin_sample_drawn_beside_the_cells_is_bin_groups_own(monkeypatch: pytest.MonkeyPatch
