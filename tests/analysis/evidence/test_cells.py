@@ -182,3 +182,50 @@ def test_medians_of_values_known_without_nan_are_the_tested_ones() -> None:
     values = rng.choice([0.0, 1.0, 2.5, -3.0, np.inf], int(sizes.sum()))
     want = medians_of(values.copy(), sizes)
     assert np.array_equal(medians_of(values.copy(), sizes, no_nan=True), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("with_nan", [True, False])
+def test_request_figures_bin_medians_are_pandas_groupby_medians(
+        monkeypatch: pytest.MonkeyPatch, with_nan: bool) -> None:
+    """The per-(bin, instance) medians ``request_figures`` writes (TPOT per decode instance,
+    prefill time per token per prefill instance) by blocks of bins (``CHUNK_ROWS`` patched
+    small), with one NaN per column (the cells' medians then test for NaN: ``_no_nan``) or
+    none (they skip the test): a pandas groupby's medians of the same rows."""
+    import pandas as pd
+
+    from pdprobe.analysis.evidence.columns import InstanceColumns
+    from pdprobe.analysis.evidence.model import Window
+    from pdprobe.analysis.evidence.per_instance import request_figures
+    from tests.rules.builders import make_dataset
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 300)
+    rng = np.random.default_rng(21)
+    n = 3_000
+    arrival = np.sort(rng.uniform(0.0, 600.0, n))
+    prefill_at = rng.choice(["p0", "p1", "p2"], n)
+    decode_at = rng.choice(["d0", "d1"], n)
+    tpot = rng.exponential(0.02, n)
+    prefill = rng.exponential(0.3, n)
+    prompt = rng.integers(1, 4_000, n)
+    if with_nan:
+        tpot[1_234] = np.nan
+        prefill[2_001] = np.nan
+    requests = pd.DataFrame({"arrival_ts": arrival, "prompt_tokens": prompt,
+                             "output_tokens": 50, "prefill_s": prefill, "tpot_s": tpot,
+                             "ttft_s": prefill + 0.1, "prefill_instance": prefill_at,
+                             "decode_instance": decode_at})
+    ds = make_dataset(requests)
+    window = Window(0.0, 600.0, 15.0)
+    bins: dict[str, pd.DataFrame] = {}
+    cols = InstanceColumns(pd.Index(["p0", "p1", "p2", "d0", "d1"]))
+    cols.set_text("role", ["prefill"] * 3 + ["decode"] * 2)
+    request_figures(ds, window, cols, bins)
+    frame = pd.DataFrame({"bin": window.bin_ts[window.bin_of(arrival)], "tpot": tpot,
+                          "per_token": prefill / np.maximum(prompt, 1),
+                          "prefill_at": prefill_at, "decode_at": decode_at})
+    for name, value, key in (("req_tpot", "tpot", "decode_at"),
+                             ("req_prefill_per_token", "per_token", "prefill_at")):
+        want = frame.groupby(["bin", key])[value].median().unstack(key)
+        got = bins[name][want.columns].reindex(want.index)
+        assert got.notna().all().all()
+        np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
