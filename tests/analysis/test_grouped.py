@@ -490,16 +490,25 @@ def test_known_code_counts_and_one_rate_draws_give_the_same_grouping(
     gap_plan = GroupPlan.of(*grouped.table_key_codes(frame, "gap"), sample_max=300)
     assert not isinstance(gap_plan.draws()[0], int)  # rows without a key: never drawn
     told = frame.copy()
-    grouped.know_code_counts(told, "rr", np.bincount(np.arange(n) % 8))
+    known = np.bincount(np.arange(n) % 8)
+    grouped.know_code_counts(told, "rr", known)
     gap_codes = grouped.table_key_codes(frame, "gap")[0]
     # the true rows per code miss the rows without a key: not taken
     grouped.know_code_counts(told, "gap", np.bincount(gap_codes[gap_codes >= 0], minlength=4))
+    from pdprobe.analysis import group_plan
+
     for key in ("rr", "gap"):
         want = Groups.of(*grouped.table_key_codes(frame, key), sample_max=300,
                          counts=None)
-        for got in (grouped.key_groupings(told, [key])[0], grouped.key_groups(frame, key)):
+        with monkeypatch.context() as m:
+            if key == "rr":  # the counts taken: the counting pass (its slices) never runs
+                m.setattr(group_plan, "chunks", lambda n: pytest.fail("rows counted again"))
+            from_counts = grouped.key_groupings(told, [key])[0]
+        for got in (from_counts, grouped.key_groups(frame, key)):
             for field in ("order", "bounds", "totals", "ids", "codes"):
                 np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+        # the grouping's totals are its own: not the array the cache and the caller hold
+        assert not np.shares_memory(from_counts.totals, known)
     # the sample drawn with one rate is the one drawn with each row's rate
     from pdprobe.analysis.row_sample import sample_rows
 
