@@ -6,8 +6,8 @@ keys over as Arrow record batches of the schema pyarrow's reader would use; they
 ``request_assemble.assemble`` like pyarrow's. On well-formed files the frame is identical
 (docs/inputs/requests.md). ``PDPROBE_REQUEST_ENGINE`` chooses otherwise: ``pyarrow`` always
 pyarrow, ``duckdb`` DuckDB whatever the size (an error when it is not installed), ``auto``
-(the default) as above. At 10M rows (4.1 GB) a whole ``diagnose`` takes 9.6 s with DuckDB
-against 13.4 s with pyarrow (docs/performance.md); below ``AUTO_MIN_BYTES`` the two cost
+(the default) as above. At 10M rows (4.1 GB) a whole ``diagnose`` took 11.1 s with DuckDB
+against 15.8 s with pyarrow, alternated (docs/performance.md); below ``AUTO_MIN_BYTES`` the two cost
 about the same and pyarrow's stricter reading is kept.
 
 The engines differ only where DuckDB's JSON reader accepts a line pyarrow's refuses (pyarrow
