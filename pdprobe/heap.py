@@ -13,9 +13,9 @@ blocks) the next array lands in pages already faulted in: 10M Parquet system tim
 
 Applied once per process, before the large allocations (it acts on later ones only): by the
 console entry for every command (``cli/app.entry``: the process is left with ``os._exit`` as
-soon as the command is done, so the memory kept is never wanted back by anyone else) and by a
-live collection for library callers (``collectors/prometheus.collect_partial``). Nothing here
-changes a result. Another C library (musl, macOS) has no ``mallopt``: nothing is changed there.
+soon as the command is done, so the memory kept is never wanted back by anyone else). Not by
+the library's own calls: a long-running process that collects live data keeps glibc's
+defaults, since it would never get the memory back. Nothing here changes a result. Another C library (musl, macOS) has no ``mallopt``: nothing is changed there.
 A user who tunes glibc's allocator (any ``MALLOC_*`` variable or ``GLIBC_TUNABLES``) keeps
 their setting.
 """

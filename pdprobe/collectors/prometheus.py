@@ -60,7 +60,6 @@ from pdprobe.dataset import (
     SourceInfo,
 )
 from pdprobe.errors import InsufficientDataError, SourceError, UsageError
-from pdprobe.heap import keep_freed_memory
 from pdprobe.redact import redact as redact  # re-exported for callers of this module
 
 if TYPE_CHECKING:
@@ -94,7 +93,6 @@ SHOWN: Final = 5  # instances/names a warning lists
 def collect_partial(target: PrometheusTarget, ctx: ReadContext | None = None) -> LiveResult:
     """Query Prometheus and build the ``Partial`` (see the module docstring)."""
     ctx = ctx or ReadContext()
-    keep_freed_memory()  # before the query threads' first allocation (once per process)
     session = Session(target, ctx)
     try:
         return _collect(session)

@@ -176,7 +176,8 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
             yield owned
             done += batch.num_rows
         return
-    except (duckdb.Error, pa.ArrowException, OSError, UnicodeError, _Refused):
+    # (AttributeError: a DuckDB release without the Arrow reader this calls; pyarrow reads)
+    except (duckdb.Error, pa.ArrowException, OSError, UnicodeError, AttributeError, _Refused):
         pass
     finally:
         con.close()  # DuckDB's buffers go before pyarrow reads on

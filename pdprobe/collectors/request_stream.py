@@ -209,6 +209,7 @@ def stream_jsonl(path: Path, source: Any, data: bytes | memoryview, want_hash_id
     (at 1M rows 9.2 CPU-s and 1.99 GB peak for one broken line, against ~2.7 s and ~0.4 GB)."""
     schema, cmap = _schema(path, data, want_hash_ids)
     size = source.size()
+    request_duckdb.engine()  # a wrong PDPROBE_REQUEST_ENGINE is an error whatever the file
     if request_duckdb.applies(path, source, schema) and request_duckdb.wanted(size):
         head = np.frombuffer(data[:STREAM_PIECE_BYTES], dtype=np.uint8)
         return request_duckdb.read_jsonl(

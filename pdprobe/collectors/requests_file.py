@@ -115,17 +115,18 @@ def _read_records(path: Path, fmt: str, compression: str | None, want_hash_ids: 
     skipped = 0
     warnings: list[str] = []
     if fmt == "parquet":
-        batches, cmap = _read_parquet(path, compression, want_hash_ids)
-        repaired = _Repaired(batches.batches)
-        # many ids (released once checked): hashed as they are read instead of held
-        many = batches.rows is not None and batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
         # The loop holds the GIL between its many short calls: modules imported in a thread
         # meanwhile (the analysis modules, ``services.diagnose``) wait until it ends and are
         # imported beside the row checks (whole-column numpy work) instead; pandas is left to
         # that thread or to ``_canonicalise``, which imports it where it builds the frame.
         # (At 10M rows the read with the imports beside its loop took 1.81-2.01 s, no less than
         # the imports and then the read: 0.39 + 1.35 s; the cores idled while they took turns.)
-        try:
+        try:  # (a footer that fails to read welcomes the imports too)
+            batches, cmap = _read_parquet(path, compression, want_hash_ids)
+            repaired = _Repaired(batches.batches)
+            # many ids (released once checked): hashed as they are read instead of held
+            many = batches.rows is not None and \
+                batches.rows > request_canonical.KEEP_REQUEST_IDS_MAX_ROWS
             with imports_held():
                 assembled = assemble(repaired, batches.schema, cmap, batches.rows,
                                      want_hash_ids,
