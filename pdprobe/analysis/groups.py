@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from pdprobe.analysis.exact_sums import exact_addends
 from pdprobe.analysis.group_figures import SortedGroups, middles
 from pdprobe.analysis.group_plan import GroupPlan
 from pdprobe.analysis.row_gather import compacted, take_grouped
@@ -274,7 +275,7 @@ def _run_sums(values: np.ndarray, totals: np.ndarray) -> np.ndarray | None:
     the very sums of adding the rows one by one in float64 when the values are non-negative
     and every run's sum stays below 2**53 (each partial sum a whole number held exactly), from
     one ``np.add.reduceat`` instead of a slot update per row; None otherwise."""
-    if not values.size or values.min() < 0 or int(values.max()) * values.size >= 2 ** 53:
+    if not values.size or exact_addends(values, values.size) is None:
         return None
     starts = np.concatenate(([0], np.cumsum(totals)[:-1]))
     return np.add.reduceat(values.astype(np.int64, copy=False), starts).astype(np.float64)

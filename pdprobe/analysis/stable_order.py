@@ -28,21 +28,16 @@ def stable_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     slices): the same positions as one stable sort, but numpy's argsort answers in int64, so a
     whole-column sort held 80 MB at 10M rows (plus the int32 copy callers keep) where this holds
     the 40 MB answer and one slice's temporaries."""
-    return stable_take(codes, n_groups, None)
-
-
-def stable_take(codes: np.ndarray, n_groups: int, values: np.ndarray | None) -> np.ndarray:
-    """``values[stable_order(codes, n_groups)]`` (``values`` aligned with ``codes``; None:
-    ``stable_order`` itself), each slice's values gathered within the slice: the rows a sampled
-    grouping keeps, ordered by their codes, without a gather over the whole array (every group's
-    rows spread over all of it: a cache miss per row)."""
-    return stable_take_counted(codes, n_groups, values)[0]
+    return stable_take_counted(codes, n_groups, None)[0]
 
 
 def stable_take_counted(codes: np.ndarray, n_groups: int,
                         values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """``stable_take(codes, n_groups, values)`` and the rows per code (``np.bincount(codes,
-    minlength=n_groups)``): the ordering counts each slice's codes to place its rows, and those
+    """``values[stable_order(codes, n_groups)]`` (``values`` aligned with ``codes``; None:
+    ``stable_order`` itself), each slice's values gathered within the slice (the rows a sampled
+    grouping keeps, ordered by their codes, without a gather over the whole array: every
+    group's rows spread over all of it, a cache miss per row), and the rows per code
+    (``np.bincount(codes, minlength=n_groups)``): the ordering counts each slice's codes to place its rows, and those
     counts are the groups' bounds a caller needs (a second count of every code was 13 ms for
     the 8M sampled rows of two groupings at 10M rows)."""
     c = np.asarray(codes)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
+from pdprobe.analysis.exact_sums import EXACT
 from pdprobe.analysis.grouped import chunks, column_values, quantile_rows
 from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.length_shape import COUNTING_RANK_MAX, length_counts, length_distribution
@@ -265,7 +266,8 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
     # the cost of indexing, which allocates and checks every position)
     size = min(n, chunks(n)[0].stop)
     buf_x, buf_y = np.empty(size), np.empty(size)
-    if n * (n + 1) <= _EXACT_RANK_SUMS:
+    # average ranks are halves: their sums below 2**52 (n * (n + 1) below 2**53) are exact
+    if n * (n + 1) <= EXACT:
         # the average ranks of n values add up to 1 + 2 + ... + n, and every partial sum
         # of those halves below 2**52 is exact in float64: the summed ranks are that
         # number, without a pass over the rows
@@ -294,10 +296,6 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
     xx = xx if squares[0] is None else squares[0]
     yy = yy if squares[1] is None else squares[1]
     return float(xy / math.sqrt(xx * yy))
-
-
-# Average ranks are halves: sums of them below 2**52 (n * (n + 1) below 2**53) are exact.
-_EXACT_RANK_SUMS: Final = 1 << 53
 
 
 def _extremes(values: np.ndarray, counts: np.ndarray | None) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from pdprobe.rules.common import column, finite, slo_missed
+from pdprobe.rules.common import finite, median_of, slo_missed
 from pdprobe.rules.thresholds import DECODE_BACKPRESSURE_QUEUE, DECODE_KV_PRESSURE
 
 if TYPE_CHECKING:
@@ -107,8 +107,8 @@ def deployed_prefill_count(cap: CapacityResult | None) -> int:
 
 def median_or_zero(rows: pd.DataFrame, name: str) -> float:
     """The median of a per-instance column, 0 when it has no values."""
-    values = column(rows, name)
-    return float(values.median(skipna=True)) if values.notna().any() else 0.0
+    found = median_of(rows, name)
+    return 0.0 if found is None else found
 
 
 def prompt_mix_stable(f: ClusterEvidence) -> bool:

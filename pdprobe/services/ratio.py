@@ -155,7 +155,7 @@ def _trace_prefix_hit_rate(path: Path) -> float | None:
         return None
     import numpy as np
 
-    from pdprobe.analysis.capacity.mix import ideal_prefix_hits
+    from pdprobe.analysis.capacity.prefix_hits import ideal_prefix_hits
     from pdprobe.collectors.base import ReadContext
     from pdprobe.collectors.requests_file import load_hash_ids, read_requests
 

@@ -29,7 +29,7 @@ def test_stable_order_by_slices_is_one_stable_sort_in_int32(monkeypatch: pytest.
 @pytest.mark.parametrize("n_groups", [1, 5, 127, 128, 40_000])
 def test_stable_take_is_the_values_in_stable_order(monkeypatch: pytest.MonkeyPatch,
                                                    n_groups: int) -> None:
-    """``stable_take`` gathers each slice's values within the slice: ``values[stable_order]``,
+    """``stable_take_counted`` gathers each slice's values within the slice: ``values[stable_order]``,
     and ``code_counts`` a slice at a time is one bincount (int8 codes: the 8-bit radix sort)."""
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 1_000)
     rng = np.random.default_rng(n_groups)
@@ -37,12 +37,12 @@ def test_stable_take_is_the_values_in_stable_order(monkeypatch: pytest.MonkeyPat
     if n_groups <= 127:
         codes = codes.astype(np.int8)
     values = np.sort(rng.integers(0, 1 << 30, codes.size)).astype(np.int32)
-    got = stable_order.stable_take(codes, n_groups, values)
+    got = stable_order.stable_take_counted(codes, n_groups, values)[0]
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, values[np.argsort(codes, kind="stable")])
     np.testing.assert_array_equal(row_gather.code_counts(codes, n_groups),
                                   np.bincount(codes, minlength=n_groups))
-    one = stable_order.stable_take(codes[:900], n_groups, values[:900])  # one slice
+    one = stable_order.stable_take_counted(codes[:900], n_groups, values[:900])[0]  # one slice
     np.testing.assert_array_equal(one, values[:900][np.argsort(codes[:900], kind="stable")])
     # the counted variant: the same order and the rows per code it counted on the way
     # (several slices: by group copies or by scatter; one slice; none)

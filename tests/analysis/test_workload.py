@@ -423,7 +423,7 @@ def test_sliced_spearman_rank_sums_without_a_pass(monkeypatch: pytest.MonkeyPatc
         assert lookup_x is not None and lookup_y is not None
         assert float(lookup_x[x].sum()) == n * (n + 1) / 2
         got = workload._spearman_sliced(x, y, lookup_x, lookup_y)
-        monkeypatch.setattr(workload, "_EXACT_RANK_SUMS", 0)  # every row's rank summed
+        monkeypatch.setattr(workload, "EXACT", 0)  # every row's rank summed
         want = workload._spearman_sliced(x, y, lookup_x, lookup_y)
         monkeypatch.undo()
         monkeypatch.setattr(row_slices, "CHUNK_ROWS", 256)

@@ -23,9 +23,6 @@ from pdprobe.analysis.capacity.population import (
     record_numbers,
     usable_records,
 )
-from pdprobe.analysis.capacity.prefix_hits import (  # (the ratio service imports it here)
-    ideal_prefix_hits as ideal_prefix_hits,
-)
 from pdprobe.analysis.row_slices import ascending
 from pdprobe.errors import UsageError
 

@@ -109,7 +109,7 @@ def test_mix_operations() -> None:
 
 
 def test_ideal_prefix_hits_by_hand() -> None:
-    from pdprobe.analysis.capacity.mix import ideal_prefix_hits
+    from pdprobe.analysis.capacity.prefix_hits import ideal_prefix_hits
 
     # r0 [1, 2, 3]; r1 [1, 2, 4] shares two leading blocks; r2 [5, 1] misses first
     offsets = np.array([0, 3, 6, 8])
