@@ -178,8 +178,9 @@ def test_a_second_pass_computes_only_the_rules_that_quote_the_capacity() -> None
 
 
 def test_rules_read_the_quoted_capacity_only_through_ctx_quoted() -> None:
-    """``judge_rules`` notes the reads of ``RuleContext.quoted``: a rule reading the field
-    itself would keep a stale quote in the second pass."""
+    """A style rule: rules read the quote through ``RuleContext.quoted`` (the one place that
+    says which capacity a finding quotes). A direct read of the field is noted as well
+    (next test), so it would not keep a stale quote; the rule keeps the reads in one place."""
     from pathlib import Path
 
     import pdprobe.rules
