@@ -58,6 +58,9 @@ DUCKDB_BATCH_ROWS: Final = 1 << 17
 CAPACITY_MARGIN: Final = 1.5
 # DuckDB reads a path holding these as a glob or a URL: such a file keeps pyarrow.
 _GLOB_CHARS: Final = frozenset("*?[]{}")
+# Rows DuckDB handed over last that pyarrow's rows before the seam must equal (``_after``):
+# several, so that a shift between identical consecutive records is still seen.
+SEAM_ROWS: Final = 64
 # ASCII code of '"': a raw JSON value starting with it is a JSON string.
 _QUOTE: Final = 34
 
@@ -155,7 +158,7 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
     floats = [f.name for f in schema if pa.types.is_float64(f.type)]
     texts = [i for i, f in enumerate(schema) if pa.types.is_string(f.type)]
     done = 0  # rows handed over: both readers skip the same blank lines, so row i is line i's
-    last = None  # the last row handed over, to check the seam with (``_after``)
+    last = None  # the last rows handed over (a table), to check the seam with (``_after``)
     con = duckdb.connect(config={"preserve_insertion_order": True})  # rows in file order
     try:
         # DuckDB draws a progress bar on a terminal's stderr after 2 s; pdprobe's output is
@@ -171,8 +174,7 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
             if any(pc.any(pc.is_inf(batch.column(n))).as_py() for n in floats):
                 raise _Refused
             owned = _owned_text(batch, texts)
-            if owned.num_rows:
-                last = owned.slice(owned.num_rows - 1, 1)
+            last = _tail([] if last is None else last.to_batches(), owned)
             yield owned
             done += batch.num_rows
         return
@@ -184,22 +186,35 @@ def _batches(path: Path, schema: pa.Schema, resume: Callable[[], Iterator[Any]]
     yield from _after(resume(), done, last)
 
 
+def _tail(earlier: list[Any], batch: Any) -> Any:
+    """The last ``SEAM_ROWS`` rows of ``earlier`` batches then ``batch``, as a table."""
+    import pyarrow as pa
+
+    table = pa.Table.from_batches([*earlier, batch], schema=batch.schema)
+    return table.slice(max(0, table.num_rows - SEAM_ROWS))
+
+
 def _after(batches: Iterator[Any], skip: int, last: Any = None) -> Iterator[Any]:
     """``batches`` without their first ``skip`` rows, the rows DuckDB handed over.
 
     ``batches`` (pyarrow's reading of the whole file in pieces) skip the broken lines they
-    word; pyarrow's row ``skip - 1`` must then be ``last``, the last row DuckDB gave. It is
-    not when pyarrow skipped a line before the seam that DuckDB read (a number written as a
-    string, ...): the rows would be shifted, so ``request_stream.Fallback`` is raised and
-    the file is read whole, every line worded."""
+    word; pyarrow's rows before row ``skip`` must then end with ``last``, the last rows DuckDB
+    gave (a table). They do not when pyarrow skipped a line before the seam that DuckDB read
+    (a number written as a string, ...): the rows would be shifted, so
+    ``request_stream.Fallback`` is raised and the file is read whole, every line worded."""
     from pdprobe.collectors.request_stream import Fallback  # (it imports this module)
 
+    recent: Any = None  # pyarrow's last rows skipped so far (``_tail``)
     for batch in batches:
-        if skip and last is not None and skip <= batch.num_rows \
-                and not batch.slice(skip - 1, 1).equals(last):
-            raise Fallback
+        if skip and last is not None and skip <= batch.num_rows:
+            seen = _tail([] if recent is None else recent.to_batches(), batch.slice(0, skip))
+            if seen.num_rows < last.num_rows or \
+                    not seen.slice(seen.num_rows - last.num_rows).equals(last):
+                raise Fallback
         if skip >= batch.num_rows:
             skip -= batch.num_rows
+            if last is not None:
+                recent = _tail([] if recent is None else recent.to_batches(), batch)
             continue
         yield batch.slice(skip) if skip else batch
         skip = 0

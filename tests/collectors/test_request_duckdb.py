@@ -306,15 +306,28 @@ def test_after_drops_the_rows_already_handed_over() -> None:
 
     batches = [pa.record_batch({"a": list(range(i, i + 4))}) for i in (0, 4, 8)]
     for skip in (0, 3, 4, 9, 12):
-        last = pa.record_batch({"a": [skip - 1]})
+        last = pa.table({"a": list(range(max(0, skip - 6), skip))})  # (across batches too)
         for seam in (None, last):
             got = [v for b in request_duckdb._after(iter(batches), skip, seam)
                    for v in b["a"].to_pylist()]
             assert got == list(range(skip, 12))
-    for skip, seam in ((20, None), (3, pa.record_batch({"a": [7]})),
-                       (4, pa.record_batch({"a": [2]}))):
+    for skip, seam in ((20, None), (3, pa.table({"a": [7]})), (4, pa.table({"a": [2]})),
+                       (2, pa.table({"a": [-1, 0, 1]}))):
         with pytest.raises(Fallback):  # fewer rows than DuckDB gave, or a shifted seam
             list(request_duckdb._after(iter(batches), skip, seam))
+    # DuckDB read 0, 9, 1, 1 where pyarrow skipped the 9: pyarrow's row 3 is a 1 too, so
+    # only the rows before it show the shift
+    shifted = [pa.record_batch({"a": [0, 1, 1, 1]}), pa.record_batch({"a": [2, 3]})]
+    with pytest.raises(Fallback):
+        list(request_duckdb._after(iter(shifted), 4, pa.table({"a": [0, 9, 1, 1]})))
+
+
+def test_the_seam_is_the_last_rows_duckdb_handed_over() -> None:
+    import pyarrow as pa
+
+    a, b = pa.record_batch({"a": list(range(100))}), pa.record_batch({"a": [100, 101]})
+    last = request_duckdb._tail([a], b)
+    assert last["a"].to_pylist() == list(range(102 - request_duckdb.SEAM_ROWS, 102))
 
 
 def test_the_engine_switch(monkeypatch: pytest.MonkeyPatch) -> None:
