@@ -134,10 +134,18 @@ class Groups:
             v = take(values, part)
             above = np.flatnonzero(v > bar)  # (NaN is never above the bar)
             np.fmax.at(top, self.codes[part][above], v[above])
-        top[:-1] = np.fmax(top[:-1], floor)
-        if (top[:-1] == 0).any():  # a zero's sign: from every row in row order
+        return self._floored_maxima(top, floor, values, counts)
+
+    def _floored_maxima(self, top: np.ndarray, floor: np.ndarray, values: Column,
+                        counts: np.ndarray) -> np.ndarray:
+        """The maxima from ``top``, each group's largest row above the bar (-inf: none; a
+        last slot for the rows without a group), and ``floor``, a value of each group's rows.
+        A zero maximum is taken from every row (``maxima``): row order decides a zero's sign,
+        and a floor of the other zero's sign would not."""
+        top = np.fmax(top[:-1], floor)
+        if (top == 0).any():
             return self.maxima(values, counts)
-        return np.where(counts > 0, top[:-1], np.nan)
+        return np.where(counts > 0, top, np.nan)
 
     def sums(self, values: Column) -> np.ndarray:
         """Sum of each group's non-NaN values (0 when it has none), as pandas' grouped sum."""
@@ -203,9 +211,7 @@ class Groups:
         counts = self.totals - nan_rows[:-1] if has_nan else self.totals.copy()
         if bar is not None:
             assert floor is not None
-            top[:-1] = np.fmax(top[:-1], floor)
-            if (top[:-1] == 0).any():  # a zero's sign: from every row in row order
-                return counts, sums[:-1], self.maxima(values, counts)
+            return counts, sums[:-1], self._floored_maxima(top, floor, values, counts)
         return counts, sums[:-1], np.where(counts > 0, top[:-1], np.nan)
 
     def gather(self, values: Column) -> np.ndarray:

@@ -591,6 +591,38 @@ def test_moments_with_a_floor_are_the_moments_without(monkeypatch: pytest.Monkey
     assert [x.size for x in empty.moments(np.zeros(0), floor=np.zeros(0))] == [0, 0, 0]
 
 
+@pytest.mark.parametrize("chunk", [3, 1 << 20])
+def test_a_zero_maximum_has_the_sign_of_every_rows_maximum(monkeypatch: pytest.MonkeyPatch,
+                                                           chunk: int) -> None:
+    """A group whose largest value is a zero of both signs (0.0 and -0.0 among its rows, and
+    NaN): row order decides its maximum's sign (which of two equal zeros ``fmax.at`` keeps),
+    which no floor knows. ``maxima_above`` and ``moments`` with a finite floor of the other
+    zero's sign give the sign of ``maxima`` over every row (``assert_array_equal`` holds
+    -0.0 == 0.0: the signs are compared with ``np.signbit``)."""
+    from pdprobe.analysis import row_slices
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", chunk)
+    codes = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, -1, 0, 1], dtype=np.int8)
+    values = np.array([-1.0, -2.0, 1.5, 0.0, np.nan, 2.5, np.nan, -0.0, 0.5, 9.0, -0.0, 0.0])
+    # group 0: -1, 0.0, NaN, -0.0; group 1: -2, NaN, -0.0, 0.0 (the zeros in either order)
+    groups = Groups.of(codes, ["a", "b", "c"])
+    count = groups.counts(values)
+    want = groups.maxima(values, count)
+    np.testing.assert_array_equal(want, [0.0, 0.0, 2.5])
+    assert np.signbit(want[0]) != np.signbit(want[1])
+    # each floor a value of its group's rows: a zero maximum's other zero, finite everywhere
+    floor = np.where(want == 0, np.where(np.signbit(want), 0.0, -0.0), want)
+    assert (np.signbit(floor[:2]) != np.signbit(want[:2])).all()
+    above = groups.maxima_above(values, count, floor)
+    np.testing.assert_array_equal(above, want)
+    np.testing.assert_array_equal(np.signbit(above), np.signbit(want))
+    got = groups.moments(values, floor=floor)
+    for a, b in zip(got, groups.moments(values), strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(np.signbit(a), np.signbit(b))
+    np.testing.assert_array_equal(np.signbit(got[2]), np.signbit(want))
+
+
 def test_sampled_figures_keep_every_rows_maximum() -> None:
     """A sampled grouping's max is over every row, the sample's largest only a floor."""
     codes = np.repeat(np.arange(3, dtype=np.int8), 400)
