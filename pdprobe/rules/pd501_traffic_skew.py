@@ -134,8 +134,9 @@ class TrafficSkew(BaseRule):
         impact = any(s.impact for s in skews)
         if over:
             impact_known = any(s.impact_known for s in skews)
-            severity = Severity.WARNING if (impact or not impact_known or self._max_ratio(
-                f, over) >= WARN_SHARE_RATIO) else Severity.INFO
+            largest = max(s.over_ratio for s in skews)
+            severity = Severity.WARNING if (impact or not impact_known
+                                            or largest >= WARN_SHARE_RATIO) else Severity.INFO
         else:
             severity = Severity.WARNING if impact else Severity.INFO
         agree = sum(1 + int(s.impact) + int(s.persistent) for s in skews)
@@ -186,8 +187,11 @@ class TrafficSkew(BaseRule):
                                window=whole(f), source=f"{int(counts.sum())} requests"))
         impact, impact_known = _impact(f, role, rows, over, under, latency, peer_lat, evidence)
         hit_txt = _hit_note(f, rows, over, evidence)
+        ratios = [float(share[i]) / float(fair_s[i]) for i in over
+                  if np.isfinite(float(share[i])) and float(fair_s[i]) > 0]
         return _RoleSkew(over=over, under=under, evidence=evidence, impact=impact,
                          impact_known=impact_known, persistent=bool(persistent),
+                         over_ratio=max(ratios, default=0.0),
                          summary=_role_summary(role, over, under, share, fair_s, hit_txt))
 
     @staticmethod
@@ -226,20 +230,6 @@ class TrafficSkew(BaseRule):
                 expected = (split * weight).sum(axis=1) / float(weight.sum())
                 return pd_series(expected, rows.index)
         return pd.Series(1.0 / len(rows), index=rows.index)
-
-    def _max_ratio(self, f: ClusterEvidence, instances: list[str]) -> float:
-        """The largest share / fair-share ratio among these instances."""
-        table = f.instances
-        out = 0.0
-        for inst in instances:
-            role = str(table.loc[inst, "role"])
-            rows = role_rows(f, role)
-            rows = rows[column(rows, "traffic_share").notna()]
-            fair = self._fair_shares(f, role, rows)
-            share = float(column(rows, "traffic_share")[inst])
-            if np.isfinite(share) and fair[inst] > 0:
-                out = max(out, share / float(fair[inst]))
-        return out
 
     @staticmethod
     def _persistent(f: ClusterEvidence, role: str, over: list[str]) -> bool | None:
@@ -282,6 +272,7 @@ class _RoleSkew:
     impact: bool  # the overloaded instance pays (latency, KV), or the rest of the pool does
     impact_known: bool  # latency or KV usage of an overloaded instance was measured
     persistent: bool  # the over-share holds in most bins
+    over_ratio: float  # the largest share / fair-share ratio of an over-served instance
     summary: str
 
 
