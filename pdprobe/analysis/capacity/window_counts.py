@@ -78,15 +78,15 @@ def record_firsts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
 
 
 def active_instances(dataset: Dataset, role: str, edges: np.ndarray,
-                     firsts: np.ndarray | str | None = "check") -> list[int | None]:
+                     firsts: np.ndarray | None) -> list[int | None]:
     """Per window: instances of ``role`` that reported samples or served requests in it.
 
     Metric samples count for instances known to have the role; request records name the
     instance directly. All windows at once: each source's labels become integer codes (a
     categorical column's own codes: no string per row) and (window, instance) pairs are marked
     in a presence table, never per-window scans; request records a chunk at a time.
-    ``firsts``: ``record_firsts(dataset, edges)`` when the caller has it (both roles share
-    it), else "check".
+    ``firsts``: ``record_firsts(dataset, edges)``, which the caller finds once for both
+    roles (None: the records are read a chunk at a time, each arrival's window indexed).
     """
     import pandas as pd
 
@@ -117,10 +117,9 @@ def active_instances(dataset: Dataset, role: str, edges: np.ndarray,
             codes, labels = pd.factorize(column.astype("string"))
         arrival = req["arrival_ts"]
         table = np.zeros((len(labels), n_win), dtype=bool)
-        at = record_firsts(dataset, edges) if isinstance(firsts, str) else firsts
-        if at is not None:  # the usual case: each window's requests are a run of rows
-            _run_presence(table, codes, at)
-        for lo in range(0, len(req), sampling.PASS_CHUNK) if at is None else ():
+        if firsts is not None:  # the usual case: each window's requests are a run of rows
+            _run_presence(table, codes, firsts)
+        for lo in range(0, len(req), sampling.PASS_CHUNK) if firsts is None else ():
             hi = lo + sampling.PASS_CHUNK
             win = window_index(arrival.iloc[lo:hi].to_numpy(dtype=np.float64,
                                                             na_value=np.nan), edges)

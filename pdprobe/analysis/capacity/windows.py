@@ -312,8 +312,10 @@ def metric_windows(dataset: Dataset, mix: WorkloadMix, model: ModelInputs, slo: 
     decode = [i.name for i in dataset.instances_of("decode")] or None
     edges = window_edges(float(metrics["ts"].min()), float(metrics["ts"].max()), window_s)
     base_p, base_o = float(mix.prompt_tokens.mean()), float(mix.output_tokens.mean())
-    active_p = active_instances(dataset, "prefill", edges)
-    active_d = active_instances(dataset, "decode", edges)
+    # each window's run of records (when there are any), found once for both roles
+    firsts = record_firsts(dataset, edges) if len(dataset.requests) else None
+    active_p = active_instances(dataset, "prefill", edges, firsts)
+    active_d = active_instances(dataset, "decode", edges, firsts)
     # Every window's counts and mean lengths at once, from the length histograms.
     counts, prompt_sums, has_p = histogram_totals_by_window(metrics, S.PROMPT_TOKENS, edges,
                                                             decode)

@@ -61,6 +61,7 @@ def test_active_instances_and_served_counts_match_per_window_filters() -> None:
     ds = dataset(frame, metrics=metrics, instances=insts)
     edges = window_edges(float(ts[0]), float(ts[-1]), 300.0)
     req, m = ds.requests, ds.metrics
+    firsts = record_firsts(ds, edges)  # (both roles share it, as the windows do)
     for role in ("prefill", "decode"):
         names = {i.name for i in insts if i.role == role}
         expected = []
@@ -69,8 +70,8 @@ def test_active_instances_and_served_counts_match_per_window_filters() -> None:
             inside = req[(req["arrival_ts"] >= lo) & (req["arrival_ts"] < hi)]
             seen |= set(inside[f"{role}_instance"].dropna().astype(str))
             expected.append(len(seen) or None)
-        assert active_instances(ds, role, edges) == expected
-    assert active_instances(ds, "prefill", edges)[0] == 2  # p0 and the stray record
+        assert active_instances(ds, role, edges, firsts) == expected
+    assert active_instances(ds, "prefill", edges, firsts)[0] == 2  # p0 and the stray record
     done = (req["arrival_ts"] + req["e2e_s"]).to_numpy()
     ok = (req["status"] == "ok").to_numpy()
     expected_done = [int(np.sum(ok & (done >= lo) & (done < hi)))
@@ -125,11 +126,12 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
     ds = dataset(frame, instances=insts)
     req = ds.requests
     win = window_index(req["arrival_ts"].to_numpy(), edges)
+    firsts = record_firsts(ds, edges)  # (both roles share it, as the windows do)
     for role in ("prefill", "decode"):
         col = req[f"{role}_instance"]
         expected = [len(set(col[win == w].dropna())) or None for w in range(len(edges) - 1)]
-        assert active_instances(ds, role, edges) == expected
-    assert active_instances(ds, "prefill", edges)[0] == 1
+        assert active_instances(ds, role, edges, firsts) == expected
+    assert active_instances(ds, "prefill", edges, firsts)[0] == 1
     done = window_index((req["arrival_ts"] + req["e2e_s"]).to_numpy(), edges)
     ok = (req["status"] == "ok").to_numpy() | req["status"].isna().to_numpy()
     expected_done = np.bincount(done[ok & (done >= 0)], minlength=len(edges) - 1).tolist()
@@ -168,8 +170,8 @@ def test_active_instances_from_runs_of_sorted_arrivals_equal_the_indexed_pass(
     sorted_ds = dataset(frame, instances=insts)
     shuffled = dataset(frame.sample(frac=1.0, random_state=1).reset_index(drop=True),
                        instances=insts)
-    got = active_instances(sorted_ds, "prefill", edges)
-    assert got == active_instances(shuffled, "prefill", edges)
+    got = active_instances(sorted_ds, "prefill", edges, record_firsts(sorted_ds, edges))
+    assert got == active_instances(shuffled, "prefill", edges, record_firsts(shuffled, edges))
     req = sorted_ds.requests
     win = window_index(req["arrival_ts"].to_numpy(), edges)
     named = req["prefill_instance"].astype("string").to_numpy()
