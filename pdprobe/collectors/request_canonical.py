@@ -64,10 +64,6 @@ KEEP_REQUEST_IDS_MAX_ROWS: Final = 1_000_000
 COMPACT_MAX_DROPPED: Final = 0.05
 
 
-# The out-of-range mask of a column the footer shows in range: never read (its reason is empty).
-_NO_MASK: Final = np.zeros(0, dtype=bool)
-
-
 @dataclass
 class _Loaded:
     frame: pd.DataFrame
@@ -142,9 +138,8 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
         # the footer's range, when it has one and it is in range, answers the range check
         known = src.bounds.get(canonical)
         if known is not None and known.within(0.0, upper_bound(canonical), scale):
-            # nothing out of range: no mask (an empty reason says it is never read; a zeroed
-            # mask of the column's shape cost a 10 MB memset per column at 10M rows)
-            out_of_range, why = _NO_MASK, ""
+            # the footer shows nothing out of range: no scan (implausible's empty mask)
+            out_of_range, why = np.broadcast_to(np.False_, values.shape), ""
         else:
             out_of_range, why = implausible(values, 0.0, upper_bound(canonical))
         if canonical in ("prompt_tokens", "output_tokens"):
