@@ -54,7 +54,7 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     cols.set_text("role", [role_of.get(n, "unknown") for n in index])
     cols.set_text("node", [node_of.get(n, host(n)) for n in index])
     bins: dict[str, pd.DataFrame] = {}
-    request_figures(ds, window, cols, bins)
+    found = request_figures(ds, window, cols, bins)  # the arrival bins' sample and sums
     gauge_figures(ds, window, cols, bins)
     counter_figures(ds, window, cols)
     histogram_figures(ds, window, cols)
@@ -62,7 +62,8 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     alive = alive_bins(ds, window, index, bins)  # reads the request counts per cell
     bins["alive"] = alive.set_axis(window.bin_ts, axis=0)
     table = cols.frame()
-    cluster = cluster_series(ds, window, table, bins, alive)
+    cluster = cluster_series(ds, window, table, bins, alive, found)
+    del found  # the bins' sample released (as it was when the series took it)
     nodes, rdma_signals, tcp_signals = node_figures(ds, window)
     ttft = ttft_sample(ds)  # read by the queue's, the SLO's and the transfer's figures
     # the request columns at the rows whole-column quantiles read, as the figures below gather

@@ -9,6 +9,7 @@ loop over rows or samples.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -34,6 +35,7 @@ from pdprobe.analysis.row_slices import has_values
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.analysis.evidence.bin_figures import BinSample
     from pdprobe.analysis.evidence.cells import CellGroups
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.analysis.grouped import Column, Groups, Rows
@@ -71,12 +73,26 @@ _REQUEST_BIN_MEDIANS = (("tpot_s", "req_tpot", "decode"),
                         ("prefill_s_per_token", "req_prefill_per_token", "prefill"))
 
 
+@dataclass(frozen=True)
+class ArrivalBinFigures:
+    """What ``request_figures`` finds for the cluster series' arrival bins on its way, handed
+    to ``series._request_series`` (through ``cluster_series``) so it is not found again."""
+
+    # each arrival bin's sample, drawn from the draws of the first role column whose cells
+    # are sampled bin by bin (only when every row's draw was handed over); None: drawn there
+    sample: BinSample | None = None
+    # each bin's prompt tokens, summed beside the prefix-hit cells' when exact (``cell_sums``:
+    # the very floats of the exact sums ``Groups.sums`` adds); None: summed there
+    prompt_sums: np.ndarray | None = None
+
+
 def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
-                    bins: dict[str, pd.DataFrame]) -> None:
+                    bins: dict[str, pd.DataFrame]) -> ArrivalBinFigures:
     """Per-instance request figures, grouped by the column that names the instance's role.
 
     One grouping per role column (``analysis.grouped``, shared with the instance summaries)
-    and one per (bin, instance) cell; no copy of the request table.
+    and one per (bin, instance) cell; no copy of the request table. Returns the arrival bins'
+    sample and prompt-token sums found on the way, for ``cluster_series``.
     """
     import pandas as pd
 
@@ -93,12 +109,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
         key_groups,
         sample_max,
     )
-    from pdprobe.analysis.table_cache import table_cache
     from pdprobe.analysis.table_facts import known_whole
 
     req = ds.requests
     if req.empty:
-        return
+        return ArrivalBinFigures()
     present = ds.request_columns
 
     def has(c: str) -> bool:
@@ -156,8 +171,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                         tokens, tuple(known_whole(req, c) for c in token_columns)) \
         if all(has(c) for c in ROLE_COLUMN.values()) else None
     hit_sums = None if joint is None or not tokens else joint.sums
-    if joint is not None and tokens and joint.bin_sums is not None:
-        table_cache(req)[("bin_sums", window, "prompt_tokens")] = joint.bin_sums[1]
+    prompt_sums = joint.bin_sums[1] \
+        if joint is not None and tokens and joint.bin_sums is not None else None
     for role, col in ROLE_COLUMN.items():
         if not has(col):
             continue
@@ -250,8 +265,9 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows)
         del cells
-    if bin_sample is not None and bin_sample.complete:
-        table_cache(req)[("bin_sample", window)] = bin_sample
+    return ArrivalBinFigures(
+        sample=bin_sample if bin_sample is not None and bin_sample.complete else None,
+        prompt_sums=prompt_sums)
 
 
 def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pdprobe.analysis.evidence.model import Window
+    from pdprobe.analysis.evidence.per_instance import ArrivalBinFigures
     from pdprobe.dataset import Dataset
 
 # Per-role means of per-instance gauge bins: (cluster column, bins name, role).
@@ -64,8 +65,10 @@ def _role_mean(bins: Mapping[str, pd.DataFrame], name: str, names: tuple[str, ..
 
 
 def cluster_series(ds: Dataset, window: Window, table: pd.DataFrame,
-                   bins: dict[str, pd.DataFrame], alive: pd.DataFrame) -> pd.DataFrame:
-    """The cluster table: one row per bin, the registry's ``CLUSTER`` columns."""
+                   bins: dict[str, pd.DataFrame], alive: pd.DataFrame,
+                   found: ArrivalBinFigures | None = None) -> pd.DataFrame:
+    """The cluster table: one row per bin, the registry's ``CLUSTER`` columns. ``found``:
+    what ``request_figures`` found for the arrival bins (None: each found here)."""
     import pandas as pd
 
     out = pd.DataFrame(index=pd.Index(window.bin_ts, name="ts"))
@@ -93,7 +96,7 @@ def cluster_series(ds: Dataset, window: Window, table: pd.DataFrame,
         cols = [c for c in roles[role] if c in alive.columns]
         if cols:
             out[ALIVE_COLUMN[role]] = alive[cols].sum(axis=1).to_numpy(dtype="float64")
-    _request_series(ds, window, out)
+    _request_series(ds, window, out, found)
     if "prompt_mean" not in out.columns:
         _histogram_mix(ds, window, out)
     return out
@@ -238,9 +241,11 @@ def _request_cells(ds: Dataset, window: Window, pos: Mapping[str, int],
     return out
 
 
-def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
+def _request_series(ds: Dataset, window: Window, out: pd.DataFrame,
+                    found: ArrivalBinFigures | None = None) -> None:
     """Arrivals, length means and latency medians per bin from request records: one grouping
-    of the rows by bin, one sort per column and bin (``analysis.grouped``)."""
+    of the rows by bin, one sort per column and bin (``analysis.grouped``). ``found``: the
+    bins' sample and prompt-token sums ``request_figures`` found (None: each found here)."""
     from pdprobe.analysis.evidence.bin_figures import (
         bin_groups,
         run_counts_and_sums,
@@ -248,7 +253,6 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
         transfer_medians,
     )
     from pdprobe.analysis.grouped import GROUP_SAMPLE_MAX, column_values, sample_max
-    from pdprobe.analysis.table_cache import table_cache
 
     req = ds.requests
     if req.empty:
@@ -256,9 +260,8 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     n = window.n_bins
     # medians and p90 on a sample of each bin's rows in a very large table
     # (drawn beside a role column's cells when it could be: ``request_figures``)
-    drawn = table_cache(req).pop(("bin_sample", window), None)
     groups = bin_groups(arrival_bins(ds, window), n, sample_max(len(req), GROUP_SAMPLE_MAX),
-                        drawn=drawn)
+                        drawn=None if found is None else found.sample)
     sizes = groups.totals.astype("float64")
 
     def per_bin(values: np.ndarray) -> np.ndarray:
@@ -272,7 +275,7 @@ def _request_series(ds: Dataset, window: Window, out: pd.DataFrame) -> None:
     out["arrivals"] = np.nan_to_num(per_bin(sizes), nan=0.0)
     # each bin's prompt tokens summed beside the cells' when exact (``cell_sums``): the very
     # floats of the exact sums ``Groups.sums`` adds
-    prompt_sums = table_cache(req).pop(("bin_sums", window, "prompt_tokens"), None)
+    prompt_sums = None if found is None else found.prompt_sums
     for name, col in (("prompt_tokens", "prompt_mean"), ("output_tokens", "output_mean")):
         values = column(name)
         counts = groups.counts(values)

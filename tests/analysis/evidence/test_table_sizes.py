@@ -89,9 +89,10 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
     each bin's prompt tokens read by the cluster series, the series' bin sample drawn beside
     the cells, a derived column's instance medians from the cells' computation) and the
     instance summaries' known TTFT sums give what a pass of each gives: every table, bin
-    frame and cluster series identical, means to 1e-12."""
+    frame and cluster series identical, means to 1e-12. The bin sample and the prompt-token
+    sums reach the cluster series from ``request_figures``' result."""
     from pdprobe.analysis import grouped
-    from pdprobe.analysis.evidence import bin_figures, cell_sums, picks
+    from pdprobe.analysis.evidence import bin_figures, cell_sums, per_instance, picks
 
     found: dict[str, list[object]] = {}
 
@@ -105,8 +106,16 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
         monkeypatch.setattr(owner, name, wrapper)
 
     for owner, name in ((cell_sums, "joint_cells"), (picks, "medians_with_cells"),
-                        (grouped, "know_sums")):
+                        (grouped, "know_sums"), (per_instance, "request_figures")):
         recorded(owner, name)
+    bin_groups = bin_figures.bin_groups
+
+    def grouped_bins(bins: np.ndarray, n_bins: int, sample_max: int | None,
+                     drawn: bin_figures.BinSample | None = None) -> grouped.Groups:
+        found.setdefault("drawn", []).append(drawn)
+        return bin_groups(bins, n_bins, sample_max, drawn=drawn)
+
+    monkeypatch.setattr(bin_figures, "bin_groups", grouped_bins)
     complete = bin_figures.BinSample.complete.fget
     monkeypatch.setattr(bin_figures.BinSample, "complete", property(
         lambda self: found.setdefault("complete", []).append(complete(self)) or complete(self)))
@@ -120,6 +129,11 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
     early = [pair[0] for pair in found["medians_with_cells"]]  # type: ignore[index]
     assert len(early) == 1 and early[0] is not None
     assert len(found["know_sums"]) == 2 and found["complete"] and all(found["complete"])
+    # handed to the cluster series: the bin sample (its grouping's draws) and the prompt sums
+    (handed,) = found["request_figures"]
+    assert isinstance(handed, per_instance.ArrivalBinFigures)
+    assert handed.sample is not None and handed.prompt_sums is not None
+    assert found["drawn"] == [handed.sample]
     sums_b, b = _shortcut_run(monkeypatch, cluster, shortcuts=False)
     assert len(a.instances) and a.n_requests > 6_000
     assert sorted(a.bins) == sorted(b.bins) and "req_hit" in a.bins
