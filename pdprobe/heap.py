@@ -1,4 +1,4 @@
-"""The process keeps the memory it frees for its next allocations (glibc only).
+"""The process keeps the memory it frees for its next allocations (glibc's heap; Arrow's).
 
 pdprobe allocates and frees many large arrays: at 10M request rows hundreds of full-length
 temporaries of 40-80 MB each; on the live path the answers, their CSV text and the group
@@ -18,15 +18,20 @@ the library's own calls: a long-running process that collects live data keeps gl
 defaults, since it would never get the memory back. Nothing here changes a result. Another C library (musl, macOS) has no ``mallopt``: nothing is changed there.
 A user who tunes glibc's allocator (any ``MALLOC_*`` variable or ``GLIBC_TUNABLES``) keeps
 their setting.
+
+Arrow allocates the decoded batches of a read with its own allocator: the CLI has it use
+jemalloc, which keeps freed pages for reuse as the heap above does (``arrow_pool_default``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Final
 
 # mallopt's parameter numbers (glibc's malloc.h).
@@ -88,6 +93,42 @@ def _glibc() -> bool:
 def _user_tunes_malloc() -> bool:
     return any(name.startswith(USER_TUNING_PREFIXES) or name in USER_TUNING_NAMES
                for name in os.environ)
+
+
+# Arrow's allocator for the CLI's process: jemalloc where the installed pyarrow was built with
+# it. pyarrow's default (mimalloc, in its Linux wheels since 13) hands the pages of the decoded
+# batches it frees back to the kernel within milliseconds, so the next batch faults them in
+# again: a 10M-row Parquet read decodes ~150 batches of ~8 MB per column, and on the 2-core VM
+# of docs/performance.md it spent 0.9-1.3 s of system time against 0.6-0.7 s with jemalloc,
+# which keeps freed pages about a second (read 2.23-2.55 s -> 1.96-1.98 s; the whole diagnose
+# 4.88-5.33 s -> 4.63-4.86 s, peak RSS 1,434-1,449 -> 1,383-1,395 MB, alternated). Set
+# through Arrow's own variable, read when pyarrow first allocates, so the CLI imports nothing
+# to set it; a value the user exported wins. A build without jemalloc would warn about the
+# variable on every run, so it is only set where the build's configuration header says
+# jemalloc is in (nothing is set where the header is not installed).
+ARROW_POOL_VARIABLE: Final = "ARROW_DEFAULT_MEMORY_POOL"
+ARROW_POOL: Final = "jemalloc"
+_ARROW_BUILD_FLAG: Final = "#define ARROW_JEMALLOC"
+
+
+def arrow_pool_default() -> tuple[tuple[str, str], ...]:
+    """``((ARROW_POOL_VARIABLE, ARROW_POOL),)`` when the installed pyarrow was built with
+    jemalloc (its ``include/arrow/util/config.h`` defines ``ARROW_JEMALLOC``), else ``()``.
+    Finds pyarrow without importing it."""
+    try:
+        spec = importlib.util.find_spec("pyarrow")
+    except (ImportError, ValueError):
+        return ()
+    places = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for place in places:
+        header = Path(place, "include", "arrow", "util", "config.h")
+        try:
+            text = header.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if any(line.strip() == _ARROW_BUILD_FLAG for line in text.splitlines()):
+            return ((ARROW_POOL_VARIABLE, ARROW_POOL),)
+    return ()
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import inspect
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,80 @@ def test_load_dataset_reads_with_the_collector_paused(monkeypatch: pytest.Monkey
         diagnose.load_dataset(diagnose.DiagnoseRequest())
     assert seen == [False]
     assert gc.isenabled()
+
+
+def _fake_pyarrow(tmp_path: Path, header: str | None) -> Path:
+    """A package folder laid out as pyarrow's wheel, with ``header`` as its build's
+    ``include/arrow/util/config.h`` (none when None)."""
+    package = tmp_path / "pyarrow"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    if header is not None:
+        (package / "include" / "arrow" / "util").mkdir(parents=True)
+        (package / "include" / "arrow" / "util" / "config.h").write_text(header)
+    return package
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("#define ARROW_JEMALLOC\n#define ARROW_JEMALLOC_VENDORED\n#define ARROW_MIMALLOC\n",
+     ((heap.ARROW_POOL_VARIABLE, "jemalloc"),)),
+    ("#define ARROW_MIMALLOC\n/* #undef ARROW_JEMALLOC */\n", ()),
+    ("#define ARROW_JEMALLOC_VENDORED\n", ()),  # only the exact flag counts
+    (None, ()),  # no header installed: Arrow's own default is kept
+])
+def test_arrow_pool_is_jemalloc_only_where_the_build_has_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, header: str | None,
+        expected: tuple[tuple[str, str], ...]) -> None:
+    """Set where the build's header defines ARROW_JEMALLOC: a build without it would warn
+    about the variable on every run."""
+    import importlib.machinery
+
+    package = _fake_pyarrow(tmp_path, header)
+    spec = importlib.machinery.ModuleSpec("pyarrow", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    monkeypatch.setattr(heap.importlib.util, "find_spec",
+                        lambda name: spec if name == "pyarrow" else None)
+    assert heap.arrow_pool_default() == expected
+
+
+def test_arrow_pool_is_left_alone_without_pyarrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap.importlib.util, "find_spec", lambda name: None)
+    assert heap.arrow_pool_default() == ()
+
+
+# Prints the pool Arrow allocates from after the CLI's process defaults (or without them) and
+# whether pyarrow was imported to choose it.
+ARROW_PROBE = """
+import sys
+from pathlib import Path
+if sys.argv[1] == "defaults":
+    from pdprobe.cli.app import set_process_defaults
+    set_process_defaults()
+    print("pyarrow" in sys.modules)
+import pyarrow
+print(pyarrow.default_memory_pool().backend_name)
+"""
+
+
+@pytest.mark.parametrize(("exported", "expected"), [(None, "jemalloc"), ("system", "system")])
+def test_cli_process_allocates_arrow_from_jemalloc_unless_exported(
+        exported: str | None, expected: str) -> None:
+    """Against a control run of the same interpreter: without the defaults Arrow picks its
+    own (mimalloc), with them jemalloc, and pyarrow is not imported to set it; a user's export
+    wins."""
+    import pyarrow
+
+    if "jemalloc" not in pyarrow.supported_memory_backends():
+        pytest.skip("this pyarrow is built without jemalloc")
+    environ = {k: v for k, v in os.environ.items() if k != heap.ARROW_POOL_VARIABLE}
+    env = {} if exported is None else {heap.ARROW_POOL_VARIABLE: exported}
+
+    def run(mode: str) -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", ARROW_PROBE, mode], capture_output=True,
+                              text=True, env={**environ, **env}, check=True, timeout=60)
+        assert "Unsupported backend" not in proc.stderr
+        return proc.stdout.split()
+
+    if exported is None:
+        assert run("control") != ["jemalloc"]  # else the test could not tell
+    assert run("defaults") == ["False", expected]

@@ -22,7 +22,7 @@ import typer
 
 from pdprobe import __version__
 from pdprobe.cli.common import EXIT_UNKNOWN, mark_stdout_closed, remove_pending_temps
-from pdprobe.heap import keep_freed_memory
+from pdprobe.heap import arrow_pool_default, keep_freed_memory
 from pdprobe.redact import scrub
 from pdprobe.safe_text import clean
 
@@ -218,9 +218,10 @@ PROCESS_DEFAULTS: Final = (("NUMPY_MADVISE_HUGEPAGE", "0"), ("OPENBLAS_NUM_THREA
 
 
 def set_process_defaults() -> None:
-    """Apply ``PROCESS_DEFAULTS`` to the environment where the user has not set them; only
-    effective before numpy is first imported, which no module of the CLI's start does."""
-    for name, value in PROCESS_DEFAULTS:
+    """Apply ``PROCESS_DEFAULTS`` and Arrow's allocator (``heap.arrow_pool_default``) to the
+    environment where the user has not set them; only effective before numpy and pyarrow are
+    first imported, which no module of the CLI's start does."""
+    for name, value in (*PROCESS_DEFAULTS, *arrow_pool_default()):
         os.environ.setdefault(name, value)
 
 

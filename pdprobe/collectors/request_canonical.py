@@ -272,8 +272,9 @@ def _canonicalise(path: Path, table: pa.Table | Assembled, cmap: ColumnMap, fmt:
                          f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")
         elif len(arrays["request_id"]) > KEEP_REQUEST_IDS_MAX_ROWS:
             del arrays["request_id"]  # checked; no analysis reads the values
-            # Arrow's allocator keeps freed memory for reuse (mimalloc): the ids' ~150 MB at
-            # 10M rows would stay in the process while the frame is built and analysed
+            # Arrow's allocator (mimalloc, or jemalloc under the CLI) keeps freed memory for
+            # reuse: the ids' ~150 MB at 10M rows would stay in the process while the frame is
+            # built and analysed
             pa.default_memory_pool().release_unused()
             notes.append(f"request_id values checked for duplicates, not kept in memory (more "
                          f"than {KEEP_REQUEST_IDS_MAX_ROWS:,} rows; no analysis reads them)")

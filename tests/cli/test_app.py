@@ -254,7 +254,7 @@ def test_entry_applies_the_process_defaults(monkeypatch: pytest.MonkeyPatch) -> 
     def leave(code: int) -> None:
         raise SystemExit(code)
 
-    for name in ("NUMPY_MADVISE_HUGEPAGE", "OPENBLAS_NUM_THREADS"):
+    for name in ("NUMPY_MADVISE_HUGEPAGE", "OPENBLAS_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL"):
         monkeypatch.setenv(name, "")  # recorded, so undone after the test
         monkeypatch.delenv(name)
     monkeypatch.setattr(app_module, "run", lambda: 0)
@@ -264,3 +264,4 @@ def test_entry_applies_the_process_defaults(monkeypatch: pytest.MonkeyPatch) -> 
         app_module.entry()
     assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0"
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert dict(app_module.arrow_pool_default()).items() <= os.environ.items()
