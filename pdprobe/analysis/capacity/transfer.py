@@ -113,6 +113,7 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     # read of the columns for the sums when every row is.
     ok = np.empty(n, dtype=bool)
     leaves: list[list[float]] | None = []
+    spreads: list[tuple[int, float, float, float, float]] = []  # per leaf, as the sums
     for lo, hi in leaf_ranges(n):  # leaves: at most PASS_CHUNK rows, no whole-size temporaries
         chunk = slice(lo, hi)
         b, p = cols("kv_bytes", chunk), cols("prompt_tokens", chunk)
@@ -122,7 +123,9 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
         good &= np.isfinite(p)
         good &= p >= 1
         if leaves is not None and bool(good.all()):
-            leaves.append(leaf_sums(ratios_of(b, p, chunk)))
+            values = ratios_of(b, p, chunk)
+            leaves.append(leaf_sums(values))
+            spreads.append(_leaf_spread(hi - lo, leaves[-1][0], leaves[-1][1], *values[:2]))
         else:
             leaves = None
     n_ok = int(np.count_nonzero(ok))
@@ -155,7 +158,11 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
             np.multiply(dev, dev, out=dev)
         return by_prompt, by_uncached
 
-    sq_p, sq_u = tree_sums(squares, n_ok)
+    # every row usable (the usual case): the squared deviations from the leaves' own means,
+    # combined (Chan et al.), not a second pass over the columns recomputing the ratios; they
+    # only choose the basis (the figure is the sums'), which moves only on an exact tie
+    sq_p, sq_u = _combined_spread(spreads, mean_p, mean_u) if leaves is not None \
+        else tree_sums(squares, n_ok)
     cv_prompt = math.sqrt(sq_p / n_ok) / mean_p
     cv_uncached = math.sqrt(sq_u / n_ok) / mean_u
     basis = "uncached" if cv_uncached < cv_prompt else "prompt"
@@ -163,6 +170,29 @@ def _from_records(dataset: Dataset) -> KvBytes | None:
     return KvBytes(value, basis, f"measured kv_bytes of {n_ok} requests "
                                  f"per {'uncached prompt' if basis == 'uncached' else 'prompt'} token",
                    n_ok)
+
+
+def _leaf_spread(rows: int, sum_p: float, sum_u: float, by_prompt: np.ndarray,
+                 by_uncached: np.ndarray) -> tuple[int, float, float, float, float]:
+    """One leaf's rows, its two ratios' means and their squared deviations from those means
+    (``by_prompt`` and ``by_uncached`` are overwritten)."""
+    mean_p, mean_u = sum_p / rows, sum_u / rows
+    np.subtract(by_prompt, mean_p, out=by_prompt)
+    np.subtract(by_uncached, mean_u, out=by_uncached)
+    # (einsum: single-threaded, unlike BLAS)
+    return (rows, mean_p, mean_u, float(np.einsum("i,i->", by_prompt, by_prompt)),
+            float(np.einsum("i,i->", by_uncached, by_uncached)))
+
+
+def _combined_spread(spreads: list[tuple[int, float, float, float, float]], mean_p: float,
+                     mean_u: float) -> tuple[float, float]:
+    """The two ratios' squared deviations from their overall means, from each leaf's
+    (``_leaf_spread``): a leaf's own plus its rows times its mean's squared offset."""
+    sq_p = sq_u = 0.0
+    for rows, leaf_p, leaf_u, leaf_sq_p, leaf_sq_u in spreads:
+        sq_p += leaf_sq_p + rows * (leaf_p - mean_p) ** 2
+        sq_u += leaf_sq_u + rows * (leaf_u - mean_u) ** 2
+    return sq_p, sq_u
 
 
 def profile_matching_kv_bytes(bytes_per_token: float) -> Profile | None:

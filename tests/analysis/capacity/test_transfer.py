@@ -159,3 +159,33 @@ def test_infinite_cached_tokens_count_as_numpys_nan_to_num_makes_them(
     basis = "uncached" if cv_u < cv_p else "prompt"
     assert isinstance(got, KvBytes) and got.basis == basis
     assert got.bytes_per_token == float(kv.sum() / (u if basis == "uncached" else p).sum())
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])
+def test_every_row_usable_spread_from_the_leaves_is_the_two_pass_one(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """With every row usable the ratios' squared deviations come from each leaf's own (one
+    pass, no second read of the columns): the same as numpy's two passes up to rounding, and
+    the same basis either way it fits."""
+    from pdprobe.analysis.capacity.chunked import leaf_ranges
+    from pdprobe.analysis.capacity.transfer import _combined_spread, _leaf_spread
+
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    rng = np.random.default_rng(9)
+    n = 2000
+    by_p, by_u = rng.lognormal(3.0, 0.4, n), 1e5 + rng.normal(0.0, 1e-3, n)
+    spreads = [_leaf_spread(hi - lo, float(by_p[lo:hi].sum()), float(by_u[lo:hi].sum()),
+                            by_p[lo:hi].copy(), by_u[lo:hi].copy())
+               for lo, hi in leaf_ranges(n)]
+    sq_p, sq_u = _combined_spread(spreads, float(by_p.mean()), float(by_u.mean()))
+    assert sq_p == pytest.approx(float(np.sum((by_p - by_p.mean()) ** 2)), rel=1e-12)
+    assert sq_u == pytest.approx(float(np.sum((by_u - by_u.mean()) ** 2)), rel=1e-9)
+    prompt = rng.integers(2, 8000, n)
+    cached = np.floor(prompt * rng.uniform(0, 0.9, n))
+    for moved, basis in ((prompt - cached, "uncached"), (prompt, "prompt")):
+        kv = moved * 131072.0 * rng.uniform(0.97, 1.03, n)
+        got = measured_kv_bytes(dataset({"arrival_ts": np.arange(n, dtype=float),
+                                         "prompt_tokens": prompt, "output_tokens": 10,
+                                         "cached_tokens": cached, "kv_bytes": kv}))
+        assert isinstance(got, KvBytes) and got.basis == basis and got.n == n
+        assert got.bytes_per_token == float(kv.sum() / moved.astype(float).sum())
