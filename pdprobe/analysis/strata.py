@@ -9,6 +9,7 @@ stratum and every time window holds its proportional share. Passes run a chunk o
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 import numpy as np
@@ -81,12 +82,14 @@ class StrataCodes:
 
     def add(self, lo: int, *lengths: np.ndarray) -> None:
         """The codes of rows ``lo..lo + len - 1`` from their lengths (one array each)."""
-        part = octaves(lengths[0])  # (an array of its own: the first octave is the code so far)
-        for values in lengths[1:]:
-            part *= LENGTH_OCTAVES
-            part += octaves(values)
-        hi = lo + len(part)
-        self.code[lo:hi] = part
+        hi = lo + len(lengths[0])
+        part: np.ndarray = self.code[lo:hi]
+        if not (self.small and _table_lookup(part, lengths)):
+            part = octaves(lengths[0])  # (its own array: the first octave is the code so far)
+            for values in lengths[1:]:
+                part *= LENGTH_OCTAVES
+                part += octaves(values)
+            self.code[lo:hi] = part
         if self.counts is None:
             return
         if lo % sampling.PASS_CHUNK or not (hi - lo == sampling.PASS_CHUNK or hi == len(self.code)):
@@ -96,6 +99,39 @@ class StrataCodes:
             self.counts = None
             return
         self.counts.append(np.bincount(part, minlength=self.cells))
+
+
+# Integer lengths below this are coded through a table of their octaves (``_table_lookup``):
+# 128 KB of int16, which stays in the CPU cache.
+OCTAVE_TABLE_SIZE: Final = 1 << 16
+
+
+@functools.cache
+def _octave_table(scale: int) -> np.ndarray:
+    """``octaves(v) * scale`` of every integer ``v`` below ``OCTAVE_TABLE_SIZE`` (int16: the
+    small codes'). Read-only: shared by every caller."""
+    table = (octaves(np.arange(OCTAVE_TABLE_SIZE)) * scale).astype(np.int16)
+    table.flags.writeable = False
+    return table
+
+
+def _table_lookup(out: np.ndarray, lengths: tuple[np.ndarray, ...]) -> bool:
+    """The small (int16) codes of integer ``lengths`` written into ``out`` by looking their
+    octaves up in a table, when every length is in ``[0, OCTAVE_TABLE_SIZE)`` (a negative
+    one, seen unsigned, is beyond it); else False, ``out`` untouched. The same codes as
+    ``octaves``' bit operations, at a quarter of their cost (two gathers from a table in
+    the CPU cache instead of a float conversion and four passes per array)."""
+    if not all(v.dtype.kind in "iu" for v in lengths):
+        return False
+    if any(len(v) and int(np.maximum.reduce(v.view(f"u{v.dtype.itemsize}"))) >=
+           OCTAVE_TABLE_SIZE for v in lengths):
+        return False
+    scale = LENGTH_OCTAVES ** (len(lengths) - 1)
+    np.take(_octave_table(scale), lengths[0], out=out, mode="clip")  # (all in range)
+    for values in lengths[1:]:
+        scale //= LENGTH_OCTAVES
+        out += np.take(_octave_table(scale), values, mode="clip")
+    return True
 
 
 def stratified_sample(strata: np.ndarray, size: int,
