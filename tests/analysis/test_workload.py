@@ -334,17 +334,23 @@ def test_arrival_series_of_sorted_arrivals_counts_every_arrival_in_its_bin(seed:
         assert np.array_equal(np.asarray(series.values), want)
 
 
-@pytest.mark.parametrize("categorical", [True, False])
+@pytest.mark.parametrize(("categorical", "chunk", "run"),
+                         [(True, 1 << 16, 1024), (False, 1 << 16, 1024), (True, 100, 8),
+                          (False, 64, 3)])
 def test_completed_rate_by_slices_is_the_masked_count(monkeypatch: pytest.MonkeyPatch,
-                                                      categorical: bool) -> None:
+                                                      categorical: bool, chunk: int,
+                                                      run: int) -> None:
     """Successful requests finished inside the window, counted slice by slice: the count of the
     full-length masks (NaN and infinite e2e_s, failed and missing statuses, rows without a
-    finite arrival), though only the finish time and the status are tested per row."""
-    from pdprobe.analysis import row_slices
+    finite arrival), though only the finish time and the status are tested per row; by runs
+    of rows (``completion_runs``: whole runs inside or outside the window counted at once)."""
+    from pdprobe.analysis import completion_runs, row_slices, sampling
     from pdprobe.analysis.row_slices import category_mask
     from pdprobe.analysis.workload import _completed_rate
 
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 97)
+    monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
+    monkeypatch.setattr(completion_runs, "PLACE_RUN", run)
     rng = np.random.default_rng(4)
     n = 1_000
     status = rng.choice(np.array(["ok", "error", "timeout", None], dtype=object), n,
@@ -364,7 +370,16 @@ def test_completed_rate_by_slices_is_the_masked_count(monkeypatch: pytest.Monkey
     want = int(np.count_nonzero(done & (finish >= start) & (finish <= end))) / (end - start)
     with np.errstate(invalid="ignore"):
         assert _completed_rate(req, start, end) == want
-    assert _completed_rate(req.assign(arrival_ts=np.linspace(0.0, 80.0, n)), start, end) > 0
+    # in arrival order (the usual case): most runs inside the window, counted whole
+    ordered = np.linspace(0.0, 80.0, n)
+    short = np.where(np.isfinite(e2e), np.minimum(e2e, 5.0), e2e)
+    with np.errstate(invalid="ignore"):
+        finish = ordered + short
+    done = np.isfinite(finish) & ~category_mask(req["status"], lambda s: s != "ok")
+    want = int(np.count_nonzero(done & (finish >= start) & (finish <= end))) / (end - start)
+    with np.errstate(invalid="ignore"):
+        got = _completed_rate(req.assign(arrival_ts=ordered, e2e_s=short), start, end)
+    assert got == want > 0
     failed = req.assign(status="error")
     assert isinstance(_completed_rate(failed, start, end), Missing)
     # none inside the window, yet some succeeded: a rate of 0, not Missing

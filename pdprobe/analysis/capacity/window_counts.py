@@ -17,7 +17,8 @@ import numpy as np
 
 from pdprobe.analysis import sampling
 from pdprobe.analysis.capacity.perf_columns import category_codes, float_column, status_ok
-from pdprobe.analysis.table_facts import column_ascending, failed_mask
+from pdprobe.analysis.completion_runs import completion_runs, ok_places
+from pdprobe.analysis.table_facts import column_ascending
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,21 +171,20 @@ def _presence(win: np.ndarray, codes: np.ndarray, k: int, n_win: int) -> np.ndar
 def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     """Per window: requests completed ``ok`` in it, from the records (None without ``e2e_s``).
 
-    Float64 time columns and a categorical status (the canonical dtypes) are read in place a
-    chunk at a time: each completion's place among the edges (a NaN or infinite time falls
-    before the first or after the last), moved before the first when not ``ok``, counted
-    with one ``bincount``; no frame slices, masks or index fixes per chunk.
+    Float64 time columns (the canonical dtype): each completion's place among the edges (a
+    NaN or infinite time falls before the first or after the last), a run of rows at a time
+    where the run's earliest and latest share it (``completion_runs.ok_places``). Other
+    dtypes: a pass over frame slices.
     """
-    import pandas as pd
-
     req = dataset.requests
     if not (len(req) and dataset.has_request_column("e2e_s")):
         return None
     has_status = dataset.has_request_column("status")
-    status = req["status"] if has_status else None
-    if all(c in req and req[c].dtype == np.float64 for c in ("arrival_ts", "e2e_s")) and (
-            status is None or isinstance(status.dtype, pd.CategoricalDtype)):
-        return _served_by_place(req, edges, has_status)
+    # float64 times (the canonical dtype): placed by runs of rows from the runs of
+    # completion times the workload summary's completed rate made (kept per table)
+    runs = completion_runs(req)
+    if runs is not None:
+        return ok_places(runs, edges)[1:len(edges)]
     counts = np.zeros(len(edges) - 1, dtype=np.int64)
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
         part = req.iloc[lo:lo + sampling.PASS_CHUNK]
@@ -193,49 +193,6 @@ def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
             w[~status_ok(part)] = -1  # no status counts as ok
         counts += np.bincount(w[w >= 0], minlength=len(edges) - 1)
     return counts
-
-
-# Completion times are nearly sorted (arrival order, each plus its e2e_s): ``_served_by_place``
-# places runs of this many at once when a run falls between two edges, and searches the edges
-# for each completion only in runs that straddle one.
-PLACE_RUN: Final = 1 << 10
-
-
-def _served_by_place(req: pd.DataFrame, edges: np.ndarray, has_status: bool) -> np.ndarray:
-    """``served_counts`` of float64 columns and a categorical (or no) status: ``k`` =
-    ``searchsorted(edges, t, "right")`` is window ``k - 1`` for ``1 <= k < len(edges)``
-    (``window_index``'s windows; NaN sorts after every edge, -inf before), and 0 for a
-    request not ``ok`` (``table_facts.failed_mask``).
-
-    A run of ``PLACE_RUN`` completions whose earliest and latest share a place all have it
-    (the search is monotone): the run's ``ok`` ones are counted there at once. A run holding
-    a NaN (its minimum and maximum are NaN) or straddling an edge is placed one by one.
-    """
-    arrival, e2e = req["arrival_ts"].to_numpy(), req["e2e_s"].to_numpy()  # views, no copies
-    # the requests not ``ok`` (a missing status is ok): the table's cached mask, which the
-    # workload summary made on this thread already, not a test of each chunk's status codes
-    failed = failed_mask(req) if has_status else None
-    places = np.zeros(len(edges) + 1, dtype=np.int64)
-    for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
-        hi = lo + sampling.PASS_CHUNK
-        t = np.add(arrival[lo:hi], e2e[lo:hi])
-        bad = failed[lo:hi] if failed is not None else None
-        at = np.arange(0, len(t), PLACE_RUN)
-        lowest = np.minimum.reduceat(t, at)  # (NaN when the run holds one: never whole)
-        first = np.searchsorted(edges, lowest, side="right")
-        last = np.searchsorted(edges, np.maximum.reduceat(t, at), side="right")
-        whole = (first == last) & ~np.isnan(lowest)
-        sizes = np.diff(np.append(at, len(t)))
-        counted = sizes - np.add.reduceat(bad.view(np.uint8), at, dtype=np.int64) \
-            if bad is not None else sizes
-        np.add.at(places, first[whole], counted[whole])
-        if not whole.all():
-            each = np.repeat(~whole, sizes)
-            k = np.searchsorted(edges, t[each], side="right")
-            if bad is not None:
-                k[bad[each]] = 0
-            places += np.bincount(k, minlength=len(edges) + 1)
-    return places[1:len(edges)]
 
 
 def counter_served_rates(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:

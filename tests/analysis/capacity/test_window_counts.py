@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdprobe.analysis import sampling, table_facts
-from pdprobe.analysis.capacity import window_counts
+from pdprobe.analysis import completion_runs, sampling, table_facts
 from pdprobe.analysis.capacity.chunked import run_sums
 from pdprobe.analysis.capacity.window_counts import (
     active_instances,
@@ -89,7 +88,7 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
     completions placed a run at a time where a run falls between two edges (runs holding a
     NaN, an infinity or an edge placed one by one)."""
     monkeypatch.setattr(sampling, "PASS_CHUNK", chunk)
-    monkeypatch.setattr(window_counts, "PLACE_RUN", run)
+    monkeypatch.setattr(completion_runs, "PLACE_RUN", run)
     rng = np.random.default_rng(8)
     n = 5000
     ts = np.sort(1.7e9 + rng.uniform(0, 1500, n))
