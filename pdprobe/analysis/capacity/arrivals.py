@@ -75,14 +75,15 @@ ARRIVAL_CHUNK: Final = 1 << 16
 
 
 def _gap_counts(ts: np.ndarray) -> tuple[int, bool]:
-    """Of the gaps between sorted arrivals: how many are zero, and whether any is positive."""
-    zeros, positive = 0, False
-    with np.errstate(over="ignore", invalid="ignore"):
-        for lo in range(0, len(ts) - 1, ARRIVAL_CHUNK):  # chunks: each gap once
-            gaps = np.diff(ts[lo:lo + ARRIVAL_CHUNK + 1])
-            zeros += int(np.count_nonzero(gaps == 0.0))
-            positive = positive or bool(np.any(gaps > 0.0))
-    return zeros, positive
+    """Of the gaps between sorted finite arrivals: how many are zero, and whether any is
+    positive. A gap between finite floats is zero exactly where the two are equal (gradual
+    underflow), so neighbours are compared, not subtracted; and sorted arrivals have a
+    positive gap exactly when the last exceeds the first (no pass at all)."""
+    zeros = 0
+    for lo in range(0, len(ts) - 1, ARRIVAL_CHUNK):  # chunks: each gap once
+        hi = min(lo + ARRIVAL_CHUNK, len(ts) - 1)
+        zeros += int(np.count_nonzero(ts[lo + 1:hi + 1] == ts[lo:hi]))
+    return zeros, len(ts) > 1 and bool(ts[-1] > ts[0])
 
 
 # Counts per window are found by searching the window boundaries among the sorted arrivals
