@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis import sampling
+from pdprobe.analysis.sample_runs import merged_ranges
 from pdprobe.analysis.table_cache import table_cache
 from pdprobe.analysis.table_facts import failed_mask
 
@@ -33,32 +34,24 @@ PLACE_RUN: Final = 1 << 10
 class CompletionRuns:
     """Per run of rows: its first row, earliest and latest completion time (NaN when the run
     holds a NaN: min and max propagate it) and requests not failed (a missing status is
-    ``ok``). Runs lie within chunks of ``sampling.PASS_CHUNK`` rows, whose first runs are
-    ``chunk_runs``."""
+    ``ok``). Runs lie within chunks of ``sampling.PASS_CHUNK`` rows."""
 
     first: np.ndarray  # int64, ascending
     lowest: np.ndarray
     highest: np.ndarray
     ok: np.ndarray  # int64
-    chunk_runs: np.ndarray  # per chunk: index of its first run, then the number of runs
     arrival: np.ndarray  # the columns (views): rows of straddling runs are read again
     e2e: np.ndarray
     failed: np.ndarray | None
 
     def times(self, again: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        """The completion times of the rows of the runs ``again`` marks (bool per run), a
-        chunk at a time (only chunks holding such a run), and which of them failed (None:
-        none did)."""
-        n = len(self.arrival)
-        sizes = np.diff(np.append(self.first, n))
-        for c in np.flatnonzero(np.add.reduceat(again, self.chunk_runs[:-1]))  \
-                if len(self.first) else ():  # (per chunk holding a run to read)
-            a, b = int(self.chunk_runs[c]), int(self.chunk_runs[c + 1])
-            lo = int(self.first[a])
-            hi = int(self.first[b]) if b < len(self.first) else n
-            each = np.repeat(again[a:b], sizes[a:b])
-            t = np.add(self.arrival[lo:hi][each], self.e2e[lo:hi][each])
-            yield t, (self.failed[lo:hi][each] if self.failed is not None else None)
+        """The completion times of the rows of the runs ``again`` marks (bool per run),
+        consecutive runs together and at most ``sampling.PASS_CHUNK`` rows at a time (row
+        slices: no mask of the others), and which of them failed (None: none did)."""
+        ends = np.append(self.first[1:], len(self.arrival))[:len(self.first)]  # (none: none)
+        for lo, hi in merged_ranges(self.first[again], ends[again], sampling.PASS_CHUNK):
+            t = np.add(self.arrival[lo:hi], self.e2e[lo:hi])
+            yield t, (self.failed[lo:hi] if self.failed is not None else None)
 
 
 def completion_runs(req: pd.DataFrame) -> CompletionRuns | None:
@@ -85,10 +78,8 @@ def completion_runs(req: pd.DataFrame) -> CompletionRuns | None:
         parts.append((at + lo, np.minimum.reduceat(t, at), np.maximum.reduceat(t, at), ok))
     runs = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0)
             for i in range(4)]
-    counts = np.array([len(p[0]) for p in parts], dtype=np.int64)
     found = CompletionRuns(runs[0].astype(np.int64), runs[1], runs[2],
-                           runs[3].astype(np.int64), np.append(0, np.cumsum(counts)),
-                           arrival, e2e, failed)
+                           runs[3].astype(np.int64), arrival, e2e, failed)
     cache["completion_runs"] = found
     return found
 
