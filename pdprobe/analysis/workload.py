@@ -19,6 +19,7 @@ from pdprobe.analysis.completion_runs import completion_runs, ok_within
 from pdprobe.analysis.exact_sums import EXACT
 from pdprobe.analysis.grouped import chunks, column_values, quantile_rows
 from pdprobe.analysis.key_search import key_starts
+from pdprobe.analysis.length_facts import know_length_range
 from pdprobe.analysis.length_shape import COUNTING_RANK_MAX, length_counts, length_distribution
 from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
@@ -90,6 +91,9 @@ def _from_requests(dataset: Dataset, bin_s: float | None) -> WorkloadSummary | M
     # rows per length: the Spearman ranks and, above one slice, the moments of each column
     # (``length_shape.length_counts``), so neither reads the rows again
     prompt_counts, output_counts = length_counts(prompt), length_counts(output)
+    for name, found in (("prompt_tokens", prompt_counts), ("output_tokens", output_counts)):
+        if found is not None and ok_rows is None:  # every row's: the capacity mix reads it
+            know_length_range(req, name, found)
     start, end = float(arrival[0]), float(arrival[-1])
     span = end - start
     rate: Maybe[float] = (count / span if span > 0 else

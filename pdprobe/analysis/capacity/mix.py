@@ -20,6 +20,7 @@ from pdprobe.analysis.capacity.population import (
     Population,
     at_least_one,
     cached_in_range,
+    known_rows,
     record_numbers,
     usable_records,
 )
@@ -207,10 +208,11 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     # the sample's length strata, made by the usable-rows scan (kept when all are, in order)
     counted: list[np.ndarray] = []  # (the strata's counts per chunk, made with them)
     codes = strata.StrataCodes(n_rows, 2, counted) if n_rows > limit else None
-    ok, scan = usable_records(ts, prompt, output, cached, codes)
+    ok, scan = usable_records(ts, prompt, output, cached, codes,
+                              known_rows(requests, ts, prompt, output))
     scanned = (prompt, output)  # (their chunk sums hold while the mix keeps these arrays)
-    every_row = bool(ok.all())  # the usual case: no copies of the selection
-    if not every_row:
+    every_row = ok is None or bool(ok.all())  # the usual case: no copies of the selection
+    if ok is not None and not every_row:
         prompt, output, ts, cached = prompt[ok], output[ok], ts[ok], cached[ok]
     # (every row usable: the scan's checks are of these arrays, no pass to repeat them)
     output = output if every_row and scan.outputs_positive else at_least_one(output)
@@ -250,7 +252,7 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
                            load=load)
     # each sampled request's row in the records: through the sort, then the selection
     source = keep if order is None else order[keep]
-    if not every_row:
+    if ok is not None and not every_row:
         source = np.flatnonzero(ok)[source]
     pop = Population(ts, prompt, cached, output, keep, source, scan.sums
                      if prompt is scanned[0] and output is scanned[1] else None)

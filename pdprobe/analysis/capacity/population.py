@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.row_slices import ascending
+from pdprobe.analysis.length_facts import known_length_range
+from pdprobe.analysis.row_slices import ascending, finite_ends
 from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK
 from pdprobe.analysis.strata import StrataCodes
+from pdprobe.analysis.table_facts import column_ascending
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,52 +110,86 @@ class RecordScan:
     sums: ChunkSums | None = None  # integer prompt and output lengths' (None: not integers)
 
 
+@dataclass(frozen=True)
+class KnownRows:
+    """What a caller knows of every record without testing them: each is usable (a finite
+    arrival, a prompt of at least one token, finite lengths) and the arrivals never
+    decrease; whether every output is at least 1 and the largest length (all >= 0)."""
+
+    outputs_positive: bool
+    peak: int
+
+
 def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
-                   cached: np.ndarray, codes: StrataCodes | None = None
-                   ) -> tuple[np.ndarray, RecordScan]:
+                   cached: np.ndarray, codes: StrataCodes | None = None,
+                   known: KnownRows | None = None) -> tuple[np.ndarray | None, RecordScan]:
     """Which requests the mix can use (a finite arrival, a prompt of at least one token,
     finite lengths) and, of every row, what ``at_least_one``, ``cached_in_range`` and
     ``ascending`` would check (``RecordScan``): one pass a chunk at a time, each chunk's
     columns read once while they are in the CPU cache, instead of a pass per check (when
     every row is usable the checks are of the very arrays the mix keeps). ``codes``: every
     row's length strata of ``prompt`` and ``output`` are added to it in the same pass (the
-    mix's sample when every row is usable as it is, in order)."""
+    mix's sample when every row is usable as it is, in order). ``known``: what the caller
+    knows of every row (``KnownRows``): those tests are not made, and the usable rows are
+    None (every row)."""
     n = len(ts)
-    ok = np.empty(n, dtype=bool)
+    ok = np.empty(n if known is None else 0, dtype=bool)
     # integer lengths (the canonical dtype) hold no NaN: compared as they are, not as floats
     int_prompt, int_output = prompt.dtype.kind in "iu", output.dtype.kind in "iu"
     positive, as_is, rising = True, cached.dtype == np.float64, True
+    if known is not None:
+        positive = known.outputs_positive
     # integer lengths' sums per chunk, while the chunk is in the CPU cache (the windows' mean
     # lengths are then read from them, not from a pass of their own)
     sums: tuple[list[int], list[int]] | None = ([], []) if int_prompt and int_output else None
-    peak = 0  # the largest length seen (the sums are kept only if no chunk's can wrap)
+    # the largest length seen (the sums are kept only if no chunk's can wrap)
+    peak = 0 if known is None else known.peak
     for lo in range(0, n, PASS_CHUNK):  # chunks: no whole-size temporaries
         at = slice(lo, lo + PASS_CHUNK)
-        part = ok[at]
-        np.isfinite(ts[at], out=part)
-        part &= prompt[at] >= 1  # (NaN compares False)
-        if not int_prompt:
-            part &= np.isfinite(prompt[at])
-        if not int_output:
-            part &= np.isfinite(output[at])
-        positive = positive and not bool(np.any(output[at] < 1))
+        if known is None:
+            part = ok[at]
+            np.isfinite(ts[at], out=part)
+            part &= prompt[at] >= 1  # (NaN compares False)
+            if not int_prompt:
+                part &= np.isfinite(prompt[at])
+            if not int_output:
+                part &= np.isfinite(output[at])
+            positive = positive and not bool(np.any(output[at] < 1))
+            # (each step to the next chunk's first included)
+            rising = rising and ascending(ts[lo:min(lo + PASS_CHUNK, n - 1) + 1])
         as_is = as_is and _in_range(cached[at], prompt[at])
-        # (each step to the next chunk's first included)
-        rising = rising and ascending(ts[lo:min(lo + PASS_CHUNK, n - 1) + 1])
         if codes is not None:
             codes.add(lo, prompt[at], output[at])
         if sums is not None:
             sums[0].append(int(np.add.reduce(prompt[at])))
             sums[1].append(int(np.add.reduce(output[at])))
-            peak = max(peak, int(np.maximum.reduce(prompt[at], initial=0)),
-                       int(np.maximum.reduce(output[at], initial=0)))
+            if known is None:
+                peak = max(peak, int(np.maximum.reduce(prompt[at], initial=0)),
+                           int(np.maximum.reduce(output[at], initial=0)))
     # an integer sum of a chunk wraps silently (int64) once it passes 2^63: kept only when
     # no chunk's can (every chunk's at most peak * PASS_CHUNK; negative lengths make the
     # records unusable as they are, so the sums go unread)
     chunk = ChunkSums(PASS_CHUNK, np.array(sums[0], dtype=np.int64),
                       np.array(sums[1], dtype=np.int64)) \
         if sums is not None and peak * PASS_CHUNK < 2**63 else None
-    return ok, RecordScan(positive, as_is, rising, chunk)
+    return ok if known is None else None, RecordScan(positive, as_is, rising, chunk)
+
+
+def known_rows(requests: pd.DataFrame, ts: np.ndarray, prompt: np.ndarray,
+                output: np.ndarray) -> KnownRows | None:
+    """``KnownRows`` of the records when the workload summary found the integer lengths'
+    range (``length_facts``: every prompt of at least one token) and the arrivals are known
+    to be in time order with finite ends (so all finite): every record is usable, with no
+    test of each. None otherwise (the scan tests them)."""
+    p_range = known_length_range(requests, "prompt_tokens")
+    o_range = known_length_range(requests, "output_tokens")
+    if (p_range is None or o_range is None or prompt.dtype.kind not in "iu"
+            or output.dtype.kind not in "iu" or p_range[0] < 1 or o_range[0] < 0):
+        return None
+    # (the summary asked it of this table on this thread: cached, no pass)
+    if not (column_ascending(requests, "arrival_ts") and finite_ends(ts)):
+        return None
+    return KnownRows(o_range[0] >= 1, max(p_range[1], o_range[1]))
 
 
 def _in_range(cached: np.ndarray, prompt: np.ndarray) -> bool:

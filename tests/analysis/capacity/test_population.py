@@ -400,3 +400,45 @@ def test_the_scans_strata_draw_the_sample_of_the_mixs_own_lengths(
     want = stratamod.stratified_sample(
         stratamod.length_strata(pop.prompt_tokens, pop.output_tokens), 2_000)
     np.testing.assert_array_equal(pop.rows, want)
+
+
+@pytest.mark.parametrize("flaw", ["none", "zero_output", "unsorted"])
+def test_rows_the_workload_summary_vouches_for_are_not_tested_again(flaw: str) -> None:
+    """Once the workload summary has counted every length (``length_facts``) of records in
+    time order, the mix's scan makes no test of each row (``known_rows``): the same mix, to
+    the bit, as the scan of a table nobody summarised. Unsorted arrivals are not vouched for."""
+    from pdprobe.analysis.capacity.population import KnownRows, known_rows
+    from pdprobe.analysis.workload import summarize_workload
+
+    frame = _frame(20_000).sort_values("arrival_ts", kind="stable").reset_index(drop=True)
+    if flaw == "zero_output":
+        frame.loc[7, "output_tokens"] = 0
+    elif flaw == "unsorted":
+        frame = frame.sample(frac=1.0, random_state=5).reset_index(drop=True)
+    ds = dataset(frame)
+    req = ds.requests
+    ts, p, o = (req[c].to_numpy() for c in ("arrival_ts", "prompt_tokens", "output_tokens"))
+    assert known_rows(req, ts, p, o) is None  # (nothing recorded yet)
+    summarize_workload(ds)
+    known = known_rows(req, ts, p, o)
+    if flaw == "unsorted":
+        assert known is None
+    else:
+        assert known == KnownRows(flaw != "zero_output", int(max(p.max(), o.max())))
+    for size in (2_000, 10**9):  # sampled, and every request
+        mixes = [mix_from_requests(table, rate_rps=None, timescale_s=2.0, description="t",
+                                   max_requests=size) for table in (req, req.copy())]
+        for name in ("prompt_tokens", "cached_tokens", "output_tokens", "arrival_ts"):
+            np.testing.assert_array_equal(getattr(mixes[0], name), getattr(mixes[1], name))
+        assert mixes[0].arrival_cv2 == mixes[1].arrival_cv2
+        pops = [m.population for m in mixes]
+        if pops[0] is not None and pops[1] is not None:
+            np.testing.assert_array_equal(pops[0].rows, pops[1].rows)
+            sums = [pop.length_sums for pop in pops]
+            if flaw != "none":  # (outputs raised to 1, or sorted: not the scanned arrays)
+                assert sums[0] is None and sums[1] is None
+                continue
+            assert sums[0] is not None and sums[1] is not None
+            assert sums[0].rows == sums[1].rows
+            np.testing.assert_array_equal(sums[0].prompt, sums[1].prompt)
+            np.testing.assert_array_equal(sums[0].output, sums[1].output)
