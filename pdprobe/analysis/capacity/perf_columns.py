@@ -54,6 +54,15 @@ class FloatColumns:
         out = np.asarray(values[rows], dtype=np.float64)
         return out.copy() if np.may_share_memory(out, values) else out
 
+    def less(self, name: str, rows: slice | np.ndarray, amount: float) -> np.ndarray:
+        """``self(name, rows) - amount`` (an array of its own): the conversion to float64
+        and the subtraction in one pass (numpy converts each value as ``self`` does)."""
+        values = self._values[name]
+        if values is None or values.dtype.kind not in "iu":
+            out = self(name, rows)
+            return np.subtract(out, amount, out=out)
+        return np.subtract(values[rows], float(amount), dtype=np.float64)
+
     def integer(self, name: str) -> bool:
         """Whether column ``name`` is held as numpy integers (no NaN or infinity in it)."""
         values = self._values[name]

@@ -238,10 +238,13 @@ def decode_observations(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.nd
     if not usable.any():
         return "no request has tpot_s with ttft_s or e2e_s to place its decode in time"
     how = "per decode_instance"
-    if dataset.has_request_column("decode_instance") and req["decode_instance"].notna().any():
-        # integer codes straight from the column (missing names are one group of their own):
-        # no per-row Python strings
-        group: np.ndarray | None = instance_code_view(req["decode_instance"])[0]
+    # integer codes straight from the column (missing names are one group of their own):
+    # no per-row Python strings; any named when a code is not -1 (the largest code: one
+    # reduction of the small codes, not a mask of every row)
+    named = instance_code_view(req["decode_instance"])[0] \
+        if dataset.has_request_column("decode_instance") else None
+    if named is not None and len(named) and int(named.max()) >= 0:
+        group: np.ndarray | None = named
         share = 1.0
     else:
         group = None  # one group: the same reconstruction as all-zero codes
@@ -284,8 +287,7 @@ def decode_spans(cols: FloatColumns, rows: slice | np.ndarray
 def _spans_and_tpot(cols: FloatColumns, rows: slice | np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``decode_spans`` and the TPOT it read (read only: a view of the column at a slice)."""
-    steps = cols("output_tokens", rows)  # an array of its own: computed in place
-    np.subtract(steps, 1.0, out=steps)
+    steps = cols.less("output_tokens", rows, 1.0)  # an array of its own: computed in place
     np.maximum(steps, 0.0, out=steps)
     arrival = cols.read("arrival_ts", rows)  # read only: no copies
     tpot = cols.read("tpot_s", rows)
