@@ -104,8 +104,11 @@ class WorkloadMix:
         """Prompts capped at the engine's context limit, and how many were longer (of every
         request, when the mix is a sample)."""
         pop = self.population
-        over = int(np.count_nonzero((pop.prompt_tokens if pop is not None
-                                     else self.prompt_tokens) > max_prompt_tokens))
+        # (none longer when the largest is known, without a pass over every request)
+        over = 0 if pop is not None and pop.prompt_max is not None and \
+            pop.prompt_max <= max_prompt_tokens else \
+            int(np.count_nonzero((pop.prompt_tokens if pop is not None
+                                  else self.prompt_tokens) > max_prompt_tokens))
         if not over:
             return self, 0
         p = np.minimum(self.prompt_tokens, float(max_prompt_tokens))
@@ -254,8 +257,9 @@ def mix_from_requests(requests: pd.DataFrame, *, rate_rps: float | None, timesca
     source = keep if order is None else order[keep]
     if ok is not None and not every_row:
         source = np.flatnonzero(ok)[source]
-    pop = Population(ts, prompt, cached, output, keep, source, scan.sums
-                     if prompt is scanned[0] and output is scanned[1] else None)
+    same = prompt is scanned[0] and output is scanned[1]
+    pop = Population(ts, prompt, cached, output, keep, source, scan.sums if same else None,
+                     scan.prompt_max if same else None)
     if load is not None:
         load = replace(load, window_of=window_of(load, ts[keep], float(ts[0])))
     return WorkloadMix(np.asarray(prompt[keep], dtype=np.float64),

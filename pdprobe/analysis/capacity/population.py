@@ -43,6 +43,7 @@ class Population:
     source_rows: np.ndarray | None = None  # per sampled request: its row in the records
     # integer lengths' sums per run of rows (``RecordScan.sums``, of these very arrays)
     length_sums: ChunkSums | None = None
+    prompt_max: int | None = None  # the largest of ``prompt_tokens``, when known (no pass)
 
     @property
     def size(self) -> int:
@@ -108,6 +109,7 @@ class RecordScan:
     cached_as_is: bool
     ascending: bool
     sums: ChunkSums | None = None  # integer prompt and output lengths' (None: not integers)
+    prompt_max: int | None = None  # the largest prompt, when the caller knew it (KnownRows)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class KnownRows:
 
     outputs_positive: bool
     peak: int
+    prompt_max: int | None = None
 
 
 def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
@@ -172,7 +175,8 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
     chunk = ChunkSums(PASS_CHUNK, np.array(sums[0], dtype=np.int64),
                       np.array(sums[1], dtype=np.int64)) \
         if sums is not None and peak * PASS_CHUNK < 2**63 else None
-    return ok if known is None else None, RecordScan(positive, as_is, rising, chunk)
+    return ok if known is None else None, RecordScan(
+        positive, as_is, rising, chunk, known.prompt_max if known is not None else None)
 
 
 def known_rows(requests: pd.DataFrame, ts: np.ndarray, prompt: np.ndarray,
@@ -189,7 +193,7 @@ def known_rows(requests: pd.DataFrame, ts: np.ndarray, prompt: np.ndarray,
     # (the summary asked it of this table on this thread: cached, no pass)
     if not (column_ascending(requests, "arrival_ts") and finite_ends(ts)):
         return None
-    return KnownRows(o_range[0] >= 1, max(p_range[1], o_range[1]))
+    return KnownRows(o_range[0] >= 1, max(p_range[1], o_range[1]), p_range[1])
 
 
 def _in_range(cached: np.ndarray, prompt: np.ndarray) -> bool:

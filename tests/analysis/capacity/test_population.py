@@ -424,7 +424,8 @@ def test_rows_the_workload_summary_vouches_for_are_not_tested_again(flaw: str) -
     if flaw == "unsorted":
         assert known is None
     else:
-        assert known == KnownRows(flaw != "zero_output", int(max(p.max(), o.max())))
+        assert known == KnownRows(flaw != "zero_output", int(max(p.max(), o.max())),
+                                  int(p.max()))
     for size in (2_000, 10**9):  # sampled, and every request
         mixes = [mix_from_requests(table, rate_rps=None, timescale_s=2.0, description="t",
                                    max_requests=size) for table in (req, req.copy())]
@@ -440,5 +441,10 @@ def test_rows_the_workload_summary_vouches_for_are_not_tested_again(flaw: str) -
                 continue
             assert sums[0] is not None and sums[1] is not None
             assert sums[0].rows == sums[1].rows
+            # the largest prompt known: a context limit below it clips, one at it does not
+            assert pops[0].prompt_max == int(p.max()) and pops[1].prompt_max is None
+            for limit in (int(p.max()), int(p.max()) - 1, 100):
+                assert mixes[0].clipped(limit)[1] == mixes[1].clipped(limit)[1] == int(
+                    np.count_nonzero(p > limit))
             np.testing.assert_array_equal(sums[0].prompt, sums[1].prompt)
             np.testing.assert_array_equal(sums[0].output, sums[1].output)
