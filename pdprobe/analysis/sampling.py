@@ -98,7 +98,7 @@ class TimeSample:
 
     def describe(self, what: str) -> str:
         """A note naming the sample: its size, what it was drawn from, how."""
-        size = self.size if self.size >= 0 else int(self.observed.sum())
+        size = self.size if self.size >= 0 else int(np.count_nonzero(self.observed))
         return (f"{SAMPLED_MARK} {size:,} of {self.total:,} {what} (those "
                 f"starting in one {SAMPLE_BLOCK_S:g} s block in every {self.every}; exact "
                 "figures for each, from every request overlapping it)")
@@ -109,7 +109,7 @@ class TimeSample:
         ``total`` still hold."""
         empty = np.zeros(0, dtype=bool)
         return TimeSample(empty, empty, self.every, self.total,
-                          self.size if self.size >= 0 else int(self.observed.sum()))
+                          self.size if self.size >= 0 else int(np.count_nonzero(self.observed)))
 
 
 def time_sample(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None,

@@ -80,11 +80,13 @@ class StrataCodes:
         self.counts = counts if self.small else None
         self.code = np.zeros(n, dtype=np.int16 if self.small else np.int64)
 
-    def add(self, lo: int, *lengths: np.ndarray) -> None:
-        """The codes of rows ``lo..lo + len - 1`` from their lengths (one array each)."""
+    def add(self, lo: int, *lengths: np.ndarray, peak: int | None = None) -> None:
+        """The codes of rows ``lo..lo + len - 1`` from their lengths (one array each).
+        ``peak``: every length is an integer from 0 up to it, as the caller knows (none is
+        then looked at to find out)."""
         hi = lo + len(lengths[0])
         part: np.ndarray = self.code[lo:hi]
-        if not (self.small and _table_lookup(part, lengths)):
+        if not (self.small and _table_lookup(part, lengths, peak)):
             part = octaves(lengths[0])  # (its own array: the first octave is the code so far)
             for values in lengths[1:]:
                 part *= LENGTH_OCTAVES
@@ -115,16 +117,21 @@ def _octave_table(scale: int) -> np.ndarray:
     return table
 
 
-def _table_lookup(out: np.ndarray, lengths: tuple[np.ndarray, ...]) -> bool:
+def _table_lookup(out: np.ndarray, lengths: tuple[np.ndarray, ...],
+                  peak: int | None = None) -> bool:
     """The small (int16) codes of integer ``lengths`` written into ``out`` by looking their
     octaves up in a table, when every length is in ``[0, OCTAVE_TABLE_SIZE)`` (a negative
-    one, seen unsigned, is beyond it); else False, ``out`` untouched. The same codes as
+    one, seen unsigned, is beyond it; ``peak``: every one is in ``[0, peak]``, known); else
+    False, ``out`` untouched. The same codes as
     ``octaves``' bit operations, at a quarter of their cost (two gathers from a table in
     the CPU cache instead of a float conversion and four passes per array)."""
     if not all(v.dtype.kind in "iu" for v in lengths):
         return False
-    if any(len(v) and int(np.maximum.reduce(v.view(f"u{v.dtype.itemsize}"))) >=
-           OCTAVE_TABLE_SIZE for v in lengths):
+    if peak is not None:  # (known: no reduction of each array)
+        if peak >= OCTAVE_TABLE_SIZE:
+            return False
+    elif any(len(v) and int(np.maximum.reduce(v.view(f"u{v.dtype.itemsize}"))) >=
+             OCTAVE_TABLE_SIZE for v in lengths):
         return False
     scale = LENGTH_OCTAVES ** (len(lengths) - 1)
     np.take(_octave_table(scale), lengths[0], out=out, mode="clip")  # (all in range)

@@ -72,6 +72,28 @@ def test_length_strata_are_octaves_of_prompt_and_output() -> None:
     assert codes.tolist() == [1 * 64 + 1, 2 * 64 + 1, 2 * 64 + 3, 11 * 64 + 4]
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint16, np.uint64])
+def test_integer_lengths_coded_by_the_octave_table_are_the_bit_operations(dtype: type) -> None:
+    """Integer lengths below ``OCTAVE_TABLE_SIZE`` are coded from a table of octaves (their
+    largest found, or known from the caller: ``peak``); longer or negative ones by the bit
+    operations: the same codes either way."""
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, 60_000, 5_000).astype(dtype)
+    output = rng.integers(0, 5_000, 5_000).astype(dtype)
+    want = stratamod.octaves(prompt) * 64 + stratamod.octaves(output)
+    for peak in (None, int(max(prompt.max(), output.max()))):
+        codes = stratamod.StrataCodes(len(prompt), 2)
+        codes.add(0, prompt, output, peak=peak)
+        assert codes.code.tolist() == want.tolist()
+    if np.dtype(dtype).kind == "i":
+        long = prompt.astype(np.int64)
+        long[[5, 9]] = [-3, 70_000]  # beyond the table: the bit operations
+        codes = stratamod.StrataCodes(len(long), 2)
+        codes.add(0, long, output)
+        assert codes.code.tolist() == (stratamod.octaves(long) * 64
+                                       + stratamod.octaves(output)).tolist()
+
+
 @pytest.mark.parametrize(("n", "size", "chunk"), [(200_000, 20_000, 4099), (10_007, 9_999, 7),
                                                   (5_000, 1, 1 << 16), (33_333, 3_000, 100)])
 @pytest.mark.parametrize("table_cells", [0, 1 << 20])

@@ -162,7 +162,8 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
             rising = rising and ascending(ts[lo:min(lo + PASS_CHUNK, n - 1) + 1])
         as_is = as_is and _in_range(cached[at], prompt[at])
         if codes is not None:
-            codes.add(lo, prompt[at], output[at])
+            codes.add(lo, prompt[at], output[at],
+                      peak=known.peak if known is not None else None)
         if sums is not None:
             sums[0].append(int(np.add.reduce(prompt[at])))
             sums[1].append(int(np.add.reduce(output[at])))
