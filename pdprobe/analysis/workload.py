@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis import sampling
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
 from pdprobe.analysis.completion_runs import completion_runs, ok_within
 from pdprobe.analysis.exact_sums import EXACT
@@ -226,10 +227,14 @@ def _arrival_cv2(arrival: np.ndarray) -> Maybe[float]:
         # the gaps add up to the last arrival less the first (no pass of their own)
         mean = float(arrival[-1] - arrival[0]) / n
         sq = 0.0
-        for part in chunks(n):
-            dev = np.diff(arrival[part.start:part.stop + 1])
-            dev -= mean
-            sq += float(np.einsum("i,i->", dev, dev))  # no BLAS threads per slice
+        # slices of ``sampling.PASS_CHUNK`` gaps, each written into one reused buffer in the
+        # CPU cache (no fresh 8 MB difference per slice of ``row_slices.CHUNK_ROWS``)
+        dev = np.empty(min(n, sampling.PASS_CHUNK))
+        for lo in range(0, n, sampling.PASS_CHUNK):
+            hi = min(lo + sampling.PASS_CHUNK, n)
+            part = np.subtract(arrival[lo + 1:hi + 1], arrival[lo:hi], out=dev[:hi - lo])
+            part -= mean
+            sq += float(np.einsum("i,i->", part, part))  # no BLAS threads per slice
         var = sq / n
     if mean <= 0:
         return Missing("all requests arrived at one instant")
@@ -271,8 +276,13 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
     (weighted by its rows), and the pass over the rows adds the products alone."""
     n = x.size
     # each slice's ranks gathered into two reused buffers (np.take with an output: a third of
-    # the cost of indexing, which allocates and checks every position)
-    size = min(n, chunks(n)[0].stop)
+    # the cost of indexing, which allocates and checks every position), slices of
+    # ``sampling.PASS_CHUNK`` rows: the buffers stay in the CPU cache between the gathers and
+    # the products (a quarter less than slices of ``row_slices.CHUNK_ROWS``, whose 8 MB
+    # buffers went out to memory and back)
+    step = sampling.PASS_CHUNK
+    parts = [slice(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    size = min(n, step)
     buf_x, buf_y = np.empty(size), np.empty(size)
     # average ranks are halves: their sums below 2**52 (n * (n + 1) below 2**53) are exact
     if n * (n + 1) <= EXACT:
@@ -282,7 +292,7 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
         sum_x = sum_y = float(n * (n + 1) // 2)
     else:
         sum_x = sum_y = 0.0
-        for part in chunks(n):
+        for part in parts:
             m = part.stop - part.start
             sum_x += float(np.take(lookup_x, x[part], out=buf_x[:m], mode="wrap").sum())
             sum_y += float(np.take(lookup_y, y[part], out=buf_y[:m], mode="wrap").sum())
@@ -292,7 +302,7 @@ def _spearman_sliced(x: np.ndarray, y: np.ndarray, lookup_x: np.ndarray,
     squares = [None if c is None else float(np.einsum("i,i,i->", c.astype(np.float64), d, d))
                for c, d in zip(counts, (centred_x, centred_y), strict=True)]
     xy = xx = yy = 0.0
-    for part in chunks(n):
+    for part in parts:
         m = part.stop - part.start
         rx = np.take(centred_x, x[part], out=buf_x[:m], mode="wrap")
         ry = np.take(centred_y, y[part], out=buf_y[:m], mode="wrap")
