@@ -100,8 +100,9 @@ def busy_periods(requests: pd.DataFrame, sample: bool = True) -> BusyPeriods:
         chunk = slice(lo, lo + PASS_CHUNK)
         s, e = spans(chunk)
         ok = valid[chunk]
-        np.isfinite(s, out=ok)
-        ok &= np.isfinite(e)
+        # an end is finite only where its start is too (a start that is not makes the sum
+        # infinite or NaN): one test for both
+        np.isfinite(e, out=ok)
         ok &= codes[chunk] >= 0
         e += BUSY_GAP_TOLERANCE_S  # (as ``reaching`` gives them: the sample's intervals)
         runs.add(lo, s, e, ok)
