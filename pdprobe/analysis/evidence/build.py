@@ -13,8 +13,6 @@ from pdprobe.analysis.evidence.model import ClusterEvidence, Window
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from pdprobe.analysis.base import CapacityResult, SloAttainment, WorkloadSummary
     from pdprobe.dataset import Dataset
 
@@ -27,6 +25,7 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     import pandas as pd
 
     from pdprobe.analysis.evidence.failures import failure_figures
+    from pdprobe.analysis.evidence.frame_bins import FrameBins
     from pdprobe.analysis.evidence.metric_figures import counter_figures, histogram_figures
     from pdprobe.analysis.evidence.network import event_counts, node_figures
     from pdprobe.analysis.evidence.per_instance import gauge_figures, request_figures
@@ -53,7 +52,8 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     cols = InstanceColumns(index)
     cols.set_text("role", [role_of.get(n, "unknown") for n in index])
     cols.set_text("node", [node_of.get(n, host(n)) for n in index])
-    bins: dict[str, pd.DataFrame] = {}
+    # some frames computed when a rule first reads them (``frame_bins``)
+    bins = FrameBins()
     found = request_figures(ds, window, cols, bins)  # the arrival bins' sample and sums
     gauge_figures(ds, window, cols, bins)
     counter_figures(ds, window, cols)

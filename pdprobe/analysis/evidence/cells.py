@@ -32,7 +32,6 @@ from pdprobe.analysis.row_slices import (
 )
 
 if TYPE_CHECKING:
-    from pdprobe.analysis.evidence.picks import GroupPicks
     from pdprobe.analysis.grouped import Groups
 
 
@@ -167,6 +166,11 @@ class BinCells:
         """Cells with at least one row."""
         return int(self.ids.size)
 
+    @property
+    def sampled(self) -> bool:
+        """Whether the cells' medians read a sample of their rows (its positions held)."""
+        return self._rows is not None
+
     def _sample_by_bin(self, rate: np.ndarray, seed: int,
                        beside: BinDraws | None = None) -> np.ndarray:
         """``sample_rows(self._codes, rate, seed)`` when every row has a key: the same draws
@@ -214,16 +218,12 @@ class BinCells:
             return self._cells(rows)
         return self._group[self._cells(rows)]  # cell -1 reads the trailing -1
 
-    def medians(self, values: Column, picks: GroupPicks | None = None, *,
-                no_nan: bool = False) -> np.ndarray:
+    def medians(self, values: Column, *, no_nan: bool = False) -> np.ndarray:
         """``Groups.medians``: each cell's median of its sampled non-NaN ``values`` (NaN
         without values), a block of bins at a time (a cell's median reads only its own
-        values: the same figures). ``picks`` is handed every block's values when every row
-        is read (``picks.GroupPicks``: another grouping's rows from the same values).
-        ``no_nan``: the caller counted no NaN among the values (``medians_of``)."""
+        values: the same figures). ``no_nan``: the caller counted no NaN among the values
+        (``medians_of``)."""
         out = np.full(self.n_groups, np.nan)
-        if picks is not None and self._rows is not None:
-            picks.lose()  # a sample of the rows: not every block's values
         for first, end in row_slices.group_blocks(self._bin_picked):
             lo, hi = int(self._bin_picked[first]), int(self._bin_picked[end])
             g0, g1 = int(self._first_group[first]), int(self._first_group[end])
@@ -244,11 +244,6 @@ class BinCells:
             # thousands of pieces and copied each size's cells again into a matrix). A
             # cell's values in any order have the same order statistics: the same medians.
             block = take(values, rows)
-            if picks is not None:
-                if isinstance(rows, slice):
-                    picks.put(lo, block)
-                else:
-                    picks.lose()
             v, per_cell = self._in_cell_order(block, rows, first, end, lo)
             # the block's used cells (its groups), in order: the unused ones hold no rows
             sizes = per_cell[self.ids[g0:g1] - first * self._n_keys]

@@ -7,7 +7,7 @@ the one reader of request-record columns that may be absent (``kv_transfer_s`` a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -164,22 +164,16 @@ def arrivals_in_order(ds: Dataset) -> bool:
     return column_ascending(ds.requests, "arrival_ts")
 
 
-def merge_bins(bins: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
-    """Add ``frame`` to the per-bin frame ``name`` (earlier values win)."""
-    import pandas as pd
+def merge_bins(bins: MutableMapping[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
+    """Add ``frame`` to the per-bin frame ``name`` (earlier values win; ``frame_bins``)."""
+    from pdprobe.analysis.evidence.frame_bins import FrameBins, merged
 
     spec("bins", name)
+    if isinstance(bins, FrameBins):  # merged when read, after any deferred part before it
+        bins.merge(name, frame)
+        return
     prev = bins.get(name)
-    if prev is None:
-        bins[name] = frame
-    elif prev.index.equals(frame.index) and not prev.columns.isin(frame.columns).any() \
-            and (prev.dtypes == "float64").all() and (frame.dtypes == "float64").all():
-        # two role columns' frames name different instances: what ``combine_first`` gives
-        # (the earlier frame's columns, then the other's) without its step per column (~45 ms
-        # for 160 instances)
-        bins[name] = pd.concat([prev, frame], axis=1)
-    else:
-        bins[name] = prev.combine_first(frame)
+    bins[name] = frame if prev is None else merged(prev, frame)
 
 
 def reindex_bins(frame: pd.DataFrame, window: Window) -> pd.DataFrame:

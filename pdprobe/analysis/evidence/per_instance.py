@@ -8,7 +8,7 @@ loop over rows or samples.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -87,7 +87,7 @@ class ArrivalBinFigures:
 
 
 def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
-                    bins: dict[str, pd.DataFrame]) -> ArrivalBinFigures:
+                    bins: MutableMapping[str, pd.DataFrame]) -> ArrivalBinFigures:
     """Per-instance request figures, grouped by the column that names the instance's role.
 
     One grouping per role column (``analysis.grouped``, shared with the instance summaries)
@@ -98,8 +98,9 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
 
     from pdprobe.analysis.evidence.bin_figures import BinSample
     from pdprobe.analysis.evidence.cell_sums import joint_cells
-    from pdprobe.analysis.evidence.cells import cell_groups
-    from pdprobe.analysis.evidence.picks import medians_with_cells
+    from pdprobe.analysis.evidence.cells import BinCells, cell_groups
+    from pdprobe.analysis.evidence.frame_bins import FrameBins
+    from pdprobe.analysis.evidence.picks import picked_medians
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
         GROUP_SAMPLE_MAX,
@@ -133,12 +134,16 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
 
         def per_token(rows: Rows) -> np.ndarray:
             # prefill_s / (prompt - cached (0 where unknown), at least 1)
-            uncached = prompt[rows].astype(np.float64)
-            if cached_col is not None:
+            if cached_col is None:
+                uncached = prompt[rows].astype(np.float64)
+            else:
                 cached_rows = cached_col[rows]
                 # nan_to_num (NaN -> 0, +-inf -> the largest finite) copies: only when needed
-                uncached -= cached_rows if cached_finite or np.isfinite(cached_rows).all() \
-                    else np.nan_to_num(cached_rows, nan=0.0)
+                if not (cached_finite or np.isfinite(cached_rows).all()):
+                    cached_rows = np.nan_to_num(cached_rows, nan=0.0)
+                # the prompt lengths converted to float64 within the subtraction (as astype
+                # converts them: the same values), not in a pass of their own
+                uncached = np.subtract(prompt[rows], cached_rows, dtype=np.float64)
             np.maximum(uncached, 1.0, out=uncached)
             return np.divide(prefill[rows], uncached, out=uncached)
 
@@ -203,8 +208,6 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                             beside=None if bin_sample is None or bin_sample.fed else bin_sample,
                             counted=None if joint is None else
                             joint.counts[0 if role == "prefill" else 1])
-        # the cells' medians of a derived column computed with the instances' (below)
-        early: dict[str, np.ndarray] = {}
         for c in _QUANTILE_INPUTS:
             data = values(c)
             if data is None or role not in _READ_FOR_ROLES.get(c, {role}):
@@ -213,18 +216,12 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             # the records hold none (``transfer_figures``), but left out with them it let the
             # xfer_s_p90 choice fall back to a gauge on sampled tables alone
             p90 = c in _P90_INPUTS
-            if c in derived and groups.sampled and not p90 and c not in _MEAN_INPUTS \
-                    and c in bin_read:
-                # the derived column computed once for the cells' medians and the
-                # instances' (``picks``): the same values, so the same medians (a column
-                # whose p90 or mean is evidence takes the figures below, which give them)
-                counted[c] = groups.counts(data)
-                if not counted[c].sum():
-                    continue
-                per_group, early[c] = medians_with_cells(groups, cells, data,
-                                                         no_nan=_no_nan(groups, counted[c]))
-                by_stat = {"count": counted[c], "p50": per_group if per_group is not None
-                           else _quantiles(req, col, c, data, p90=False)["p50"]}
+            if c in derived and groups.sampled and not p90 and c not in _MEAN_INPUTS:
+                # a derived column's medians at the sampled rows, computed a slice of rows at
+                # a time (``picks``), not a block of the gather's at a time (``Groups``)
+                count = groups.counts(data)
+                by_stat = {"count": count, "p50": picked_medians(
+                    groups, data, no_nan=_no_nan(groups, count)) if count.sum() else count}
             else:
                 by_stat = _quantiles(req, col, c, data, p90=p90)
             counted[c] = by_stat["count"]
@@ -251,10 +248,14 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             count = counted[c] if c in counted else groups.counts(data)
             if not count.sum():
                 continue  # (a count, no figures)
-            medians = early.pop(c) if c in early else \
-                cells.medians(data, no_nan=_no_nan(groups, count))
-            merge_bins(bins, name, _bins_frame(_cell_frame(cells, medians, n, window),
-                                               groups.labels, window))
+            medians = _cell_medians(cells, data, _no_nan(groups, count), groups, window)
+            if isinstance(bins, FrameBins) and isinstance(cells, BinCells) and \
+                    not cells.sampled:
+                # computed if a rule reads the frame (``frame_bins``): these cells hold no
+                # sample, only a few arrays per cell, so keeping them costs little
+                bins.defer(name, medians)
+            else:
+                merge_bins(bins, name, medians())
         if cached:
             hit = _ratio(*(cells.sums_of((column_values(req, "cached_tokens"),
                                           column_values(req, "prompt_tokens")))
@@ -263,7 +264,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                             in hit_sums[0 if role == "prefill" else 1]]))
             merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
                                                     groups.labels, window))
-        # released before the next role column groups its cells (60 MB at 10M rows)
+        # released before the next role column groups its cells (60 MB at 10M rows), but
+        # for a deferred frame's (cells without a sample: a few arrays per cell)
         del cells
     return ArrivalBinFigures(
         sample=bin_sample if bin_sample is not None and bin_sample.complete else None,
@@ -292,6 +294,19 @@ def _quantiles(req: pd.DataFrame, key: str, column: str, data: Column,
     found = quantile_figures(req, key, column, data, p90=p90)
     return {"count": found["count"], "p50": found["median"],
             **({"p90": found["p90"]} if "p90" in found else {})}
+
+
+def _cell_medians(cells: CellGroups, data: Column, no_nan: bool, groups: Groups,
+                  window: Window) -> Callable[[], pd.DataFrame]:
+    """The per-bin frame of each cell's median of ``data`` (``CellGroups.medians``; cells of
+    ``groups``' keys), as the function that computes it: called at once, or when a rule first
+    reads the frame (``frame_bins.FrameBins.defer``)."""
+    n, labels = groups.n_groups, groups.labels
+
+    def frame() -> pd.DataFrame:
+        return _bins_frame(_cell_frame(cells, cells.medians(data, no_nan=no_nan), n, window),
+                           labels, window)
+    return frame
 
 
 def _no_nan(groups: Groups, count: np.ndarray) -> bool:
@@ -323,7 +338,7 @@ def _bins_frame(matrix: np.ndarray, labels: tuple[str, ...], window: Window) -> 
 
 
 def gauge_figures(ds: Dataset, window: Window, cols: InstanceColumns,
-                  bins: dict[str, pd.DataFrame]) -> None:
+                  bins: MutableMapping[str, pd.DataFrame]) -> None:
     """Mean / p90 per instance and per-bin means of every declared gauge, in one pass."""
     import pandas as pd
 

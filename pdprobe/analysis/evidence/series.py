@@ -65,7 +65,7 @@ def _role_mean(bins: Mapping[str, pd.DataFrame], name: str, names: tuple[str, ..
 
 
 def cluster_series(ds: Dataset, window: Window, table: pd.DataFrame,
-                   bins: dict[str, pd.DataFrame], alive: pd.DataFrame,
+                   bins: Mapping[str, pd.DataFrame], alive: pd.DataFrame,
                    found: ArrivalBinFigures | None = None) -> pd.DataFrame:
     """The cluster table: one row per bin, the registry's ``CLUSTER`` columns. ``found``:
     what ``request_figures`` found for the arrival bins (None: each found here)."""

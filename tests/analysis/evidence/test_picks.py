@@ -1,4 +1,4 @@
-"""The per-instance medians of a derived column read off the values the bin cells compute."""
+"""The per-instance medians of a derived column picked from slices of rows."""
 
 from __future__ import annotations
 
@@ -6,53 +6,36 @@ import numpy as np
 import pytest
 
 from pdprobe.analysis import row_slices
-from pdprobe.analysis.evidence.cells import cell_groups
-from pdprobe.analysis.evidence.picks import GroupPicks, medians_with_cells
+from pdprobe.analysis.evidence.picks import GroupPicks, picked_medians
 from pdprobe.analysis.grouped import Groups
 
 
-def _table(seed: int, n: int, n_bins: int, n_keys: int, every_key: bool
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    bins = np.sort(rng.integers(0, n_bins, n)).astype(np.int8)
-    bins[bins == 2] = 3  # a bin without rows
-    keys = rng.integers(0 if every_key else -1, n_keys, n).astype(np.int8)  # -1: no instance
-    values = rng.exponential(1.0, n)
-    values[::17] = np.nan
-    return bins, keys, values
-
-
 @pytest.mark.parametrize("every_key", [True, False])
-def test_medians_with_cells_are_the_groupings_and_the_cells_medians(
-        monkeypatch: pytest.MonkeyPatch, every_key: bool) -> None:
-    # slices of 500 rows: several blocks of bins, each instance's rows across them
+@pytest.mark.parametrize("with_nan", [True, False])
+def test_picked_medians_are_the_groupings_medians(monkeypatch: pytest.MonkeyPatch,
+                                                  every_key: bool, with_nan: bool) -> None:
+    # slices of 500 rows: each instance's rows across many of them
     monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
-    bins, keys, values = _table(4, 6_000, 10, 5, every_key)
+    rng = np.random.default_rng(4)
+    n = 6_000
+    keys = rng.integers(0 if every_key else -1, 5, n).astype(np.int8)  # -1: no instance
+    values = rng.exponential(1.0, n)
+    if with_nan:
+        values[::17] = np.nan
     groups = Groups.of(keys, range(5), sample_max=300)  # a sample of each instance's rows
     assert groups.sampled
+    calls: list[row_slices.Rows] = []
 
     def getter(rows: row_slices.Rows) -> np.ndarray:  # a derived column, computed per call
+        calls.append(rows)
         return values[rows] * 3.0
 
-    cells = cell_groups(bins, groups, 10, None)
-    per_group, per_cell = medians_with_cells(groups, cells, getter)
-    assert np.array_equal(per_cell, cell_groups(bins, groups, 10, None).medians(getter),
+    found = picked_medians(groups, getter, no_nan=not with_nan)
+    assert np.array_equal(found, groups.medians(lambda rows: values[rows] * 3.0),
                           equal_nan=True)
-    if every_key:  # every block read as a run: the instances' values picked from them
-        assert per_group is not None
-        assert np.array_equal(per_group, groups.medians(getter), equal_nan=True)
-    else:  # a block read at the rows with an instance: nothing picked (Groups asked instead)
-        assert per_group is None
-
-
-def test_sampled_cells_pick_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 500)
-    bins, keys, values = _table(5, 6_000, 10, 5, True)
-    groups = Groups.of(keys, range(5), sample_max=300)
-    per_group, per_cell = medians_with_cells(groups, cell_groups(bins, groups, 10, 40), values)
-    assert per_group is None
-    assert np.array_equal(per_cell, cell_groups(bins, groups, 10, 40).medians(values),
-                          equal_nan=True)
+    # computed a slice of rows at a time, every row once
+    assert all(isinstance(rows, slice) for rows in calls)
+    assert sum(rows.stop - rows.start for rows in calls) == n  # type: ignore[union-attr]
 
 
 def test_picks_from_blocks_in_row_order() -> None:

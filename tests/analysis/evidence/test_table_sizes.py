@@ -63,14 +63,14 @@ def _shortcut_run(monkeypatch: pytest.MonkeyPatch, cluster: Cluster,
     with monkeypatch.context() as m:
         _sample_small(m, exact_rows=2_000)
         # the prefill column's cells (at most ~480 rows) read whole, so its derived column's
-        # instance medians come from the cells' (``picks``); decode-0's (~630) sampled, so
-        # the cluster series' bin sample is drawn beside them
+        # per-bin medians are computed when read (``frame_bins``); decode-0's (~630)
+        # sampled, so the cluster series' bin sample is drawn beside them
         m.setattr(grouped, "CELL_SAMPLE_MAX", 550)
         m.setattr(row_slices, "CHUNK_ROWS", 2_048)
         if not shortcuts:
             m.setattr(cell_sums, "joint_cells", lambda *args: None)
-            m.setattr(picks, "medians_with_cells",
-                      lambda groups, cells, values, no_nan=False: (None, cells.medians(values)))
+            m.setattr(picks, "picked_medians",
+                      lambda groups, values, no_nan=False: groups.medians(values))
             m.setattr(grouped, "know_sums", lambda *args: None)
             m.setattr(bin_figures.BinSample, "complete", property(lambda self: False))
         ds = cluster.dataset()
@@ -81,13 +81,16 @@ def _shortcut_run(monkeypatch: pytest.MonkeyPatch, cluster: Cluster,
             req[col] = pd.Categorical(values, categories=[*sorted(set(values)), "zz-unused"])
         summaries = summarize_instances(ds)
         evidence = make_context(ds).evidence
-    return [dataclasses.asdict(s) for s in summaries], evidence
+        # (the deferred frames computed while the thresholds hold)
+        bins = {name: evidence.bins[name] for name in evidence.bins}
+    return [dataclasses.asdict(s) for s in summaries], dataclasses.replace(evidence, bins=bins)
 
 
 def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """The shortcuts of the bin cells (both role columns' counts and hit sums from one pass,
     each bin's prompt tokens read by the cluster series, the series' bin sample drawn beside
-    the cells, a derived column's instance medians from the cells' computation) and the
+    the cells, a derived column's instance medians picked from slices of rows, its per-bin
+    medians computed when read) and the
     instance summaries' known TTFT sums give what a pass of each gives: every table, bin
     frame and cluster series identical, means to 1e-12. The bin sample and the prompt-token
     sums reach the cluster series from ``request_figures``' result."""
@@ -105,7 +108,7 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
             return out
         monkeypatch.setattr(owner, name, wrapper)
 
-    for owner, name in ((cell_sums, "joint_cells"), (picks, "medians_with_cells"),
+    for owner, name in ((cell_sums, "joint_cells"), (picks, "picked_medians"),
                         (grouped, "know_sums"), (per_instance, "request_figures")):
         recorded(owner, name)
     bin_groups = bin_figures.bin_groups
@@ -122,12 +125,11 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
     cluster = Cluster(duration_s=120, rate_rps=60.0, decode_shares=[0.7, 0.1, 0.1, 0.1],
                       hit_by_decode={"decode-2": 0.05}, seed=7)
     sums_a, a = _shortcut_run(monkeypatch, cluster, shortcuts=True)
-    # every shortcut taken: the joint pass with its sums, the early medians, the known TTFT
+    # every shortcut taken: the joint pass with its sums, the picked medians, the known TTFT
     # sums of both role columns and a bin sample drawn beside the cells
     joint = found["joint_cells"]
     assert len(joint) == 1 and getattr(joint[0], "sums", None) is not None
-    early = [pair[0] for pair in found["medians_with_cells"]]  # type: ignore[index]
-    assert len(early) == 1 and early[0] is not None
+    assert len(found["picked_medians"]) == 1
     assert len(found["know_sums"]) == 2 and found["complete"] and all(found["complete"])
     # handed to the cluster series: the bin sample (its grouping's draws) and the prompt sums
     (handed,) = found["request_figures"]

@@ -1,0 +1,75 @@
+"""Per-bin frames computed when first read give the frames computed at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.analysis.evidence.test_table_sizes import _sample_small
+from tests.rules.builders import Cluster
+
+
+def _frames(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    index = pd.Index(np.arange(6) * 60.0, name="ts")
+    first = pd.DataFrame(rng.random((6, 3)), index=index, columns=["p-1", "p-0", "z"])
+    first.iloc[1:3, 0] = np.nan
+    later = pd.DataFrame(rng.random((6, 2)), index=index, columns=["p-0", "d-0"])
+    return first, later
+
+
+@pytest.mark.parametrize("deferred", [0, 1])
+def test_parts_merge_in_order_when_read(deferred: int) -> None:
+    """A frame's parts, one of them deferred, merge as ``merge_bins`` merges them in the order
+    they came (earlier values win); the deferred part is computed once, when first read."""
+    from pdprobe.analysis.evidence.columns import merge_bins
+    from pdprobe.analysis.evidence.frame_bins import FrameBins
+
+    first, later = _frames(3)
+    calls: list[int] = []
+    bins = FrameBins()
+    for k, frame in enumerate((first, later)):
+        if k == deferred:
+            bins.defer("req_prefill_per_token",
+                       lambda frame=frame: calls.append(1) or frame)  # type: ignore[misc]
+        else:
+            merge_bins(bins, "req_prefill_per_token", frame)
+    assert bins.pending("req_prefill_per_token") and not calls
+    assert list(bins) == ["req_prefill_per_token"] and len(bins) == 1
+    plain: dict[str, pd.DataFrame] = {}
+    merge_bins(plain, "req_prefill_per_token", first)
+    merge_bins(plain, "req_prefill_per_token", later)
+    for _ in range(2):
+        pd.testing.assert_frame_equal(bins["req_prefill_per_token"],
+                                      plain["req_prefill_per_token"], check_exact=True)
+    assert calls == [1] and not bins.pending("req_prefill_per_token")
+    assert bins.get("req_tpot") is None
+
+
+def test_cells_without_a_sample_defer_their_medians(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-bin medians of cells read whole (``BinCells`` without a sample) are computed
+    when a rule reads them, and are the frame computed at once: every bin frame the same."""
+    from pdprobe.analysis import grouped, row_slices
+    from pdprobe.analysis.evidence.cells import BinCells
+    from tests.rules.builders import make_context
+
+    # decode-0's cells (~630 rows) sampled: their medians computed at once
+    cluster = Cluster(duration_s=120, rate_rps=60.0, decode_shares=[0.7, 0.1, 0.1, 0.1], seed=7)
+
+    def evidence(defer: bool) -> dict[str, pd.DataFrame]:
+        with monkeypatch.context() as m:
+            _sample_small(m, exact_rows=2_000)
+            m.setattr(grouped, "CELL_SAMPLE_MAX", 550)  # prefill cells whole, decode sampled
+            m.setattr(row_slices, "CHUNK_ROWS", 2_048)
+            if not defer:
+                m.setattr(BinCells, "sampled", property(lambda self: True))
+            bins = make_context(cluster.dataset()).evidence.bins
+            assert bins.pending("req_prefill_per_token") is defer  # type: ignore[attr-defined]
+            assert not bins.pending("req_tpot")  # type: ignore[attr-defined]
+            return {name: bins[name] for name in bins}
+
+    later, once = evidence(defer=True), evidence(defer=False)
+    assert sorted(later) == sorted(once) and "req_prefill_per_token" in later
+    for name, frame in once.items():
+        pd.testing.assert_frame_equal(later[name], frame, check_exact=True, obj=name)
