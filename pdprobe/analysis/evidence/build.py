@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pdprobe.analysis.evidence.columns import InstanceColumns, host, instance_names
-from pdprobe.analysis.evidence.model import ClusterEvidence, Window
+from pdprobe.analysis.evidence.model import ClusterEvidence, Later, Window
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
@@ -66,20 +66,17 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
     del found  # the bins' sample released (as it was when the series took it)
     nodes, rdma_signals, tcp_signals = node_figures(ds, window)
     ttft = ttft_sample(ds)  # read by the queue's, the SLO's and the transfer's figures
-    # the request columns at the rows whole-column quantiles read, as the figures below gather
-    # them: the SLO misses' baseline medians read the requests that met the objective among
-    # those rows (at 10M rows three gathers across 10M rows become gathers from 1M values,
-    # ~20 ms, for 24 MB held through the misses' masks)
-    sampled = {} if ttft is None else {"ttft_s": ttft}
-    share, q90 = queue_share(ds, ttft, sampled)
+    share, q90 = queue_share(ds, ttft)
     slo_fig = slo_figures(slo, slo_ttft_s, slo_tpot_s, ds, table, ttft)
-    transfer = transfer_figures(ds, window, table, cluster, ttft, sampled)
-    slo_miss = slo_miss_shape(ds, slo_fig, window, sampled)
-    del sampled
+    transfer = transfer_figures(ds, window, table, cluster, ttft)
+    # where the missed time went: read by PD801 alone, and only when the objective is missed
+    # (at 10M rows ~0.13 CPU-s, most diagnoses of a healthy window never read it), so
+    # computed then; from the columns, the whole-column samples above not held till then
+    slo_miss = Later(lambda: slo_miss_shape(ds, slo_fig, window))
     return ClusterEvidence(
         window=window, instances=table, bins=bins, cluster=cluster, nodes=nodes,
         events=event_counts(ds), transfer=transfer,
-        slo=slo_fig, slo_miss=slo_miss,
+        slo=slo_fig, slo_miss_later=slo_miss,
         capacity=None if isinstance(capacity, Missing) else capacity,
         arrival_rate_rps=arrival_rate(workload, ds, window, table),
         request_columns=frozenset(ds.request_columns), n_requests=len(ds.requests),

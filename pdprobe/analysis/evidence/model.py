@@ -8,9 +8,9 @@ the inputs do not carry reads as all-NaN (tables) or None (series), never as a 0
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 
@@ -175,6 +175,45 @@ def column(frame: pd.DataFrame, name: str, table: Table = "instances") -> pd.Ser
     return pd.Series(np.nan, index=frame.index, dtype="float64")
 
 
+_T = TypeVar("_T")
+
+
+class Later(Generic[_T]):
+    """A figure computed when first read (``value``), once: evidence some rule reads only in
+    some diagnoses (``ClusterEvidence.slo_miss``: PD801 reads it when the objective is
+    missed), not computed in the others. Equal to another ``Later`` of an equal value."""
+
+    def __init__(self, compute: Callable[[], _T]) -> None:
+        self._compute: Callable[[], _T] | None = compute
+        self._value: _T | None = None
+
+    @classmethod
+    def known(cls, value: _T) -> Later[_T]:
+        """A figure computed already."""
+        found = cls(lambda: value)
+        found._compute, found._value = None, value
+        return found
+
+    @property
+    def value(self) -> _T:
+        """The figure (computed at the first read)."""
+        if self._compute is not None:
+            self._value, self._compute = self._compute(), None
+        return self._value  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Later) and self.value == other.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Later({self._value!r})" if self._compute is None else "Later(<not read>)"
+
+
+def _no_slo_miss() -> Later[SloMissShape]:
+    return Later.known(SloMissShape())
+
+
 @dataclass(frozen=True)
 class ClusterEvidence:
     """Everything the rules compare, in tidy tables of declared columns (see ``registry``)."""
@@ -198,8 +237,14 @@ class ClusterEvidence:
     mix: Mix = field(default_factory=Mix)
     queue_share_of_ttft_p50: float | None = None  # median per-request queue_s / ttft_s
     queue_s_p90: float | None = None
-    slo_miss: SloMissShape = field(default_factory=SloMissShape)  # where missed time went
+    # where the missed time went (``slo_miss``), computed when first read
+    slo_miss_later: Later[SloMissShape] = field(default_factory=_no_slo_miss)
     failures: Failures = field(default_factory=Failures)  # KV-transfer failures (failures.py)
+
+    @property
+    def slo_miss(self) -> SloMissShape:
+        """Where the requests that missed the objective spent their time (``slo_miss``)."""
+        return self.slo_miss_later.value
 
     def role(self, role: str) -> pd.DataFrame:
         """The instance rows of one role (sorted by name)."""

@@ -11,7 +11,7 @@ TTFT. The busiest bins (by arrivals) tell whether the misses came in bursts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 STAGES: Final = (("queue", "queue_s", S.QUEUE_S), ("prefill", "prefill_s", S.PREFILL_S),
                  ("kv-transfer", "kv_transfer_s", S.KV_TRANSFER_S))
 REST: Final = "decode-admission"  # TTFT beyond the measured stages: admission + first step
-# The key of the TTFT's own values among the stages' sampled values (no stage's name).
-_TTFT: Final = "ttft"
 # A baseline (median over requests that met the objective) needs this many of them.
 MIN_MET: Final = 10
 # The busiest bins: this share of the bins with the most arrivals (one bin in five).
@@ -50,22 +48,19 @@ BURST_BIN_MIN_S: Final = 10.0
 POSITIONS_SHARE: Final = 0.25
 
 
-def slo_miss_shape(ds: Dataset, slo: Slo, window: Window,
-                   sampled: Mapping[str, np.ndarray] | None = None) -> SloMissShape:
-    """The per-stage excess of the requests that missed TTFT, their burst share, preemptions.
-    ``sampled``: request columns (by name) at the rows whole-column quantiles read
-    (``grouped.for_quantiles``), as other figures gathered them already: read instead of
-    gathering those rows of the column again."""
+def slo_miss_shape(ds: Dataset, slo: Slo, window: Window) -> SloMissShape:
+    """The per-stage excess of the requests that missed TTFT, their burst share, preemptions
+    (computed when a rule first reads them: ``model.ClusterEvidence.slo_miss``)."""
     preempt = _preemptions(ds)
     req = ds.requests
     cols = ds.request_columns
     if slo.ttft_slo_s is not None and "ttft_s" in cols and has_values(req, "ttft_s"):
-        return _from_requests(ds, slo, window, preempt, sampled or {})
+        return _from_requests(ds, slo, window, preempt)
     return _from_histograms(ds, slo, preempt)
 
 
-def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None,
-                   sampled: Mapping[str, np.ndarray]) -> SloMissShape:
+def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None
+                   ) -> SloMissShape:
     req = ds.requests
     cols = ds.request_columns
     assert slo.ttft_slo_s is not None
@@ -94,13 +89,8 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None,
                if column in cols and has_values(req, column)}
     measured = list(columns)
     rows = quantile_rows(req)
-    # the stages' and the TTFT's values at those rows, where gathered already (by stage)
-    at_rows = {stage: sampled[column] for stage, column, _signal in STAGES
-               if stage in columns and column in sampled}
-    if "ttft_s" in sampled:
-        at_rows[_TTFT] = sampled["ttft_s"]
     n_missed = int(np.count_nonzero(missed))
-    stages = _excess(ttft, columns, missed, met, rows, at_rows) if measured and n_missed \
+    stages = _excess(ttft, columns, missed, met, rows) if measured and n_missed \
         else ()
     burst, busy_req = _bursts(req["arrival_ts"].to_numpy(dtype="float64"), missed, window,
                               in_order=arrivals_in_order(ds))
@@ -112,25 +102,16 @@ def _from_requests(ds: Dataset, slo: Slo, window: Window, preempt: int | None,
 
 
 def _stage_figures(ttft: np.ndarray, columns: dict[str, np.ndarray], rows: np.ndarray,
-                   figure: Callable[[np.ndarray], Any], picked: np.ndarray | None = None,
-                   at_rows: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
+                   figure: Callable[[np.ndarray], Any]) -> dict[str, float]:
     """``figure`` (a mean, a median) of each measured stage at ``rows`` (a mask or positions;
     NaN counts 0), then of ``REST``: TTFT beyond the stages summed in stage order (what
     ``np.sum(axis=0)`` of them adds), at least 0. Only these rows are read, and one stage's
     values at a time besides the running total: at 10M rows with half of them missing the
-    objective, the four stages held at once were 160 MB. ``rows`` being ``sample[picked]``,
-    a stage's (or ``_TTFT``'s) values at ``sample`` in ``at_rows`` give its values at them:
-    a gather from the sample's values, not across every row of the column (at 10M rows
-    ~960,000 rows: ~10 ms -> ~2 ms)."""
-    def at(key: str, values: np.ndarray) -> np.ndarray:
-        if picked is not None and at_rows is not None and key in at_rows:
-            return at_rows[key][picked]
-        return values[rows]
-
+    objective, the four stages held at once were 160 MB."""
     out: dict[str, float] = {}
     total: np.ndarray | None = None
     for stage, values in columns.items():
-        part = _zero_nan(at(stage, values))
+        part = _zero_nan(values[rows])
         out[stage] = float(figure(part))
         if total is None:
             total = part  # its own copy (a gather): the running total from here on
@@ -138,7 +119,7 @@ def _stage_figures(ttft: np.ndarray, columns: dict[str, np.ndarray], rows: np.nd
             total += part
         del part
     assert total is not None
-    rest = np.subtract(at(_TTFT, ttft), total, out=total)
+    rest = np.subtract(ttft[rows], total, out=total)
     out[REST] = float(figure(np.clip(_zero_nan(rest), 0.0, None, out=rest)))
     return out
 
@@ -151,23 +132,18 @@ def _zero_nan(values: np.ndarray) -> np.ndarray:
 
 
 def _excess(ttft: np.ndarray, columns: dict[str, np.ndarray], missed: np.ndarray,
-            met: np.ndarray, sample: np.ndarray | None = None,
-            at_sample: Mapping[str, np.ndarray] | None = None) -> tuple[StageExcess, ...]:
+            met: np.ndarray, sample: np.ndarray | None = None) -> tuple[StageExcess, ...]:
     """Each stage's excess: its mean over the requests that ``missed`` minus its median over
     those that ``met`` the objective, the medians read from ``sample`` (rows,
-    ``grouped.quantile_rows``) when given and it holds enough of them; ``at_sample``: some
-    stages' (and ``_TTFT``'s) values at ``sample``, read instead of the columns there."""
+    ``grouped.quantile_rows``) when given and it holds enough of them."""
     n_met = int(np.count_nonzero(met))
     met_sample = met if sample is None else met[sample]
     if np.count_nonzero(met_sample) < MIN_MET:
         sample, met_sample = None, met
     missed_means = _stage_figures(ttft, columns, _few_as_positions(missed), np.mean)
-    # (stage values are computed row by row: at the sample's met rows they are the sample's
-    # values with its met rows picked)
     base_medians = (None if n_met < MIN_MET else
                     _stage_figures(ttft, columns, met, median) if sample is None else
-                    _stage_figures(ttft, columns, sample[met_sample], median, met_sample,
-                                   at_sample))
+                    _stage_figures(ttft, columns, sample[met_sample], median))
     rows = []
     for stage, mean_missed in missed_means.items():
         base = base_medians[stage] if base_medians is not None else None

@@ -50,12 +50,9 @@ def ttft_sample(ds: Dataset) -> np.ndarray | None:
 
 
 def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
-                     cluster: pd.DataFrame, ttft: np.ndarray | None = None,
-                     sampled: dict[str, np.ndarray] | None = None) -> Transfer:
+                     cluster: pd.DataFrame, ttft: np.ndarray | None = None) -> Transfer:
     """Cluster KV-transfer latency, share of TTFT, bandwidth, volume and congestion test
-    (``ttft``: ``ttft_sample(ds)`` when the caller has it). The transfer times at the rows
-    whole-column quantiles read are left in ``sampled`` (as ``kv_transfer_s``) for later
-    figures."""
+    (``ttft``: ``ttft_sample(ds)`` when the caller has it)."""
     from pdprobe.analysis.evidence.stats import spearman
     from pdprobe.analysis.promql import histogram_quantile, histogram_window
     from pdprobe.analysis.tables import has_signal
@@ -69,8 +66,6 @@ def transfer_figures(ds: Dataset, window: Window, table: pd.DataFrame,
         # quantiles on every request, or on a sample of a very large table (grouped module)
         x_all = xfer.to_numpy(dtype="float64")
         at_sample = for_quantiles(req, x_all)  # gathered once: the ratio below reads it too
-        if sampled is not None:
-            sampled["kv_transfer_s"] = at_sample
         p50, p90 = median_and_quantile(at_sample[np.isfinite(at_sample)], 0.9)
         out.update(latency_p50_s=p50, latency_p90_s=p90, latency_source="request records")
         transfers = None  # the finite times, counted below unless the sums prove them all so
@@ -213,20 +208,16 @@ def arrival_rate(workload: WorkloadSummary | Missing, ds: Dataset, window: Windo
     return None
 
 
-def queue_share(ds: Dataset, ttft: np.ndarray | None = None,
-                sampled: dict[str, np.ndarray] | None = None
+def queue_share(ds: Dataset, ttft: np.ndarray | None = None
                 ) -> tuple[float | None, float | None]:
     """Median per-request queue_s / ttft_s and the p90 of queue_s (None without them;
-    ``ttft``: ``ttft_sample(ds)`` when the caller has it). The waits at the rows whole-column
-    quantiles read are left in ``sampled`` (as ``queue_s``) for later figures."""
+    ``ttft``: ``ttft_sample(ds)`` when the caller has it)."""
     req = ds.requests
     cols = ds.request_columns
     if "queue_s" not in cols or not has_values(req, "queue_s"):
         return None, None
     # gathered once for the p90 and the ratio
     queue = for_quantiles(req, req["queue_s"].to_numpy(dtype="float64"))
-    if sampled is not None:
-        sampled["queue_s"] = queue
     q90 = quantile(queue, 0.9)
     ttft = ttft_sample(ds) if ttft is None else ttft
     if ttft is None:

@@ -7,7 +7,6 @@ import pytest
 
 from pdprobe.analysis.evidence.model import Window
 from pdprobe.analysis.evidence.slo_miss import (
-    _TTFT,
     REST,
     _bursts,
     _excess,
@@ -52,27 +51,6 @@ def test_excess_equals_the_whole_column_figures(sampled: bool, objective: float)
            _excess(ttft, columns, missed, met, sample)}
     want = _reference(ttft, columns, missed, met, sample)
     assert got == want  # the very same floats
-
-
-@pytest.mark.parametrize("keys", [("queue", "prefill", "kv-transfer", _TTFT), ("prefill",),
-                                  ("queue", _TTFT)])
-@pytest.mark.parametrize("objective", [0.8, 3.0])
-def test_excess_reads_the_values_at_the_sample_as_the_columns_there(keys: tuple[str, ...],
-                                                                    objective: float) -> None:
-    """``at_sample`` (some stages' and the TTFT's values at the sample's rows, as the figures
-    gathered them) gives the very figures of reading the columns at those rows, and is read:
-    other values there change the medians."""
-    ttft, columns = _columns(3, 3_000)
-    missed = np.isfinite(ttft) & (ttft > objective)
-    met = np.isfinite(ttft) & ~missed
-    sample = np.arange(1, ttft.size, 3)
-    whole = {**columns, _TTFT: ttft}
-    at_sample = {key: whole[key][sample] for key in keys}
-    want = _excess(ttft, columns, missed, met, sample)
-    assert want  # figures to compare
-    assert _excess(ttft, columns, missed, met, sample, at_sample) == want
-    shifted = {key: values + 1.0 for key, values in at_sample.items()}
-    assert _excess(ttft, columns, missed, met, sample, shifted) != want
 
 
 @pytest.mark.parametrize("chunk", [13, 1 << 20])
@@ -160,3 +138,26 @@ def test_zero_nan_is_nan_to_num() -> None:
     want = np.nan_to_num(odd.copy(), nan=0.0)
     got = _zero_nan(odd)
     assert got is odd and np.array_equal(got, want)
+
+
+def test_the_shape_is_computed_when_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evidence computes the SLO-miss shape when a rule first reads it (PD801, when the
+    objective is missed), once, and it is ``slo_miss_shape``'s of the same inputs."""
+    from pdprobe.analysis.evidence import slo_miss
+    from tests.rules.builders import Cluster
+
+    calls: list[int] = []
+    real = slo_miss.slo_miss_shape
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(slo_miss, "slo_miss_shape", counted)
+    ctx = Cluster(duration_s=120, rate_rps=20.0, seed=3).context(slo_ttft_s=0.05)
+    evidence = ctx.evidence
+    assert not calls and "not read" in repr(evidence.slo_miss_later)
+    shape = evidence.slo_miss
+    assert calls == [1] and shape.ttft_missed and shape.stages
+    assert evidence.slo_miss is shape and calls == [1]
+    assert shape == real(ctx.dataset, evidence.slo, evidence.window)
