@@ -26,9 +26,13 @@ def compute_evidence(ds: Dataset, *, workload: WorkloadSummary | Missing,
 
     from pdprobe.analysis.evidence.failures import failure_figures
     from pdprobe.analysis.evidence.frame_bins import FrameBins
-    from pdprobe.analysis.evidence.metric_figures import counter_figures, histogram_figures
+    from pdprobe.analysis.evidence.metric_figures import (
+        counter_figures,
+        gauge_figures,
+        histogram_figures,
+    )
     from pdprobe.analysis.evidence.network import event_counts, node_figures
-    from pdprobe.analysis.evidence.per_instance import gauge_figures, request_figures
+    from pdprobe.analysis.evidence.per_instance import request_figures
     from pdprobe.analysis.evidence.precedence import derive_and_choose
     from pdprobe.analysis.evidence.series import alive_bins, cluster_series
     from pdprobe.analysis.evidence.slo_miss import slo_miss_shape

@@ -1,8 +1,8 @@
-"""Per-instance evidence from the engines' counters and histograms.
+"""Per-instance evidence from the engines' gauges, counters and histograms.
 
-Each producer fills the columns the registry declares for it (``COUNTERS``,
-``HISTOGRAM_STATS``) in one grouped pass over its input; the request records' and gauges'
-figures are in ``per_instance``.
+Each producer fills the columns the registry declares for it (``GAUGE_STATS``, ``COUNTERS``,
+``HISTOGRAM_STATS``) in one grouped pass over its input; the request records' figures are in
+``per_instance``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdprobe import signals as S
-from pdprobe.analysis.evidence.registry import COUNTERS, HISTOGRAM_COVERED_BY, HISTOGRAM_STATS
+from pdprobe.analysis.evidence.columns import reindex_bins
+from pdprobe.analysis.evidence.registry import (
+    COUNTERS,
+    GAUGE_BINS,
+    GAUGE_STATS,
+    HISTOGRAM_COVERED_BY,
+    HISTOGRAM_STATS,
+    KV_FULL_FRAC,
+    KV_NEAR_FULL,
+)
 from pdprobe.analysis.row_slices import has_values
 
 if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    import pandas as pd
+
     from pdprobe.analysis.evidence.columns import InstanceColumns
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.dataset import Dataset
@@ -79,3 +92,65 @@ def histogram_figures(ds: Dataset, window: Window, cols: InstanceColumns) -> Non
                 cols.put(s.name, pd.Series(
                     np.fromiter(per.values(), dtype=np.float64, count=len(per)),
                     index=pd.Index(list(per), dtype=object)))
+
+
+def gauge_figures(ds: Dataset, window: Window, cols: InstanceColumns,
+                  bins: MutableMapping[str, pd.DataFrame]) -> None:
+    """Mean / p90 per instance and per-bin means of every declared gauge, in one pass."""
+    import pandas as pd
+
+    from pdprobe.analysis.tables import signal_rows
+
+    m = ds.metrics
+    if m.empty:
+        return
+    signals = sorted({s.source for s in (*GAUGE_STATS, *GAUGE_BINS)})
+    # Each gauge's rows from the per-signal split; groups are integer codes, not strings.
+    names: list[str] = []
+    parts: list[pd.DataFrame] = []
+    for signal in signals:
+        rows = signal_rows(m, signal)
+        ts = rows["ts"].to_numpy(dtype=np.float64)
+        keep = ((rows["kind"] == S.GAUGE).to_numpy(dtype=bool, na_value=False)
+                & (ts >= window.start_ts) & (ts <= window.end_ts)
+                & rows["value"].notna().to_numpy() & rows["instance"].notna().to_numpy())
+        if keep.any():
+            names.append(signal)
+            parts.append(rows[keep])
+    if not parts:
+        return
+    name_code = np.repeat(np.arange(len(names)), [len(p) for p in parts])
+    inst_code, inst_names = pd.factorize(pd.concat([p["instance"] for p in parts]), sort=True)
+    labels = np.asarray([str(n) for n in inst_names], dtype=object)
+    n_inst = len(labels)
+    value = pd.Series(np.concatenate([p["value"].to_numpy(dtype=np.float64) for p in parts]))
+    ts = np.concatenate([p["ts"].to_numpy(dtype=np.float64) for p in parts])
+    grouped = value.groupby(name_code * n_inst + inst_code, sort=True)
+    stats = {"mean": grouped.mean(), "p90": grouped.quantile(0.9)}
+    key = stats["mean"].index.to_numpy()
+    for s in GAUGE_STATS:
+        if s.source not in names:
+            continue
+        mine = key // n_inst == names.index(s.source)
+        part = stats[s.stat][mine]
+        part.index = pd.Index(labels[key[mine] % n_inst])
+        cols.put(s.name, part)
+    if KV_FULL_FRAC.source in names:
+        kv = name_code == names.index(KV_FULL_FRAC.source)
+        full = pd.Series(value.to_numpy()[kv] >= KV_NEAR_FULL).groupby(inst_code[kv]).mean()
+        full.index = pd.Index(labels[full.index.to_numpy()])
+        cols.put(KV_FULL_FRAC.name, full)
+    n_bins = window.n_bins
+    cell = (name_code * n_bins + window.bin_of(ts)) * n_inst + inst_code
+    per_bin = value.groupby(cell, sort=True).mean()
+    cell = per_bin.index.to_numpy()
+    means = per_bin.to_numpy()
+    for b in GAUGE_BINS:
+        if b.source not in names:
+            continue
+        mine = cell // (n_bins * n_inst) == names.index(b.source)
+        index = pd.MultiIndex.from_arrays([(cell[mine] // n_inst) % n_bins,
+                                           labels[cell[mine] % n_inst]], names=["_bin", "instance"])
+        # unstack as before, so the frame's memory layout (and row sums over it) are unchanged
+        bins[b.name] = reindex_bins(pd.Series(means[mine], index=index).unstack("instance"),
+                                    window)

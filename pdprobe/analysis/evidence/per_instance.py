@@ -1,9 +1,9 @@
-"""Per-instance evidence straight from the inputs: request records and gauges (counters and
-histograms: ``metric_figures``).
+"""Per-instance evidence straight from the request records (gauges, counters and histograms:
+``metric_figures``).
 
-Each producer fills the columns the registry declares for it (``REQUEST_QUANTILES``,
-``GAUGE_STATS`` ...) in one grouped pass over its input: a groupby on integer codes, never a
-loop over rows or samples.
+Each producer fills the columns the registry declares for it (``REQUEST_QUANTILES`` ...) in
+one grouped pass over its input: a groupby on integer codes, never a loop over rows or
+samples.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe import signals as S
 from pdprobe.analysis.evidence.columns import (
     ROLE_COLUMN,
     InstanceColumns,
@@ -23,10 +22,6 @@ from pdprobe.analysis.evidence.columns import (
     reindex_bins,
 )
 from pdprobe.analysis.evidence.registry import (
-    GAUGE_BINS,
-    GAUGE_STATS,
-    KV_FULL_FRAC,
-    KV_NEAR_FULL,
     REQUEST_QUANTILES,
     ROLE_COUNT_BINS,
 )
@@ -36,6 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pdprobe.analysis.evidence.bin_figures import BinSample
+    from pdprobe.analysis.evidence.cell_sums import HitSums
     from pdprobe.analysis.evidence.cells import CellGroups
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.analysis.grouped import Column, Groups, Rows
@@ -97,7 +93,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     import pandas as pd
 
     from pdprobe.analysis.evidence.bin_figures import BinSample
-    from pdprobe.analysis.evidence.cell_sums import joint_cells
+    from pdprobe.analysis.evidence.cell_sums import HitSums, joint_cells
     from pdprobe.analysis.evidence.cells import BinCells, cell_groups
     from pdprobe.analysis.evidence.frame_bins import FrameBins
     from pdprobe.analysis.evidence.picks import picked_medians
@@ -171,12 +167,18 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     token_columns = ("cached_tokens", "prompt_tokens") if cached else ()
     tokens = tuple(column_values(req, c) for c in token_columns)
     # (the instance summaries' token sums tested every value: not again per bin)
-    joint = joint_cells(bin_of_row, window.n_bins, (key_groups(req, ROLE_COLUMN["prefill"]),
-                                                    key_groups(req, ROLE_COLUMN["decode"])),
-                        tokens, tuple(known_whole(req, c) for c in token_columns)) \
+    whole = tuple(known_whole(req, c) for c in token_columns)
+    groupings = (key_groups(req, ROLE_COLUMN["prefill"]), key_groups(req, ROLE_COLUMN["decode"]))
+    # the prefix-hit frames summed when read (``cell_sums.HitSums``) where the sums are exact
+    # whatever the order: here only the cells' rows, and each bin's prompt tokens
+    later = isinstance(bins, FrameBins) and bool(tokens) and all(whole)
+    joint = joint_cells(bin_of_row, window.n_bins, groupings, () if later else tokens, whole,
+                        per_bin=tokens[1:] if later else ()) \
         if all(has(c) for c in ROLE_COLUMN.values()) else None
-    hit_sums = None if joint is None or not tokens else joint.sums
-    prompt_sums = joint.bin_sums[1] \
+    hits = HitSums(bin_of_row, window.n_bins, groupings, tokens, whole) \
+        if later and joint is not None else None
+    hit_sums = None if joint is None or not tokens or hits is not None else joint.sums
+    prompt_sums = joint.bin_sums[-1] \
         if joint is not None and tokens and joint.bin_sums is not None else None
     for role, col in ROLE_COLUMN.items():
         if not has(col):
@@ -236,7 +238,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             cols.put("req_hit_ratio", pd.Series(ratio[keep], index=index))
         bin_seen = np.zeros(window.n_bins, dtype=bool)
         bin_seen[cells.ids // n] = True
-        sizes = _cell_frame(cells, cells.totals.astype(np.float64), n, window)
+        sizes = _cell_frame(cells.ids, cells.totals.astype(np.float64), n, window)
         sizes[bin_seen] = np.nan_to_num(sizes[bin_seen], nan=0.0)
         bins[ROLE_COUNT_BINS[role]] = _bins_frame(sizes, groups.labels, window)
         for c, name, _reader in _REQUEST_BIN_MEDIANS:
@@ -256,13 +258,16 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                 bins.defer(name, medians)
             else:
                 merge_bins(bins, name, medians())
-        if cached:
+        if cached and hits is not None and isinstance(bins, FrameBins):
+            bins.defer("req_hit", _hit_frame(hits, 0 if role == "prefill" else 1, cells.ids,
+                                             groups, window))
+        elif cached:
             hit = _ratio(*(cells.sums_of((column_values(req, "cached_tokens"),
                                           column_values(req, "prompt_tokens")))
                            if hit_sums is None else
                            [per_cell[cells.ids] for per_cell
                             in hit_sums[0 if role == "prefill" else 1]]))
-            merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells, hit, n, window),
+            merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells.ids, hit, n, window),
                                                     groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows), but
         # for a deferred frame's (cells without a sample: a few arrays per cell)
@@ -304,8 +309,19 @@ def _cell_medians(cells: CellGroups, data: Column, no_nan: bool, groups: Groups,
     n, labels = groups.n_groups, groups.labels
 
     def frame() -> pd.DataFrame:
-        return _bins_frame(_cell_frame(cells, cells.medians(data, no_nan=no_nan), n, window),
-                           labels, window)
+        return _bins_frame(_cell_frame(cells.ids, cells.medians(data, no_nan=no_nan), n,
+                                       window), labels, window)
+    return frame
+
+
+def _hit_frame(hits: HitSums, grouping: int, ids: np.ndarray, groups: Groups,
+               window: Window) -> Callable[[], pd.DataFrame]:
+    """The per-bin frame of each cell's prefix-hit ratio (cached over prompt tokens) of the
+    cells ``ids`` of ``groups``' keys, as the function computing it when read."""
+    def frame() -> pd.DataFrame:
+        hit = _ratio(*(per_cell[ids] for per_cell in hits.of(grouping)))
+        return _bins_frame(_cell_frame(ids, hit, groups.n_groups, window), groups.labels,
+                           window)
     return frame
 
 
@@ -322,10 +338,11 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def _cell_frame(cells: CellGroups, per_cell: np.ndarray, n_keys: int, window: Window) -> np.ndarray:
-    """A (bin x key) matrix of one figure per (bin, key) cell, NaN where a cell has no rows."""
+def _cell_frame(ids: np.ndarray, per_cell: np.ndarray, n_keys: int, window: Window) -> np.ndarray:
+    """A (bin x key) matrix of one figure per (bin, key) cell (``ids``: the cells with rows),
+    NaN where a cell has no rows."""
     out = np.full((window.n_bins, n_keys), np.nan)
-    out[cells.ids // n_keys, cells.ids % n_keys] = per_cell
+    out[ids // n_keys, ids % n_keys] = per_cell
     return out
 
 
@@ -335,65 +352,3 @@ def _bins_frame(matrix: np.ndarray, labels: tuple[str, ...], window: Window) -> 
 
     frame = pd.DataFrame(matrix, columns=list(labels))
     return reindex_bins(frame, window)
-
-
-def gauge_figures(ds: Dataset, window: Window, cols: InstanceColumns,
-                  bins: MutableMapping[str, pd.DataFrame]) -> None:
-    """Mean / p90 per instance and per-bin means of every declared gauge, in one pass."""
-    import pandas as pd
-
-    from pdprobe.analysis.tables import signal_rows
-
-    m = ds.metrics
-    if m.empty:
-        return
-    signals = sorted({s.source for s in (*GAUGE_STATS, *GAUGE_BINS)})
-    # Each gauge's rows from the per-signal split; groups are integer codes, not strings.
-    names: list[str] = []
-    parts: list[pd.DataFrame] = []
-    for signal in signals:
-        rows = signal_rows(m, signal)
-        ts = rows["ts"].to_numpy(dtype=np.float64)
-        keep = ((rows["kind"] == S.GAUGE).to_numpy(dtype=bool, na_value=False)
-                & (ts >= window.start_ts) & (ts <= window.end_ts)
-                & rows["value"].notna().to_numpy() & rows["instance"].notna().to_numpy())
-        if keep.any():
-            names.append(signal)
-            parts.append(rows[keep])
-    if not parts:
-        return
-    name_code = np.repeat(np.arange(len(names)), [len(p) for p in parts])
-    inst_code, inst_names = pd.factorize(pd.concat([p["instance"] for p in parts]), sort=True)
-    labels = np.asarray([str(n) for n in inst_names], dtype=object)
-    n_inst = len(labels)
-    value = pd.Series(np.concatenate([p["value"].to_numpy(dtype=np.float64) for p in parts]))
-    ts = np.concatenate([p["ts"].to_numpy(dtype=np.float64) for p in parts])
-    grouped = value.groupby(name_code * n_inst + inst_code, sort=True)
-    stats = {"mean": grouped.mean(), "p90": grouped.quantile(0.9)}
-    key = stats["mean"].index.to_numpy()
-    for s in GAUGE_STATS:
-        if s.source not in names:
-            continue
-        mine = key // n_inst == names.index(s.source)
-        part = stats[s.stat][mine]
-        part.index = pd.Index(labels[key[mine] % n_inst])
-        cols.put(s.name, part)
-    if KV_FULL_FRAC.source in names:
-        kv = name_code == names.index(KV_FULL_FRAC.source)
-        full = pd.Series(value.to_numpy()[kv] >= KV_NEAR_FULL).groupby(inst_code[kv]).mean()
-        full.index = pd.Index(labels[full.index.to_numpy()])
-        cols.put(KV_FULL_FRAC.name, full)
-    n_bins = window.n_bins
-    cell = (name_code * n_bins + window.bin_of(ts)) * n_inst + inst_code
-    per_bin = value.groupby(cell, sort=True).mean()
-    cell = per_bin.index.to_numpy()
-    means = per_bin.to_numpy()
-    for b in GAUGE_BINS:
-        if b.source not in names:
-            continue
-        mine = cell // (n_bins * n_inst) == names.index(b.source)
-        index = pd.MultiIndex.from_arrays([(cell[mine] // n_inst) % n_bins,
-                                           labels[cell[mine] % n_inst]], names=["_bin", "instance"])
-        # unstack as before, so the frame's memory layout (and row sums over it) are unchanged
-        bins[b.name] = reindex_bins(pd.Series(means[mine], index=index).unstack("instance"),
-                                    window)

@@ -47,29 +47,41 @@ def test_parts_merge_in_order_when_read(deferred: int) -> None:
     assert bins.get("req_tpot") is None
 
 
-def test_cells_without_a_sample_defer_their_medians(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The per-bin medians of cells read whole (``BinCells`` without a sample) are computed
-    when a rule reads them, and are the frame computed at once: every bin frame the same."""
-    from pdprobe.analysis import grouped, row_slices
+def test_deferred_frames_are_the_frames_computed_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-bin medians of cells read whole (``BinCells`` without a sample) and the
+    prefix-hit frames of whole-number token columns are computed when a rule reads them, and
+    are the frames computed at once: every bin frame and the cluster series the same."""
+    from pdprobe.analysis import grouped, row_slices, table_facts
     from pdprobe.analysis.evidence.cells import BinCells
+    from pdprobe.analysis.instances import summarize_instances
     from tests.rules.builders import make_context
 
     # decode-0's cells (~630 rows) sampled: their medians computed at once
     cluster = Cluster(duration_s=120, rate_rps=60.0, decode_shares=[0.7, 0.1, 0.1, 0.1], seed=7)
 
-    def evidence(defer: bool) -> dict[str, pd.DataFrame]:
+    def evidence(defer: bool) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
         with monkeypatch.context() as m:
             _sample_small(m, exact_rows=2_000)
             m.setattr(grouped, "CELL_SAMPLE_MAX", 550)  # prefill cells whole, decode sampled
             m.setattr(row_slices, "CHUNK_ROWS", 2_048)
             if not defer:
                 m.setattr(BinCells, "sampled", property(lambda self: True))
-            bins = make_context(cluster.dataset()).evidence.bins
-            assert bins.pending("req_prefill_per_token") is defer  # type: ignore[attr-defined]
+                # the token sums tested bin by bin: summed at once (the instance summaries'
+                # sums found them whole all the same)
+                m.setattr(table_facts, "known_whole", lambda table, column: False)
+            ds = cluster.dataset()
+            summarize_instances(ds)  # (as the service: their token sums find them whole)
+            found = make_context(ds).evidence
+            bins = found.bins
+            for name in ("req_prefill_per_token", "req_hit"):
+                assert bins.pending(name) is defer  # type: ignore[attr-defined]
             assert not bins.pending("req_tpot")  # type: ignore[attr-defined]
-            return {name: bins[name] for name in bins}
+            return {name: bins[name] for name in bins}, found.cluster
 
-    later, once = evidence(defer=True), evidence(defer=False)
+    (later, later_series), (once, once_series) = evidence(defer=True), evidence(defer=False)
     assert sorted(later) == sorted(once) and "req_prefill_per_token" in later
     for name, frame in once.items():
         pd.testing.assert_frame_equal(later[name], frame, check_exact=True, obj=name)
+    # (the prompt tokens per bin summed beside the cells' rows)
+    pd.testing.assert_frame_equal(later_series, once_series, check_exact=True)

@@ -68,7 +68,7 @@ def _shortcut_run(monkeypatch: pytest.MonkeyPatch, cluster: Cluster,
         m.setattr(grouped, "CELL_SAMPLE_MAX", 550)
         m.setattr(row_slices, "CHUNK_ROWS", 2_048)
         if not shortcuts:
-            m.setattr(cell_sums, "joint_cells", lambda *args: None)
+            m.setattr(cell_sums, "joint_cells", lambda *args, **kwargs: None)
             m.setattr(picks, "picked_medians",
                       lambda groups, values, no_nan=False: groups.medians(values))
             m.setattr(grouped, "know_sums", lambda *args: None)
@@ -128,7 +128,8 @@ def test_shared_passes_give_the_figures_of_separate_ones(monkeypatch: pytest.Mon
     # every shortcut taken: the joint pass with its sums, the picked medians, the known TTFT
     # sums of both role columns and a bin sample drawn beside the cells
     joint = found["joint_cells"]
-    assert len(joint) == 1 and getattr(joint[0], "sums", None) is not None
+    # the cells' rows (and each bin's prompt tokens) at once, the hit sums when read
+    assert len(joint) == 2 and all(getattr(j, "sums", None) is not None for j in joint)
     assert len(found["picked_medians"]) == 1
     assert len(found["know_sums"]) == 2 and found["complete"] and all(found["complete"])
     # handed to the cluster series: the bin sample (its grouping's draws) and the prompt sums
