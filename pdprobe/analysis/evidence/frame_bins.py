@@ -1,13 +1,14 @@
 """The evidence's per-bin frames (``ClusterEvidence.bins``), some computed when first read.
 
-A per-bin, per-instance median frame (``req_prefill_per_token``: the prefill time per token
-of every (bin, instance) cell) is read by one rule only, and only for an instance already
-slower than its peers (PD601's persistence check): most diagnoses never read it. Computing
-it is a pass over every request row (at 10M rows the derived column at 10M rows, each bin's
-rows put in cell order and ~10,800 cells partitioned: ~0.13 CPU-s), so ``request_figures``
-may hand over a frame as a function (``defer``) that runs the first time the frame is read.
-The frame read is the one computed eagerly: the same cells, the same medians, merged with
-the other role column's frame of the same name in the same order (``merge``).
+Some per-bin, per-instance frames are read by one rule only, and only for an instance already
+found off its peers: the per-bin medians (``req_prefill_per_token``, ``req_tpot``) by PD601's
+persistence check of a straggler, the prefix-hit ratios (``req_hit``) by PD502's of a low-hit
+instance. Most diagnoses read none of them, and each is a pass over every request row (at 10M
+rows the prefill time per token of every (bin, instance) cell ~0.13 CPU-s, the hit sums
+~0.05), so ``request_figures`` may hand over a frame as the function that computes it
+(``defer``), run the first time the frame is read. The frame read is the one computed at
+once: the same cells, the same figures, merged with the other role column's frame of the
+same name in the same order (``merge``).
 """
 
 from __future__ import annotations
