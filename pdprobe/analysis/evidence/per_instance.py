@@ -221,9 +221,11 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if c in derived and groups.sampled and not p90 and c not in _MEAN_INPUTS:
                 # a derived column's medians at the sampled rows, computed a slice of rows at
                 # a time (``picks``), not a block of the gather's at a time (``Groups``)
-                count = groups.counts(data)
+                count = counted[c] = groups.counts(data)
+                if not count.sum():
+                    continue  # (no value: no figures, as below)
                 by_stat = {"count": count, "p50": picked_medians(
-                    groups, data, no_nan=_no_nan(groups, count)) if count.sum() else count}
+                    groups, data, no_nan=_no_nan(groups, count))}
             else:
                 by_stat = _quantiles(req, col, c, data, p90=p90)
             counted[c] = by_stat["count"]
