@@ -22,6 +22,8 @@ from pdprobe.report.model import SCHEMA_VERSION, IdentityEntry, Report, RoleCoun
 from pdprobe.values import Missing
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from pdprobe.analysis.base import CapacityResult
     from pdprobe.analysis.capacity.estimate import CapacityPlan
     from pdprobe.rules.base import Finding, Inconclusive, Rule, RuleContext
@@ -134,6 +136,10 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         planned = pool.submit(lambda: estimate_plan(dataset, summarized.result(), options,
                                                     measured=measured.result()))
         queued_series = pool.submit(transfer_path_series, dataset)
+        # the plan re-sized with the calibrated waits, when the check against the window asks
+        # for it in the judge: its band and windows ahead, on this thread once it is idle
+        # (the judge makes them itself if it needs them first: ``capacity.ahead``)
+        ahead = pool.submit(_prepare_recalibrated, planned)
         instances = summarize_instances(dataset)
         # judged with the objectives the capacity model uses: the defaults where none is given
         slo = slo_attainment(dataset, request.slo_ttft_s, request.slo_tpot_s,
@@ -146,20 +152,22 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         series = (transfer_path_series(dataset) if queued_series.cancel()
                   else queued_series.result())
         plan = planned.result()
-    capacity = plan if isinstance(plan, Missing) else plan.result
-    evidence = replace(evidence, capacity=None if isinstance(capacity, Missing) else capacity)
-    instances = project_instances(instances, evidence)  # the table shows what findings quote
-    ctx = RuleContext(
-        dataset=dataset,
-        workload=workload,
-        instances=instances,
-        slo=slo,
-        capacity=capacity,
-        evidence=evidence,
-        options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s,
-                            slo_target=request.slo_target),
-    )
-    findings, inconclusive, capacity = judge(ctx, plan, request)
+        capacity = plan if isinstance(plan, Missing) else plan.result
+        evidence = replace(evidence,
+                           capacity=None if isinstance(capacity, Missing) else capacity)
+        instances = project_instances(instances, evidence)  # the table shows what findings quote
+        ctx = RuleContext(
+            dataset=dataset,
+            workload=workload,
+            instances=instances,
+            slo=slo,
+            capacity=capacity,
+            evidence=evidence,
+            options=RuleOptions(slo_ttft_s=request.slo_ttft_s, slo_tpot_s=request.slo_tpot_s,
+                                slo_target=request.slo_target),
+        )
+        findings, inconclusive, capacity = judge(ctx, plan, request)
+        ahead.cancel()  # not started: not needed either
     start, end = _window(dataset)
     counts = RoleCounts(
         prefill=len(dataset.instances_of("prefill")) or None,
@@ -191,6 +199,13 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         series=series,
         identity=identity,
     )
+
+
+def _prepare_recalibrated(planned: Future[CapacityPlan | Missing]) -> None:
+    """Make the recalibrated plan's band and windows of ``planned``'s plan, if it has one."""
+    plan = planned.result()
+    if not isinstance(plan, Missing) and plan.prepare_recalibrated is not None:
+        plan.prepare_recalibrated()
 
 
 # What the check and the headroom set that no rule reads: a capacity differing from the one

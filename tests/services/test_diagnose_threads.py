@@ -86,3 +86,39 @@ def test_a_failed_kv_measure_fails_the_plan_not_the_run(monkeypatch: pytest.Monk
     with pytest.raises(RuntimeError, match="measuring failed"):
         diagnose(DiagnoseRequest())
     assert [t.name for t in threading.enumerate() if t.name.startswith("analysis")] == []
+
+
+def test_the_recalibrated_plans_parts_are_made_on_the_pool_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool thread, done with the plan and the series, makes the recalibrated plan's band
+    and windows (``CapacityPlan.prepare_recalibrated``) while this thread is still on the
+    evidence: here the evidence waits for it, so the test fails if the pool never runs it.
+    The report is the one without it."""
+    from dataclasses import replace
+
+    plain = diagnose(DiagnoseRequest())
+    prepared = threading.Event()
+    seen: list[str] = []
+    real_plan = capacity.estimate_plan
+
+    def plan_with_a_prepare(*args: Any, **kwargs: Any) -> Any:
+        plan = real_plan(*args, **kwargs)
+
+        def prepare() -> None:
+            seen.append(threading.current_thread().name)
+            prepared.set()
+
+        return replace(plan, prepare_recalibrated=prepare)
+
+    real_evidence = build.compute_evidence
+
+    def evidence_after_the_prepare(*args: Any, **kwargs: Any) -> Any:
+        assert prepared.wait(timeout=60), "the pool never made the recalibrated plan's parts"
+        return real_evidence(*args, **kwargs)
+
+    monkeypatch.setattr(capacity, "estimate_plan", plan_with_a_prepare)
+    monkeypatch.setattr(build, "compute_evidence", evidence_after_the_prepare)
+    report = diagnose(DiagnoseRequest())
+    assert len(seen) == 1 and seen[0].startswith("analysis")
+    assert [f.code for f in report.findings] == [f.code for f in plain.findings]
+    assert repr(report.capacity) == repr(plain.capacity)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis.base import CapacityResult, WorkloadSummary
+from pdprobe.analysis.capacity.ahead import Ahead
 from pdprobe.analysis.capacity.alternatives import band, mean_based
 from pdprobe.analysis.capacity.calibrate import (
     failed_share,
@@ -47,7 +48,7 @@ from pdprobe.values import Missing
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pdprobe.analysis.base import SloAttainment
+    from pdprobe.analysis.base import RatioBandEntry, RatioWindow, SloAttainment
     from pdprobe.analysis.capacity.calibrate import CalibratedWaits
     from pdprobe.analysis.capacity.recalibrate import ModelCheck
     from pdprobe.dataset import Dataset
@@ -75,13 +76,16 @@ class CapacityPlan:
     estimates, utilisations, notes) by the calibrated waits, its prefill count at least
     ``at_least``; None when no count meets the objective with them. Which of the two the
     diagnosis recommends is ``check.check_against_window``'s decision: it needs the
-    findings, and the rules read ``result``.
+    findings, and the rules read ``result``. ``prepare_recalibrated`` (with
+    ``recalibrated``) computes that plan's band and windows, which do not depend on
+    ``at_least``, ahead of the decision, on a thread that would otherwise idle (``Ahead``).
     """
 
     result: CapacityResult
     recalibrated: Callable[[int], CapacityResult | None] | None = None
     # --verify: a result with ``verified`` set by replaying the counts it recommends
     verify: Callable[[CapacityResult], CapacityResult] | None = None
+    prepare_recalibrated: Callable[[], None] | None = None
 
 
 def plan_capacity(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
@@ -147,19 +151,34 @@ def capacity_plan(mix: WorkloadMix, built: BuiltModel, slo: Slo, *,
     if waits is None:
         return CapacityPlan(result)
 
+    parts = Ahead(lambda: _band_and_windows(inputs, waits))
+
     def recalibrated(at_least: int) -> CapacityResult | None:
         try:
-            return _plan(inputs, waits, at_least)
+            return _plan(inputs, waits, at_least, parts.get())
         except ValueError:  # no count meets the objective with the calibrated waits
             return None
 
-    return CapacityPlan(result, recalibrated)
+    return CapacityPlan(result, recalibrated, prepare_recalibrated=parts.prepare)
 
 
-def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None,
-          at_least: int = 0) -> CapacityResult:
+def _band_and_windows(inputs: _Inputs, waits: CalibratedWaits | None
+                      ) -> tuple[tuple[RatioBandEntry, ...], tuple[RatioWindow, ...]]:
+    """The band and the windows of the plan sized with ``waits``, whatever its least prefill
+    count."""
+    return (band(inputs.mix, inputs.built.inputs, inputs.slo,
+                 hit_rate_known=inputs.hit_rate_known, work=inputs.work, waits=waits,
+                 sizings=inputs.sizings),
+            size_windows(inputs.frames, inputs.built.inputs, inputs.slo, waits,
+                         inputs.sizings))
+
+
+def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None, at_least: int = 0,
+          parts: tuple[tuple[RatioBandEntry, ...], tuple[RatioWindow, ...]] | None = None
+          ) -> CapacityResult:
     """The plan sized by one wait model: the model's own, or the calibrated ``waits``; the
-    prefill count at least ``at_least``."""
+    prefill count at least ``at_least``; ``parts``: its band and windows when made already
+    (``_band_and_windows``)."""
     mix, built, slo, work, checked = (inputs.mix, inputs.built, inputs.slo, inputs.work,
                                       inputs.checked)
     model, (deployed_prefill, deployed_decode) = built.inputs, inputs.deployed
@@ -167,9 +186,7 @@ def _plan(inputs: _Inputs, waits: CalibratedWaits | None = None,
     rec = recommend(mix, model, slo, work, waits, at_least, before=checked.notes,
                     sizings=inputs.sizings)
     mb = mean_based(mix, model, slo, rec.rates)
-    bands = band(mix, model, slo, hit_rate_known=inputs.hit_rate_known, work=work,
-                 waits=waits, sizings=inputs.sizings)
-    windows = size_windows(inputs.frames, model, slo, waits, inputs.sizings)
+    bands, windows = _band_and_windows(inputs, waits) if parts is None else parts
     notes += list(built.notes) + list(rec.notes)
     notes.append(f"arrival burstiness ca² = {mix.arrival_cv2:.2f} ({mix.arrival_cv2_source}); "
                  f"prefill service cs² = {rec.rates.prefill_service_cv2:.2f}")
@@ -404,4 +421,4 @@ def estimate_plan(dataset: Dataset, workload: WorkloadSummary | Missing,
 
     # the model's own counts replayed now (the rules judge them); the counts the diagnosis
     # finally recommends are replayed by the caller (``verify``) when they are others
-    return CapacityPlan(verified(plan.result), plan.recalibrated, verified)
+    return replace(plan, result=verified(plan.result), verify=verified)

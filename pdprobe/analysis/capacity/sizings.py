@@ -33,8 +33,9 @@ class Sizings:
     the plan re-sized with the calibrated waits (``estimate.CapacityPlan.recalibrated``)
     every mix once more. Each mix's ``LengthWork`` and pool search by the model's own waits
     is then done once, and the whole mix's calibrated search once: the same figures, as
-    every sizing is a function of its mix, model, objective and waits. One thread at a time
-    (the capacity thread, then the diagnosis's judge once that has finished)."""
+    every sizing is a function of its mix, model, objective and waits. One thread at a time:
+    the capacity thread, then the re-sized plan's band and windows (on that thread when it is
+    idle, or in the judge: ``estimate.CapacityPlan.prepare_recalibrated``), then the judge."""
 
     def __init__(self) -> None:
         self._own: dict[object, OwnSizing] = {}

@@ -236,3 +236,24 @@ def test_a_what_if_no_calibrated_count_meets_leaves_its_row_out(
     calls = itertools.count()
     with pytest.raises(ValueError, match="no count"):
         band(m, MODEL, SLO, work=work, waits=None)
+
+
+def test_the_recalibrated_plan_is_the_same_with_its_band_and_windows_made_ahead() -> None:
+    """``prepare_recalibrated`` (run by the analysis' pool thread while the rules run) makes
+    the band and windows the re-sized plan uses: the plans re-sized after it equal those
+    sized without it, figure for figure, at any least count."""
+    ahead_plan, _ = _round_robin()
+    plain_plan, _ = _round_robin()
+    assert ahead_plan.prepare_recalibrated is not None
+    assert ahead_plan.recalibrated is not None and plain_plan.recalibrated is not None
+    ahead_plan.prepare_recalibrated()
+    for at_least in (0, DEPLOYED + 4):
+        assert ahead_plan.recalibrated(at_least) == plain_plan.recalibrated(at_least)
+
+
+def test_a_plan_the_window_does_not_recalibrate_has_nothing_to_prepare() -> None:
+    req = busy_prompts_requests()
+    m = mix_from_requests(req, rate_rps=None, timescale_s=2.0, description="t", rescale=False)
+    built = BuiltModel(MODEL, load_profile("llama3-70b-h100-tp4"), "test", {}, ())
+    plan = capacity_plan(m, built, SLO, deployed_prefill=DEPLOYED, deployed_decode=3)
+    assert plan.recalibrated is None and plan.prepare_recalibrated is None
