@@ -227,3 +227,39 @@ def test_a_failed_block_starts_no_more_imports() -> None:
         raise RuntimeError("the read failed")
     assert name not in sys.modules  # never welcome, then the block failed: not imported
     assert not [t for t in threading.enumerate() if t.name == "pdprobe-import"]
+
+
+def test_imports_meanwhile_run_with_quick_switches_restored_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each import runs with the short switch interval (the caller's short numpy calls get the
+    GIL back quickly); the interval is restored once no import runs, also when two blocks
+    overlap in different threads."""
+    import sys
+    import threading
+
+    from pdprobe.collectors import prefetch
+
+    seen: list[float] = []
+    monkeypatch.setattr(prefetch, "import_quietly", lambda *m: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    with prefetch.imported_meanwhile("pdprobe_no_such_module_for_switches"):
+        pass
+    quick = pytest.approx(prefetch.IMPORT_SWITCH_INTERVAL_S)  # held in microseconds
+    assert seen == [quick]
+    assert sys.getswitchinterval() == before
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with prefetch._quick_switches():
+            inside.set()
+            release.wait()
+
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait()
+    with prefetch._quick_switches():
+        assert sys.getswitchinterval() == quick
+    assert sys.getswitchinterval() == quick  # the other still runs
+    release.set()
+    t.join()
+    assert sys.getswitchinterval() == before
