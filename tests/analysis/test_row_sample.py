@@ -44,3 +44,30 @@ def test_sample_rows_holds_only_the_rows_kept(monkeypatch: pytest.MonkeyPatch) -
                                           < np.append(rate, 0)[codes[p]]) + p.start
                            for p in chunks(codes.size)])
     assert rows.dtype == np.int32 and np.array_equal(rows, want)
+
+
+def test_sample_rows_of_close_rates_is_the_lookup_of_every_row(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rates a hair apart (a round-robin router's instances): the draws between the extremes
+    compared with their own row's rate, the same rows as a lookup of every row's rate; a
+    slice with a row without a code looks every rate up (code -1 is never kept)."""
+    from pdprobe.analysis import row_sample
+
+    monkeypatch.setattr(row_slices, "CHUNK_ROWS", 997)
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 7, 20_000).astype(np.int8)
+    rate = np.float32(0.6) + np.arange(7, dtype=np.float32) * np.float32(1e-3)
+    assert row_sample._band(rate) is not None
+    uniform = np.random.default_rng(4).random(codes.size, dtype=np.float32)
+    keep = np.append(rate, np.float32(0.0))
+    np.testing.assert_array_equal(sample_rows(codes, rate, 4),
+                                  np.flatnonzero(uniform < keep[codes]))
+    codes[5_000] = -1
+    np.testing.assert_array_equal(sample_rows(codes, rate, 4),
+                                  np.flatnonzero(uniform < keep[codes]))
+    assert 5_000 not in sample_rows(codes, rate, 4)
+    # every draw between the extremes is compared with its row's own rate
+    hit = row_sample._kept_in_band(uniform[:997], codes[:997], keep, rate.min(), rate.max())
+    assert hit is not None
+    np.testing.assert_array_equal(hit, np.flatnonzero(uniform[:997] < keep[codes[:997]]))
+    assert row_sample._band(np.array([0.1, 0.5], dtype=np.float32)) is None
