@@ -53,8 +53,8 @@ def sample_rows_each(samples: Sequence[tuple[np.ndarray | int | Callable[[slice]
         for k, ((codes, _rate), keep_rate, band) in enumerate(
                 zip(samples, keep_rates, bands, strict=True)):
             # rates close together: each row's rate looked up only between the extremes
-            hit = None if band is None else _kept_in_band(uniform, codes[part], keep_rate,
-                                                          *band)
+            hit = None if band is None or not isinstance(codes, np.ndarray) else \
+                _kept_in_band(uniform, codes[part], keep_rate, *band)
             if hit is None:
                 # np.take: the same rates (code -1 reads the last slot) at half the cost of
                 # indexing
