@@ -138,7 +138,7 @@ def analyse(dataset: Dataset, request: DiagnoseRequest, description: str) -> Rep
         queued_series = pool.submit(transfer_path_series, dataset)
         # the plan re-sized with the calibrated waits, when the check against the window asks
         # for it in the judge: its band and windows ahead, on this thread once it is idle
-        # (the judge makes them itself if it needs them first: ``capacity.ahead``)
+        # (the judge makes them itself if it needs them first: ``analysis.ahead``)
         ahead = pool.submit(_prepare_recalibrated, planned)
         instances = summarize_instances(dataset)
         # judged with the objectives the capacity model uses: the defaults where none is given

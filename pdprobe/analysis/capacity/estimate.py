@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.ahead import Ahead
 from pdprobe.analysis.base import CapacityResult, WorkloadSummary
-from pdprobe.analysis.capacity.ahead import Ahead
 from pdprobe.analysis.capacity.alternatives import band, mean_based
 from pdprobe.analysis.capacity.calibrate import (
     failed_share,

@@ -8,12 +8,13 @@ the inputs do not carry reads as all-NaN (tables) or None (series), never as a 0
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from pdprobe.analysis.ahead import Ahead
 from pdprobe.analysis.evidence.failures import Failures
 from pdprobe.analysis.evidence.registry import Table, spec
 from pdprobe.analysis.evidence.stats import ChangePoint
@@ -178,28 +179,22 @@ def column(frame: pd.DataFrame, name: str, table: Table = "instances") -> pd.Ser
 _T = TypeVar("_T")
 
 
-class Later(Generic[_T]):
+class Later(Ahead[_T]):
     """A figure computed when first read (``value``), once: evidence some rule reads only in
     some diagnoses (``ClusterEvidence.slo_miss``: PD801 reads it when the objective is
     missed), not computed in the others. Equal to another ``Later`` of an equal value."""
-
-    def __init__(self, compute: Callable[[], _T]) -> None:
-        self._compute: Callable[[], _T] | None = compute
-        self._value: _T | None = None
 
     @classmethod
     def known(cls, value: _T) -> Later[_T]:
         """A figure computed already."""
         found = cls(lambda: value)
-        found._compute, found._value = None, value
+        found.prepare()
         return found
 
     @property
     def value(self) -> _T:
         """The figure (computed at the first read)."""
-        if self._compute is not None:
-            self._value, self._compute = self._compute(), None
-        return self._value  # type: ignore[return-value]
+        return self.get()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Later) and self.value == other.value
@@ -207,7 +202,7 @@ class Later(Generic[_T]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"Later({self._value!r})" if self._compute is None else "Later(<not read>)"
+        return f"Later({self.get()!r})" if self.made else "Later(<not read>)"
 
 
 def _no_slo_miss() -> Later[SloMissShape]:

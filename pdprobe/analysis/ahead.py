@@ -1,12 +1,13 @@
-"""A value computed once, by whichever thread asks for it first.
+"""A value computed once, by whichever caller (of any thread) asks for it first.
 
-The diagnosis's judge re-plans with the window-calibrated waits when the check against the
-window says so (``estimate.CapacityPlan.recalibrated``); the band and the windows of that plan
-do not depend on the count the check sets, so the analysis' pool thread, idle by then, can
-compute them while the main thread runs the rules (``services.diagnose.analyse``). ``Ahead``
-holds them: ``prepare`` computes them ahead of need, ``get`` returns them, computing them
-itself (or waiting for the computation under way) when nothing was prepared. Either way they
-are computed once, by the same call, so the plan is the same whoever computed them.
+Two uses. The diagnosis's judge re-plans with the window-calibrated waits when the check
+against the window says so (``capacity.estimate.CapacityPlan.recalibrated``); the band and
+the windows of that plan do not depend on the count the check sets, so the analysis' pool
+thread, idle by then, makes them while the main thread runs the rules
+(``services.diagnose.analyse``), and the judge makes them itself when it needs them first.
+And evidence some rule reads only in some diagnoses is computed at its first read, if any
+(``evidence.model.Later``). Either way the value is made once, by the same call, so it is
+the same whoever made it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``capacity.ahead.Ahead``: a value made once, by whichever of ``prepare`` and ``get`` comes
+"""``analysis.ahead.Ahead``: a value made once, by whichever of ``prepare`` and ``get`` comes
 first, whatever thread calls them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pdprobe.analysis.capacity.ahead import Ahead
+from pdprobe.analysis.ahead import Ahead
 
 
 def test_made_once_by_prepare_and_read_by_get() -> None:
