@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pandas as pd
 
     from pdprobe.analysis.grouped import Groups
@@ -146,21 +144,19 @@ class GroupFigures:
 
     @classmethod
     def measure(cls, groups: Groups, values: Column, moments: bool = True,
-                known: tuple[np.ndarray, np.ndarray] | None = None,
-                above: Callable[[float], np.ndarray] | None = None) -> GroupFigures:
+                known: tuple[np.ndarray, np.ndarray] | None = None) -> GroupFigures:
         """The figures of ``values`` per group; quantiles from the sample of a sampled grouping
         (count, mean and max stay exact). Without ``moments`` a sampled grouping skips the
         mean and max (two passes over every row) and leaves them NaN. ``known``: each group's
         non-NaN values and their sum over every row, found by another pass (a sampled
-        grouping then passes over the rows for the maxima alone). ``above``: the positions
-        of the rows above a bar, given it (``Groups.maxima_above``), for those maxima."""
+        grouping then passes over the rows for the maxima alone)."""
         if not groups.sampled:
             return cls.of(groups.sorted(values))
         median, p50, p90, p99, sample_max = _blocked_order_statistics(groups, values)
         if moments:
             if known is not None:
                 count, total = known
-                top = groups.maxima_above(values, count, floor=sample_max, above=above)
+                top = groups.maxima_above(values, count, floor=sample_max)
             else:  # count, sum and max in one pass over every row
                 # the sample's maxima bound each group's from below: only the rows above the
                 # smallest of them can raise one (``Groups.moments``' ``floor``)

@@ -34,7 +34,6 @@ import numpy as np
 from pdprobe.analysis.group_figures import GroupFigures, SortedGroups
 from pdprobe.analysis.group_plan import GroupPlan
 from pdprobe.analysis.groups import SAMPLE_SEED, Groups
-from pdprobe.analysis.row_gather import rows_above
 from pdprobe.analysis.row_sample import sample_rows, sample_rows_each
 from pdprobe.analysis.row_slices import (
     Column,
@@ -187,26 +186,9 @@ def figures(table: pd.DataFrame, key: str, column: str, values: Column | None = 
         data = column_values(table, column) if values is None else values
         known = cache.get(("known_sums", key, column))
         found = GroupFigures.measure(groups, data, moments, None if known is None else
-                                     (known[0][groups.ids], known[1][groups.ids]),
-                                     above=None if values is not None else
-                                     lambda bar: _rows_above(table, column, data, bar))
+                                     (known[0][groups.ids], known[1][groups.ids]))
         cache[("figures", key, column)] = found
     return found
-
-
-def _rows_above(table: pd.DataFrame, column: str, values: Column, bar: float) -> np.ndarray:
-    """Positions (ascending) of the rows of ``table[column]`` (``values``) above ``bar``,
-    cached per table and column with their bar: a grouping's maxima read them
-    (``Groups.maxima_above``), and another grouping's of the same column (the TTFT per
-    prefill and per decode instance), with a bar at or above the cached one, filters those
-    few rows instead of a pass over every row (at 10M rows ~9 ms)."""
-    assert isinstance(values, np.ndarray)  # the table's own column (``figures``)
-    cache = table_cache(table)
-    found: tuple[float, np.ndarray] | None = cache.get(("rows_above", column))
-    if found is None or found[0] > bar:
-        found = cache[("rows_above", column)] = (bar, rows_above(values, bar))
-    low, rows = found
-    return rows if low == bar else rows[take(values, rows) > bar]
 
 
 def know_sums(table: pd.DataFrame, key: str, column: str, counts: np.ndarray,

@@ -15,7 +15,6 @@ the last bits only). ``grouped`` makes and caches the groupings of a request tab
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -123,26 +122,18 @@ class Groups:
         top = self._accumulate(values, np.fmax, -np.inf, skip_nan=False)
         return np.where(counts > 0, top, np.nan)
 
-    def maxima_above(self, values: Column, counts: np.ndarray, floor: np.ndarray,
-                     above: Callable[[float], np.ndarray] | None = None) -> np.ndarray:
+    def maxima_above(self, values: Column, counts: np.ndarray, floor: np.ndarray) -> np.ndarray:
         """``maxima(values, counts)`` given ``floor``, a value of each group's own rows (its
         sample's largest), as ``moments`` finds them: only the rows above the smallest floor
-        update a slot (NaN in ``floor``: every row may, the plain ``maxima``). ``above``:
-        given that bar, the positions (ascending) of ``values``' rows above it, when another
-        grouping's maxima of the same column found them (``grouped.figures``): no pass."""
+        update a slot (NaN in ``floor``: every row may, the plain ``maxima``)."""
         bar = _bar(floor)
         if bar is None:
             return self.maxima(values, counts)
         top = np.full(self.n_groups + 1, -np.inf)
-        if above is not None:
-            rows = above(bar)
-            v = take(values, rows)
-            np.fmax.at(top, self.codes[rows], v)  # (ascending rows: the order of the pass)
-            return self._floored_maxima(top, floor, values, counts)
         for part in chunks(self.codes.size):
             v = take(values, part)
-            hit = np.flatnonzero(v > bar)  # (NaN is never above the bar)
-            np.fmax.at(top, self.codes[part][hit], v[hit])
+            above = np.flatnonzero(v > bar)  # (NaN is never above the bar)
+            np.fmax.at(top, self.codes[part][above], v[above])
         return self._floored_maxima(top, floor, values, counts)
 
     def _floored_maxima(self, top: np.ndarray, floor: np.ndarray, values: Column,

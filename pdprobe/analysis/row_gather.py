@@ -89,10 +89,3 @@ def compacted(v: np.ndarray, drop: np.ndarray, chunk: int = 1 << 20) -> np.ndarr
         v[written:written + kept.size] = kept
         written += kept.size
     return v[:written]
-
-
-def rows_above(values: np.ndarray, bar: float) -> np.ndarray:
-    """Positions (ascending, int64) of the rows of ``values`` above ``bar`` (NaN never is),
-    found a slice at a time (no full-length mask)."""
-    found = [np.flatnonzero(take(values, part) > bar) + part.start for part in chunks(len(values))]
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)

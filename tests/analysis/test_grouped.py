@@ -684,36 +684,3 @@ def test_figures_with_known_sums_are_the_measured_figures(monkeypatch: pytest.Mo
         floor = np.full(groups.n_groups, np.nan)
         np.testing.assert_array_equal(groups.maxima_above(values, count, floor),
                                       groups.maxima(values, count))
-
-
-def test_maxima_of_two_groupings_of_a_column_share_the_rows_above(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two sampled groupings' figures of one column with known sums (the TTFT per prefill and
-    per decode instance): the second grouping's maxima read the rows the first found above
-    its bar (no pass when its bar is not lower), every maximum that of every row."""
-    from pdprobe.analysis import grouped, row_gather
-
-    monkeypatch.setattr(grouped, "QUANTILE_EXACT_ROWS", 1_000)
-    monkeypatch.setattr(grouped, "GROUP_SAMPLE_MAX", 300)
-    rng = np.random.default_rng(6)
-    n = 12_000
-    frame = pd.DataFrame({"a": pd.Categorical.from_codes(rng.integers(0, 9, n), list("abcdefghi")),
-                          "b": pd.Categorical.from_codes(rng.integers(0, 3, n), list("xyz")),
-                          "v": rng.lognormal(size=n)})
-    passes: list[float] = []
-    real = row_gather.rows_above
-    monkeypatch.setattr(grouped, "rows_above",
-                        lambda values, bar: passes.append(bar) or real(values, bar))
-    values = frame["v"].to_numpy()
-    for key in ("a", "b"):
-        groups = grouped.key_groups(frame, key)
-        assert groups.sampled
-        count, total, _top = groups.moments(values)
-        full = np.zeros(len(frame[key].cat.categories))  # per category, as know_sums takes
-        table_counts, table_sums = full.copy(), full.copy()
-        table_counts[groups.ids], table_sums[groups.ids] = count, total
-        grouped.know_sums(frame, key, "v", table_counts, table_sums)
-        got = grouped.figures(frame, key, "v")
-        np.testing.assert_array_equal(got.max, groups.maxima(values, count))
-    # a's 9 groups of ~1,300 rows: the smallest sample maximum is lower than b's (3 groups)
-    assert len(passes) == 1
