@@ -14,6 +14,7 @@ from typing import Final
 import numpy as np
 
 from pdprobe.analysis.base import TimeSeries
+from pdprobe.analysis.row_slices import compact_dtype
 
 
 def binned_means_by_codes(keys: list[tuple[np.ndarray, list[str]]], ts: np.ndarray,
@@ -119,7 +120,7 @@ def _joint_run_sums(keys: list[tuple[np.ndarray, list[str]]], widths: list[int],
     offset = sum(int(np.prod(widths[k + 1:])) for k in range(len(widths)))
     # the smallest type holding every slot (each partial combination of codes lies between
     # -slots and slots): two keys of 120 and 40 instances' 5,000 slots in int16
-    narrow = next(t for t in (np.int16, np.int32, np.intp) if slots <= np.iinfo(t).max)
+    narrow = compact_dtype(slots)
     sums = np.zeros((n_bins, slots))
     counts = np.zeros((n_bins, slots), dtype=np.int64)
     for b in range(n_bins):
