@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from pdprobe.analysis.ahead import Ahead
 from pdprobe.analysis.exact_sums import exact_addends
 from pdprobe.analysis.key_search import key_starts
 from pdprobe.analysis.row_slices import ascending
@@ -98,25 +99,23 @@ def joint_cells(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
                       bin_sums=bin_sums if exact else None)
 
 
-class HitSums:
+# Per-cell sums of each column, per grouping (0, 1): ``JointCells.sums``.
+CellSums = tuple[list[np.ndarray], list[np.ndarray]]
+
+
+def cell_hit_sums(bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
+                  columns: tuple[np.ndarray, ...], whole: tuple[bool, ...]) -> Ahead[CellSums]:
     """Both role columns' per-cell sums of whole-number token columns (``joint_cells``' sums
-    of ``columns``, each marked whole), computed by their first reader and kept for the
-    other: the prefix-hit frames (``req_hit``), which PD502 reads only for an instance whose
-    hit rate is already low, are summed when read (``frame_bins``; at 10M rows the weighted
-    bincounts are ~45 of the joint pass's ~65 ms)."""
+    of ``columns``, each marked whole), made by their first reader and kept for the other
+    (``analysis.ahead.Ahead``; indexed by grouping, 0 or 1): the prefix-hit frames
+    (``req_hit``), which PD502 reads only for an instance whose hit rate is already low, are
+    summed when read (``frame_bins``; at 10M rows the weighted bincounts are ~45 of the joint
+    pass's ~65 ms)."""
 
-    def __init__(self, bins: np.ndarray, n_bins: int, groupings: tuple[Groups, Groups],
-                 columns: tuple[np.ndarray, ...], whole: tuple[bool, ...]) -> None:
-        self._args: tuple[np.ndarray, int, tuple[Groups, Groups], tuple[np.ndarray, ...],
-                          tuple[bool, ...]] | None = (bins, n_bins, groupings, columns, whole)
-        self._sums: tuple[list[np.ndarray], list[np.ndarray]] | None = None
+    def make() -> CellSums:
+        found = joint_cells(bins, n_bins, groupings, columns, whole)
+        # (the pass that counted the cells passed: whole numbers sum exactly)
+        assert found is not None and found.sums is not None
+        return found.sums
 
-    def of(self, grouping: int) -> list[np.ndarray]:
-        """Each column's sums per cell of grouping ``grouping`` (0 or 1)."""
-        if self._sums is None:
-            assert self._args is not None
-            found = joint_cells(*self._args)
-            # (the pass that counted the cells passed: whole numbers sum exactly)
-            assert found is not None and found.sums is not None
-            self._sums, self._args = found.sums, None
-        return self._sums[grouping]
+    return Ahead(make)

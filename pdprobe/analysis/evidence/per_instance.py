@@ -30,8 +30,9 @@ from pdprobe.analysis.row_slices import has_values
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pdprobe.analysis.ahead import Ahead
     from pdprobe.analysis.evidence.bin_figures import BinSample
-    from pdprobe.analysis.evidence.cell_sums import HitSums
+    from pdprobe.analysis.evidence.cell_sums import CellSums
     from pdprobe.analysis.evidence.cells import CellGroups
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.analysis.grouped import Column, Groups, Rows
@@ -93,7 +94,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     import pandas as pd
 
     from pdprobe.analysis.evidence.bin_figures import BinSample
-    from pdprobe.analysis.evidence.cell_sums import HitSums, joint_cells
+    from pdprobe.analysis.evidence.cell_sums import cell_hit_sums, joint_cells
     from pdprobe.analysis.evidence.cells import BinCells, cell_groups
     from pdprobe.analysis.evidence.frame_bins import FrameBins
     from pdprobe.analysis.evidence.picks import picked_medians
@@ -169,13 +170,13 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     # (the instance summaries' token sums tested every value: not again per bin)
     whole = tuple(known_whole(req, c) for c in token_columns)
     groupings = (key_groups(req, ROLE_COLUMN["prefill"]), key_groups(req, ROLE_COLUMN["decode"]))
-    # the prefix-hit frames summed when read (``cell_sums.HitSums``) where the sums are exact
+    # the prefix-hit frames summed when read (``cell_sums.cell_hit_sums``) where the sums are exact
     # whatever the order: here only the cells' rows, and each bin's prompt tokens
     later = isinstance(bins, FrameBins) and bool(tokens) and all(whole)
     joint = joint_cells(bin_of_row, window.n_bins, groupings, () if later else tokens, whole,
                         per_bin=tokens[1:] if later else ()) \
         if all(has(c) for c in ROLE_COLUMN.values()) else None
-    hits = HitSums(bin_of_row, window.n_bins, groupings, tokens, whole) \
+    hits = cell_hit_sums(bin_of_row, window.n_bins, groupings, tokens, whole) \
         if later and joint is not None else None
     hit_sums = None if joint is None or not tokens or hits is not None else joint.sums
     prompt_sums = joint.bin_sums[-1] \
@@ -316,12 +317,12 @@ def _cell_medians(cells: CellGroups, data: Column, no_nan: bool, groups: Groups,
     return frame
 
 
-def _hit_frame(hits: HitSums, grouping: int, ids: np.ndarray, groups: Groups,
+def _hit_frame(hits: Ahead[CellSums], grouping: int, ids: np.ndarray, groups: Groups,
                window: Window) -> Callable[[], pd.DataFrame]:
     """The per-bin frame of each cell's prefix-hit ratio (cached over prompt tokens) of the
     cells ``ids`` of ``groups``' keys, as the function computing it when read."""
     def frame() -> pd.DataFrame:
-        hit = _ratio(*(per_cell[ids] for per_cell in hits.of(grouping)))
+        hit = _ratio(*(per_cell[ids] for per_cell in hits.get()[grouping]))
         return _bins_frame(_cell_frame(ids, hit, groups.n_groups, window), groups.labels,
                            window)
     return frame
