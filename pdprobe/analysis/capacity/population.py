@@ -188,10 +188,14 @@ def known_rows(requests: pd.DataFrame, ts: np.ndarray, prompt: np.ndarray,
     test of each. None otherwise (the scan tests them)."""
     p_range = known_length_range(requests, "prompt_tokens")
     o_range = known_length_range(requests, "output_tokens")
+    # (no range is recorded for a column with a negative length: ``length_counts`` counts
+    # none, so the smallest recorded is 0 or more and only a prompt of no token is left out)
     if (p_range is None or o_range is None or prompt.dtype.kind not in "iu"
-            or output.dtype.kind not in "iu" or p_range[0] < 1 or o_range[0] < 0):
+            or output.dtype.kind not in "iu" or p_range[0] == 0):
         return None
-    # (the summary asked it of this table on this thread: cached, no pass)
+    # defensive: the only writer of the ranges (the workload summary) records them only when
+    # both hold, so this re-check is always true; kept because it is cheap (both cached per
+    # table, asked of this table already: no pass)
     if not (column_ascending(requests, "arrival_ts") and finite_ends(ts)):
         return None
     return KnownRows(o_range[0] >= 1, max(p_range[1], o_range[1]), p_range[1])

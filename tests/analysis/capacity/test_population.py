@@ -402,17 +402,20 @@ def test_the_scans_strata_draw_the_sample_of_the_mixs_own_lengths(
     np.testing.assert_array_equal(pop.rows, want)
 
 
-@pytest.mark.parametrize("flaw", ["none", "zero_output", "unsorted"])
+@pytest.mark.parametrize("flaw", ["none", "zero_output", "zero_prompt", "unsorted"])
 def test_rows_the_workload_summary_vouches_for_are_not_tested_again(flaw: str) -> None:
     """Once the workload summary has counted every length (``length_facts``) of records in
     time order, the mix's scan makes no test of each row (``known_rows``): the same mix, to
-    the bit, as the scan of a table nobody summarised. Unsorted arrivals are not vouched for."""
+    the bit, as the scan of a table nobody summarised. Unsorted arrivals, and a prompt of no
+    token (a record the scan drops), are not vouched for."""
     from pdprobe.analysis.capacity.population import KnownRows, known_rows
     from pdprobe.analysis.workload import summarize_workload
 
     frame = _frame(20_000).sort_values("arrival_ts", kind="stable").reset_index(drop=True)
     if flaw == "zero_output":
         frame.loc[7, "output_tokens"] = 0
+    elif flaw == "zero_prompt":
+        frame.loc[7, "prompt_tokens"] = 0
     elif flaw == "unsorted":
         frame = frame.sample(frac=1.0, random_state=5).reset_index(drop=True)
     ds = dataset(frame)
@@ -421,7 +424,7 @@ def test_rows_the_workload_summary_vouches_for_are_not_tested_again(flaw: str) -
     assert known_rows(req, ts, p, o) is None  # (nothing recorded yet)
     summarize_workload(ds)
     known = known_rows(req, ts, p, o)
-    if flaw == "unsorted":
+    if flaw in ("unsorted", "zero_prompt"):
         assert known is None
     else:
         assert known == KnownRows(flaw != "zero_output", int(max(p.max(), o.max())),
