@@ -3,7 +3,8 @@
 The workload summary, the SLO attainment, the instance series and the evidence each ask the
 same questions of millions of request rows (which requests failed, whether the arrivals are in
 time order): each answer is one pass, kept in the table's cache (``table_cache``). A fact
-another pass proves on its way (``know_whole``) is recorded for the later readers.
+another pass proves on its way (``know_whole``, ``know_length_range``) is recorded for the
+later readers.
 """
 
 from __future__ import annotations
@@ -56,6 +57,24 @@ def know_whole(table: pd.DataFrame, column: str) -> None:
 def known_whole(table: pd.DataFrame, column: str) -> bool:
     """Whether ``know_whole(table, column)`` was recorded (False: not known, either way)."""
     return bool(table_cache(table).get(("whole", column), False))
+
+
+def know_length_range(table: pd.DataFrame, column: str, counts: np.ndarray) -> None:
+    """Record the smallest and largest value of ``table[column]``, an integer column whose
+    every row ``counts`` counts by value (``length_counts``: rows per value ``0..max``, so no
+    negative one), as the workload summary found them on its way. The capacity mix
+    (``capacity.population.known_rows``) then knows, without a test of each row, that every
+    prompt holds a token and every output is whole (integers hold no NaN): with the arrivals
+    known to be in time order (``column_ascending``), every record is usable."""
+    present = np.flatnonzero(counts)
+    if len(present):
+        table_cache(table)[("length_range", column)] = (int(present[0]), int(present[-1]))
+
+
+def known_length_range(table: pd.DataFrame, column: str) -> tuple[int, int] | None:
+    """``(smallest, largest)`` of ``table[column]`` when ``know_length_range`` recorded it."""
+    found: tuple[int, int] | None = table_cache(table).get(("length_range", column))
+    return found
 
 
 def column_sum(table: pd.DataFrame, name: str) -> float:

@@ -20,7 +20,6 @@ from pdprobe.analysis.completion_runs import completion_runs, ok_within
 from pdprobe.analysis.exact_sums import EXACT
 from pdprobe.analysis.grouped import chunks, column_values, quantile_rows
 from pdprobe.analysis.key_search import key_starts
-from pdprobe.analysis.length_facts import know_length_range
 from pdprobe.analysis.length_shape import COUNTING_RANK_MAX, length_counts, length_distribution
 from pdprobe.analysis.row_gather import code_counts
 from pdprobe.analysis.row_slices import (
@@ -29,7 +28,7 @@ from pdprobe.analysis.row_slices import (
     finite_ends,
     take_rows,
 )
-from pdprobe.analysis.table_facts import column_ascending, failed_mask
+from pdprobe.analysis.table_facts import column_ascending, failed_mask, know_length_range
 from pdprobe.dataset import Dataset
 from pdprobe.values import Maybe, Missing
 

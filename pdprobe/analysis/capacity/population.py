@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from pdprobe.analysis.length_facts import known_length_range
 from pdprobe.analysis.row_slices import ascending, finite_ends
 from pdprobe.analysis.sampling import PASS_CHUNK, SAMPLED_MARK
 from pdprobe.analysis.strata import StrataCodes
-from pdprobe.analysis.table_facts import column_ascending
+from pdprobe.analysis.table_facts import column_ascending, known_length_range
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -183,7 +182,7 @@ def usable_records(ts: np.ndarray, prompt: np.ndarray, output: np.ndarray,
 def known_rows(requests: pd.DataFrame, ts: np.ndarray, prompt: np.ndarray,
                 output: np.ndarray) -> KnownRows | None:
     """``KnownRows`` of the records when the workload summary found the integer lengths'
-    range (``length_facts``: every prompt of at least one token) and the arrivals are known
+    range (``table_facts.known_length_range``: every prompt of at least one token) and the arrivals are known
     to be in time order with finite ends (so all finite): every record is usable, with no
     test of each. None otherwise (the scan tests them)."""
     p_range = known_length_range(requests, "prompt_tokens")

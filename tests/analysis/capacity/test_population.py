@@ -404,7 +404,7 @@ def test_the_scans_strata_draw_the_sample_of_the_mixs_own_lengths(
 
 @pytest.mark.parametrize("flaw", ["none", "zero_output", "zero_prompt", "unsorted"])
 def test_rows_the_workload_summary_vouches_for_are_not_tested_again(flaw: str) -> None:
-    """Once the workload summary has counted every length (``length_facts``) of records in
+    """Once the workload summary has counted every length (``table_facts.know_length_range``) of records in
     time order, the mix's scan makes no test of each row (``known_rows``): the same mix, to
     the bit, as the scan of a table nobody summarised. Unsorted arrivals, and a prompt of no
     token (a record the scan drops), are not vouched for."""
