@@ -87,11 +87,16 @@ def test_integer_lengths_coded_by_the_octave_table_are_the_bit_operations(dtype:
         assert codes.code.tolist() == want.tolist()
     if np.dtype(dtype).kind == "i":
         long = prompt.astype(np.int64)
-        long[[5, 9]] = [-3, 70_000]  # beyond the table: the bit operations
-        codes = stratamod.StrataCodes(len(long), 2)
-        codes.add(0, long, output)
-        assert codes.code.tolist() == (stratamod.octaves(long) * 64
-                                       + stratamod.octaves(output)).tolist()
+        long[[5, 9, 11, 12]] = [-3, 65_535, 65_536, 70_000]  # beyond the table: the bit operations
+        # the table's last length (65,535) and the first beyond it (65,536, the largest found
+        # or known): the bit operations, not the table's last entry clipped to
+        edge = prompt.astype(np.int64)
+        edge[[11, 12]] = [65_535, 65_536]
+        for values, peak in ((long, None), (edge, None), (edge, 65_536)):
+            codes = stratamod.StrataCodes(len(values), 2)
+            codes.add(0, values, output, peak=peak)
+            assert codes.code.tolist() == (stratamod.octaves(values) * 64
+                                           + stratamod.octaves(output)).tolist()
 
 
 @pytest.mark.parametrize(("n", "size", "chunk"), [(200_000, 20_000, 4099), (10_007, 9_999, 7),
