@@ -380,6 +380,25 @@ def test_completed_rate_by_slices_is_the_masked_count(monkeypatch: pytest.Monkey
     with np.errstate(invalid="ignore"):
         got = _completed_rate(req.assign(arrival_ts=ordered, e2e_s=short), start, end)
     assert got == want > 0
+    if 4 * chunk <= n:  # (the small runs: several per chunk)
+        # a successful finish exactly at the window's end, first row and earliest finish of a
+        # run whose others finish after it, and one exactly at its start, the latest of a run
+        # finishing before it: each run is neither inside nor outside, read again, its row
+        # counted (the window holds its ends)
+        arrival_e, e2e_e, status_e = ordered.copy(), short.copy(), status.copy()
+        for row, at, beyond in ((2 * chunk, end, 1.0), (3 * chunk, start, -1.0)):
+            arrival_e[row:row + run] = at + beyond
+            e2e_e[row:row + run] = 0.0
+            arrival_e[row] = at
+            status_e[row] = "ok"
+        edged = req.assign(arrival_ts=arrival_e, e2e_s=e2e_e,
+                           status=pd.Categorical(status_e) if categorical else status_e)
+        with np.errstate(invalid="ignore"):
+            finish = arrival_e + e2e_e
+        done = np.isfinite(finish) & ~category_mask(edged["status"], lambda s: s != "ok")
+        want = int(np.count_nonzero(done & (finish >= start) & (finish <= end))) / (end - start)
+        with np.errstate(invalid="ignore"):
+            assert _completed_rate(edged, start, end) == want
     failed = req.assign(status="error")
     assert isinstance(_completed_rate(failed, start, end), Missing)
     # none inside the window, yet some succeeded: a rate of 0, not Missing
