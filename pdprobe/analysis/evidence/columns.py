@@ -7,7 +7,7 @@ the one reader of request-record columns that may be absent (``kv_transfer_s`` a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -162,18 +162,6 @@ def arrivals_in_order(ds: Dataset) -> bool:
     from pdprobe.analysis.table_facts import column_ascending
 
     return column_ascending(ds.requests, "arrival_ts")
-
-
-def merge_bins(bins: MutableMapping[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:
-    """Add ``frame`` to the per-bin frame ``name`` (earlier values win; ``frame_bins``)."""
-    from pdprobe.analysis.evidence.frame_bins import FrameBins, merged
-
-    spec("bins", name)
-    if isinstance(bins, FrameBins):  # merged when read, after any deferred part before it
-        bins.merge(name, frame)
-        return
-    prev = bins.get(name)
-    bins[name] = frame if prev is None else merged(prev, frame)
 
 
 def reindex_bins(frame: pd.DataFrame, window: Window) -> pd.DataFrame:

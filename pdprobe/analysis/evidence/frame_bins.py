@@ -30,7 +30,7 @@ class FrameBins(MutableMapping[str, "pd.DataFrame"]):
         self._parts: dict[str, list[pd.DataFrame | Callable[[], pd.DataFrame]]] = {}
 
     def merge(self, name: str, frame: pd.DataFrame) -> None:
-        """Add ``frame`` to the frame ``name`` (``columns.merge_bins``: earlier values win)."""
+        """Add ``frame`` to the frame ``name`` (earlier values win: ``merged``)."""
         spec("bins", name)
         self._parts.setdefault(name, []).append(frame)
 

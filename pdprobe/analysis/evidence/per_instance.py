@@ -8,7 +8,7 @@ samples.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -18,7 +18,6 @@ from pdprobe.analysis.evidence.columns import (
     ROLE_COLUMN,
     InstanceColumns,
     arrival_bins,
-    merge_bins,
     reindex_bins,
 )
 from pdprobe.analysis.evidence.registry import (
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from pdprobe.analysis.evidence.bin_figures import BinSample
     from pdprobe.analysis.evidence.cell_sums import CellSums
     from pdprobe.analysis.evidence.cells import CellGroups
+    from pdprobe.analysis.evidence.frame_bins import FrameBins
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.analysis.grouped import Column, Groups, Rows
     from pdprobe.dataset import Dataset
@@ -84,7 +84,7 @@ class ArrivalBinFigures:
 
 
 def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
-                    bins: MutableMapping[str, pd.DataFrame]) -> ArrivalBinFigures:
+                    bins: FrameBins) -> ArrivalBinFigures:
     """Per-instance request figures, grouped by the column that names the instance's role.
 
     One grouping per role column (``analysis.grouped``, shared with the instance summaries)
@@ -96,7 +96,6 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     from pdprobe.analysis.evidence.bin_figures import BinSample
     from pdprobe.analysis.evidence.cell_sums import cell_hit_sums, joint_cells
     from pdprobe.analysis.evidence.cells import BinCells, cell_groups
-    from pdprobe.analysis.evidence.frame_bins import FrameBins
     from pdprobe.analysis.evidence.picks import picked_medians
     from pdprobe.analysis.grouped import (
         CELL_SAMPLE_MAX,
@@ -172,7 +171,7 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
     groupings = (key_groups(req, ROLE_COLUMN["prefill"]), key_groups(req, ROLE_COLUMN["decode"]))
     # the prefix-hit frames summed when read (``cell_sums.cell_hit_sums``) where the sums are exact
     # whatever the order: here only the cells' rows, and each bin's prompt tokens
-    later = isinstance(bins, FrameBins) and bool(tokens) and all(whole)
+    later = bool(tokens) and all(whole)
     joint = joint_cells(bin_of_row, window.n_bins, groupings, () if later else tokens, whole,
                         per_bin=tokens[1:] if later else ()) \
         if all(has(c) for c in ROLE_COLUMN.values()) else None
@@ -254,14 +253,13 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
             if not count.sum():
                 continue  # (a count, no figures)
             medians = _cell_medians(cells, data, _no_nan(groups, count), groups, window)
-            if isinstance(bins, FrameBins) and isinstance(cells, BinCells) and \
-                    not cells.sampled:
+            if isinstance(cells, BinCells) and not cells.sampled:
                 # computed if a rule reads the frame (``frame_bins``): these cells hold no
                 # sample, only a few arrays per cell, so keeping them costs little
                 bins.defer(name, medians)
             else:
-                merge_bins(bins, name, medians())
-        if cached and hits is not None and isinstance(bins, FrameBins):
+                bins.merge(name, medians())
+        if cached and hits is not None:
             bins.defer("req_hit", _hit_frame(hits, 0 if role == "prefill" else 1, cells.ids,
                                              groups, window))
         elif cached:
@@ -270,8 +268,8 @@ def request_figures(ds: Dataset, window: Window, cols: InstanceColumns,
                            if hit_sums is None else
                            [per_cell[cells.ids] for per_cell
                             in hit_sums[0 if role == "prefill" else 1]]))
-            merge_bins(bins, "req_hit", _bins_frame(_cell_frame(cells.ids, hit, n, window),
-                                                    groups.labels, window))
+            bins.merge("req_hit", _bins_frame(_cell_frame(cells.ids, hit, n, window),
+                                              groups.labels, window))
         # released before the next role column groups its cells (60 MB at 10M rows), but
         # for a deferred frame's (cells without a sample: a few arrays per cell)
         del cells

@@ -194,6 +194,7 @@ def test_request_figures_bin_medians_are_pandas_groupby_medians(
     import pandas as pd
 
     from pdprobe.analysis.evidence.columns import InstanceColumns
+    from pdprobe.analysis.evidence.frame_bins import FrameBins
     from pdprobe.analysis.evidence.model import Window
     from pdprobe.analysis.evidence.per_instance import request_figures
     from tests.rules.builders import make_dataset
@@ -216,7 +217,7 @@ def test_request_figures_bin_medians_are_pandas_groupby_medians(
                              "decode_instance": decode_at})
     ds = make_dataset(requests)
     window = Window(0.0, 600.0, 15.0)
-    bins: dict[str, pd.DataFrame] = {}
+    bins = FrameBins()
     cols = InstanceColumns(pd.Index(["p0", "p1", "p2", "d0", "d1"]))
     cols.set_text("role", ["prefill"] * 3 + ["decode"] * 2)
     request_figures(ds, window, cols, bins)

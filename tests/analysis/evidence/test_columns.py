@@ -42,10 +42,10 @@ def test_instance_names_are_those_some_row_or_label_names(categorical: bool) -> 
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_merge_bins_is_combine_first(overlap: bool) -> None:
+def test_merged_frames_are_combine_first(overlap: bool) -> None:
     """Frames of different instances are put side by side, overlapping ones combined: either
     way the frame ``combine_first`` gives (earlier values win, NaN filled from the later)."""
-    from pdprobe.analysis.evidence.columns import merge_bins
+    from pdprobe.analysis.evidence.frame_bins import FrameBins
 
     rng = np.random.default_rng(0)
     index = pd.Index(np.arange(6) * 60.0, name="ts")
@@ -54,10 +54,10 @@ def test_merge_bins_is_combine_first(overlap: bool) -> None:
     later = pd.DataFrame(rng.random((6, 2)), index=index,
                          columns=["p-0", "d-0"] if overlap else ["d-1", "d-0"])
     later.iloc[4, 1] = np.nan
-    bins: dict[str, pd.DataFrame] = {}
-    merge_bins(bins, "req_hit", first)
+    bins = FrameBins()
+    bins.merge("req_hit", first)
     assert bins["req_hit"] is first
-    merge_bins(bins, "req_hit", later)
+    bins.merge("req_hit", later)
     pd.testing.assert_frame_equal(bins["req_hit"], first.combine_first(later), check_exact=True)
 
 

@@ -21,10 +21,9 @@ def _frames(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 @pytest.mark.parametrize("deferred", [0, 1])
 def test_parts_merge_in_order_when_read(deferred: int) -> None:
-    """A frame's parts, one of them deferred, merge as ``merge_bins`` merges them in the order
+    """A frame's parts, one of them deferred, merge as ``merged`` merges them in the order
     they came (earlier values win); the deferred part is computed once, when first read."""
-    from pdprobe.analysis.evidence.columns import merge_bins
-    from pdprobe.analysis.evidence.frame_bins import FrameBins
+    from pdprobe.analysis.evidence.frame_bins import FrameBins, merged
 
     first, later = _frames(3)
     calls: list[int] = []
@@ -34,15 +33,12 @@ def test_parts_merge_in_order_when_read(deferred: int) -> None:
             bins.defer("req_prefill_per_token",
                        lambda frame=frame: calls.append(1) or frame)  # type: ignore[misc]
         else:
-            merge_bins(bins, "req_prefill_per_token", frame)
+            bins.merge("req_prefill_per_token", frame)
     assert bins.pending("req_prefill_per_token") and not calls
     assert list(bins) == ["req_prefill_per_token"] and len(bins) == 1
-    plain: dict[str, pd.DataFrame] = {}
-    merge_bins(plain, "req_prefill_per_token", first)
-    merge_bins(plain, "req_prefill_per_token", later)
+    plain = merged(first, later)
     for _ in range(2):
-        pd.testing.assert_frame_equal(bins["req_prefill_per_token"],
-                                      plain["req_prefill_per_token"], check_exact=True)
+        pd.testing.assert_frame_equal(bins["req_prefill_per_token"], plain, check_exact=True)
     assert calls == [1] and not bins.pending("req_prefill_per_token")
     assert bins.get("req_tpot") is None
 
