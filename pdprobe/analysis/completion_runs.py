@@ -55,17 +55,19 @@ class CompletionRuns:
 
 
 def completion_runs(req: pd.DataFrame) -> CompletionRuns | None:
-    """The table's ``CompletionRuns`` (computed once, cached per table), or None unless
-    ``arrival_ts`` and ``e2e_s`` are float64 (the canonical dtype; the callers then count on
-    their own). Failed: ``table_facts.failed_mask`` where there is a status column (a
-    status never given is missing throughout: none failed)."""
-    if not all(c in req and req[c].dtype == np.float64 for c in ("arrival_ts", "e2e_s")):
+    """The table's ``CompletionRuns`` (computed once, cached per table), or None without an
+    ``arrival_ts`` or ``e2e_s`` column. Failed: ``table_facts.failed_mask`` where there is a
+    status column (a status never given is missing throughout: none failed)."""
+    if not all(c in req for c in ("arrival_ts", "e2e_s")):
         return None
     cache = table_cache(req)
     found: CompletionRuns | None = cache.get("completion_runs")
     if found is not None:
         return found
-    arrival, e2e = req["arrival_ts"].to_numpy(), req["e2e_s"].to_numpy()  # views, no copies
+    # views of the canonical float64 columns; a table built otherwise (a caller's own frame)
+    # has its columns converted once, kept with the runs
+    arrival, e2e = (req[c].to_numpy(dtype=np.float64, na_value=np.nan)
+                    for c in ("arrival_ts", "e2e_s"))
     failed = failed_mask(req) if "status" in req else None
     parts: list[tuple[np.ndarray, ...]] = []
     for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries

@@ -16,7 +16,7 @@ import numpy as np
 
 from pdprobe.analysis import sampling
 from pdprobe.analysis.base import TimeSeries, WorkloadSummary
-from pdprobe.analysis.completion_runs import completion_runs, ok_within
+from pdprobe.analysis.completion_runs import CompletionRuns, completion_runs, ok_within
 from pdprobe.analysis.exact_sums import EXACT
 from pdprobe.analysis.grouped import chunks, column_values, quantile_rows
 from pdprobe.analysis.key_search import key_starts
@@ -168,32 +168,21 @@ def _completed_rate(req: pd.DataFrame, start: float, end: float) -> Maybe[float]
     it holds only for a finite arrival and a finite e2e_s, and those two need no tests of
     their own (the very rows of testing them).
     """
-    arrival = req["arrival_ts"].to_numpy(dtype=np.float64)
-    e2e = req["e2e_s"].to_numpy(dtype=np.float64)
-    # the rows whose status is not "ok" (no status: not failed)
-    failed = failed_mask(req) if "status" in req.columns else None
-    # the canonical dtypes: by runs of rows, which the capacity windows' served counts place
-    # too (kept per table: one pass adding arrival and e2e_s for both)
-    runs = completion_runs(req)
-    inside = ok_within(runs, start, end) if runs is not None else 0
-    for part in chunks(arrival.size) if runs is None else ():
-        finish = arrival[part] + e2e[part]
-        ok = finish >= start
-        ok &= finish <= end
-        if failed is not None:
-            ok &= ~failed[part]
-        inside += int(np.count_nonzero(ok))
-    if not inside and not _any_done(arrival, e2e, failed):
+    runs = completion_runs(req)  # (by runs of rows, which the capacity windows place too)
+    if runs is None:
+        return Missing("no arrival_ts or e2e_s column in request records")
+    inside = ok_within(runs, start, end)
+    if not inside and not _any_done(runs):
         return Missing("no successful request has an e2e_s value")
     return inside / (end - start)
 
 
-def _any_done(arrival: np.ndarray, e2e: np.ndarray, failed: np.ndarray | None) -> bool:
+def _any_done(runs: CompletionRuns) -> bool:
     """Whether any request succeeded with an e2e_s value and a finite arrival (asked only when
     none finished inside the window)."""
-    done = np.isfinite(e2e) & np.isfinite(arrival)
-    if failed is not None:
-        done &= ~failed
+    done = np.isfinite(runs.e2e) & np.isfinite(runs.arrival)
+    if runs.failed is not None:
+        done &= ~runs.failed
     return bool(done.any())
 
 

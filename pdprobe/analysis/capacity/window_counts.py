@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from pdprobe.analysis import sampling
-from pdprobe.analysis.capacity.perf_columns import category_codes, float_column, status_ok
+from pdprobe.analysis.capacity.perf_columns import category_codes
 from pdprobe.analysis.completion_runs import completion_runs, ok_places
 from pdprobe.analysis.table_facts import column_ascending
 
@@ -171,28 +171,16 @@ def _presence(win: np.ndarray, codes: np.ndarray, k: int, n_win: int) -> np.ndar
 def served_counts(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:
     """Per window: requests completed ``ok`` in it, from the records (None without ``e2e_s``).
 
-    Float64 time columns (the canonical dtype): each completion's place among the edges (a
-    NaN or infinite time falls before the first or after the last), a run of rows at a time
-    where the run's earliest and latest share it (``completion_runs.ok_places``). Other
-    dtypes: a pass over frame slices.
+    Each completion's place among the edges (a NaN or infinite time falls before the first
+    or after the last), a run of rows at a time where the run's earliest and latest share it
+    (``completion_runs.ok_places``, from the runs of completion times the workload summary's
+    completed rate made: kept per table).
     """
     req = dataset.requests
     if not (len(req) and dataset.has_request_column("e2e_s")):
         return None
-    has_status = dataset.has_request_column("status")
-    # float64 times (the canonical dtype): placed by runs of rows from the runs of
-    # completion times the workload summary's completed rate made (kept per table)
     runs = completion_runs(req)
-    if runs is not None:
-        return ok_places(runs, edges)[1:len(edges)]
-    counts = np.zeros(len(edges) - 1, dtype=np.int64)
-    for lo in range(0, len(req), sampling.PASS_CHUNK):  # chunks: no whole-size temporaries
-        part = req.iloc[lo:lo + sampling.PASS_CHUNK]
-        w = window_index(float_column(part, "arrival_ts") + float_column(part, "e2e_s"), edges)
-        if has_status:
-            w[~status_ok(part)] = -1  # no status counts as ok
-        counts += np.bincount(w[w >= 0], minlength=len(edges) - 1)
-    return counts
+    return None if runs is None else ok_places(runs, edges)[1:len(edges)]
 
 
 def counter_served_rates(dataset: Dataset, edges: np.ndarray) -> np.ndarray | None:

@@ -137,7 +137,7 @@ def test_counts_by_chunks_equal_whole_array_passes(monkeypatch: pytest.MonkeyPat
     assert isinstance(req["status"].dtype, pd.CategoricalDtype)  # read by its codes
     counts = served_counts(ds, edges)
     assert counts is not None and counts.tolist() == expected_done
-    # strings and nullable floats take the pass over frame slices: the same counts
+    # strings and nullable floats (converted once by completion_runs): the same counts
     plain = replace(ds, requests=req.assign(status=req["status"].astype(object),
                                             e2e_s=req["e2e_s"].astype("Float64")))
     counts = served_counts(plain, edges)
